@@ -1,0 +1,18 @@
+"""Shared fixtures. Servers bind to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mock_cluster():
+    """librdkafka's built-in mock cluster: an independent Kafka implementation in C,
+    listening on a loopback port, alive as long as the handle that created it."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    handle = confluent_kafka.Producer({"test.mock.num.brokers": 1, "client.id": "mock-cluster-owner"})
+    brokers = handle.list_topics(timeout=10).brokers
+    assert brokers, "mock cluster reported no brokers"
+    broker = next(iter(brokers.values()))
+    yield f"{broker.host}:{broker.port}"
+    handle.flush(5)

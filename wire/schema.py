@@ -1,0 +1,400 @@
+"""Declarative message schemas and the codecs compiled from them.
+
+A message is described once, as a tree of `F` fields (name, type, versions, nullable
+versions, tag). From that one description this module derives, for every version:
+a Python class per struct (fields as attributes), a decoder and an encoder. Codecs are
+compiled lazily, per struct and version, into flat lists of reader/writer callables.
+
+Rules implemented here (they hold for every message):
+- A field absent from a version decodes to its default and is not encoded.
+- Flexible versions use compact lengths (unsigned varint of length + 1) for strings,
+  bytes, records and arrays, and end every struct with a tagged-field section.
+- Tagged fields are written only when they differ from their default, in ascending tag
+  order; unknown tags are kept as raw bytes and written back unchanged.
+- A non-array struct field that is nullable carries an int8 marker: -1 null, 1 present.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Callable
+
+from wire.primitives import ZERO_UUID, DecodeError, EncodeError, Reader, Writer
+
+__all__ = ["F", "Api", "Data", "Struct", "VersionRange"]
+
+_MISSING = object()
+_PRIMITIVES = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
+               "string", "bytes", "records")
+_ZERO = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "uint32": 0,
+         "float64": 0.0, "bool": False, "uuid": ZERO_UUID, "string": "", "bytes": b"",
+         "records": None}
+
+
+class VersionRange:
+    """A Kafka version range: "3+", "0-5", "7" or "none"."""
+
+    __slots__ = ("lo", "hi", "text")
+
+    def __init__(self, text: str):
+        self.text = text
+        if text == "none":
+            self.lo, self.hi = 1, 0
+        elif text.endswith("+"):
+            self.lo, self.hi = int(text[:-1]), 0x7FFF
+        elif "-" in text:
+            lo, hi = text.split("-")
+            self.lo, self.hi = int(lo), int(hi)
+        else:
+            self.lo = self.hi = int(text)
+
+    def __contains__(self, version: int) -> bool:
+        return self.lo <= version <= self.hi
+
+    def __repr__(self) -> str:
+        return f"VersionRange({self.text!r})"
+
+
+class F:
+    """One field: `type` is a primitive name, "[]primitive", "[]Struct" or "Struct"."""
+
+    __slots__ = ("name", "type", "versions", "nullable", "tag", "tagged", "default",
+                 "fields", "flexible")
+
+    def __init__(self, name: str, type: str, versions: str, *, nullable: str = "none",
+                 tag: int | None = None, tagged: str | None = None, default=_MISSING,
+                 flexible: str | None = None, fields: tuple["F", ...] = ()):
+        self.name = name
+        self.type = type
+        self.versions = VersionRange(versions)
+        self.nullable = VersionRange(nullable)
+        self.tag = tag
+        self.tagged = VersionRange(tagged if tagged is not None else (versions if tag is not None else "none"))
+        self.fields = fields
+        self.flexible = VersionRange(flexible) if flexible is not None else None
+        elem = self.element_type
+        if fields and elem in _PRIMITIVES:
+            raise ValueError(f"{name}: primitive type {type} cannot have fields")
+        if not fields and elem not in _PRIMITIVES:
+            raise ValueError(f"{name}: struct type {type} needs fields")
+        self.default = default
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.startswith("[]")
+
+    @property
+    def element_type(self) -> str:
+        return self.type[2:] if self.is_array else self.type
+
+
+class Struct:
+    """Base of every generated struct class: fields are plain attributes."""
+
+    __slots__ = ("unknown_tags",)
+    _fields: tuple = ()
+    _factories: tuple = ()
+
+    def __init__(self, **values):
+        for name, factory in zip(self._fields, self._factories):
+            setattr(self, name, values.pop(name) if name in values else factory())
+        self.unknown_tags = values.pop("unknown_tags", None)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(values)}")
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same(getattr(self, n), getattr(other, n)) for n in self._fields) and \
+            (self.unknown_tags or None) == (other.unknown_tags or None)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+
+def _signature(spec: F) -> tuple:
+    return tuple((f.name, f.type, f.versions.text, f.nullable.text, f.tag, _signature(f))
+                 for f in spec.fields)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, memoryview):
+        a = a.tobytes()
+    if isinstance(b, memoryview):
+        b = b.tobytes()
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+class _Schema:
+    """A root struct (request, response or data record) with its version rules."""
+
+    def __init__(self, name: str, versions: str, flexible: str, fields: tuple[F, ...]):
+        self.name = name
+        self.versions = VersionRange(versions)
+        self.flexible = VersionRange(flexible)
+        self.root = F(name, name, "0+", fields=fields)
+        self.struct_classes: dict[str, type] = {}
+        self.cls = self._make_class(self.root)
+        self._codecs: dict[int, tuple] = {}
+
+    def __call__(self, **values) -> Struct:
+        """A new body: `PRODUCE.request(acks=-1, ...)`."""
+        return self.cls(**values)
+
+    def __getattr__(self, name: str) -> type:
+        """Nested struct classes by their Kafka name: `PRODUCE.request.TopicProduceData`."""
+        try:
+            return self.__dict__["struct_classes"][name]
+        except KeyError:
+            raise AttributeError(f"{self.__dict__.get('name')} has no struct {name}") from None
+
+    # -- classes -------------------------------------------------------------------
+    def _make_class(self, spec: F) -> type:
+        cls_name = spec.element_type
+        existing = self.struct_classes.get(cls_name)
+        if existing is not None:
+            # A shared struct (Kafka's "commonStructs") appears once per use site.
+            if existing._spec_signature != _signature(spec):
+                raise ValueError(f"{self.name}: two different structs named {cls_name}")
+            return existing
+        names = tuple(f.name for f in spec.fields)
+        factories = tuple(self._factory(f) for f in spec.fields)
+        cls = type(cls_name, (Struct,), {"__slots__": names, "_fields": names,
+                                          "_factories": factories, "_spec_signature": _signature(spec),
+                                          "__module__": "wire.messages"})
+        self.struct_classes[cls_name] = cls
+        return cls
+
+    def _factory(self, f: F) -> Callable[[], object]:
+        sub = self._make_class(f) if f.fields else None
+        if f.default is not _MISSING:
+            value = f.default
+            if f.is_array or (sub is not None):
+                if value is not None:
+                    raise ValueError(f"{f.name}: only null is a valid default for {f.type}")
+                return lambda: None
+            return lambda: value
+        if f.is_array:
+            return list
+        if sub is not None:
+            return sub
+        zero = _ZERO[f.type]
+        return lambda: zero
+
+    # -- codecs --------------------------------------------------------------------
+    def codec(self, version: int) -> tuple:
+        """(read, write) for `version`: read(Reader) -> struct, write(Writer, struct)."""
+        codec = self._codecs.get(version)
+        if codec is None:
+            if version not in self.versions:
+                raise EncodeError(f"{self.name} has no version {version} "
+                                  f"(valid: {self.versions.text})")
+            codec = self._codecs[version] = _compile_struct(self, self.root, version,
+                                                        version in self.flexible)
+        return codec
+
+    def decode(self, version: int, data) -> Struct:
+        """Decode exactly `data` (every byte must be consumed)."""
+        reader = data if isinstance(data, Reader) else Reader(data)
+        obj = self.codec(version)[0](reader)
+        if not isinstance(data, Reader) and reader.remaining:
+            raise DecodeError(f"{self.name} v{version}: {reader.remaining} trailing bytes")
+        return obj
+
+    def encode(self, version: int, obj: Struct, writer: Writer | None = None) -> Writer:
+        writer = Writer() if writer is None else writer
+        if not isinstance(obj, self.cls):
+            raise EncodeError(f"expected {self.name}, got {type(obj).__name__}")
+        self.codec(version)[1](writer, obj)
+        return writer
+
+
+class Api:
+    """A Kafka API: key, name, valid and flexible versions, request and response bodies."""
+
+    def __init__(self, key: int, name: str, versions: str, *, flexible: str,
+                 request: tuple[F, ...], response: tuple[F, ...]):
+        self.key = key
+        self.name = name
+        self.versions = VersionRange(versions)
+        self.flexible = VersionRange(flexible)
+        self.request = _Schema(name + "Request", versions, flexible, request)
+        self.response = _Schema(name + "Response", versions, flexible, response)
+
+    def __repr__(self) -> str:
+        return f"Api({self.key}, {self.name!r}, {self.versions.text!r})"
+
+
+class Data(_Schema):
+    """A versioned structure outside the request/response protocol (stored records,
+    consumer-protocol metadata); its version is carried by the enclosing format."""
+
+    def __init__(self, name: str, versions: str, *, flexible: str, fields: tuple[F, ...]):
+        super().__init__(name, versions, flexible, fields)
+
+
+# -- compilation ----------------------------------------------------------------------
+
+def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> tuple:
+    cls = schema.struct_classes[spec.element_type]
+    regular: list[tuple[str, Callable, Callable]] = []
+    tagged: dict[int, tuple[str, Callable, Callable, Callable]] = {}
+    absent: list[tuple[str, Callable]] = []
+    for f, factory in zip(spec.fields, cls._factories):
+        if version not in f.versions:
+            absent.append((f.name, factory))
+            continue
+        field_flexible = flexible and (f.flexible is None or version in f.flexible)
+        read, write = _compile_field(schema, f, version, field_flexible)
+        if flexible and version in f.tagged:
+            tagged[f.tag] = (f.name, read, write, factory)
+            absent.append((f.name, factory))  # set to default unless the tag is present
+        else:
+            regular.append((f.name, read, write))
+    new = cls.__new__
+    tag_order = sorted(tagged)
+    readers = [(name, read) for name, read, _ in regular]
+
+    def read_struct(r: Reader):
+        obj = new(cls)
+        for name, factory in absent:
+            setattr(obj, name, factory())
+        for name, read in readers:
+            setattr(obj, name, read(r))
+        obj.unknown_tags = _read_tags(r, obj, tagged) if flexible else None
+        return obj
+
+    def write_struct(w: Writer, obj) -> None:
+        try:
+            for name, _, write in regular:
+                write(w, getattr(obj, name))
+        except AttributeError as exc:
+            raise EncodeError(f"{type(obj).__name__}: {exc}") from None
+        if flexible:
+            _write_tags(w, obj, tagged, tag_order)
+
+    return read_struct, write_struct
+
+
+def _read_tags(r: Reader, obj, tagged: dict) -> dict | None:
+    unknown = None
+    last = -1
+    for _ in range(r.uvarint()):
+        tag = r.uvarint()
+        if tag <= last:
+            raise DecodeError(f"tag {tag} out of order after {last}")
+        last = tag
+        size = r.uvarint()
+        body = r.take(size)
+        known = tagged.get(tag)
+        if known is None:
+            if unknown is None:
+                unknown = {}
+            unknown[tag] = bytes(body)
+            continue
+        sub = Reader(body)
+        setattr(obj, known[0], known[1](sub))
+        if sub.remaining:
+            raise DecodeError(f"tagged field {known[0]}: {sub.remaining} unread bytes")
+    return unknown
+
+
+def _write_tags(w: Writer, obj, tagged: dict, tag_order: list) -> None:
+    present: list[tuple[int, bytes]] = []
+    for tag in tag_order:
+        name, _, write, factory = tagged[tag]
+        value = getattr(obj, name)
+        if _same(value, factory()):
+            continue
+        sub = Writer()
+        write(sub, value)
+        present.append((tag, sub.getvalue()))
+    if obj.unknown_tags:
+        present.extend(obj.unknown_tags.items())
+        present.sort(key=lambda item: item[0])
+    w.uvarint(len(present))
+    for tag, data in present:
+        w.uvarint(tag)
+        w.uvarint(len(data))
+        w.raw(data)
+
+
+_SCALAR_READ = {
+    "int8": Reader.int8, "int16": Reader.int16, "int32": Reader.int32, "int64": Reader.int64,
+    "uint16": Reader.uint16, "uint32": Reader.uint32, "float64": Reader.float64,
+    "bool": Reader.bool, "uuid": Reader.uuid,
+}
+_SCALAR_WRITE = {
+    "int8": Writer.int8, "int16": Writer.int16, "int32": Writer.int32, "int64": Writer.int64,
+    "uint16": Writer.uint16, "uint32": Writer.uint32, "float64": Writer.float64,
+    "bool": Writer.bool, "uuid": Writer.uuid,
+}
+
+
+def _compile_field(schema: _Schema, f: F, version: int, flexible: bool) -> tuple[Callable, Callable]:
+    nullable = version in f.nullable
+    if f.is_array:
+        read_elem, write_elem = _compile_element(schema, f, version, flexible, False)
+
+        def read_array(r: Reader):
+            n = r.array_length(flexible, nullable)
+            if n is None:
+                return None
+            return [read_elem(r) for _ in range(n)]
+
+        def write_array(w: Writer, items) -> None:
+            if items is None:
+                w.array_length(None, flexible, nullable)
+                return
+            w.array_length(len(items), flexible, nullable)
+            for item in items:
+                write_elem(w, item)
+
+        return read_array, write_array
+    return _compile_element(schema, f, version, flexible, nullable)
+
+
+def _compile_element(schema: _Schema, f: F, version: int, flexible: bool,
+                     nullable: bool) -> tuple[Callable, Callable]:
+    kind = f.element_type
+    if f.fields:
+        read_struct, write_struct = _compile_struct(schema, f, version, flexible)
+        cls = schema.struct_classes[kind]
+        if not nullable:
+            def write_checked(w: Writer, obj) -> None:
+                if not isinstance(obj, cls):
+                    raise EncodeError(f"{f.name}: expected {kind}, got {type(obj).__name__}")
+                write_struct(w, obj)
+            return read_struct, write_checked
+
+        def read_nullable(r: Reader):
+            marker = r.int8()
+            if marker == -1:
+                return None
+            if marker != 1:
+                raise DecodeError(f"{f.name}: invalid null marker {marker}")
+            return read_struct(r)
+
+        def write_nullable(w: Writer, obj) -> None:
+            if obj is None:
+                w.int8(-1)
+            else:
+                w.int8(1)
+                write_struct(w, obj)
+        return read_nullable, write_nullable
+    if kind in _SCALAR_READ:
+        read, write = _SCALAR_READ[kind], _SCALAR_WRITE[kind]
+        if kind == "uuid":
+            def write_uuid(w: Writer, v) -> None:
+                write(w, v if isinstance(v, uuid.UUID) else uuid.UUID(bytes=bytes(v)))
+            return read, write_uuid
+        return read, write
+    if kind == "string":
+        return (lambda r: r.string(flexible, nullable),
+                lambda w, v: w.string(v, flexible, nullable))
+    # bytes and records: views into the input on decode, uncopied chunks on encode
+    return (lambda r: r.bytes(flexible, nullable),
+            lambda w, v: w.bytes(v, flexible, nullable))
