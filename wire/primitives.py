@@ -144,6 +144,8 @@ class Reader:
             if nullable and n == -1:
                 return None
             raise DecodeError(f"invalid string length {n}")
+        if n > 0x7FFF:  # compact lengths can claim more; Kafka refuses those too
+            raise DecodeError(f"string length {n} exceeds 32767")
         return self._text(n)
 
     def bytes(self, compact: bool = False, nullable: bool = False) -> memoryview | None:
@@ -238,9 +240,13 @@ class Writer:
         self.uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
     def raw(self, data) -> None:
-        """Append bytes; large buffers become their own chunk instead of being copied."""
+        """Append bytes; large buffers become their own chunk instead of being copied.
+
+        Objects that are not byte buffers but have a length (a region of a file, to be
+        sent with sendfile) always become a chunk of their own.
+        """
         n = len(data) if not isinstance(data, memoryview) else data.nbytes
-        if n >= _ZERO_COPY_MIN:
+        if n >= _ZERO_COPY_MIN or not isinstance(data, (bytes, bytearray, memoryview)):
             if self.buf:
                 self.chunks.append(self.buf)
                 self.size += len(self.buf)

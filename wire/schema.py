@@ -313,6 +313,9 @@ def _write_tags(w: Writer, obj, tagged: dict, tag_order: list) -> None:
         write(sub, value)
         present.append((tag, sub.getvalue()))
     if obj.unknown_tags:
+        for tag in obj.unknown_tags:
+            if tag in tagged:
+                raise EncodeError(f"unknown tag {tag} is {tagged[tag][0]}'s tag in this version")
         present.extend(obj.unknown_tags.items())
         present.sort(key=lambda item: item[0])
     w.uvarint(len(present))
