@@ -1,0 +1,32 @@
+"""A Kafka client on `wire`'s codec: `AsyncClient` for asyncio, `Client` to block.
+
+    async with AsyncClient("localhost:9092") as client:
+        result = await client.produce("events", 0, [(b"key", b"value")])
+        fetched = await client.fetch_records("events", 0, result.base_offset)
+
+Broker error codes raise `wire.errors.KafkaError`; failures of the client itself
+(connections, timeouts, malformed responses, no common version) raise `ClientError`.
+"""
+
+from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
+from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
+                                ResponseTooLarge, UnsupportedVersion)
+from wire.client.model import (EARLIEST, LATEST, MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
+                               AbortedTransaction, BrokerInfo, ClusterMetadata, CommittedOffset,
+                               Coordinator, CreatedTopic, FetchedRecords, FetchResult, NewTopic,
+                               OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
+                               TopicInfo)
+from wire.client.sync import Client
+from wire.client.versions import CLIENT_VERSIONS
+
+__all__ = [
+    "AsyncClient", "Client", "BrokerConnection", "CLIENT_VERSIONS",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES", "DEFAULT_MAX_RESPONSE_BYTES",
+    "ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
+    "ResponseTooLarge", "UnsupportedVersion",
+    "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_COMMITTED", "READ_UNCOMMITTED",
+    "AbortedTransaction", "BrokerInfo", "ClusterMetadata", "CommittedOffset", "Coordinator",
+    "CreatedTopic", "FetchedRecords", "FetchResult", "NewTopic", "OffsetAndTimestamp",
+    "PartitionInfo", "ProduceResult", "ProducerRecord", "TopicInfo",
+]

@@ -1,0 +1,701 @@
+"""An asyncio Kafka client: metadata, routing, retries and the operations built on them.
+
+The client keeps state and moves bytes; every encoding is `wire`'s. It holds one
+connection per broker address (so one per node id), a metadata cache filled on demand,
+the group coordinators it has found and, when idempotent, its producer id and
+per-partition sequence numbers.
+
+Retries are bounded by count (`retries`) and by time (`retry_timeout`), with
+exponential backoff between attempts. Before retrying, what the error makes doubtful
+is forgotten: the topic's metadata for leader-routed requests, the coordinator for
+group requests, the controller for topic administration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
+                                UnsupportedVersion)
+from wire.client.model import (MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED, AbortedTransaction,
+                               BrokerInfo, ClusterMetadata, CommittedOffset, Coordinator,
+                               CreatedTopic, FetchedRecords, FetchResult, NewTopic,
+                               OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
+                               TopicInfo)
+from wire.client.versions import CLIENT_VERSIONS
+from wire.compression import CODEC_NAMES
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError, check
+from wire.messages import (APIS, CREATE_TOPICS, DELETE_TOPICS, FETCH, FIND_COORDINATOR,
+                           INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
+                           PRODUCE)
+from wire.primitives import ZERO_UUID
+from wire.records import CONTROL_ABORT, build_batch, decode_batch, decode_control_record, iter_batches
+from wire.schema import Struct
+
+__all__ = ["AsyncClient", "DEFAULT_MAX_DECOMPRESSED_BYTES"]
+
+DEFAULT_MAX_DECOMPRESSED_BYTES = 100 * 1024 * 1024
+
+_T = TypeVar("_T")
+_CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
+_SEQUENCE_MASK = 0x7FFFFFFF  # sequence numbers wrap from 2**31 - 1 to 0
+_GROUP_KEY = 0  # FindCoordinator key type of consumer groups
+_FIRST_BATCHED_FIND_COORDINATOR = 4
+_FIRST_GROUPS_OFFSET_FETCH = 8
+_FIRST_TOPIC_ID_FETCH = 13
+_FIRST_TOPICS_DELETE = 6
+# The oldest ListOffsets version that understands each special timestamp.
+_LIST_OFFSETS_MIN_VERSION = {MAX_TIMESTAMP: 7}
+_LIST_OFFSETS_MIN_VERSION_READ_COMMITTED = 2
+
+
+class _ProducerSession:
+    """An idempotent producer id with the next sequence number of each partition."""
+
+    __slots__ = ("producer_id", "producer_epoch", "sequences")
+
+    def __init__(self, producer_id: int, producer_epoch: int):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.sequences: dict[tuple[str, int], int] = {}
+
+
+class AsyncClient:
+    """A Kafka client for asyncio; usable as `async with AsyncClient("host:9092") as c`.
+
+    Time settings are seconds. Protocol fields keep Kafka's units and names
+    (`max_wait_ms`, `timeout_ms`).
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], *,
+                 client_id: str = "sluice-client",
+                 connect_timeout: float = 10.0,
+                 request_timeout: float = 30.0,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 retries: int = 5,
+                 retry_backoff: float = 0.1,
+                 retry_backoff_max: float = 1.0,
+                 retry_timeout: float = 30.0,
+                 enable_idempotence: bool = False):
+        self.bootstrap = _parse_addresses(bootstrap_servers)
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.max_response_bytes = max_response_bytes
+        self.retries = retries
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+        self.retry_timeout = retry_timeout
+        self.enable_idempotence = enable_idempotence
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._cluster = ClusterMetadata(None, -1, {}, {})
+        self._coordinators: dict[str, Coordinator] = {}
+        self._session: _ProducerSession | None = None
+        self._session_lock = asyncio.Lock()
+        self._partition_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    @property
+    def cached_metadata(self) -> ClusterMetadata:
+        """What the client currently knows of brokers and topics."""
+        return self._cluster
+
+    async def close(self) -> None:
+        """Close every connection; requests in flight fail with ConnectionFailed."""
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(connection.close() for connection in connections))
+
+    async def negotiated_versions(self, node_id: int | None = None) -> dict[int, int]:
+        """API key -> the version this client uses with the broker `node_id` (or any
+        broker), for every API the client implements that the broker also speaks."""
+        if node_id is None:
+            connection = await self._any_connection()
+        else:
+            connection = await self._node_connection(node_id)
+        versions = {}
+        for key in CLIENT_VERSIONS:
+            try:
+                versions[key] = connection.version(APIS[key])
+            except UnsupportedVersion:
+                pass
+        return versions
+
+    # -- metadata --------------------------------------------------------------------
+    async def metadata(self, topics: Iterable[str] | None = None, *,
+                       allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+        """Brokers and the given topics (all topics when None); refreshes the cache.
+
+        Topics the broker reports with an error are returned with their `error_code`.
+        """
+        names = None if topics is None else list(topics)
+        return await self._retrying(lambda: self._refresh_metadata(names, allow_auto_topic_creation))
+
+    async def _refresh_metadata(self, topics: list[str] | None,
+                                allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+        """One Metadata request to any broker; the answer is merged into the cache."""
+        connection = await self._any_connection()
+        version = connection.version(METADATA)
+        request_topics = None if topics is None else [
+            METADATA.request.MetadataRequestTopic(name=name) for name in topics]
+        response = await connection.request(METADATA, version, METADATA.request(
+            topics=request_topics, allow_auto_topic_creation=allow_auto_topic_creation))
+        fresh = _cluster_metadata(response)
+        known = {} if topics is None else dict(self._cluster.topics)
+        for name, info in fresh.topics.items():
+            if info.error_code:
+                known.pop(name, None)
+            else:
+                known[name] = info
+        self._cluster = ClusterMetadata(fresh.cluster_id, fresh.controller_id, fresh.brokers, known)
+        return fresh
+
+    async def _topic(self, topic: str) -> TopicInfo:
+        info = self._cluster.topics.get(topic)
+        if info is None:
+            await self._refresh_metadata([topic])
+            info = self._cluster.topics.get(topic)
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r}")
+        return info
+
+    async def _partition(self, topic: str, partition: int) -> tuple[TopicInfo, PartitionInfo]:
+        info = await self._topic(topic)
+        found = info.partitions.get(partition)
+        if found is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        if found.leader_id < 0:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition}")
+        return info, found
+
+    def _forget_topic(self, topic: str) -> None:
+        """Drop a topic from the cache, so that the next use asks the brokers again."""
+        topics = dict(self._cluster.topics)
+        if topics.pop(topic, None) is not None:
+            self._cluster = ClusterMetadata(self._cluster.cluster_id, self._cluster.controller_id,
+                                            self._cluster.brokers, topics)
+
+    # -- connections -------------------------------------------------------------------
+    async def _connection(self, host: str, port: int) -> BrokerConnection:
+        """The open connection to `host:port`, opened (and versions negotiated) if needed."""
+        if self._closed:
+            raise ClientError("the client is closed")
+        connection = self._connections.get((host, port))
+        if connection is None:
+            connection = self._connections[(host, port)] = BrokerConnection(
+                host, port, client_id=self.client_id, connect_timeout=self.connect_timeout,
+                request_timeout=self.request_timeout, max_response_bytes=self.max_response_bytes)
+        await connection.open()
+        return connection
+
+    async def _node_connection(self, node_id: int) -> BrokerConnection:
+        broker = self._cluster.brokers.get(node_id)
+        if broker is None:
+            await self._refresh_metadata([])
+            broker = self._cluster.brokers.get(node_id)
+            if broker is None:
+                raise ConnectionFailed(f"broker {node_id} is not in the cluster metadata")
+        return await self._connection(broker.host, broker.port)
+
+    async def _any_connection(self) -> BrokerConnection:
+        """A connection to some broker: an open one if any, else the first known broker
+        or bootstrap address that accepts a connection."""
+        for connection in self._connections.values():
+            if connection.connected:
+                return connection
+        addresses = [(b.host, b.port) for b in self._cluster.brokers.values()]
+        addresses += [a for a in self.bootstrap if a not in addresses]
+        failures = []
+        for host, port in addresses:
+            try:
+                return await self._connection(host, port)
+            except (ConnectionFailed, RequestTimedOut) as exc:
+                failures.append(str(exc))
+        raise ConnectionFailed("no broker reachable: " + "; ".join(failures))
+
+    async def _leader_connection(self, topic: str, partition: int,
+                                 ) -> tuple[BrokerConnection, TopicInfo, PartitionInfo]:
+        topic_info, info = await self._partition(topic, partition)
+        return await self._node_connection(info.leader_id), topic_info, info
+
+    # -- retries -----------------------------------------------------------------------
+    async def _retrying(self, attempt: Callable[[], Awaitable[_T]],
+                        before_retry: Callable[[], None] | None = None) -> _T:
+        """Run `attempt` until it succeeds, fails for good, or retries run out."""
+        if self._closed:
+            raise ClientError("the client is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout
+        retry = 0
+        while True:
+            try:
+                return await attempt()
+            except (KafkaError, ClientError) as exc:
+                delay = min(self.retry_backoff * 2 ** retry, self.retry_backoff_max)
+                if (not exc.retriable or retry >= self.retries or self._closed
+                        or loop.time() + delay > deadline):
+                    raise
+            if before_retry is not None:
+                before_retry()
+            await asyncio.sleep(delay)
+            retry += 1
+
+    # -- produce -----------------------------------------------------------------------
+    async def produce(self, topic: str, partition: int,
+                      records: Iterable[ProducerRecord | tuple], *, acks: int = -1,
+                      compression: int | str = "none", timeout_ms: int | None = None) -> ProduceResult:
+        """Produce `records` as one RecordBatch v2 and return where it was written.
+
+        Records are `ProducerRecord`s or tuples in its field order; `compression` is a
+        codec name ("none", "gzip", "snappy", "lz4", "zstd") or id. With
+        `enable_idempotence`, the batch carries the producer id and the partition's next
+        sequence number; a retry resends the very same batch.
+        """
+        rows = [_record_row(ProducerRecord(*record)) for record in records]
+        codec = _codec(compression)
+        if not self.enable_idempotence:
+            batch = build_batch(rows, compression=codec)
+            return await self.produce_batch(topic, partition, batch, acks=acks, timeout_ms=timeout_ms)
+        if acks != -1:
+            raise ValueError(f"idempotent produce needs acks=-1 (all), not {acks}")
+        # One batch in flight per partition: sequence numbers are handed out in the
+        # order batches are appended, and an uncertain outcome ends the session.
+        lock = self._partition_locks.setdefault((topic, partition), asyncio.Lock())
+        async with lock:
+            session = await self._producer_session()
+            sequence = session.sequences.get((topic, partition), 0)
+            batch = build_batch(rows, compression=codec, producer_id=session.producer_id,
+                                producer_epoch=session.producer_epoch, base_sequence=sequence)
+            try:
+                result = await self.produce_batch(topic, partition, batch, acks=acks,
+                                                  timeout_ms=timeout_ms)
+            except BaseException:
+                # Written or not is unknown: the next batch starts over under a new
+                # producer id rather than risk a gap or a false duplicate.
+                if self._session is session:
+                    self._session = None
+                raise
+            session.sequences[(topic, partition)] = (sequence + len(rows)) & _SEQUENCE_MASK
+            return result
+
+    async def produce_batch(self, topic: str, partition: int, batch, *, acks: int = -1,
+                            timeout_ms: int | None = None) -> ProduceResult:
+        """Produce an already-built record batch (or several, concatenated) as is."""
+        if acks not in (-1, 0, 1):
+            raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
+        if timeout_ms is None:
+            timeout_ms = int(self.request_timeout * 1000)
+        context = f"produce to {topic}-{partition}"
+
+        async def attempt() -> ProduceResult:
+            connection, _, _ = await self._leader_connection(topic, partition)
+            body = PRODUCE.request(acks=acks, timeout_ms=timeout_ms, topic_data=[
+                PRODUCE.request.TopicProduceData(name=topic, partition_data=[
+                    PRODUCE.request.PartitionProduceData(index=partition, records=batch)])])
+            version = connection.version(PRODUCE)
+            if acks == 0:
+                await connection.send(PRODUCE, version, body)
+                return ProduceResult(topic, partition, -1, -1, -1)
+            response = await connection.request(
+                PRODUCE, version, body, timeout=self.request_timeout + timeout_ms / 1000)
+            answer = _only(_only(response.responses, "name", topic, context).partition_responses,
+                           "index", partition, context)
+            duplicate = answer.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+            if not duplicate:
+                check(answer.error_code, context, answer.error_message)
+            return ProduceResult(topic, partition, answer.base_offset, answer.log_append_time_ms,
+                                 answer.log_start_offset, duplicate)
+
+        return await self._retrying(attempt, lambda: self._forget_topic(topic))
+
+    async def _producer_session(self) -> _ProducerSession:
+        """The current idempotent producer id, from InitProducerId on first need."""
+        async with self._session_lock:
+            if self._session is None:
+                self._session = await self._retrying(self._init_producer_id)
+            return self._session
+
+    async def _init_producer_id(self) -> _ProducerSession:
+        connection = await self._any_connection()
+        # No transactional id: any broker hands out the id; the timeout is unused.
+        response = await connection.request(
+            INIT_PRODUCER_ID, connection.version(INIT_PRODUCER_ID),
+            INIT_PRODUCER_ID.request(transactional_id=None, transaction_timeout_ms=0x7FFFFFFF))
+        check(response.error_code, "InitProducerId")
+        return _ProducerSession(response.producer_id, response.producer_epoch)
+
+    # -- fetch -------------------------------------------------------------------------
+    async def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,
+                    min_bytes: int = 1, max_bytes: int = 1024 * 1024,
+                    isolation_level: int = READ_UNCOMMITTED) -> FetchResult:
+        """Fetch from one partition's leader, without a fetch session.
+
+        The broker waits up to `max_wait_ms` for `min_bytes` to accumulate, and returns
+        at most `max_bytes` (though always a first whole batch, however large). Record
+        bytes come back undecoded; see `fetch_records`. A long poll holds up the requests
+        queued behind it on the same connection, so consumers and producers that must
+        not wait for each other should use separate clients.
+        """
+        context = f"fetch from {topic}-{partition} at offset {offset}"
+
+        async def attempt() -> FetchResult:
+            connection, topic_info, info = await self._leader_connection(topic, partition)
+            topic_id = topic_info.topic_id
+            # Topic ids replace names from Fetch v13; without an id, stay below it.
+            version = connection.version(
+                FETCH, None if topic_id != ZERO_UUID else _FIRST_TOPIC_ID_FETCH - 1)
+            body = FETCH.request(
+                max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                isolation_level=isolation_level, session_id=0, session_epoch=-1,
+                topics=[FETCH.request.FetchTopic(topic=topic, topic_id=topic_id, partitions=[
+                    FETCH.request.FetchPartition(
+                        partition=partition, current_leader_epoch=info.leader_epoch,
+                        fetch_offset=offset, partition_max_bytes=max_bytes)])])
+            response = await connection.request(
+                FETCH, version, body, timeout=self.request_timeout + max_wait_ms / 1000)
+            check(response.error_code, context)
+            if version >= _FIRST_TOPIC_ID_FETCH:
+                answer = _only(response.responses, "topic_id", topic_id, context)
+            else:
+                answer = _only(response.responses, "topic", topic, context)
+            data = _only(answer.partitions, "partition_index", partition, context)
+            check(data.error_code, context)
+            aborted = tuple(AbortedTransaction(a.producer_id, a.first_offset)
+                            for a in data.aborted_transactions or ())
+            records = memoryview(data.records if data.records is not None else b"")
+            return FetchResult(topic, partition, offset, data.high_watermark,
+                               data.last_stable_offset, data.log_start_offset, aborted,
+                               data.preferred_read_replica, records)
+
+        return await self._retrying(attempt, lambda: self._forget_topic(topic))
+
+    async def fetch_records(self, topic: str, partition: int, offset: int, *,
+                            max_wait_ms: int = 500, min_bytes: int = 1,
+                            max_bytes: int = 1024 * 1024,
+                            isolation_level: int = READ_UNCOMMITTED,
+                            max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                            ) -> FetchedRecords:
+        """`fetch`, then decode: records at or after `offset`, without control records
+        and, under READ_COMMITTED, without those of aborted transactions."""
+        result = await self.fetch(topic, partition, offset, max_wait_ms=max_wait_ms,
+                                  min_bytes=min_bytes, max_bytes=max_bytes,
+                                  isolation_level=isolation_level)
+        records, next_offset = _decode_fetched(result, isolation_level, max_decompressed_bytes)
+        return FetchedRecords(result, records, next_offset)
+
+    # -- list offsets --------------------------------------------------------------------
+    async def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int, *,
+                           isolation_level: int = READ_UNCOMMITTED) -> dict[int, OffsetAndTimestamp]:
+        """The offset for `timestamp` in each partition: EARLIEST (-2), LATEST (-1),
+        MAX_TIMESTAMP (-3) or a time in ms (the first offset at or after it)."""
+        wanted = list(partitions)
+        context = f"list offsets of {topic} at {timestamp}"
+
+        async def attempt() -> dict[int, OffsetAndTimestamp]:
+            by_leader: dict[int, list[PartitionInfo]] = collections.defaultdict(list)
+            for partition in wanted:
+                _, info = await self._partition(topic, partition)
+                by_leader[info.leader_id].append(info)
+            answers = await asyncio.gather(*(self._list_offsets_at(node_id, topic, infos, timestamp,
+                                                                   isolation_level, context)
+                                             for node_id, infos in by_leader.items()))
+            return {p: offset for answer in answers for p, offset in answer.items()}
+
+        return await self._retrying(attempt, lambda: self._forget_topic(topic))
+
+    async def _list_offsets_at(self, node_id: int, topic: str, infos: list[PartitionInfo],
+                               timestamp: int, isolation_level: int,
+                               context: str) -> dict[int, OffsetAndTimestamp]:
+        connection = await self._node_connection(node_id)
+        version = connection.version(LIST_OFFSETS)
+        needed = _LIST_OFFSETS_MIN_VERSION.get(timestamp, 0)
+        if isolation_level == READ_COMMITTED:
+            needed = max(needed, _LIST_OFFSETS_MIN_VERSION_READ_COMMITTED)
+        if version < needed:
+            raise UnsupportedVersion(f"{context}: needs ListOffsets v{needed}, "
+                                     f"{connection.address} speaks v{version}")
+        body = LIST_OFFSETS.request(
+            replica_id=-1, isolation_level=isolation_level,
+            timeout_ms=int(self.request_timeout * 1000),
+            topics=[LIST_OFFSETS.request.ListOffsetsTopic(name=topic, partitions=[
+                LIST_OFFSETS.request.ListOffsetsPartition(
+                    partition_index=info.partition, current_leader_epoch=info.leader_epoch,
+                    timestamp=timestamp) for info in infos])])
+        response = await connection.request(LIST_OFFSETS, version, body)
+        answer = _only(response.topics, "name", topic, context)
+        offsets = {}
+        for info in infos:
+            data = _only(answer.partitions, "partition_index", info.partition, context)
+            check(data.error_code, f"{context}, partition {info.partition}")
+            offsets[info.partition] = OffsetAndTimestamp(data.offset, data.timestamp,
+                                                         data.leader_epoch)
+        return offsets
+
+    # -- groups ----------------------------------------------------------------------------
+    async def find_coordinator(self, group: str) -> Coordinator:
+        """The broker coordinating consumer group `group`."""
+        return await self._retrying(lambda: self._find_coordinator(group))
+
+    async def _find_coordinator(self, group: str) -> Coordinator:
+        connection = await self._any_connection()
+        version = connection.version(FIND_COORDINATOR)
+        context = f"find coordinator of group {group!r}"
+        if version >= _FIRST_BATCHED_FIND_COORDINATOR:
+            body = FIND_COORDINATOR.request(key_type=_GROUP_KEY, coordinator_keys=[group])
+            answer = _only((await connection.request(FIND_COORDINATOR, version, body)).coordinators,
+                           "key", group, context)
+        else:
+            body = FIND_COORDINATOR.request(key=group, key_type=_GROUP_KEY)
+            answer = await connection.request(FIND_COORDINATOR, version, body)
+        check(answer.error_code, context, answer.error_message)
+        coordinator = Coordinator(answer.node_id, answer.host, answer.port)
+        self._coordinators[group] = coordinator
+        return coordinator
+
+    async def _with_coordinator(self, group: str,
+                                send: Callable[[BrokerConnection], Awaitable[_T]]) -> _T:
+        """`send` to the group's coordinator, finding it again after retriable errors."""
+        async def attempt() -> _T:
+            coordinator = self._coordinators.get(group)
+            if coordinator is None:
+                coordinator = await self._find_coordinator(group)
+            return await send(await self._connection(coordinator.host, coordinator.port))
+
+        return await self._retrying(attempt, lambda: self._coordinators.pop(group, None))
+
+    async def commit_offsets(self, group: str,
+                             offsets: Mapping[tuple[str, int], int | tuple[int, str | None]], *,
+                             generation_id: int = -1, member_id: str = "") -> None:
+        """Commit `{(topic, partition): offset or (offset, metadata)}` for `group`.
+
+        The defaults commit outside any group membership, as a standalone consumer does.
+        """
+        by_topic: dict[str, list] = collections.defaultdict(list)
+        for (topic, partition), value in offsets.items():
+            offset, metadata = value if isinstance(value, tuple) else (value, "")
+            by_topic[topic].append(OFFSET_COMMIT.request.OffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+        body = OFFSET_COMMIT.request(
+            group_id=group, generation_id_or_member_epoch=generation_id, member_id=member_id,
+            topics=[OFFSET_COMMIT.request.OffsetCommitRequestTopic(name=name, partitions=parts)
+                    for name, parts in by_topic.items()])
+
+        async def send(connection: BrokerConnection) -> None:
+            response = await connection.request(OFFSET_COMMIT, connection.version(OFFSET_COMMIT), body)
+            for answer in response.topics:
+                for data in answer.partitions:
+                    check(data.error_code, f"commit offsets of group {group!r} for "
+                                           f"{answer.name}-{data.partition_index}")
+
+        await self._with_coordinator(group, send)
+
+    async def fetch_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None,
+                            ) -> dict[tuple[str, int], CommittedOffset]:
+        """The offsets `group` committed for `partitions` (all it has when None);
+        offset -1 where it committed nothing."""
+        by_topic: dict[str, list[int]] | None = None
+        if partitions is not None:
+            by_topic = collections.defaultdict(list)
+            for topic, partition in partitions:
+                by_topic[topic].append(partition)
+        context = f"fetch offsets of group {group!r}"
+
+        async def send(connection: BrokerConnection) -> dict[tuple[str, int], CommittedOffset]:
+            version = connection.version(OFFSET_FETCH)
+            if version >= _FIRST_GROUPS_OFFSET_FETCH:
+                topics = None if by_topic is None else [
+                    OFFSET_FETCH.request.OffsetFetchRequestTopics(name=name, partition_indexes=parts)
+                    for name, parts in by_topic.items()]
+                body = OFFSET_FETCH.request(groups=[OFFSET_FETCH.request.OffsetFetchRequestGroup(
+                    group_id=group, topics=topics)])
+            else:
+                topics = None if by_topic is None else [
+                    OFFSET_FETCH.request.OffsetFetchRequestTopic(name=name, partition_indexes=parts)
+                    for name, parts in by_topic.items()]
+                body = OFFSET_FETCH.request(group_id=group, topics=topics)
+            response = await connection.request(OFFSET_FETCH, version, body)
+            if version >= _FIRST_GROUPS_OFFSET_FETCH:
+                response = _only(response.groups, "group_id", group, context)
+            check(response.error_code, context)
+            committed = {}
+            for answer in response.topics:
+                for data in answer.partitions:
+                    check(data.error_code, f"{context} for {answer.name}-{data.partition_index}")
+                    committed[(answer.name, data.partition_index)] = CommittedOffset(
+                        data.committed_offset, data.metadata, data.committed_leader_epoch)
+            return committed
+
+        return await self._with_coordinator(group, send)
+
+    # -- topic administration -----------------------------------------------------------
+    async def _controller_connection(self) -> BrokerConnection:
+        if self._cluster.controller_id < 0:
+            await self._refresh_metadata([])
+        if self._cluster.controller_id not in self._cluster.brokers:
+            # Not reported, or not a broker we can reach (KRaft controllers are not):
+            # any broker answers NOT_CONTROLLER or forwards the request.
+            return await self._any_connection()
+        return await self._node_connection(self._cluster.controller_id)
+
+    def _forget_controller(self) -> None:
+        self._cluster = ClusterMetadata(self._cluster.cluster_id, -1, self._cluster.brokers,
+                                        self._cluster.topics)
+
+    async def create_topics(self, topics: Mapping[str, NewTopic], *, validate_only: bool = False,
+                            timeout_ms: int = 30000) -> dict[str, CreatedTopic]:
+        """Create topics through the controller; each topic's outcome is returned, with
+        its error (such as TOPIC_ALREADY_EXISTS) rather than raised."""
+        results: dict[str, CreatedTopic] = {}
+        remaining = dict(topics)
+
+        async def attempt() -> dict[str, CreatedTopic]:
+            connection = await self._controller_connection()
+            body = CREATE_TOPICS.request(timeout_ms=timeout_ms, validate_only=validate_only, topics=[
+                CREATE_TOPICS.request.CreatableTopic(
+                    name=name, num_partitions=spec.partitions,
+                    replication_factor=spec.replication_factor,
+                    configs=[CREATE_TOPICS.request.CreatableTopicConfig(name=key, value=value)
+                             for key, value in spec.configs.items()])
+                for name, spec in remaining.items()])
+            response = await connection.request(CREATE_TOPICS, connection.version(CREATE_TOPICS), body,
+                                                timeout=self.request_timeout + timeout_ms / 1000)
+            for answer in response.topics:
+                if answer.error_code == ErrorCode.NOT_CONTROLLER:
+                    continue
+                error = KafkaError(answer.error_code, f"create topic {answer.name!r}",
+                                   answer.error_message) if answer.error_code else None
+                results[answer.name] = CreatedTopic(answer.name, error, answer.topic_id,
+                                                    answer.num_partitions, answer.replication_factor)
+                remaining.pop(answer.name, None)
+            if remaining:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"create topics {sorted(remaining)}")
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+    async def delete_topics(self, names: Iterable[str], *,
+                            timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        """Delete topics through the controller; each topic's error (None on success)."""
+        results: dict[str, KafkaError | None] = {}
+        remaining = list(names)
+
+        async def attempt() -> dict[str, KafkaError | None]:
+            connection = await self._controller_connection()
+            version = connection.version(DELETE_TOPICS)
+            if version >= _FIRST_TOPICS_DELETE:
+                body = DELETE_TOPICS.request(timeout_ms=timeout_ms, topics=[
+                    DELETE_TOPICS.request.DeleteTopicState(name=name) for name in remaining])
+            else:
+                body = DELETE_TOPICS.request(timeout_ms=timeout_ms, topic_names=list(remaining))
+            response = await connection.request(DELETE_TOPICS, version, body,
+                                                timeout=self.request_timeout + timeout_ms / 1000)
+            for answer in response.responses:
+                if answer.error_code == ErrorCode.NOT_CONTROLLER:
+                    continue
+                results[answer.name] = KafkaError(
+                    answer.error_code, f"delete topic {answer.name!r}",
+                    answer.error_message) if answer.error_code else None
+                self._forget_topic(answer.name)
+                if answer.name in remaining:
+                    remaining.remove(answer.name)
+            if remaining:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"delete topics {sorted(remaining)}")
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def _parse_addresses(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """"host:port,host:port" (or a list of "host:port"); IPv6 hosts in brackets."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    addresses = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, colon, port = item.rpartition(":")
+        if not colon or not port.isdigit() or not host:
+            raise ValueError(f"bootstrap address {item!r} is not host:port")
+        addresses.append((host.strip("[]"), int(port)))
+    if not addresses:
+        raise ValueError("no bootstrap address given")
+    return addresses
+
+
+def _cluster_metadata(response: Struct) -> ClusterMetadata:
+    brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+    topics = {}
+    for t in response.topics:
+        partitions = {p.partition_index: PartitionInfo(
+            p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
+            tuple(p.isr_nodes), tuple(p.offline_replicas), p.error_code) for p in t.partitions}
+        topics[t.name] = TopicInfo(t.name, t.topic_id, partitions, t.is_internal, t.error_code)
+    return ClusterMetadata(response.cluster_id, response.controller_id, brokers, topics)
+
+
+def _only(items: list, field: str, value, context: str):
+    """The entry of a response array that answers for `value`."""
+    for item in items:
+        if getattr(item, field) == value:
+            return item
+    raise ProtocolViolation(f"{context}: the response has no entry for {field} {value}")
+
+
+def _codec(compression: int | str) -> int:
+    codec = _CODECS.get(compression, compression)
+    if codec not in CODEC_NAMES:
+        raise ValueError(f"unknown compression {compression!r}; one of {sorted(_CODECS)}")
+    return codec
+
+
+def _record_row(record: ProducerRecord) -> tuple:
+    """The (key, value, headers, timestamp) tuple `wire.records.build_batch` takes."""
+    timestamp = record.timestamp if record.timestamp is not None else int(time.time() * 1000)
+    return record.key, record.value, record.headers, timestamp
+
+
+def _decode_fetched(result: FetchResult, isolation_level: int,
+                    max_decompressed_bytes: int) -> tuple[list, int]:
+    """The records a consumer sees in `result`, and the offset to fetch next.
+
+    A batch may start before the fetch offset (the broker returns whole batches), so
+    earlier records are dropped. Under READ_COMMITTED, data batches of a producer are
+    skipped from the first offset of each aborted transaction up to its ABORT marker.
+    """
+    records = []
+    next_offset = result.fetch_offset
+    pending_aborts = collections.deque(sorted(result.aborted_transactions,
+                                              key=lambda a: a.first_offset))
+    aborting: set[int] = set()
+    read_committed = isolation_level == READ_COMMITTED
+    for header, batch in iter_batches(result.records):
+        next_offset = max(next_offset, header.last_offset + 1)
+        if read_committed:
+            while pending_aborts and pending_aborts[0].first_offset <= header.last_offset:
+                aborting.add(pending_aborts.popleft().producer_id)
+        if header.is_control:
+            if read_committed and header.producer_id in aborting:
+                markers = decode_batch(batch, max_decompressed_bytes)
+                if any(decode_control_record(m).type == CONTROL_ABORT for m in markers):
+                    aborting.discard(header.producer_id)
+            continue
+        if header.last_offset < result.fetch_offset:
+            continue
+        if read_committed and header.is_transactional and header.producer_id in aborting:
+            continue
+        records.extend(r for r in decode_batch(batch, max_decompressed_bytes)
+                       if r.offset >= result.fetch_offset)
+    return records, next_offset

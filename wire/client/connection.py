@@ -1,0 +1,289 @@
+"""One TCP connection to one broker: framing, correlation ids, pipelining, timeouts and
+ApiVersions negotiation.
+
+Many requests may be in flight at once. A single reader task takes responses off the
+socket and hands each to the request with the same correlation id; decoding happens in
+the requesting task. Kafka answers a connection's requests in order, so when one times
+out every later one is stuck behind it: the connection is then closed, its pending
+requests fail, and the next request opens a fresh connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import os
+import struct
+
+from wire.client.errors import (ConnectionFailed, ProtocolViolation, RequestTimedOut,
+                                ResponseTooLarge, UnsupportedVersion)
+from wire.client.versions import CLIENT_VERSIONS, choose_version
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
+from wire.messages import API_VERSIONS, RESPONSE_HEADER
+from wire.primitives import DecodeError, EncodeError, Reader
+from wire.protocol import RequestHeader, encode_request, response_header_version
+from wire.schema import Api, Struct
+
+__all__ = ["BrokerConnection", "DEFAULT_MAX_RESPONSE_BYTES"]
+
+DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_CORRELATION_ID = struct.Struct(">i")
+_ERROR_CODE = struct.Struct(">h")
+# How many correlation ids of unanswered requests (acks=0 Produce) are remembered.
+_MAX_UNANSWERED = 1024
+
+
+class BrokerConnection:
+    """A reconnecting connection to the broker at `host:port`."""
+
+    def __init__(self, host: str, port: int, *, client_id: str = "sluice-client",
+                 software_version: str = "0.1.0", connect_timeout: float = 10.0,
+                 request_timeout: float = 30.0,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.software_version = software_version
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.max_response_bytes = max_response_bytes
+        self.broker_versions: dict[int, tuple[int, int]] = {}  # api key -> (min, max)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._pending: dict[int, asyncio.Future] = {}  # by correlation id
+        # Requests sent expecting no response, oldest first. Kafka never answers them;
+        # some brokers do (librdkafka's mock cluster answers acks=0 Produce), and
+        # librdkafka ignores such answers: this tells them from unknown ids.
+        self._unanswered: collections.deque[int] = collections.deque(maxlen=_MAX_UNANSWERED)
+        self._correlation_ids = itertools.count()
+        self._open_lock = asyncio.Lock()
+        self._closed = False  # by close(): no reconnecting
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.address}, {'open' if self.connected else 'closed'})"
+
+    def version(self, api: Api, max_version: int | None = None) -> int:
+        """The version to use for `api` on this (open) connection."""
+        return choose_version(api, self.broker_versions.get(api.key), self.address, max_version)
+
+    async def open(self) -> None:
+        """Connect and negotiate versions, unless already connected."""
+        if self._writer is not None:
+            return
+        async with self._open_lock:
+            if self._writer is not None:
+                return
+            if self._closed:
+                raise ConnectionFailed(f"connection to {self.address} was closed by the client")
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.connect_timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionFailed(f"cannot connect to {self.address}: no answer within "
+                                       f"{self.connect_timeout:g} s") from None
+            except OSError as exc:  # asyncio's message hides the reason behind errno
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ConnectionFailed(f"cannot connect to {self.address}: {reason}") from exc
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read_responses(reader, writer))
+            try:
+                self.broker_versions = await self._negotiate()
+            except BaseException as exc:
+                self._drop(exc if isinstance(exc, ConnectionFailed) else
+                           ConnectionFailed(f"version negotiation with {self.address} failed"))
+                raise
+
+    async def request(self, api: Api, version: int, body: Struct, *,
+                      timeout: float | None = None) -> Struct:
+        """Send a request and return the decoded response body."""
+        await self.open()
+        if version != self.version(api, version):  # e.g. a downgraded broker, reconnected
+            raise UnsupportedVersion(f"{self.address} no longer speaks {api.name} v{version}")
+        frame = await self._roundtrip(api, version, body, timeout)
+        try:
+            return _decode_body(api, version, frame)
+        except DecodeError as exc:
+            raise ProtocolViolation(f"cannot parse {api.name} v{version} response from "
+                                    f"{self.address}: {exc}") from None
+
+    async def send(self, api: Api, version: int, body: Struct) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
+        await self.open()
+        await self._write(api, version, body)
+
+    async def close(self) -> None:
+        """Close for good: pending requests fail, and no reconnection follows."""
+        self._closed = True
+        writer, task = self._writer, self._reader_task
+        self._drop(ConnectionFailed(f"connection to {self.address} closed by the client"))
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    # -- internals -----------------------------------------------------------------
+    async def _negotiate(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions at the newest version we know, then at the broker's newest.
+
+        A broker that does not know our version answers UNSUPPORTED_VERSION and lists
+        the ApiVersions versions it does support; without that list, fall back to v0,
+        as Kafka's Java client does. The version strictly decreases on every retry.
+        """
+        version = CLIENT_VERSIONS[API_VERSIONS.key][1]
+        while True:
+            body = API_VERSIONS.request(client_software_name=self.client_id,
+                                        client_software_version=self.software_version)
+            frame = await self._roundtrip(API_VERSIONS, version, body, None)
+            response = self._read_api_versions(frame, version)
+            ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
+                version = min(ranges.get(API_VERSIONS.key, (0, 0))[1], version - 1)
+                continue
+            if response.error_code:
+                raise KafkaError(response.error_code, f"ApiVersions v{version} to {self.address}")
+            return ranges
+
+    def _read_api_versions(self, frame: memoryview, version: int) -> Struct:
+        """The ApiVersions body; an UNSUPPORTED_VERSION answer is read leniently.
+
+        Kafka writes that answer in the v0 layout whatever version was asked; other
+        brokers keep the version asked. If neither layout parses, the answer still says
+        UNSUPPORTED_VERSION, only without the broker's range.
+        """
+        if version > 0 and _error_code_of(frame) == ErrorCode.UNSUPPORTED_VERSION:
+            for layout in (0, version):
+                try:
+                    return _decode_body(API_VERSIONS, layout, frame)
+                except DecodeError:
+                    pass
+            return API_VERSIONS.response(error_code=ErrorCode.UNSUPPORTED_VERSION)
+        try:
+            return _decode_body(API_VERSIONS, version, frame)
+        except DecodeError as exc:
+            raise ProtocolViolation(f"cannot parse ApiVersions v{version} response from "
+                                    f"{self.address}: {exc}") from None
+
+    async def _roundtrip(self, api: Api, version: int, body: Struct,
+                         timeout: float | None) -> memoryview:
+        future = await self._write(api, version, body, expect_response=True)
+        timeout = self.request_timeout if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            error = RequestTimedOut(f"{api.name} v{version} to {self.address}: no response "
+                                    f"within {timeout:g} s")
+            self._drop(ConnectionFailed(f"connection to {self.address} closed after a "
+                                        f"request timed out"))
+            raise error from None
+
+    async def _write(self, api: Api, version: int, body: Struct,
+                     expect_response: bool = False) -> asyncio.Future | None:
+        writer = self._writer
+        if writer is None:
+            raise ConnectionFailed(f"connection to {self.address} is closed")
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        header = RequestHeader(request_api_key=api.key, request_api_version=version,
+                               correlation_id=correlation_id, client_id=self.client_id)
+        try:
+            frame = encode_request(header, body)
+        except EncodeError as exc:
+            raise EncodeError(f"{api.name} v{version} request: {exc}") from None
+        future = None
+        if expect_response:
+            future = self._pending[correlation_id] = asyncio.get_running_loop().create_future()
+        else:
+            self._unanswered.append(correlation_id)
+        writer.write(_SIZE.pack(len(frame)))
+        writer.write(frame)
+        try:
+            await writer.drain()
+        except OSError as exc:  # pending requests, this one included, fail with it
+            self._drop(ConnectionFailed(f"connection to {self.address} lost: {exc}"), writer)
+        if future is None and writer is not self._writer:
+            raise ConnectionFailed(f"connection to {self.address} lost while sending {api.name}")
+        return future
+
+    async def _read_responses(self, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> None:
+        """Match every response to its pending request until the connection ends."""
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size > self.max_response_bytes:
+                    raise ResponseTooLarge(f"{self.address} announced a {size}-byte response, "
+                                           f"above max_response_bytes={self.max_response_bytes}")
+                if size < 4:
+                    raise ProtocolViolation(f"{self.address} sent a response frame of "
+                                            f"{size} bytes")
+                frame = memoryview(await reader.readexactly(size))
+                correlation_id = _CORRELATION_ID.unpack_from(frame)[0]
+                future = self._pending.pop(correlation_id, None)
+                if future is None:
+                    if correlation_id not in self._unanswered:
+                        raise ProtocolViolation(f"{self.address} answered unknown correlation "
+                                                f"id {correlation_id}")
+                    while self._unanswered.popleft() != correlation_id:
+                        pass  # answers come in order: earlier ones will not come any more
+                    continue
+                if not future.done():  # not cancelled by its caller
+                    future.set_result(frame)
+        except asyncio.IncompleteReadError:
+            error = ConnectionFailed(f"connection to {self.address} closed by the broker")
+        except OSError as exc:
+            error = ConnectionFailed(f"connection to {self.address} lost: {exc}")
+        except ProtocolViolation as exc:
+            error = exc
+        except asyncio.CancelledError:
+            return
+        self._drop(error, writer)
+
+    def _drop(self, error: Exception, writer: asyncio.StreamWriter | None = None) -> None:
+        """Close the socket and fail every pending request with `error`."""
+        if writer is not None and writer is not self._writer:
+            return  # a newer connection has replaced this one
+        writer, self._writer = self._writer, None
+        task, self._reader_task = self._reader_task, None
+        if writer is not None:
+            writer.close()
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        pending, self._pending = self._pending, {}
+        self._unanswered.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: no "never retrieved" warnings
+
+
+def _decode_body(api: Api, version: int, frame: memoryview) -> Struct:
+    """The response body in `frame`, ignoring bytes after it.
+
+    Kafka's Java client and librdkafka both ignore trailing bytes, and some brokers
+    need that: librdkafka's mock cluster ends flexible Metadata responses with an extra
+    byte.
+    """
+    reader = Reader(frame)
+    RESPONSE_HEADER.decode(response_header_version(api.key, version), reader)
+    return api.response.decode(version, reader)
+
+
+def _error_code_of(frame: memoryview) -> int | None:
+    """The first int16 of an ApiVersions body (after the 4-byte v0 response header):
+    its error code in every version."""
+    if len(frame) < 6:
+        return None
+    return _ERROR_CODE.unpack_from(frame, 4)[0]

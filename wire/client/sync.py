@@ -1,0 +1,89 @@
+"""A blocking face for `AsyncClient`: the asyncio client runs on a private event loop
+in a daemon thread, and each method waits for its result at most `call_timeout`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+from typing import Sequence
+
+from wire.client.client import AsyncClient
+from wire.client.model import ClusterMetadata
+
+__all__ = ["Client"]
+
+
+def _blocking(name: str):
+    method = getattr(AsyncClient, name)
+
+    @functools.wraps(method)
+    def call(self: Client, *args, **kwargs):
+        return self._wait(getattr(self._client, name)(*args, **kwargs), name)
+
+    return call
+
+
+class Client:
+    """The synchronous client: `with Client("host:9092") as client: client.metadata()`.
+
+    Keyword options are those of `AsyncClient`. The async client's own bounds (request
+    timeouts, retry count and time) end every call; `call_timeout` is a last resort
+    that cancels a call still running after it.
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], *, call_timeout: float = 120.0,
+                 **options):
+        self.call_timeout = call_timeout
+        self._client = AsyncClient(bootstrap_servers, **options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name=f"{self._client.client_id}-loop")
+        self._thread.start()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _wait(self, coroutine, name: str):
+        if self._loop.is_closed():
+            coroutine.close()
+            raise RuntimeError("the client is closed")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        done, _ = concurrent.futures.wait([future], self.call_timeout)
+        if not done:
+            future.cancel()
+            raise TimeoutError(f"{name} did not finish within {self.call_timeout:g} s")
+        return future.result()
+
+    def close(self) -> None:
+        """Close the connections, then stop the loop and its thread."""
+        if self._loop.is_closed():
+            return
+        try:
+            self._wait(self._client.close(), "close")
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(self.call_timeout)
+            self._loop.close()
+
+    @property
+    def cached_metadata(self) -> ClusterMetadata:
+        """What the client currently knows of brokers and topics."""
+        return self._client.cached_metadata
+
+    negotiated_versions = _blocking("negotiated_versions")
+    metadata = _blocking("metadata")
+    produce = _blocking("produce")
+    produce_batch = _blocking("produce_batch")
+    fetch = _blocking("fetch")
+    fetch_records = _blocking("fetch_records")
+    list_offsets = _blocking("list_offsets")
+    find_coordinator = _blocking("find_coordinator")
+    commit_offsets = _blocking("commit_offsets")
+    fetch_offsets = _blocking("fetch_offsets")
+    create_topics = _blocking("create_topics")
+    delete_topics = _blocking("delete_topics")

@@ -1,0 +1,50 @@
+"""Which version of each API the client speaks, and how that meets a broker's range.
+
+The codec in `wire.messages` may know more versions than the client's logic handles
+(a regenerated schema can add versions with new semantics, such as topic ids replacing
+names), so the client states its own range per API here. Lower bounds drop versions
+whose semantics the client does not implement: Produce before v3 and Fetch before v4
+carry pre-v2 message formats, ListOffsets v0 returns offset lists, OffsetFetch before v2
+reads ZooKeeper-stored offsets and cannot ask for all partitions, OffsetCommit v0-1 lack
+the generation/retention layout, CreateTopics v0 has no validate_only.
+"""
+
+from __future__ import annotations
+
+from wire.client.errors import UnsupportedVersion
+from wire.messages import (API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, FIND_COORDINATOR,
+                           INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
+                           PRODUCE)
+from wire.schema import Api
+
+__all__ = ["CLIENT_VERSIONS", "choose_version"]
+
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    API_VERSIONS.key: (0, 4),
+    PRODUCE.key: (3, 11),
+    FETCH.key: (4, 17),
+    LIST_OFFSETS.key: (1, 10),
+    METADATA.key: (1, 12),
+    OFFSET_COMMIT.key: (2, 9),
+    OFFSET_FETCH.key: (2, 9),
+    FIND_COORDINATOR.key: (0, 6),
+    CREATE_TOPICS.key: (1, 7),
+    DELETE_TOPICS.key: (0, 6),
+    INIT_PRODUCER_ID.key: (0, 5),
+}
+
+
+def choose_version(api: Api, broker_range: tuple[int, int] | None, broker: str,
+                   max_version: int | None = None) -> int:
+    """The newest version both sides speak, capped at `max_version` when given."""
+    client_lo, client_hi = CLIENT_VERSIONS[api.key]
+    if max_version is not None:
+        client_hi = min(client_hi, max_version)
+    if broker_range is None:
+        raise UnsupportedVersion(f"broker {broker} does not support {api.name}")
+    broker_lo, broker_hi = broker_range
+    version = min(client_hi, broker_hi)
+    if version < max(client_lo, broker_lo):
+        raise UnsupportedVersion(f"{api.name}: broker {broker} supports v{broker_lo}-{broker_hi}, "
+                                 f"this client v{client_lo}-{client_hi}")
+    return version
