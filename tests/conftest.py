@@ -16,3 +16,12 @@ def mock_cluster():
     broker = next(iter(brokers.values()))
     yield f"{broker.host}:{broker.port}"
     handle.flush(5)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """A real broker process on a free loopback port, with its own data directory."""
+    from tests.broker_process import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data") as proc:
+        yield proc

@@ -1,0 +1,156 @@
+"""The broker: owns topics and logs, decodes requests, runs handlers, schedules upkeep.
+
+Requests are decoded here and handed to the handler of their API family
+(`broker/handlers/`), which returns a response body. A request the codec cannot parse
+closes its connection, except an ApiVersions request at an unknown version, which gets
+UNSUPPORTED_VERSION with the versions we do support (so the client can retry lower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import uuid
+from collections import defaultdict
+
+from wire.error_codes import ErrorCode
+from wire.messages import API_VERSIONS
+from wire.primitives import DecodeError
+from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
+
+from broker import handlers
+from broker.config import BrokerConfig
+from broker.producer_ids import ProducerIdAllocator
+from broker.server import CloseConnection, KafkaServer
+from broker.storage.checkpoint import write_atomically
+from broker.topics import TopicManager
+
+log = logging.getLogger("sluice.broker")
+
+VERSION = "0.1.0"
+_CHECKPOINT_INTERVAL_S = 5.0
+_FLUSH_CHECK_INTERVAL_S = 1.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.node_id = config.node_id
+        self.topics = TopicManager(config)
+        self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
+        self.cluster_id = ""
+        self.server = KafkaServer(self.handle_frame, config.host, config.port,
+                                  config.socket_request_max_bytes)
+        self._append_waiters: dict[tuple[str, int], set[asyncio.Future]] = defaultdict(set)
+        self._tasks: list[asyncio.Task] = []
+        self.clean_start = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        self.clean_start = self.topics.load()
+        self.cluster_id = self._load_cluster_id()
+        await self.server.start()
+        if self.config.port == 0:
+            self.config.port = self.server.port
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._every(self.config.retention_check_interval_ms / 1000,
+                                                    self.enforce_retention)),
+                       loop.create_task(self._every(_CHECKPOINT_INTERVAL_S,
+                                                    self.topics.write_checkpoints)),
+                       loop.create_task(self._every(_FLUSH_CHECK_INTERVAL_S, self._flush_due))]
+        host, port = self.config.advertised
+        log.info("Sluice broker %s (node %d) listening on %s:%d (advertised %s:%d), data dir %s, "
+                 "%s start", VERSION, self.node_id, self.config.host, self.server.port, host, port,
+                 self.config.data_dir, "clean" if self.clean_start else "recovered")
+
+    async def stop(self) -> None:
+        """Answer in-flight requests, stop upkeep, flush and close every log."""
+        await self.server.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.topics.close()
+        log.info("Sluice broker (node %d) stopped cleanly", self.node_id)
+
+    def _load_cluster_id(self) -> str:
+        path = os.path.join(self.config.data_dir, "meta.properties")
+        props = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                props = dict(line.strip().split("=", 1) for line in f if "=" in line)
+        if "cluster.id" not in props:
+            props = {"version": "1", "cluster.id":
+                     base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode(),
+                     "node.id": str(self.node_id)}
+            write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
+        return props["cluster.id"]
+
+    async def _every(self, seconds: float, job) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                job()
+            except Exception:
+                log.exception("background job %s failed", job.__name__)
+
+    def enforce_retention(self) -> None:
+        for partition_log in list(self.topics.all_logs()):
+            deleted = partition_log.enforce_retention()
+            if deleted:
+                log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d",
+                         deleted, partition_log.topic, partition_log.partition,
+                         partition_log.log_start_offset)
+
+    def _flush_due(self) -> None:
+        for partition_log in self.topics.all_logs():
+            partition_log.flush_if_due()
+
+    # -- appends and waiting fetches ---------------------------------------------------
+    def notify_append(self, topic: str, partition: int) -> None:
+        waiters = self._append_waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_for_append(self, partitions: list[tuple[str, int]], timeout: float) -> None:
+        """Sleep until one of `partitions` gets data, or `timeout` seconds pass."""
+        fut = asyncio.get_running_loop().create_future()
+        for key in partitions:
+            self._append_waiters[key].add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for key in partitions:
+                waiters = self._append_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._append_waiters[key]
+
+    # -- requests ----------------------------------------------------------------------
+    async def handle_frame(self, frame: bytearray) -> list | None:
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedRequest as exc:
+            header = exc.header
+            if header.request_api_key == API_VERSIONS.key:
+                body = handlers.api_versions.unsupported_version_response()
+                return encode_response_writer(API_VERSIONS.key, 0, header.correlation_id,
+                                              body).getchunks()
+            raise CloseConnection(f"{exc} (client {header.client_id!r})") from None
+        except DecodeError as exc:
+            raise CloseConnection(f"malformed request: {exc}") from None
+        handler = handlers.HANDLERS.get(header.request_api_key)
+        if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
+            raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
+                                  f"is not served (client {header.client_id!r})")
+        response = await handler(self, header, body)
+        if response is None:
+            return None
+        return encode_response_writer(header.request_api_key, header.request_api_version,
+                                      header.correlation_id, response).getchunks()

@@ -1,0 +1,61 @@
+"""`sluice broker` / `python -m broker`: run one broker until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from broker.config import ConfigError, build_config, read_properties
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sluice broker", description="Run a Sluice broker.")
+    p.add_argument("--data-dir", help="directory for logs and metadata (Kafka: log.dirs)")
+    p.add_argument("--port", type=int, help="port to listen on (0: any free port)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--node-id", type=int, help="this broker's id (Kafka: node.id / broker.id)")
+    p.add_argument("--config", help="a Kafka-style server.properties file; flags override it")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return p
+
+
+def load_config(args):
+    props = read_properties(args.config) if args.config else {}
+    overrides = {"data_dir": args.data_dir, "port": args.port, "host": args.host,
+                 "node_id": args.node_id}
+    return build_config(props, overrides)
+
+
+async def serve(config) -> None:
+    from broker.broker import Broker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before "listening": a stop may follow at once
+        loop.add_signal_handler(sig, stop.set)
+    broker = Broker(config)
+    await broker.start()
+    await stop.wait()
+    await broker.stop()
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config, warnings = load_config(args)
+    except ConfigError as exc:
+        print(f"sluice broker: {exc}", file=sys.stderr)
+        return 2
+    for warning in warnings:
+        logging.getLogger("sluice.broker").warning(warning)
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        print(f"sluice broker: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,220 @@
+"""Broker and topic configuration under Kafka's key names.
+
+`BrokerConfig` is read from a `server.properties` file and command-line flags (flags
+win). Unknown keys are reported back as warnings; invalid values raise `ConfigError`
+with a message naming the key. `LogConfig` is the effective configuration of one
+topic's logs: the broker's defaults overridden by the topic's own settings, which use
+Kafka's topic-level key names (`retention.ms`, `segment.bytes`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+LONG_MAX = (1 << 63) - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _int(key: str, text: str, minimum: int | None = None) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: {text!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(key: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key}: {text!r} is not true or false")
+    return value == "true"
+
+
+def _timestamp_type(key: str, text: str) -> str:
+    value = text.strip()
+    if value not in ("CreateTime", "LogAppendTime"):
+        raise ConfigError(f"{key}: {text!r} is not CreateTime or LogAppendTime")
+    return value
+
+
+def _cleanup_policy(key: str, text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ConfigError(f"{key}: {text!r} is not a list of delete/compact")
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The configuration one partition log runs with."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    cleanup_policy: str = "delete"
+
+
+# Topic-level key -> (LogConfig attribute, broker-level key, parser).
+TOPIC_CONFIGS = {
+    "segment.bytes": ("segment_bytes", "log.segment.bytes", lambda k, v: _int(k, v, 14)),
+    "segment.ms": ("segment_ms", "log.roll.ms", lambda k, v: _int(k, v, 1)),
+    "retention.ms": ("retention_ms", "log.retention.ms", lambda k, v: _int(k, v, -1)),
+    "retention.bytes": ("retention_bytes", "log.retention.bytes", lambda k, v: _int(k, v, -1)),
+    "index.interval.bytes": ("index_interval_bytes", "log.index.interval.bytes",
+                             lambda k, v: _int(k, v, 0)),
+    "max.message.bytes": ("max_message_bytes", "message.max.bytes", lambda k, v: _int(k, v, 0)),
+    "message.timestamp.type": ("message_timestamp_type", "log.message.timestamp.type",
+                               _timestamp_type),
+    "flush.messages": ("flush_messages", "log.flush.interval.messages", lambda k, v: _int(k, v, 1)),
+    "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _int(k, v, 0)),
+    "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", _cleanup_policy),
+}
+
+
+def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
+    result = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise ConfigError(f"unknown topic config {key!r}")
+        if value is None:
+            raise ConfigError(f"{key}: a value is required")
+        parsed = TOPIC_CONFIGS[key][2](key, value)
+        result[key] = str(parsed)
+    return result
+
+
+@dataclass
+class BrokerConfig:
+    node_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    data_dir: str = ""
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics: bool = True
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    retention_check_interval_ms: int = 300_000
+    producer_id_expiration_ms: int = 86_400_000
+    log: LogConfig = field(default_factory=LogConfig)
+    # Where each setting came from, for DescribeConfigs: key -> value as configured.
+    static: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.advertised_port or self.port)
+
+    def log_config(self, overrides: dict[str, str]) -> LogConfig:
+        """The effective LogConfig of a topic with these (validated) overrides."""
+        changes = {TOPIC_CONFIGS[k][0]: TOPIC_CONFIGS[k][2](k, v) for k, v in overrides.items()}
+        return dataclasses.replace(self.log, **changes)
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java-style .properties file: `key=value` or `key: value`, `#`/`!` comments."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    props = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                props[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+    return props
+
+
+def _listener(key: str, value: str) -> tuple[str, int]:
+    """The host and port of the first PLAINTEXT listener in a Kafka listeners list."""
+    for item in value.split(","):
+        item = item.strip()
+        name, sep, rest = item.partition("://")
+        if not sep or not rest.rpartition(":")[0] and not rest.startswith(":"):
+            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
+        if name.upper() != "PLAINTEXT":
+            continue
+        host, _, port = rest.rpartition(":")
+        return host.strip("[]"), _int(key, port, 0)
+    raise ConfigError(f"{key}: no PLAINTEXT listener in {value!r} (only PLAINTEXT is supported)")
+
+
+_COARSE_UNITS = {
+    "log.retention.minutes": ("retention_ms", 60_000),
+    "log.retention.hours": ("retention_ms", 3_600_000),
+    "log.roll.hours": ("segment_ms", 3_600_000),
+}
+
+
+def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[BrokerConfig, list[str]]:
+    """A BrokerConfig from properties plus flag overrides; returns it and warnings."""
+    config = BrokerConfig()
+    warnings: list[str] = []
+    log_changes: dict[str, object] = {}
+    coarse: dict[str, int] = {}  # hours/minutes forms, applied after their _ms forms
+    broker_keys = {broker_key: (attr, parse) for attr, broker_key, parse in TOPIC_CONFIGS.values()}
+    for key, value in props.items():
+        if key in broker_keys:
+            attr, parse = broker_keys[key]
+            log_changes[attr] = parse(key, value)
+        elif key in _COARSE_UNITS:
+            amount = _int(key, value, -1)
+            coarse[key] = -1 if amount < 0 else amount * _COARSE_UNITS[key][1]
+        elif key in ("broker.id", "node.id"):
+            config.node_id = _int(key, value, 0)
+        elif key == "listeners":
+            config.host, config.port = _listener(key, value)
+        elif key == "advertised.listeners":
+            config.advertised_host, config.advertised_port = _listener(key, value)
+        elif key in ("log.dirs", "log.dir"):
+            dirs = [d.strip() for d in value.split(",") if d.strip()]
+            if len(dirs) != 1:
+                raise ConfigError(f"{key}: exactly one directory is supported, got {value!r}")
+            config.data_dir = dirs[0]
+        elif key == "num.partitions":
+            config.num_partitions = _int(key, value, 1)
+        elif key == "default.replication.factor":
+            config.default_replication_factor = _int(key, value, 1)
+        elif key == "auto.create.topics.enable":
+            config.auto_create_topics = _bool(key, value)
+        elif key == "socket.request.max.bytes":
+            config.socket_request_max_bytes = _int(key, value, 1)
+        elif key == "log.retention.check.interval.ms":
+            config.retention_check_interval_ms = _int(key, value, 1)
+        elif key == "producer.id.expiration.ms":
+            config.producer_id_expiration_ms = _int(key, value, 1)
+        else:
+            warnings.append(f"unknown config key {key!r} ignored")
+            continue
+        config.static[key] = value
+    for name, value in overrides.items():
+        if value is not None:
+            setattr(config, name, value)
+    for key, (attr, _) in _COARSE_UNITS.items():  # minutes before hours: the finer one wins
+        if key in coarse:
+            log_changes.setdefault(attr, coarse[key])
+    config.log = dataclasses.replace(config.log, **log_changes)
+    if not config.data_dir:
+        raise ConfigError("no data directory: pass --data-dir or set log.dirs")
+    return config, warnings

@@ -1,0 +1,29 @@
+"""ApiVersions v0–4.
+
+- Lists every API this broker serves with the version range it serves.
+- v1+ carries throttle_time_ms; v3+ is flexible and may list features (we list none).
+- A request at a version we do not know is answered (by the broker's dispatcher) with
+  UNSUPPORTED_VERSION in the v0 layout, which every client can read, listing our
+  ranges so that the client retries at a version we support.
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import API_VERSIONS
+
+from broker import handlers
+
+
+def _api_keys():
+    return [API_VERSIONS.response.ApiVersion(api_key=key, min_version=handlers.MIN_VERSIONS[key],
+                                             max_version=handlers.MAX_VERSIONS[key])
+            for key in sorted(handlers.HANDLERS)]
+
+
+async def handle(broker, header, request):
+    return API_VERSIONS.response(error_code=ErrorCode.NONE, api_keys=_api_keys())
+
+
+def unsupported_version_response():
+    return API_VERSIONS.response(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())

@@ -1,0 +1,105 @@
+"""DescribeConfigs v0–4 for topics (resource type 2) and this broker (type 4).
+
+- A topic's configs are its overrides (source DYNAMIC_TOPIC_CONFIG) and, for every
+  other topic-level key, the broker's value (STATIC_BROKER_CONFIG when set in
+  server.properties, else DEFAULT_CONFIG). v0 reports `is_default` instead of a source.
+- `configuration_keys` null means all keys. v1+ synonyms list the topic override and
+  the broker-level key behind it when `include_synonyms` is set. v3+ adds the type.
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import DESCRIBE_CONFIGS
+
+from broker.config import TOPIC_CONFIGS
+
+_Resp = DESCRIBE_CONFIGS.response
+TOPIC, BROKER = 2, 4
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+_TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 2, 3, 5, 7
+_TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
+          "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
+          "message.timestamp.type": _TYPE_STRING}
+
+
+def _broker_value(broker, key: str) -> tuple[str, int]:
+    attr, broker_key, _ = TOPIC_CONFIGS[key]
+    value = str(getattr(broker.config.log, attr))
+    source = STATIC_BROKER_CONFIG if broker_key in broker.config.static else DEFAULT_CONFIG
+    return value, source
+
+
+def topic_config_entries(broker, topic):
+    """(key, value, source) of every topic-level config of `topic`."""
+    entries = []
+    for key in sorted(TOPIC_CONFIGS):
+        if key in topic.configs:
+            entries.append((key, topic.configs[key], DYNAMIC_TOPIC_CONFIG))
+        else:
+            entries.append((key, *_broker_value(broker, key)))
+    return entries
+
+
+def _broker_entries(broker):
+    entries = []
+    for key in sorted(TOPIC_CONFIGS):
+        broker_key = TOPIC_CONFIGS[key][1]
+        value, source = _broker_value(broker, key)
+        entries.append((broker_key, value, source))
+    for key in ("num.partitions", "auto.create.topics.enable", "socket.request.max.bytes"):
+        value = {"num.partitions": broker.config.num_partitions,
+                 "auto.create.topics.enable": str(broker.config.auto_create_topics).lower(),
+                 "socket.request.max.bytes": broker.config.socket_request_max_bytes}[key]
+        entries.append((key, str(value), STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG))
+    return sorted(entries)
+
+
+def _describe(broker, entries, keys, include_synonyms: bool, version: int):
+    configs = []
+    for key, value, source in entries:
+        if keys is not None and key not in keys:
+            continue
+        synonyms = []
+        if include_synonyms:
+            synonyms.append(_Resp.DescribeConfigsSynonym(name=key, value=value, source=source))
+            if source == DYNAMIC_TOPIC_CONFIG:
+                broker_key = TOPIC_CONFIGS[key][1]
+                broker_value, broker_source = _broker_value(broker, key)
+                synonyms.append(_Resp.DescribeConfigsSynonym(name=broker_key, value=broker_value,
+                                                             source=broker_source))
+        configs.append(_Resp.DescribeConfigsResourceResult(
+            name=key, value=value, read_only=False, is_default=source == DEFAULT_CONFIG,
+            config_source=source, is_sensitive=False, synonyms=synonyms,
+            config_type=_TYPES.get(key, _TYPE_LONG), documentation=None))
+    return configs
+
+
+async def handle(broker, header, request):
+    version = header.request_api_version
+    results = []
+    for resource in request.resources:
+        out = _Resp.DescribeConfigsResult(resource_type=resource.resource_type,
+                                          resource_name=resource.resource_name,
+                                          error_message=None, configs=[])
+        results.append(out)
+        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        if resource.resource_type == TOPIC:
+            topic = broker.topics.topics.get(resource.resource_name)
+            if topic is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_message = f"topic {resource.resource_name!r} does not exist"
+                continue
+            entries = topic_config_entries(broker, topic)
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(broker.node_id)):
+                out.error_code = ErrorCode.INVALID_REQUEST
+                out.error_message = f"this is broker {broker.node_id}, not {resource.resource_name!r}"
+                continue
+            entries = _broker_entries(broker)
+        else:
+            out.error_code = ErrorCode.INVALID_REQUEST
+            out.error_message = f"resource type {resource.resource_type} is not described here"
+            continue
+        out.configs = _describe(broker, entries, keys, version >= 1 and request.include_synonyms, version)
+    return _Resp(results=results, throttle_time_ms=0)

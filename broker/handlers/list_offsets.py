@@ -1,0 +1,61 @@
+"""ListOffsets v1–10 (v0's multi-offset form is not served).
+
+- timestamp -2: the log start offset; -1: the high watermark, or the last stable
+  offset for read_committed (v2+); -3 (v7+): the record with the largest timestamp;
+  -4 (v8+, earliest local) answers as -2, as every segment is local; -5 (v9+,
+  earliest pending upload) answers -1/-1 (no tiered storage).
+- timestamp >= 0: the first record whose timestamp is at or after it, found through
+  the time index; offset -1 and timestamp -1 when there is none.
+- v4+ checks `current_leader_epoch` and returns the leader epoch.
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import LIST_OFFSETS
+
+from broker.handlers.fetch import READ_COMMITTED, _leader_epoch_error
+from broker.topics import TopicError
+
+MIN_VERSION = 1
+_Resp = LIST_OFFSETS.response
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
+
+
+def _lookup(log, timestamp: int, committed: bool) -> tuple[int, int]:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return log.log_start_offset, -1
+    if timestamp == LATEST:
+        return (log.last_stable_offset if committed else log.high_watermark), -1
+    if timestamp == MAX_TIMESTAMP:
+        found = log.max_timestamp()
+        return (found[1], found[0]) if found else (-1, -1)
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1
+    if timestamp < 0:
+        raise TopicError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
+    found = log.offset_for_timestamp(timestamp)
+    return (found[0], found[1]) if found else (-1, -1)
+
+
+async def handle(broker, header, request):
+    committed = request.isolation_level == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            out = _Resp.ListOffsetsPartitionResponse(partition_index=wanted.partition_index,
+                                                     timestamp=-1, offset=-1, leader_epoch=-1)
+            partitions.append(out)
+            try:
+                log = broker.topics.log(topic.name, wanted.partition_index)
+                epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)
+                if epoch_error is not None:
+                    out.error_code = epoch_error
+                    continue
+                out.offset, out.timestamp = _lookup(log, wanted.timestamp, committed)
+                out.leader_epoch = log.leader_epoch
+            except TopicError as exc:
+                out.error_code = exc.code
+        topics.append(_Resp.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return _Resp(topics=topics, throttle_time_ms=0)

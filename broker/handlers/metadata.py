@@ -1,0 +1,77 @@
+"""Metadata v0–12.
+
+- v0: an empty topic list means all topics; v1+: null means all, empty means none.
+- v4+: `allow_auto_topic_creation` (before v4 it is implicitly true); a topic is only
+  auto-created when the broker's `auto.create.topics.enable` also allows it.
+- v10+: topic ids in responses; v12: topics may be requested by id (name null).
+- This broker is the only node, the controller and the leader of every partition.
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import METADATA
+from wire.primitives import ZERO_UUID
+
+from broker.topics import TopicError, validate_topic_name
+
+_Resp = METADATA.response
+_UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def partition_metadata(broker, topic):
+    node = broker.node_id
+    return [_Resp.MetadataResponsePartition(
+        error_code=0, partition_index=log.partition, leader_id=node, leader_epoch=log.leader_epoch,
+        replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) for log in topic.logs]
+
+
+def topic_metadata(broker, topic):
+    return _Resp.MetadataResponseTopic(
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+        partitions=partition_metadata(broker, topic),
+        topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
+
+
+def _error_topic(name, code, topic_id=ZERO_UUID):
+    return _Resp.MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id,
+                                       partitions=[], topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
+
+
+async def handle(broker, header, request):
+    version = header.request_api_version
+    topics = broker.topics
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        results = [topic_metadata(broker, t) for t in topics.topics.values()]
+    else:
+        auto_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
+        results = []
+        for wanted in requested:
+            name = wanted.name
+            if name is None:
+                topic = topics.by_id.get(wanted.topic_id)
+                results.append(topic_metadata(broker, topic) if topic else
+                               _error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                continue
+            topic = topics.topics.get(name)
+            if topic is None and auto_create:
+                try:
+                    topic = topics.create(name, broker.config.num_partitions, {})
+                except TopicError as exc:
+                    results.append(_error_topic(name, exc.code))
+                    continue
+            if topic is None:
+                try:
+                    validate_topic_name(name)
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                except TopicError as exc:
+                    code = exc.code
+                results.append(_error_topic(name, code))
+                continue
+            results.append(topic_metadata(broker, topic))
+    host, port = broker.config.advertised
+    return _Resp(
+        brokers=[_Resp.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=results,
+        cluster_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)

@@ -1,0 +1,107 @@
+"""CreateTopics v0–7, DeleteTopics v0–6, CreatePartitions v0–3.
+
+- CreateTopics: -1 partitions / replication factor mean the broker defaults (v4+);
+  a replication factor above the number of brokers (one) is INVALID_REPLICATION_FACTOR;
+  manual assignments must name this broker. `validate_only` (v1+) checks everything
+  and creates nothing. v5+ returns the partition count, replication factor and the
+  topic's configs; v7+ the topic id. A name twice in one request is INVALID_REQUEST.
+- DeleteTopics: by name (v0–5) or by name or id (v6+).
+- CreatePartitions: the count may only grow.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from wire.error_codes import ErrorCode
+from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
+from wire.primitives import ZERO_UUID
+
+from broker.handlers.configs import topic_config_entries
+from broker.topics import TopicError
+
+
+def _check_replicas(broker, replication_factor: int, assignments) -> None:
+    if replication_factor not in (-1, 1) and not assignments:
+        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"replication factor {replication_factor} is larger than the 1 available broker")
+    for assignment in assignments or ():
+        if assignment.broker_ids != [broker.node_id]:
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"replicas {assignment.broker_ids} must be exactly [{broker.node_id}]")
+
+
+async def create_topics(broker, header, request):
+    Resp = CREATE_TOPICS.response
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for wanted in request.topics:
+        out = Resp.CreatableTopicResult(name=wanted.name, topic_id=ZERO_UUID, num_partitions=-1,
+                                        replication_factor=-1, configs=None)
+        results.append(out)
+        try:
+            if counts[wanted.name] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            _check_replicas(broker, wanted.replication_factor, wanted.assignments)
+            partitions = wanted.num_partitions
+            if wanted.assignments:
+                if partitions != -1:
+                    raise TopicError(ErrorCode.INVALID_REQUEST,
+                                     "give either num_partitions or assignments, not both")
+                partitions = len(wanted.assignments)
+            elif partitions == -1:
+                partitions = broker.config.num_partitions
+            configs = {c.name: c.value for c in wanted.configs}
+            topic = broker.topics.create(wanted.name, partitions, configs,
+                                         validate_only=request.validate_only)
+            out.num_partitions, out.replication_factor = partitions, 1
+            if topic is not None:
+                out.topic_id = topic.topic_id
+                out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
+                                                          config_source=source, is_sensitive=False)
+                               for name, value, source in topic_config_entries(broker, topic)]
+        except TopicError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+    return Resp(topics=results, throttle_time_ms=0)
+
+
+async def delete_topics(broker, header, request):
+    Resp = DELETE_TOPICS.response
+    if header.request_api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
+        results.append(out)
+        try:
+            if name is None:
+                topic = broker.topics.by_id.get(topic_id)
+                if topic is None:
+                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = out.name = topic.name
+            topic = broker.topics.topics.get(name)
+            if topic is not None:
+                out.topic_id = topic.topic_id
+            broker.topics.delete(name)
+        except TopicError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+    return Resp(responses=results, throttle_time_ms=0)
+
+
+async def create_partitions(broker, header, request):
+    Resp = CREATE_PARTITIONS.response
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for wanted in request.topics:
+        out = Resp.CreatePartitionsTopicResult(name=wanted.name, error_message=None)
+        results.append(out)
+        try:
+            if counts[wanted.name] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            _check_replicas(broker, 1, wanted.assignments)
+            broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only)
+        except TopicError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+    return Resp(results=results, throttle_time_ms=0)

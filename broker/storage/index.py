@@ -1,0 +1,159 @@
+"""Sparse indexes of a log segment, in Kafka's on-disk layout.
+
+`OffsetIndex` (`.index`): 8-byte entries, int32 offset relative to the segment's base
+offset and int32 byte position in the `.log` file, one entry per
+`log.index.interval.bytes` of appended data. `TimeIndex` (`.timeindex`): 12-byte
+entries, int64 timestamp and int32 relative offset, added when a batch raises the
+segment's largest timestamp. Both are append-only; lookups are binary searches over
+in-memory copies, loaded lazily so that opening a log does not read its indexes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_right
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class _SparseIndex:
+    """An append-only file of fixed-size (key, value) entries with keys ascending."""
+
+    entry: struct.Struct
+
+    def __init__(self, path: str, base_offset: int):
+        self.path = path
+        self.base_offset = base_offset
+        self._keys: array | None = None
+        self._values: array | None = None
+        self._pending = bytearray()
+
+    def _load(self) -> None:
+        keys, values = array("q"), array("q")
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        usable = len(data) - len(data) % self.entry.size  # a torn last entry is dropped
+        for key, value in self.entry.iter_unpack(data[:usable]):
+            if keys and key <= keys[-1]:
+                break  # not ascending: the rest is garbage from an unclean stop
+            keys.append(key)
+            values.append(value)
+        self._keys, self._values = keys, values
+
+    @property
+    def entries(self) -> int:
+        if self._keys is None:
+            self._load()
+        return len(self._keys)
+
+    def last(self) -> tuple[int, int] | None:
+        if self._keys is None:
+            self._load()
+        return (self._keys[-1], self._values[-1]) if self._keys else None
+
+    def _append(self, key: int, value: int) -> None:
+        if self._keys is None:
+            self._load()
+        if self._keys and key <= self._keys[-1]:
+            return
+        self._keys.append(key)
+        self._values.append(value)
+        self._pending += self.entry.pack(key, value)
+
+    def _floor(self, key: int) -> int:
+        """Index of the last entry whose key is <= `key`, or -1."""
+        if self._keys is None:
+            self._load()
+        return bisect_right(self._keys, key) - 1
+
+    def flush(self) -> None:
+        if self._pending:
+            with open(self.path, "ab") as f:
+                f.write(self._pending)
+            self._pending.clear()
+
+    def reset(self) -> None:
+        """Drop every entry (before rebuilding the index from the log)."""
+        self._keys, self._values = array("q"), array("q")
+        self._pending.clear()
+        with open(self.path, "wb"):
+            pass
+
+    def truncate_after(self, key: int) -> None:
+        """Drop entries with key > `key`."""
+        keep = self._floor(key) + 1
+        if keep == len(self._keys):
+            return
+        self.flush()
+        del self._keys[keep:]
+        del self._values[keep:]
+        os.truncate(self.path, keep * self.entry.size)
+
+    def delete(self) -> None:
+        self._pending.clear()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(_SparseIndex):
+    entry = _OFFSET_ENTRY
+
+    def append(self, offset: int, position: int) -> None:
+        self._append(offset - self.base_offset, position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or below `offset`; else the segment start."""
+        i = self._floor(offset - self.base_offset)
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._keys[i], self._values[i]
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        self.truncate_after(offset - self.base_offset - 1)
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries pointing at or past `position` (the log was cut there)."""
+        if self._keys is None:
+            self._load()
+        keep = len(self._values)
+        while keep and self._values[keep - 1] >= position:
+            keep -= 1
+        if keep < len(self._keys):
+            self.truncate_after(self._keys[keep - 1] if keep else -1)
+
+
+class TimeIndex(_SparseIndex):
+    entry = _TIME_ENTRY
+
+    def append(self, timestamp: int, offset: int) -> None:
+        self._append(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """Offset to start scanning from for the first record at or after `timestamp`:
+        the offset of the last entry whose timestamp is below it, else the segment start."""
+        i = self._floor(timestamp - 1)
+        return self.base_offset if i < 0 else self.base_offset + self._values[i]
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(largest indexed timestamp, its offset), or None for an empty index."""
+        last = self.last()
+        return None if last is None else (last[0], self.base_offset + last[1])
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries for offsets >= `offset`."""
+        if self._keys is None:
+            self._load()
+        keep = len(self._values)
+        while keep and self._values[keep - 1] + self.base_offset >= offset:
+            keep -= 1
+        if keep < len(self._keys):
+            self.truncate_after(self._keys[keep - 1] if keep else -(1 << 63))

@@ -1,0 +1,350 @@
+"""A partition's log: an ordered list of segments, appended at the end.
+
+Three positions are kept distinct, as replication will need them:
+- `log_start_offset`: the first offset still readable (retention moves it forward);
+- `log_end_offset` (LEO): the offset the next appended record gets;
+- `high_watermark`: the offset below which records are acknowledged and visible to
+  consumers. On a single broker it follows the LEO on every append.
+`leader_epoch` is stamped into every appended batch (partitionLeaderEpoch).
+
+Appends assign offsets by patching the batch headers in place (baseOffset and leader
+epoch lie outside the CRC) and write the wire bytes unchanged. Reads return file
+regions, never decoded records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from bisect import bisect_right
+from typing import Iterable
+
+from wire.error_codes import ErrorCode
+from wire.records import (BatchHeader, decode_batch, set_base_offset, set_log_append_time,
+                          set_partition_leader_epoch)
+
+from broker.config import LogConfig
+from broker.storage.producer_state import ProducerStateManager
+from broker.storage.segment import FileRegion, LogSegment
+
+_LOG_SUFFIX = ".log"
+
+
+class LogError(Exception):
+    """A request the log refuses, with the Kafka error code to answer it with."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendResult:
+    __slots__ = ("first_offset", "last_offset", "log_append_time", "duplicate")
+
+    def __init__(self, first_offset: int, last_offset: int, log_append_time: int, duplicate: bool):
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_append_time = log_append_time
+        self.duplicate = duplicate
+
+
+class PartitionLog:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig, *,
+                 recovery_point: int | None, log_start_offset: int = 0, leader_epoch: int = 0):
+        """Open (or create) the log in `directory`. `recovery_point` is the offset up to
+        which data is known flushed, or None after a clean shutdown (nothing to check)."""
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.leader_epoch = leader_epoch
+        os.makedirs(directory, exist_ok=True)
+        self.producer_state = ProducerStateManager(directory)
+        self.segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._load(recovery_point)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = self.log_end_offset
+        self.recovery_point = self.log_end_offset if recovery_point is None else \
+            min(recovery_point, self.log_end_offset)
+
+    # -- loading and recovery ----------------------------------------------------------
+    def _load(self, recovery_point: int | None) -> None:
+        bases = sorted(int(name[:-len(_LOG_SUFFIX)]) for name in os.listdir(self.directory)
+                       if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
+        for name in os.listdir(self.directory):  # indexes whose .log is gone
+            stem, _, suffix = name.partition(".")
+            if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+                os.unlink(os.path.join(self.directory, name))
+        if not bases:
+            bases = [0]
+        created = now_ms()
+        self.segments = [LogSegment(self.directory, base, self.config.index_interval_bytes,
+                                    created) for base in bases]
+        for segment, following in zip(self.segments, self.segments[1:]):
+            segment.next_offset = following.base_offset
+        if recovery_point is None:
+            self.segments[-1].load_next_offset()
+            self._load_producer_state(recover_from=None)
+        else:
+            self._recover(recovery_point)
+        self._base_offsets = [s.base_offset for s in self.segments]
+
+    def _recover(self, recovery_point: int) -> None:
+        """Re-validate every segment that may hold unflushed data, from the one holding
+        the recovery point; a bad batch truncates the log there and drops later segments."""
+        first = max(0, bisect_right([s.base_offset for s in self.segments], recovery_point) - 1)
+        for i in range(first, len(self.segments)):
+            segment = self.segments[i]
+            segment.recover(self.config.max_message_bytes + 61 + 12)
+            ends_early = i + 1 < len(self.segments) and \
+                segment.next_offset < self.segments[i + 1].base_offset
+            if ends_early:
+                for dropped in self.segments[i + 1:]:
+                    dropped.delete()
+                del self.segments[i + 1:]
+                break
+        self._load_producer_state(recover_from=self.segments[first].base_offset)
+
+    def _load_producer_state(self, recover_from: int | None) -> None:
+        start = self.producer_state.load_snapshot(self.log_end_offset)
+        if recover_from is None and start == self.log_end_offset:
+            return
+        for _, header in self._headers_from(start):
+            self.producer_state.update(header)
+
+    def _headers_from(self, offset: int) -> Iterable[tuple[LogSegment, BatchHeader]]:
+        for segment in self.segments[max(0, self._segment_index(offset)):]:
+            position = segment.position_of(offset)[0] if segment.base_offset <= offset else 0
+            for _, header in segment.batches_from(position):
+                yield segment, header
+
+    def _segment_index(self, offset: int) -> int:
+        bases = self._base_offsets or [s.base_offset for s in self.segments]
+        return bisect_right(bases, offset) - 1
+
+    # -- positions ---------------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it no record belongs to an open transaction (none exist yet)."""
+        return self.high_watermark
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appending ---------------------------------------------------------------------
+    def append(self, batches: list[tuple[BatchHeader, memoryview]], *,
+               validate_producer: bool = True) -> AppendResult:
+        """Append client batches (already validated for CRC, size and magic).
+
+        Idempotent batches are checked against the producer state first; a duplicate
+        of a recent batch is answered with its original offsets and not written. The
+        batches must be writable views: their headers are patched in place.
+        """
+        if validate_producer and len(batches) == 1:
+            duplicate = self.producer_state.check(batches[0][0])
+            if duplicate is not None:
+                return AppendResult(duplicate[0], duplicate[1], -1, True)
+        elif validate_producer:
+            for header, _ in batches:
+                if self.producer_state.check(header) is not None:
+                    raise LogError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                                   "a duplicate batch inside a multi-batch produce")
+        append_time = now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+        first_offset = self.log_end_offset
+        for header, view in batches:
+            size = header.size
+            self._maybe_roll(size, header)
+            base = self.log_end_offset
+            set_base_offset(view, base)
+            set_partition_leader_epoch(view, self.leader_epoch)
+            if append_time >= 0:
+                set_log_append_time(view, append_time)
+                header = header._replace(max_timestamp=append_time, attributes=header.attributes | 0x08)
+            header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+            self.segments[-1].append(view, header)
+            self.producer_state.update(header)
+            self._unflushed_messages += header.last_offset_delta + 1
+        last_offset = self.log_end_offset - 1
+        self.high_watermark = self.log_end_offset
+        self.flush_if_due()
+        return AppendResult(first_offset, last_offset, append_time, False)
+
+    def _maybe_roll(self, incoming: int, header: BatchHeader) -> None:
+        active = self.segments[-1]
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = now_ms() - active.created_ms >= self.config.segment_ms
+        offset_overflow = header.last_offset_delta + self.log_end_offset - active.base_offset > 0x7FFFFFFF
+        if too_big or too_old or offset_overflow:
+            self.roll()
+
+    def roll(self) -> None:
+        """Seal the active segment (flushed) and start a new one at the log end."""
+        active = self.segments[-1]
+        if active.size == 0:
+            return
+        base = self.log_end_offset
+        active.seal()
+        active.flush()
+        self.recovery_point = base
+        self.producer_state.write_snapshot(base)
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms())
+        segment.next_offset = base
+        self.segments.append(segment)
+        self._base_offsets.append(base)
+
+    def flush_if_due(self) -> None:
+        """fsync when `flush.messages` or `flush.ms` says so (by default never: like
+        Kafka, durability against process crashes comes from the page cache)."""
+        if self._unflushed_messages >= self.config.flush_messages or \
+                now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def flush(self) -> None:
+        self.segments[-1].flush()
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self.recovery_point = self.log_end_offset
+
+    # -- reading -----------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, upper_offset: int,
+             min_one_batch: bool) -> FileRegion | None:
+        """Bytes of the batches from the one holding `offset`, within one segment, up to
+        `max_bytes` and not past `upper_offset` (the high watermark or the last stable
+        offset). The result may end inside a batch, as Kafka's does. With
+        `min_one_batch`, a first batch larger than `max_bytes` is returned whole."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise LogError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                           f"offset {offset} is outside [{self.log_start_offset}, "
+                           f"{self.log_end_offset}] of {self.topic}-{self.partition}")
+        if offset >= upper_offset:
+            return None
+        for segment in self.segments[max(0, self._segment_index(offset)):]:
+            if segment.next_offset <= offset or segment.base_offset >= upper_offset:
+                if segment.base_offset >= upper_offset:
+                    return None
+                continue
+            start, header = segment.position_of(offset)
+            if header is None:
+                continue
+            end = segment.size
+            if upper_offset < segment.next_offset:
+                end = segment.position_of(upper_offset)[0]
+            if end <= start:
+                return None
+            length = min(end - start, max_bytes)
+            if min_one_batch and length < header.size:
+                length = min(header.size, end - start)
+            if length <= 0:
+                return None
+            return segment.region(start, start + length)
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= `timestamp`,
+        below the high watermark; None when there is none."""
+        for segment in self.segments:
+            largest = segment.max_timestamp()
+            if largest is None or largest[0] < timestamp:
+                continue
+            start = max(segment.time_index.lookup(timestamp), self.log_start_offset)
+            position = segment.position_of(start)[0]
+            for pos, header in segment.batches_from(position):
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp < timestamp:
+                    continue
+                batch = os.pread(segment.fd, header.size, pos)
+                for record in decode_batch(batch, max(self.config.max_message_bytes, 1 << 20) * 64):
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(largest timestamp, offset of the record carrying it) among visible records."""
+        best: tuple[int, int] | None = None
+        for segment in self.segments:
+            largest = segment.max_timestamp()
+            if largest is not None and (best is None or largest[0] > best[0]):
+                best = largest
+        if best is None:
+            return None
+        # The index records the batch's last offset; find the record itself.
+        found = self.offset_for_timestamp(best[0])
+        return (best[0], found[0]) if found else None
+
+    # -- retention ---------------------------------------------------------------------
+    def enforce_retention(self, now: int | None = None) -> int:
+        """Delete whole old segments by time and size; returns how many were deleted.
+        The active segment is rolled first when it has itself expired."""
+        now = now_ms() if now is None else now
+        deletable = 0
+        cfg = self.config
+        if cfg.retention_ms >= 0:
+            for segment in self.segments:
+                largest = segment.max_timestamp()
+                if segment.size == 0 or largest is None or now - largest[0] <= cfg.retention_ms:
+                    break
+                deletable += 1
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+            by_size = 0
+            for segment in self.segments:
+                if excess - segment.size < 0:
+                    break
+                excess -= segment.size
+                by_size += 1
+            deletable = max(deletable, by_size)
+        if deletable == 0:
+            return 0
+        if deletable >= len(self.segments):
+            self.roll()
+            deletable = len(self.segments) - 1
+        # Never delete past the high watermark: consumers must be able to read it.
+        while deletable and self.segments[deletable].base_offset > self.high_watermark:
+            deletable -= 1
+        for segment in self.segments[:deletable]:
+            segment.delete()
+        del self.segments[:deletable]
+        self._base_offsets = [s.base_offset for s in self.segments]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        return deletable
+
+    def delete_records_before(self, offset: int) -> None:
+        """Advance the log start offset (DeleteRecords); whole segments below it go."""
+        if offset > self.high_watermark:
+            raise LogError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                           f"offset {offset} is beyond the high watermark {self.high_watermark}")
+        self.log_start_offset = max(self.log_start_offset, offset)
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self.segments.pop(0).delete()
+        self._base_offsets = [s.base_offset for s in self.segments]
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and close everything, leaving a producer-state snapshot at the log end."""
+        for segment in self.segments:
+            segment.flush()
+            segment.close()
+        self.recovery_point = self.log_end_offset
+        self.producer_state.write_snapshot(self.log_end_offset)
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.delete()
+        for name in os.listdir(self.directory):
+            os.unlink(os.path.join(self.directory, name))
+        os.rmdir(self.directory)

@@ -1,0 +1,211 @@
+"""One segment of a partition's log: `<base offset>.log` with its two sparse indexes.
+
+Batches are stored exactly as they arrive on the wire (with baseOffset and
+partitionLeaderEpoch assigned), so a fetch sends file bytes unchanged. The segment
+only ever reads batch headers: to find where an offset starts (index lookup, then a
+short scan of headers) and to re-validate its tail after an unclean shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+
+from wire.primitives import DecodeError
+from wire.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, has_valid_crc, parse_header
+
+from broker.storage.index import OffsetIndex, TimeIndex
+
+_NAME_DIGITS = 20
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:0{_NAME_DIGITS}d}{suffix}"
+
+
+class FileRegion:
+    """Bytes `[position, position + length)` of an open file, to be sent with sendfile."""
+
+    __slots__ = ("fd", "position", "length")
+
+    def __init__(self, fd: int, position: int, length: int):
+        self.fd, self.position, self.length = fd, position, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        """The bytes themselves, for the rare consumer that cannot use sendfile."""
+        return os.pread(self.fd, self.length, self.position)
+
+
+class LogSegment:
+    """A `.log` file plus its `.index` and `.timeindex`, named by the base offset."""
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
+                 created_ms: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.path = os.path.join(directory, segment_name(base_offset, ".log"))
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_name(base_offset, ".index")),
+                                        base_offset)
+        self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex")),
+                                    base_offset)
+        self._fd = -1
+        self.size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        self.created_ms = created_ms
+        self._bytes_since_index_entry = 0
+        # Largest timestamp appended so far and the offset of its batch; filled lazily
+        # from the time index for segments loaded from disk.
+        self._max_timestamp: tuple[int, int] | None = None
+        self.next_offset = base_offset  # set by the log after loading
+
+    @property
+    def fd(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    # -- writing ---------------------------------------------------------------------
+    def append(self, batch, header: BatchHeader) -> None:
+        """Append one batch whose offsets are already assigned."""
+        position = self.size
+        view = memoryview(batch)
+        fd = self.fd
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+        self._track(header, position)
+        self.size += written
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        """Account for a batch now stored at `position`: next offset, max timestamp,
+        and an entry in both indexes every `index_interval_bytes`."""
+        current = self.max_timestamp()
+        if current is None or header.max_timestamp > current[0]:
+            self._max_timestamp = (header.max_timestamp, header.last_offset)
+        if position == 0 or self._bytes_since_index_entry >= self.index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.append(*self._max_timestamp)  # kept only if it grew
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+        self.next_offset = header.last_offset + 1
+
+    def flush(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """Make the time index hold the segment's true maximum before it stops growing."""
+        current = self.max_timestamp()
+        last = self.time_index.max_timestamp()
+        if current is not None and (last is None or current[0] > last[0]):
+            self.time_index.append(*current)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.seal()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    # -- reading ---------------------------------------------------------------------
+    def header_at(self, position: int) -> BatchHeader:
+        data = os.pread(self.fd, HEADER_SIZE, position)
+        return parse_header(data)
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(largest timestamp, offset of its batch's last record) or None when empty."""
+        if self._max_timestamp is None and self.size:
+            self._max_timestamp = self.time_index.max_timestamp()
+        return self._max_timestamp
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader | None]:
+        """Position of the first batch holding an offset >= `offset`, and its header
+        (None when no batch in this segment does: the position is then the end)."""
+        _, position = self.offset_index.lookup(offset)
+        while position < self.size:
+            header = self.header_at(position)
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+        return self.size, None
+
+    def region(self, start: int, end: int) -> FileRegion:
+        return FileRegion(self.fd, start, end - start)
+
+    def batches_from(self, position: int):
+        """(position, header) of each batch from `position` to the end of the segment."""
+        while position < self.size:
+            header = self.header_at(position)
+            yield position, header
+            position += header.size
+
+    # -- recovery --------------------------------------------------------------------
+    def recover(self, max_batch_bytes: int) -> list[BatchHeader]:
+        """Re-validate every batch (CRC included), truncate at the first bad or torn
+        one, rebuild both indexes; returns the headers of the valid batches."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_timestamp = None
+        self._bytes_since_index_entry = 0
+        headers: list[BatchHeader] = []
+        position = 0
+        size = os.fstat(self.fd).st_size
+        self.size = 0
+        while position + LOG_OVERHEAD <= size:
+            try:
+                header = self.header_at(position)
+            except DecodeError:
+                break
+            if header.size > max_batch_bytes or position + header.size > size:
+                break
+            batch = os.pread(self.fd, header.size, position)
+            if len(batch) != header.size or not has_valid_crc(batch):
+                break
+            if headers and header.base_offset < headers[-1].last_offset + 1:
+                break
+            self._track(header, position)
+            position += header.size
+            headers.append(header)
+            self.size = position
+        if position < size:
+            os.ftruncate(self.fd, position)
+        self.next_offset = headers[-1].last_offset + 1 if headers else self.base_offset
+        self.seal()
+        return headers
+
+    def load_next_offset(self) -> int:
+        """The offset after this segment's last batch, by scanning from the last index
+        entry (a short scan: entries are at most one index interval apart)."""
+        last = self.offset_index.last()
+        position = last[1] if last is not None and last[1] < self.size else 0
+        next_offset = self.base_offset
+        for _, header in self.batches_from(position):
+            next_offset = header.last_offset + 1
+        self.next_offset = next_offset
+        return next_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after `offset` (which must start a batch)."""
+        position, _ = self.position_of(offset)
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(offset)
+        self._max_timestamp = None
+        self.next_offset = self.load_next_offset() if position else self.base_offset
