@@ -18,7 +18,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--node-id", type=int, help="this broker's id (Kafka: node.id / broker.id)")
     p.add_argument("--config", help="a Kafka-style server.properties file; flags override it")
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="logging level (default INFO)")
     return p
 
 

@@ -131,18 +131,18 @@ def read_properties(path: str) -> dict[str, str]:
             text = f.read()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({exc.reason} "
+                          f"at byte {exc.start})") from None
     props = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                props[key.strip()] = value.strip()
-                break
-        else:
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:  # as in Java, the first '=' or ':' separates key from value
             raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        props[line[:cut].strip()] = line[cut + 1:].strip()
     return props
 
 

@@ -5,8 +5,10 @@ broker may patch record batches in place), grown as bytes actually arrive: a for
 size prefix costs nothing until the bytes exist, and a prefix above
 `socket.request.max.bytes` closes the connection. Requests on one connection are
 handled one at a time, in order, as Kafka does, so responses keep request order;
-reading pauses while a few requests are queued. Response chunks that are file regions
-go out with sendfile (zero copy) when large, with pread when small.
+reading pauses while a few requests are queued. A request waiting in a long poll is
+cancelled when its client leaves or ends its input, freeing the connection at once.
+Response chunks that are file regions go out with sendfile (zero copy) when large,
+with pread when small.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._worker: asyncio.Task | None = None
+        self._in_handler = False
         self._closed = False
 
     # -- reading ---------------------------------------------------------------------
@@ -107,6 +110,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._queue.put_nowait(None)
+        self._stop_waiting()
         return True  # keep the transport open until queued responses are written
 
     def connection_lost(self, exc) -> None:
@@ -114,6 +118,16 @@ class Connection(asyncio.BufferedProtocol):
         self.connections.discard(self)
         self._writable.set()
         self._queue.put_nowait(None)
+        self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
+        """The client is gone or has sent its last byte: a request parked in a long
+        poll (a Fetch waiting up to its max_wait_ms, which may be days) would hold this
+        connection open and its task alive that long, so it is cancelled and the
+        connection closes, as Kafka closes on end of input. Only a handler suspended
+        at an await is seen here: one that never waits (Produce) runs to completion."""
+        if self._in_handler and self._worker is not None:
+            self._worker.cancel()
 
     # -- writing ---------------------------------------------------------------------
     def pause_writing(self) -> None:
@@ -132,7 +146,11 @@ class Connection(asyncio.BufferedProtocol):
                 if self._reading_paused and self._queue.qsize() < _MAX_QUEUED // 2:
                     self._reading_paused = False
                     self.transport.resume_reading()
-                chunks = await self.handler(frame)
+                self._in_handler = True
+                try:
+                    chunks = await self.handler(frame)
+                finally:
+                    self._in_handler = False
                 if chunks is None:
                     continue
                 if self._closed:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
-from broker.config import TOPIC_CONFIGS
+from broker.config import _COARSE_UNITS, TOPIC_CONFIGS
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
@@ -26,8 +26,10 @@ _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
 def _broker_value(broker, key: str) -> tuple[str, int]:
     attr, broker_key, _ = TOPIC_CONFIGS[key]
     value = str(getattr(broker.config.log, attr))
-    source = STATIC_BROKER_CONFIG if broker_key in broker.config.static else DEFAULT_CONFIG
-    return value, source
+    static = broker.config.static
+    # log.retention.ms may have been set as log.retention.minutes or .hours instead.
+    configured = broker_key in static or any(k in static for k, (a, _) in _COARSE_UNITS.items() if a == attr)
+    return value, STATIC_BROKER_CONFIG if configured else DEFAULT_CONFIG
 
 
 def topic_config_entries(broker, topic):

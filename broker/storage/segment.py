@@ -189,6 +189,18 @@ class LogSegment:
         self.seal()
         return headers
 
+    def has_sane_indexes(self) -> bool:
+        """Whether both index files exist and hold whole entries, judged by their sizes
+        alone. After a clean shutdown a segment with data has at least one entry in each."""
+        for index in (self.offset_index, self.time_index):
+            try:
+                size = os.path.getsize(index.path)
+            except FileNotFoundError:
+                return False
+            if size == 0 or size % index.entry.size:
+                return False
+        return True
+
     def load_next_offset(self) -> int:
         """The offset after this segment's last batch, by scanning from the last index
         entry (a short scan: entries are at most one index interval apart)."""
