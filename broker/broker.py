@@ -4,6 +4,7 @@ Requests are decoded here and handed to the handler of their API family
 (`broker/handlers/`), which returns a response body. A request the codec cannot parse
 closes its connection, except an ApiVersions request at an unknown version, which gets
 UNSUPPORTED_VERSION with the versions we do support (so the client can retry lower).
+Bytes after a request body's last field are ignored, as Kafka ignores them.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class Broker:
     # -- requests ----------------------------------------------------------------------
     async def handle_frame(self, frame: bytearray) -> list | None:
         try:
-            header, body = decode_request(frame)
+            header, body = decode_request(frame, allow_trailing_bytes=True)
         except UnsupportedRequest as exc:
             header = exc.header
             if header.request_api_key == API_VERSIONS.key:

@@ -60,8 +60,12 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _flexible(api_for(api_key), api_version) else 0
 
 
-def decode_request(frame) -> tuple[Struct, Struct]:
-    """(header, body) of a request frame; UnsupportedRequest for unknown APIs/versions."""
+def decode_request(frame, *, allow_trailing_bytes: bool = False) -> tuple[Struct, Struct]:
+    """(header, body) of a request frame; UnsupportedRequest for unknown APIs/versions.
+
+    Bytes after the body are an error unless `allow_trailing_bytes`: a broker accepts
+    them, as Kafka does (librdkafka 2.x sends three in flexible all-topics Metadata
+    requests, writing the null topic array's length as four bytes, issue #5049)."""
     reader = Reader(frame)
     if reader.remaining < 4:
         raise DecodeError("request frame shorter than its API key and version")
@@ -72,7 +76,7 @@ def decode_request(frame) -> tuple[Struct, Struct]:
     if api is None or api_version not in api.versions:
         raise UnsupportedRequest(header)
     body = api.request.decode(api_version, reader)
-    if reader.remaining:
+    if reader.remaining and not allow_trailing_bytes:
         raise DecodeError(f"{api.name} v{api_version} request: {reader.remaining} trailing bytes")
     return header, body
 

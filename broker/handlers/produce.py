@@ -4,7 +4,8 @@
   acks=0 gets no response; if such a produce fails, the connection is closed, as
   Kafka does, so the producer notices.
 - Only record batches v2 (magic 2) are stored; older message formats get
-  UNSUPPORTED_FOR_MESSAGE_FORMAT. Each batch is validated from its header alone:
+  UNSUPPORTED_FOR_MESSAGE_FORMAT. A partition's records must be exactly one batch
+  (INVALID_RECORD otherwise), validated from its header alone:
   whole (not truncated), CRC-32C, size within `max.message.bytes` (MESSAGE_TOO_LARGE),
   record count consistent with lastOffsetDelta, not a control batch (INVALID_RECORD),
   timestamps not negative (INVALID_TIMESTAMP). Records are never decoded.
@@ -36,37 +37,39 @@ class _Invalid(Exception):
         super().__init__(message)
 
 
-def validated_batches(records, max_message_bytes: int):
-    """The (header, view) of every batch in a produce's records, or _Invalid."""
+def validated_batch(records, max_message_bytes: int):
+    """(header, view) of the one batch in a partition's produce records, or _Invalid."""
     if records is None or len(records) == 0:
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "no record batches")
-    batches = []
+        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "no record batch")
     try:
         iterator = iter_batches(records)
-        for header, view in iterator:
-            if header.size > max_message_bytes:
-                raise _Invalid(ErrorCode.MESSAGE_TOO_LARGE,
-                               f"batch of {header.size} bytes exceeds max.message.bytes {max_message_bytes}")
-            if not has_valid_crc(view):
-                raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
-            if header.is_control:
-                raise _Invalid(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
-            if header.record_count != header.last_offset_delta + 1 or header.record_count == 0:
-                raise _Invalid(ErrorCode.INVALID_RECORD,
-                               f"batch holds {header.record_count} records but its last offset delta "
-                               f"is {header.last_offset_delta}")
-            if header.base_timestamp < -1 or header.max_timestamp < -1:
-                raise _Invalid(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
-            batches.append((header, view))
-        if iterator.remaining:
-            raise _Invalid(ErrorCode.CORRUPT_MESSAGE, f"{iterator.remaining} bytes of a truncated batch")
+        batches = list(iterator)
     except DecodeError as exc:
         view = memoryview(records)
         if len(view) > _MAGIC_AT and view[_MAGIC_AT] < MAGIC:
             raise _Invalid(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                            "message format v0/v1 is not supported; use record batches (v2)") from None
         raise _Invalid(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
-    return batches
+    if iterator.remaining:
+        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, f"{iterator.remaining} bytes of a truncated batch")
+    if len(batches) != 1:
+        raise _Invalid(ErrorCode.INVALID_RECORD,
+                       f"a partition's produce must hold exactly one record batch, not {len(batches)}")
+    header, view = batches[0]
+    if header.size > max_message_bytes:
+        raise _Invalid(ErrorCode.MESSAGE_TOO_LARGE,
+                       f"batch of {header.size} bytes exceeds max.message.bytes {max_message_bytes}")
+    if not has_valid_crc(view):
+        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+    if header.is_control:
+        raise _Invalid(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+    if header.record_count != header.last_offset_delta + 1 or header.record_count == 0:
+        raise _Invalid(ErrorCode.INVALID_RECORD,
+                       f"batch holds {header.record_count} records but its last offset delta "
+                       f"is {header.last_offset_delta}")
+    if header.base_timestamp < -1 or header.max_timestamp < -1:
+        raise _Invalid(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
+    return header, view
 
 
 def _writable(view):
@@ -93,8 +96,8 @@ async def handle(broker, header, request):
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
                     records = _writable(records)
-                batches = validated_batches(records, log.config.max_message_bytes)
-                appended = log.append(batches)
+                batch_header, batch = validated_batch(records, log.config.max_message_bytes)
+                appended = log.append(batch_header, batch)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time
                 result.log_start_offset = log.log_start_offset

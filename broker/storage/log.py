@@ -20,14 +20,16 @@ from bisect import bisect_right
 from typing import Iterable
 
 from wire.error_codes import ErrorCode
-from wire.records import (BatchHeader, decode_batch, set_base_offset, set_log_append_time,
-                          set_partition_leader_epoch)
+from wire.records import (LOG_APPEND_TIME_BIT, BatchHeader, decode_batch, set_base_offset,
+                          set_log_append_time, set_partition_leader_epoch)
 
 from broker.config import LogConfig
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
 
 _LOG_SUFFIX = ".log"
+# Decoding a stored batch (only to find a timestamp's exact offset) may inflate it this far.
+_MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
 
 
 class LogError(Exception):
@@ -89,6 +91,9 @@ class PartitionLog:
                                     created) for base in bases]
         for segment, following in zip(self.segments, self.segments[1:]):
             segment.next_offset = following.base_offset
+        if recovery_point is None:  # a missing or torn index: rebuild from there, as after a crash
+            recovery_point = next((s.base_offset for s in self.segments
+                                   if s.size and not s.has_sane_indexes()), None)
         if recovery_point is None:
             self.segments[-1].load_next_offset()
             self._load_producer_state(recover_from=None)
@@ -144,42 +149,33 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # -- appending ---------------------------------------------------------------------
-    def append(self, batches: list[tuple[BatchHeader, memoryview]], *,
-               validate_producer: bool = True) -> AppendResult:
-        """Append client batches (already validated for CRC, size and magic).
+    def append(self, header: BatchHeader, batch: memoryview) -> AppendResult:
+        """Append one client batch (already validated for CRC, size and magic).
 
-        Idempotent batches are checked against the producer state first; a duplicate
+        An idempotent batch is checked against the producer state first; a duplicate
         of a recent batch is answered with its original offsets and not written. The
-        batches must be writable views: their headers are patched in place.
+        batch must be a writable view: its header is patched in place.
         """
-        if validate_producer and len(batches) == 1:
-            duplicate = self.producer_state.check(batches[0][0])
-            if duplicate is not None:
-                return AppendResult(duplicate[0], duplicate[1], -1, True)
-        elif validate_producer:
-            for header, _ in batches:
-                if self.producer_state.check(header) is not None:
-                    raise LogError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
-                                   "a duplicate batch inside a multi-batch produce")
-        append_time = now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
-        first_offset = self.log_end_offset
-        for header, view in batches:
-            size = header.size
-            self._maybe_roll(size, header)
-            base = self.log_end_offset
-            set_base_offset(view, base)
-            set_partition_leader_epoch(view, self.leader_epoch)
-            if append_time >= 0:
-                set_log_append_time(view, append_time)
-                header = header._replace(max_timestamp=append_time, attributes=header.attributes | 0x08)
-            header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
-            self.segments[-1].append(view, header)
-            self.producer_state.update(header)
-            self._unflushed_messages += header.last_offset_delta + 1
-        last_offset = self.log_end_offset - 1
+        duplicate = self.producer_state.check(header)
+        if duplicate is not None:
+            return AppendResult(duplicate[0], duplicate[1], -1, True)
+        self._maybe_roll(header.size, header)
+        base = self.log_end_offset
+        set_base_offset(batch, base)
+        set_partition_leader_epoch(batch, self.leader_epoch)
+        append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            append_time = now_ms()
+            set_log_append_time(batch, append_time)
+            header = header._replace(max_timestamp=append_time,
+                                     attributes=header.attributes | LOG_APPEND_TIME_BIT)
+        header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+        self.segments[-1].append(batch, header)
+        self.producer_state.update(header)
+        self._unflushed_messages += header.last_offset_delta + 1
         self.high_watermark = self.log_end_offset
         self.flush_if_due()
-        return AppendResult(first_offset, last_offset, append_time, False)
+        return AppendResult(base, self.log_end_offset - 1, append_time, False)
 
     def _maybe_roll(self, incoming: int, header: BatchHeader) -> None:
         active = self.segments[-1]
@@ -203,6 +199,9 @@ class PartitionLog:
         self.producer_state.write_snapshot(base)
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms())
         segment.next_offset = base
+        # Create its file now: should retention delete every older segment, this empty
+        # file is what keeps the log end offset across a restart.
+        os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
         self.segments.append(segment)
         self._base_offsets.append(base)
 
@@ -233,9 +232,9 @@ class PartitionLog:
         if offset >= upper_offset:
             return None
         for segment in self.segments[max(0, self._segment_index(offset)):]:
-            if segment.next_offset <= offset or segment.base_offset >= upper_offset:
-                if segment.base_offset >= upper_offset:
-                    return None
+            if segment.base_offset >= upper_offset:
+                return None
+            if segment.next_offset <= offset:
                 continue
             start, header = segment.position_of(offset)
             if header is None:
@@ -243,14 +242,10 @@ class PartitionLog:
             end = segment.size
             if upper_offset < segment.next_offset:
                 end = segment.position_of(upper_offset)[0]
-            if end <= start:
-                return None
             length = min(end - start, max_bytes)
-            if min_one_batch and length < header.size:
-                length = min(header.size, end - start)
-            if length <= 0:
-                return None
-            return segment.region(start, start + length)
+            if min_one_batch:
+                length = max(length, min(header.size, end - start))
+            return segment.region(start, start + length) if length > 0 else None
         return None
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -268,7 +263,7 @@ class PartitionLog:
                 if header.max_timestamp < timestamp:
                     continue
                 batch = os.pread(segment.fd, header.size, pos)
-                for record in decode_batch(batch, max(self.config.max_message_bytes, 1 << 20) * 64):
+                for record in decode_batch(batch, _MAX_DECOMPRESSED_BATCH):
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
         return None
