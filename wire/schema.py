@@ -230,10 +230,29 @@ class Api:
 
 class Data(_Schema):
     """A versioned structure outside the request/response protocol (stored records,
-    consumer-protocol metadata); its version is carried by the enclosing format."""
+    consumer-protocol metadata), written after an int16 version."""
 
     def __init__(self, name: str, versions: str, *, flexible: str, fields: tuple[F, ...]):
         super().__init__(name, versions, flexible, fields)
+
+    def encode_versioned(self, version: int, obj: Struct) -> bytes:
+        writer = Writer()
+        writer.int16(version)
+        return self.encode(version, obj, writer).getvalue()
+
+    def decode_versioned(self, data) -> tuple[int, Struct]:
+        """(version, struct). A version newer than ours is read as our newest, leaving
+        the fields it added unread, as Kafka's readers do for forward compatibility."""
+        reader = Reader(data)
+        version = reader.int16()
+        if version < self.versions.lo:
+            raise DecodeError(f"{self.name} version {version} is older than {self.versions.lo}")
+        if version > self.versions.hi:
+            return version, self.decode(self.versions.hi, reader)
+        obj = self.decode(version, reader)
+        if reader.remaining:
+            raise DecodeError(f"{self.name} v{version}: {reader.remaining} trailing bytes")
+        return version, obj
 
 
 # -- compilation ----------------------------------------------------------------------
