@@ -23,6 +23,7 @@ from wire.protocol import UnsupportedRequest, decode_request, encode_response_wr
 
 from broker import handlers
 from broker.config import BrokerConfig
+from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer
 from broker.storage.checkpoint import write_atomically
@@ -33,6 +34,7 @@ log = logging.getLogger("sluice.broker")
 VERSION = "0.1.0"
 _CHECKPOINT_INTERVAL_S = 5.0
 _FLUSH_CHECK_INTERVAL_S = 1.0
+_SESSION_CHECK_INTERVAL_S = 0.25
 
 
 class Broker:
@@ -40,6 +42,7 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.topics = TopicManager(config)
+        self.groups = GroupCoordinator(self)
         self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
         self.cluster_id = ""
         self.server = KafkaServer(self.handle_frame, config.host, config.port,
@@ -51,6 +54,7 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         self.clean_start = self.topics.load()
+        self.groups.load()
         self.cluster_id = self._load_cluster_id()
         await self.server.start()
         if self.config.port == 0:
@@ -60,7 +64,11 @@ class Broker:
                                                     self.enforce_retention)),
                        loop.create_task(self._every(_CHECKPOINT_INTERVAL_S,
                                                     self.topics.write_checkpoints)),
-                       loop.create_task(self._every(_FLUSH_CHECK_INTERVAL_S, self._flush_due))]
+                       loop.create_task(self._every(_FLUSH_CHECK_INTERVAL_S, self._flush_due)),
+                       loop.create_task(self._every(_SESSION_CHECK_INTERVAL_S,
+                                                    self.groups.expire_sessions)),
+                       loop.create_task(self._every(self.config.offsets_retention_check_interval_ms / 1000,
+                                                    self._offsets_upkeep))]
         host, port = self.config.advertised
         log.info("Sluice broker %s (node %d) listening on %s:%d (advertised %s:%d), data dir %s, "
                  "%s start", VERSION, self.node_id, self.config.host, self.server.port, host, port,
@@ -104,6 +112,10 @@ class Broker:
                          deleted, partition_log.topic, partition_log.partition,
                          partition_log.log_start_offset)
 
+    def _offsets_upkeep(self) -> None:
+        self.groups.expire_offsets()
+        self.groups.clean_offsets_topic()
+
     def _flush_due(self) -> None:
         for partition_log in self.topics.all_logs():
             partition_log.flush_if_due()
@@ -134,7 +146,7 @@ class Broker:
                         del self._append_waiters[key]
 
     # -- requests ----------------------------------------------------------------------
-    async def handle_frame(self, frame: bytearray) -> list | None:
+    async def handle_frame(self, frame: bytearray, client_host: str) -> list | None:
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True)
         except UnsupportedRequest as exc:
@@ -150,7 +162,7 @@ class Broker:
         if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")
-        response = await handler(self, header, body)
+        response = await handler(self, header, body, client_host)
         if response is None:
             return None
         return encode_response_writer(header.request_api_key, header.request_api_version,

@@ -110,6 +110,14 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     retention_check_interval_ms: int = 300_000
     producer_id_expiration_ms: int = 86_400_000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -160,6 +168,18 @@ def _listener(key: str, value: str) -> tuple[str, int]:
     raise ConfigError(f"{key}: no PLAINTEXT listener in {value!r} (only PLAINTEXT is supported)")
 
 
+# Group coordinator settings: key -> (BrokerConfig attribute, minimum).
+_GROUP_KEYS = {
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14),
+    "offsets.retention.minutes": ("offsets_retention_minutes", 1),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
+}
+
 _COARSE_UNITS = {
     "log.retention.minutes": ("retention_ms", 60_000),
     "log.retention.hours": ("retention_ms", 3_600_000),
@@ -204,6 +224,9 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             config.retention_check_interval_ms = _int(key, value, 1)
         elif key == "producer.id.expiration.ms":
             config.producer_id_expiration_ms = _int(key, value, 1)
+        elif key in _GROUP_KEYS:
+            attr, minimum = _GROUP_KEYS[key]
+            setattr(config, attr, _int(key, value, minimum))
         else:
             warnings.append(f"unknown config key {key!r} ignored")
             continue

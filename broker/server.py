@@ -28,8 +28,8 @@ _SENDFILE_MIN = 64 * 1024
 _FIRST_ALLOCATION = 64 * 1024
 _MAX_QUEUED = 8
 
-# handler(frame: bytearray) -> list of response chunks (bytes-like or FileRegion), or None
-Handler = Callable[[bytearray], Awaitable["list | None"]]
+# handler(frame: bytearray, client_host: str) -> response chunks (bytes-like or FileRegion) or None
+Handler = Callable[[bytearray, str], Awaitable["list | None"]]
 
 
 class CloseConnection(Exception):
@@ -55,6 +55,7 @@ class Connection(asyncio.BufferedProtocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.client_host = ""
         self._size_buf = bytearray(4)
         self._frame: bytearray | None = None
         self._expected = 0
@@ -72,6 +73,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = peer[0] if peer else ""
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -148,7 +150,7 @@ class Connection(asyncio.BufferedProtocol):
                     self.transport.resume_reading()
                 self._in_handler = True
                 try:
-                    chunks = await self.handler(frame)
+                    chunks = await self.handler(frame, self.client_host)
                 finally:
                     self._in_handler = False
                 if chunks is None:

@@ -1,15 +1,17 @@
 """Request handlers, one module per API family; each opens with the rules it implements.
 
-A handler is `async def handler(broker, header, request) -> response body | None`
+A handler is `async def handler(broker, header, request, client_host) -> body | None`
 (None: no response, as for acks=0 produce).
 """
 
-from wire.messages import (APIS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS,
-                           DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, FETCH, INIT_PRODUCER_ID,
-                           LIST_OFFSETS, METADATA, PRODUCE)
+from wire.messages import (APIS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
+                           FIND_COORDINATOR, HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
+                           LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE,
+                           SYNC_GROUP)
 
-from broker.handlers import (api_versions, cluster, configs, fetch, list_offsets, metadata,
-                             produce, topics_admin)
+from broker.handlers import (api_versions, cluster, configs, fetch, groups, list_offsets, metadata,
+                             offsets, produce, topics_admin)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -23,6 +25,16 @@ HANDLERS = {
     DESCRIBE_CONFIGS.key: configs.handle,
     DESCRIBE_CLUSTER.key: cluster.describe_cluster,
     INIT_PRODUCER_ID.key: cluster.init_producer_id,
+    FIND_COORDINATOR.key: groups.find_coordinator,
+    JOIN_GROUP.key: groups.join_group,
+    SYNC_GROUP.key: groups.sync_group,
+    HEARTBEAT.key: groups.heartbeat,
+    LEAVE_GROUP.key: groups.leave_group,
+    DESCRIBE_GROUPS.key: groups.describe_groups,
+    LIST_GROUPS.key: groups.list_groups,
+    DELETE_GROUPS.key: groups.delete_groups,
+    OFFSET_COMMIT.key: offsets.offset_commit,
+    OFFSET_FETCH.key: offsets.offset_fetch,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.

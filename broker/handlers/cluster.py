@@ -16,7 +16,7 @@ from wire.messages import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
 _MAX_EPOCH = 32767
 
 
-async def describe_cluster(broker, header, request):
+async def describe_cluster(broker, header, request, client_host):
     Resp = DESCRIBE_CLUSTER.response
     if header.request_api_version >= 1 and request.endpoint_type not in (1,):
         return Resp(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
@@ -31,7 +31,7 @@ async def describe_cluster(broker, header, request):
                 cluster_authorized_operations=-2147483648)
 
 
-async def init_producer_id(broker, header, request):
+async def init_producer_id(broker, header, request, client_host):
     Resp = INIT_PRODUCER_ID.response
     if request.transactional_id is not None:
         return Resp(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

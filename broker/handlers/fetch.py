@@ -91,7 +91,7 @@ def _build(broker, request, version):
     return topics_out, total, keys
 
 
-async def handle(broker, header, request):
+async def handle(broker, header, request, client_host):
     version = header.request_api_version
     if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])

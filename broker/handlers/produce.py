@@ -77,7 +77,7 @@ def _writable(view):
     return view if not view.readonly else memoryview(bytearray(view))
 
 
-async def handle(broker, header, request):
+async def handle(broker, header, request, client_host):
     acks = request.acks
     responses = []
     failed = None

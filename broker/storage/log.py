@@ -285,9 +285,11 @@ class PartitionLog:
     def enforce_retention(self, now: int | None = None) -> int:
         """Delete whole old segments by time and size; returns how many were deleted.
         The active segment is rolled first when it has itself expired."""
+        cfg = self.config
+        if "delete" not in cfg.cleanup_policy.split(","):
+            return 0  # compacted topics are cleaned by their owner, not expired
         now = now_ms() if now is None else now
         deletable = 0
-        cfg = self.config
         if cfg.retention_ms >= 0:
             for segment in self.segments:
                 largest = segment.max_timestamp()

@@ -1,0 +1,133 @@
+"""The `__consumer_offsets` topic: committed offsets and group metadata, durably.
+
+Records use Kafka's layout so tools that read the topic can follow it:
+- key OffsetCommitKey (key version 1: group, topic, partition) with value
+  OffsetCommitValue v3 (offset, leader epoch, metadata, commit timestamp);
+- key GroupMetadataKey (key version 2: group) with value GroupMetadataValue v3;
+- a null value (tombstone) deletes the key.
+A group lives in partition `abs(javaHash(group)) % partitions`, as in Kafka.
+
+Cleaning: the coordinator holds the live state in memory, so a partition that has grown
+past its threshold is cleaned by appending a snapshot of its live keys at the end and
+then deleting every segment before the snapshot. Replaying from the log start always
+yields the current state, before, during and after a cleaning.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from wire.messages import (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, OFFSET_COMMIT_KEY,
+                           OFFSET_COMMIT_VALUE)
+from wire.primitives import DecodeError
+from wire.records import build_batch, decode_batch, iter_batches
+
+TOPIC = "__consumer_offsets"
+_OFFSET_KEY_VERSION = 1
+_GROUP_KEY_VERSION = 2
+_OFFSET_VALUE_VERSION = 3
+_GROUP_VALUE_VERSION = 3
+_MAX_DECOMPRESSED = 256 * 1024 * 1024
+_RECORDS_PER_BATCH = 500
+
+
+def partition_for(group: str, partitions: int) -> int:
+    """Kafka's placement: Utils.abs(group.hashCode()) % partitions."""
+    units = group.encode("utf-16-be")  # Java's String.hashCode runs over UTF-16 code units
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    if h >= 0x80000000:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+def offset_record(group: str, topic: str, partition: int, value: CommittedOffset | None):
+    key = OFFSET_COMMIT_KEY.encode_versioned(
+        _OFFSET_KEY_VERSION, OFFSET_COMMIT_KEY(group=group, topic=topic, partition=partition))
+    if value is None:
+        return key, None
+    body = OFFSET_COMMIT_VALUE(offset=value.offset, leader_epoch=value.leader_epoch,
+                               metadata=value.metadata, commit_timestamp=value.commit_timestamp)
+    return key, OFFSET_COMMIT_VALUE.encode_versioned(_OFFSET_VALUE_VERSION, body)
+
+
+def group_record(group: str, metadata) -> tuple[bytes, bytes | None]:
+    """`metadata` is a GROUP_METADATA_VALUE struct, or None for a tombstone."""
+    key = GROUP_METADATA_KEY.encode_versioned(_GROUP_KEY_VERSION, GROUP_METADATA_KEY(group=group))
+    if metadata is None:
+        return key, None
+    return key, GROUP_METADATA_VALUE.encode_versioned(_GROUP_VALUE_VERSION, metadata)
+
+
+def batches_of(records: list[tuple[bytes, bytes | None]]) -> Iterable[bytearray]:
+    now = int(time.time() * 1000)
+    for i in range(0, len(records), _RECORDS_PER_BATCH):
+        chunk = records[i:i + _RECORDS_PER_BATCH]
+        yield bytearray(build_batch([(k, v, (), now) for k, v in chunk]))
+
+
+def read_records(log):
+    """Every (key bytes, value bytes or None) stored in one partition log, in order,
+    skipping control batches and records that are not Kafka offsets-topic records."""
+    for segment in list(log.segments):
+        position = 0
+        while position < segment.size:
+            header = segment.header_at(position)
+            batch = segment.region(position, position + header.size).read()
+            position += header.size
+            if header.is_control:
+                continue
+            for record in decode_batch(batch, _MAX_DECOMPRESSED):
+                if record.key is not None:
+                    yield record.key, record.value
+
+
+def decode_record(key: bytes, value: bytes | None):
+    """("offset", (group, topic, partition), CommittedOffset|None) or
+    ("group", group, GroupMetadataValue|None); None for a key we do not know."""
+    try:
+        version = int.from_bytes(key[:2], "big", signed=True)
+        if version in (0, 1):
+            _, k = OFFSET_COMMIT_KEY.decode_versioned(key)
+            if value is None:
+                return "offset", (k.group, k.topic, k.partition), None
+            _, v = OFFSET_COMMIT_VALUE.decode_versioned(value)
+            return "offset", (k.group, k.topic, k.partition), CommittedOffset(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+        if version == _GROUP_KEY_VERSION:
+            _, k = GROUP_METADATA_KEY.decode_versioned(key)
+            if value is None:
+                return "group", k.group, None
+            _, v = GROUP_METADATA_VALUE.decode_versioned(value)
+            return "group", k.group, v
+    except DecodeError:
+        return None
+    return None
+
+
+def append_records(log, records: list[tuple[bytes, bytes | None]]) -> None:
+    """Append records to a partition of the offsets topic (one batch per chunk)."""
+    for batch in batches_of(records):
+        view = memoryview(batch)
+        header = next(iter(iter_batches(view)))[0]
+        log.append(header, view)
+
+
+def clean(log, live_records: list[tuple[bytes, bytes | None]]) -> None:
+    """Replace a partition's history by a snapshot of its live records (see module doc)."""
+    log.roll()
+    snapshot_start = log.log_end_offset
+    append_records(log, live_records)
+    log.flush()
+    log.delete_records_before(snapshot_start)

@@ -1,0 +1,150 @@
+"""FindCoordinator v0–6, JoinGroup v0–9, SyncGroup v0–5, Heartbeat v0–4,
+LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2.
+
+- FindCoordinator: this broker coordinates every group (key type 0) and transactional
+  id (key type 1); v4+ answers a batch of keys; other key types are INVALID_REQUEST.
+- JoinGroup: v4+ new members must rejoin with the id sent back in MEMBER_ID_REQUIRED;
+  v5+ static membership (group_instance_id); v7+ returns the protocol type; v9
+  `skip_assignment` is always false (the leader computes the assignment).
+- SyncGroup v5 checks protocol type and name; LeaveGroup v3+ removes a batch of
+  members (by member id or instance id) with an error per member.
+- DescribeGroups reports a group that does not exist as Dead with no members.
+- ListGroups v4+ filters by state, v5+ by type (every group here is "classic").
+- DeleteGroups removes empty groups and their offsets (NON_EMPTY_GROUP otherwise).
+The membership rules themselves live in `broker.groups.coordinator`.
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
+                           LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
+
+from broker.groups.coordinator import DEAD, GroupError
+
+_GROUP_KEY, _TRANSACTION_KEY = 0, 1
+_CLASSIC = "classic"
+
+
+async def find_coordinator(broker, header, request, client_host):
+    Resp = FIND_COORDINATOR.response
+    version = header.request_api_version
+    host, port = broker.config.advertised
+    keys = request.coordinator_keys if version >= 4 else [request.key]
+    answers = []
+    for key in keys:
+        if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
+            answers.append((key, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}"))
+        else:
+            answers.append((key, ErrorCode.NONE, None))
+    if version >= 4:
+        return Resp(coordinators=[Resp.Coordinator(
+            key=key, node_id=broker.node_id if not code else -1, host=host if not code else "",
+            port=port if not code else -1, error_code=code, error_message=message)
+            for key, code, message in answers])
+    _, code, message = answers[0]
+    return Resp(error_code=code, error_message=message, node_id=broker.node_id if not code else -1,
+                host=host if not code else "", port=port if not code else -1)
+
+
+async def join_group(broker, header, request, client_host):
+    Resp = JOIN_GROUP.response
+    version = header.request_api_version
+    try:
+        result = await broker.groups.join(
+            request.group_id, request.member_id, request.group_instance_id, header.client_id or "",
+            client_host, request.session_timeout_ms, request.rebalance_timeout_ms,
+            request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
+            require_known_member_id=version >= 4)
+    except GroupError as exc:
+        return Resp(error_code=exc.code, generation_id=-1, protocol_name=None if version >= 7 else "",
+                    leader="", member_id=request.member_id, members=[])
+    members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=meta)
+               for m, i, meta in result.members]
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""
+    return Resp(error_code=result.error, generation_id=result.generation,
+                protocol_type=result.protocol_type, protocol_name=protocol_name,
+                leader=result.leader, member_id=result.member_id, members=members)
+
+
+async def sync_group(broker, header, request, client_host):
+    Resp = SYNC_GROUP.response
+    try:
+        protocol_type, protocol_name, assignment = await broker.groups.sync(
+            request.group_id, request.generation_id, request.member_id, request.group_instance_id,
+            request.protocol_type, request.protocol_name,
+            {a.member_id: bytes(a.assignment) for a in request.assignments})
+    except GroupError as exc:
+        return Resp(error_code=exc.code, assignment=b"")
+    return Resp(error_code=0, protocol_type=protocol_type, protocol_name=protocol_name,
+                assignment=assignment)
+
+
+async def heartbeat(broker, header, request, client_host):
+    try:
+        broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                request.group_instance_id)
+    except GroupError as exc:
+        return HEARTBEAT.response(error_code=exc.code)
+    return HEARTBEAT.response(error_code=0)
+
+
+async def leave_group(broker, header, request, client_host):
+    Resp = LEAVE_GROUP.response
+    if header.request_api_version < 3:
+        [code] = broker.groups.leave(request.group_id, [(request.member_id, None)])
+        return Resp(error_code=code)
+    members = [(m.member_id, m.group_instance_id) for m in request.members]
+    codes = broker.groups.leave(request.group_id, members)
+    return Resp(error_code=0, members=[
+        Resp.MemberResponse(member_id=m, group_instance_id=i, error_code=code)
+        for (m, i), code in zip(members, codes)])
+
+
+async def describe_groups(broker, header, request, client_host):
+    Resp = DESCRIBE_GROUPS.response
+    described = []
+    for group_id in request.groups:
+        group = broker.groups.groups.get(group_id)
+        if group is None:
+            described.append(Resp.DescribedGroup(error_code=0, group_id=group_id, group_state=DEAD,
+                                                 protocol_type="", protocol_data="", members=[]))
+            continue
+        protocol = group.protocol_name or ""
+        described.append(Resp.DescribedGroup(
+            error_code=0, group_id=group_id, group_state=group.state,
+            protocol_type=group.protocol_type or "", protocol_data=protocol,
+            members=[Resp.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=f"/{m.client_host}", member_assignment=m.assignment,
+                member_metadata=m.metadata_for(protocol) if protocol else b"")
+                for m in group.members.values()]))
+    return Resp(groups=described)
+
+
+async def list_groups(broker, header, request, client_host):
+    Resp = LIST_GROUPS.response
+    version = header.request_api_version
+    states = set(request.states_filter) if version >= 4 and request.states_filter else None
+    types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
+    listed = []
+    for group in broker.groups.groups.values():
+        if (states and group.state not in states) or (types and _CLASSIC not in types):
+            continue
+        listed.append(Resp.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
+                                       group_state=group.state, group_type=_CLASSIC))
+    return Resp(error_code=0, groups=listed)
+
+
+async def delete_groups(broker, header, request, client_host):
+    Resp = DELETE_GROUPS.response
+    results = []
+    for group_id in request.groups_names:
+        try:
+            broker.groups.delete_group(group_id)
+            results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=0))
+        except GroupError as exc:
+            results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=exc.code))
+    return Resp(results=results)
