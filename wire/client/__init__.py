@@ -12,11 +12,15 @@ from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
 from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
                                 ResponseTooLarge, UnsupportedVersion)
-from wire.client.model import (EARLIEST, LATEST, MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
-                               AbortedTransaction, BrokerInfo, ClusterMetadata, CommittedOffset,
-                               Coordinator, CreatedTopic, FetchedRecords, FetchResult, NewTopic,
-                               OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
-                               TopicInfo)
+from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, DYNAMIC_BROKER_CONFIG,
+                               DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
+                               MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
+                               STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG,
+                               AbortedTransaction, BrokerInfo, ClusterDescription, ClusterMetadata,
+                               CommittedOffset, ConfigEntry, ConfigSynonym, Coordinator,
+                               CreatedTopic, FetchedRecords, FetchResult, GroupDescription,
+                               GroupMember, ListedGroup, NewTopic, OffsetAndTimestamp,
+                               PartitionInfo, ProduceResult, ProducerRecord, TopicInfo)
 from wire.client.sync import Client
 from wire.client.versions import CLIENT_VERSIONS
 
@@ -26,7 +30,12 @@ __all__ = [
     "ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
     "ResponseTooLarge", "UnsupportedVersion",
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_COMMITTED", "READ_UNCOMMITTED",
-    "AbortedTransaction", "BrokerInfo", "ClusterMetadata", "CommittedOffset", "Coordinator",
-    "CreatedTopic", "FetchedRecords", "FetchResult", "NewTopic", "OffsetAndTimestamp",
-    "PartitionInfo", "ProduceResult", "ProducerRecord", "TopicInfo",
+    "TOPIC_RESOURCE", "BROKER_RESOURCE", "UNKNOWN_CONFIG", "DYNAMIC_TOPIC_CONFIG",
+    "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG",
+    "DEFAULT_CONFIG",
+    "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
+    "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
+    "FetchedRecords", "FetchResult", "GroupDescription", "GroupMember", "ListedGroup",
+    "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
+    "TopicInfo",
 ]

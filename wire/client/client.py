@@ -21,18 +21,21 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
 from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
                                 UnsupportedVersion)
-from wire.client.model import (MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED, AbortedTransaction,
-                               BrokerInfo, ClusterMetadata, CommittedOffset, Coordinator,
-                               CreatedTopic, FetchedRecords, FetchResult, NewTopic,
+from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, READ_COMMITTED,
+                               READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
+                               ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
+                               ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
+                               GroupDescription, GroupMember, ListedGroup, NewTopic,
                                OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
                                TopicInfo)
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (APIS, CREATE_TOPICS, DELETE_TOPICS, FETCH, FIND_COORDINATOR,
-                           INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
-                           PRODUCE)
+from wire.messages import (APIS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS,
+                           DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
+                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
+                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.primitives import ZERO_UUID
 from wire.records import CONTROL_ABORT, build_batch, decode_batch, decode_control_record, iter_batches
 from wire.schema import Struct
@@ -45,10 +48,13 @@ _T = TypeVar("_T")
 _CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequence numbers wrap from 2**31 - 1 to 0
 _GROUP_KEY = 0  # FindCoordinator key type of consumer groups
+_RESOURCE_NAMES = {2: "topic", 4: "broker"}
 _FIRST_BATCHED_FIND_COORDINATOR = 4
 _FIRST_GROUPS_OFFSET_FETCH = 8
 _FIRST_TOPIC_ID_FETCH = 13
 _FIRST_TOPICS_DELETE = 6
+_FIRST_STATES_LIST_GROUPS = 4
+_FIRST_SOURCES_DESCRIBE_CONFIGS = 1
 # The oldest ListOffsets version that understands each special timestamp.
 _LIST_OFFSETS_MIN_VERSION = {MAX_TIMESTAMP: 7}
 _LIST_OFFSETS_MIN_VERSION_READ_COMMITTED = 2
@@ -186,6 +192,20 @@ class AsyncClient:
         if topics.pop(topic, None) is not None:
             self._cluster = ClusterMetadata(self._cluster.cluster_id, self._cluster.controller_id,
                                             self._cluster.brokers, topics)
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and brokers, from DescribeCluster (any broker)."""
+        async def attempt() -> ClusterDescription:
+            connection = await self._any_connection()
+            response = await connection.request(
+                DESCRIBE_CLUSTER, connection.version(DESCRIBE_CLUSTER),
+                DESCRIBE_CLUSTER.request(include_cluster_authorized_operations=False))
+            check(response.error_code, "describe cluster", response.error_message)
+            return ClusterDescription(response.cluster_id, response.controller_id, {
+                b.broker_id: BrokerInfo(b.broker_id, b.host, b.port, b.rack)
+                for b in response.brokers})
+
+        return await self._retrying(attempt)
 
     # -- connections -------------------------------------------------------------------
     async def _connection(self, host: str, port: int) -> BrokerConnection:
@@ -392,8 +412,8 @@ class AsyncClient:
         result = await self.fetch(topic, partition, offset, max_wait_ms=max_wait_ms,
                                   min_bytes=min_bytes, max_bytes=max_bytes,
                                   isolation_level=isolation_level)
-        records, next_offset = _decode_fetched(result, isolation_level, max_decompressed_bytes)
-        return FetchedRecords(result, records, next_offset)
+        batches, next_offset = decode_fetched_batches(result, isolation_level, max_decompressed_bytes)
+        return FetchedRecords(result, [r for _, records in batches for r in records], next_offset)
 
     # -- list offsets --------------------------------------------------------------------
     async def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int, *,
@@ -539,6 +559,90 @@ class AsyncClient:
 
         return await self._with_coordinator(group, send)
 
+    async def describe_groups(self, groups: Iterable[str]) -> dict[str, GroupDescription]:
+        """Each group as its coordinator describes it: state, protocol and members with
+        their subscription and assignment bytes (see `GroupMember.consumer_assignment`).
+
+        A group the coordinator does not know comes back in state "Dead" (Kafka's answer
+        before DescribeGroups v6); other group errors raise KafkaError.
+        """
+        names = list(dict.fromkeys(groups))
+        answers = await asyncio.gather(*(self._describe_group(name) for name in names))
+        return dict(zip(names, answers))
+
+    async def _describe_group(self, group: str) -> GroupDescription:
+        context = f"describe group {group!r}"
+
+        async def send(connection: BrokerConnection) -> GroupDescription:
+            response = await connection.request(
+                DESCRIBE_GROUPS, connection.version(DESCRIBE_GROUPS),
+                DESCRIBE_GROUPS.request(groups=[group], include_authorized_operations=False))
+            answer = _only(response.groups, "group_id", group, context)
+            check(answer.error_code, context)
+            coordinator = self._coordinators.get(group) or Coordinator(-1, connection.host,
+                                                                       connection.port)
+            members = tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id,
+                                        m.client_host, bytes(m.member_metadata or b""),
+                                        bytes(m.member_assignment or b""))
+                            for m in answer.members)
+            return GroupDescription(answer.group_id, answer.group_state, answer.protocol_type,
+                                    answer.protocol_data, members, coordinator,
+                                    answer.authorized_operations)
+
+        return await self._with_coordinator(group, send)
+
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[ListedGroup]:
+        """The groups of every broker (each lists the groups it coordinates), by group id;
+        only those in `states` ("Stable", "Empty", ...) when given (ListGroups v4+)."""
+        wanted = None if states is None else list(states)
+
+        async def attempt() -> list[ListedGroup]:
+            brokers = (await self._refresh_metadata([])).brokers
+            answers = await asyncio.gather(*(self._list_groups_at(node_id, wanted)
+                                             for node_id in sorted(brokers)))
+            return sorted((group for answer in answers for group in answer),
+                          key=lambda group: (group.group_id, group.coordinator_id))
+
+        return await self._retrying(attempt)
+
+    async def _list_groups_at(self, node_id: int, states: list[str] | None) -> list[ListedGroup]:
+        connection = await self._node_connection(node_id)
+        version = connection.version(LIST_GROUPS)
+        if states and version < _FIRST_STATES_LIST_GROUPS:
+            raise UnsupportedVersion(f"list groups by state needs ListGroups "
+                                     f"v{_FIRST_STATES_LIST_GROUPS}, {connection.address} "
+                                     f"speaks v{version}")
+        response = await connection.request(LIST_GROUPS, version, LIST_GROUPS.request(
+            states_filter=states or [], types_filter=[]))
+        check(response.error_code, f"list groups of broker {node_id}")
+        return [ListedGroup(g.group_id, g.protocol_type, g.group_state, g.group_type, node_id)
+                for g in response.groups]
+
+    async def delete_groups(self, groups: Iterable[str]) -> dict[str, KafkaError | None]:
+        """Delete groups (their committed offsets included) through their coordinators;
+        each group's error (None on success) is returned, such as NON_EMPTY_GROUP while
+        it has members or GROUP_ID_NOT_FOUND. Retriable errors are retried, then raised."""
+        names = list(dict.fromkeys(groups))
+        answers = await asyncio.gather(*(self._delete_group(name) for name in names))
+        return dict(zip(names, answers))
+
+    async def _delete_group(self, group: str) -> KafkaError | None:
+        context = f"delete group {group!r}"
+
+        async def send(connection: BrokerConnection) -> KafkaError | None:
+            response = await connection.request(
+                DELETE_GROUPS, connection.version(DELETE_GROUPS),
+                DELETE_GROUPS.request(groups_names=[group]))
+            answer = _only(response.results, "group_id", group, context)
+            if not answer.error_code:
+                return None
+            error = KafkaError(answer.error_code, context)
+            if error.retriable:
+                raise error
+            return error
+
+        return await self._with_coordinator(group, send)
+
     # -- topic administration -----------------------------------------------------------
     async def _controller_connection(self) -> BrokerConnection:
         if self._cluster.controller_id < 0:
@@ -617,6 +721,106 @@ class AsyncClient:
         return await self._retrying(attempt, self._forget_controller)
 
 
+    async def create_partitions(self, counts: Mapping[str, int], *,
+                                assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                                validate_only: bool = False,
+                                timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        """Grow each topic to `counts[topic]` partitions through the controller;
+        `assignments[topic]` may list the replica broker ids of each new partition.
+        Each topic's error (None on success) is returned, not raised."""
+        results: dict[str, KafkaError | None] = {}
+        remaining = dict(counts)
+        assignments = assignments or {}
+
+        async def attempt() -> dict[str, KafkaError | None]:
+            connection = await self._controller_connection()
+            Request = CREATE_PARTITIONS.request
+            body = Request(timeout_ms=timeout_ms, validate_only=validate_only, topics=[
+                Request.CreatePartitionsTopic(
+                    name=name, count=count,
+                    assignments=None if name not in assignments else [
+                        Request.CreatePartitionsAssignment(broker_ids=list(ids))
+                        for ids in assignments[name]])
+                for name, count in remaining.items()])
+            response = await connection.request(
+                CREATE_PARTITIONS, connection.version(CREATE_PARTITIONS), body,
+                timeout=self.request_timeout + timeout_ms / 1000)
+            for answer in response.results:
+                if answer.error_code == ErrorCode.NOT_CONTROLLER:
+                    continue
+                results[answer.name] = KafkaError(
+                    answer.error_code, f"create partitions of topic {answer.name!r}",
+                    answer.error_message) if answer.error_code else None
+                self._forget_topic(answer.name)
+                remaining.pop(answer.name, None)
+            if remaining:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"create partitions {sorted(remaining)}")
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+    # -- configs -------------------------------------------------------------------------
+    async def describe_configs(self, resources: Iterable[tuple[int, str]], *,
+                               keys: Iterable[str] | None = None, include_synonyms: bool = False,
+                               ) -> dict[tuple[int, str], dict[str, ConfigEntry]]:
+        """The configs of each `(resource type, name)`: TOPIC_RESOURCE with a topic name,
+        BROKER_RESOURCE with a broker id (asked of that broker). All keys unless `keys`.
+
+        `ConfigEntry.source` tells overrides (DYNAMIC_TOPIC_CONFIG, ...) from defaults.
+        A resource's error (such as UNKNOWN_TOPIC_OR_PARTITION) raises KafkaError.
+        """
+        wanted = list(dict.fromkeys((int(kind), str(name)) for kind, name in resources))
+        key_list = None if keys is None else list(keys)
+
+        async def attempt() -> dict[tuple[int, str], dict[str, ConfigEntry]]:
+            by_node: dict[int | None, list[tuple[int, str]]] = collections.defaultdict(list)
+            for kind, name in wanted:  # broker resources go to that broker, others anywhere
+                by_node[int(name) if kind == BROKER_RESOURCE and name.isdigit() else None].append(
+                    (kind, name))
+            answers = await asyncio.gather(*(
+                self._describe_configs_at(node_id, items, key_list, include_synonyms)
+                for node_id, items in by_node.items()))
+            return {resource: entries for answer in answers for resource, entries in answer.items()}
+
+        return await self._retrying(attempt)
+
+    async def _describe_configs_at(self, node_id: int | None, resources: list[tuple[int, str]],
+                                   keys: list[str] | None, include_synonyms: bool,
+                                   ) -> dict[tuple[int, str], dict[str, ConfigEntry]]:
+        if node_id is None:
+            connection = await self._any_connection()
+        else:
+            connection = await self._node_connection(node_id)
+        version = connection.version(DESCRIBE_CONFIGS)
+        Request = DESCRIBE_CONFIGS.request
+        body = Request(include_synonyms=include_synonyms, include_documentation=False, resources=[
+            Request.DescribeConfigsResource(resource_type=kind, resource_name=name,
+                                            configuration_keys=keys)
+            for kind, name in resources])
+        response = await connection.request(DESCRIBE_CONFIGS, version, body)
+        described = {}
+        for kind, name in resources:
+            context = f"describe configs of {_RESOURCE_NAMES.get(kind, f'resource type {kind}')} {name!r}"
+            answer = next((r for r in response.results
+                           if r.resource_type == kind and r.resource_name == name), None)
+            if answer is None:
+                raise ProtocolViolation(f"{context}: the response has no entry for it")
+            check(answer.error_code, context, answer.error_message)
+            entries = {}
+            for config in answer.configs:
+                if version >= _FIRST_SOURCES_DESCRIBE_CONFIGS:
+                    source, is_default = config.config_source, config.config_source == DEFAULT_CONFIG
+                else:
+                    source = DEFAULT_CONFIG if config.is_default else UNKNOWN_CONFIG
+                    is_default = config.is_default
+                entries[config.name] = ConfigEntry(
+                    config.name, config.value, source, is_default, config.read_only,
+                    config.is_sensitive,
+                    tuple(ConfigSynonym(y.name, y.value, y.source) for y in config.synonyms or ()))
+            described[(kind, name)] = entries
+        return described
+
+
 # -- helpers ---------------------------------------------------------------------------
 
 def _parse_addresses(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -667,15 +871,17 @@ def _record_row(record: ProducerRecord) -> tuple:
     return record.key, record.value, record.headers, timestamp
 
 
-def _decode_fetched(result: FetchResult, isolation_level: int,
-                    max_decompressed_bytes: int) -> tuple[list, int]:
-    """The records a consumer sees in `result`, and the offset to fetch next.
+def decode_fetched_batches(result: FetchResult, isolation_level: int,
+                           max_decompressed_bytes: int) -> tuple[list, int]:
+    """The data batches a consumer sees in `result` as (batch header, records) pairs,
+    and the offset to fetch next.
 
     A batch may start before the fetch offset (the broker returns whole batches), so
-    earlier records are dropped. Under READ_COMMITTED, data batches of a producer are
-    skipped from the first offset of each aborted transaction up to its ABORT marker.
+    earlier records are dropped. Control batches are never returned. Under
+    READ_COMMITTED, data batches of a producer are skipped from the first offset of each
+    aborted transaction up to its ABORT marker.
     """
-    records = []
+    batches = []
     next_offset = result.fetch_offset
     pending_aborts = collections.deque(sorted(result.aborted_transactions,
                                               key=lambda a: a.first_offset))
@@ -696,6 +902,8 @@ def _decode_fetched(result: FetchResult, isolation_level: int,
             continue
         if read_committed and header.is_transactional and header.producer_id in aborting:
             continue
-        records.extend(r for r in decode_batch(batch, max_decompressed_bytes)
-                       if r.offset >= result.fetch_offset)
-    return records, next_offset
+        records = decode_batch(batch, max_decompressed_bytes)
+        if header.base_offset < result.fetch_offset:
+            records = [r for r in records if r.offset >= result.fetch_offset]
+        batches.append((header, records))
+    return batches, next_offset

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import itertools
 import os
+import socket
 import struct
 
 from wire.client.errors import (ConnectionFailed, ProtocolViolation, RequestTimedOut,
@@ -95,7 +96,10 @@ class BrokerConnection:
                 raise ConnectionFailed(f"cannot connect to {self.address}: no answer within "
                                        f"{self.connect_timeout:g} s") from None
             except OSError as exc:  # asyncio's message hides the reason behind errno
-                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                if isinstance(exc, socket.gaierror):  # negative EAI_* codes: not errnos
+                    reason = exc.strerror or str(exc)
+                else:
+                    reason = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ConnectionFailed(f"cannot connect to {self.address}: {reason}") from exc
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read_responses(reader, writer))

@@ -7,13 +7,18 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from wire.errors import KafkaError
+from wire.messages import CONSUMER_PROTOCOL_ASSIGNMENT, CONSUMER_PROTOCOL_SUBSCRIPTION
 from wire.records import Record
 
 __all__ = [
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_UNCOMMITTED", "READ_COMMITTED",
-    "AbortedTransaction", "BrokerInfo", "ClusterMetadata", "CommittedOffset", "Coordinator",
-    "CreatedTopic", "FetchResult", "FetchedRecords", "NewTopic", "OffsetAndTimestamp",
-    "PartitionInfo", "ProduceResult", "ProducerRecord", "TopicInfo",
+    "TOPIC_RESOURCE", "BROKER_RESOURCE", "DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG", "UNKNOWN_CONFIG",
+    "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
+    "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
+    "FetchResult", "FetchedRecords", "GroupDescription", "GroupMember", "ListedGroup",
+    "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
+    "TopicInfo",
 ]
 
 # ListOffsets timestamps with special meanings.
@@ -24,6 +29,18 @@ MAX_TIMESTAMP = -3  # the offset of the record with the largest timestamp (ListO
 # Fetch and ListOffsets isolation levels.
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+
+# DescribeConfigs resource types (Kafka's ConfigResource.Type) ...
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+# ... and where a config's value comes from (Kafka's ConfigEntry.ConfigSource).
+UNKNOWN_CONFIG = 0  # also what DescribeConfigs v0 reports for a non-default value
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
 
 
 class ProducerRecord(NamedTuple):
@@ -144,3 +161,83 @@ class Coordinator(NamedTuple):
     node_id: int
     host: str
     port: int
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """DescribeCluster's answer."""
+
+    cluster_id: str
+    controller_id: int  # -1 when unknown
+    brokers: dict[int, BrokerInfo]
+
+
+class ListedGroup(NamedTuple):
+    group_id: str
+    protocol_type: str  # "consumer" for consumer groups, "" for groups that only commit
+    state: str  # "" when the broker does not report it (ListGroups < v4)
+    group_type: str  # "classic" or "consumer"; "" when not reported (ListGroups < v5)
+    coordinator_id: int  # the broker that listed it
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None  # None for dynamic members (and DescribeGroups < v4)
+    client_id: str
+    client_host: str
+    metadata: bytes  # the protocol's subscription bytes (for "consumer": the consumer protocol)
+    assignment: bytes  # what the leader assigned to this member
+
+    def consumer_subscription(self) -> tuple[str, ...]:
+        """The topics of a consumer-protocol subscription (`metadata`); () when empty.
+        Raises `wire.primitives.DecodeError` for bytes of another protocol."""
+        if not self.metadata:
+            return ()
+        _, subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.decode_versioned(self.metadata)
+        return tuple(subscription.topics)
+
+    def consumer_assignment(self) -> dict[str, tuple[int, ...]]:
+        """{topic: partitions} of a consumer-protocol `assignment`; {} when empty.
+        Raises `wire.primitives.DecodeError` for bytes of another protocol."""
+        if not self.assignment:
+            return {}
+        _, assignment = CONSUMER_PROTOCOL_ASSIGNMENT.decode_versioned(self.assignment)
+        assigned: dict[str, tuple[int, ...]] = {}
+        for item in assignment.assigned_partitions:
+            assigned[item.topic] = tuple(sorted({*assigned.get(item.topic, ()), *item.partitions}))
+        return assigned
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group as its coordinator describes it. A group the coordinator does not know
+    is reported by Kafka (DescribeGroups < v6) as state "Dead" with no members."""
+
+    group_id: str
+    state: str  # "Empty", "Stable", "PreparingRebalance", "CompletingRebalance", "Dead"
+    protocol_type: str
+    protocol: str  # the chosen assignor for consumer groups ("range", ...); "" when none
+    members: tuple[GroupMember, ...]
+    coordinator: Coordinator
+    authorized_operations: int = -2147483648  # not requested
+
+
+class ConfigSynonym(NamedTuple):
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a resource. `source` is UNKNOWN_CONFIG for non-default values
+    reported by DescribeConfigs v0, which only says whether a value is the default."""
+
+    name: str
+    value: str | None  # None for sensitive values
+    source: int
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()

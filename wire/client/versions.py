@@ -12,9 +12,10 @@ the generation/retention layout, CreateTopics v0 has no validate_only.
 from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
-from wire.messages import (API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, FIND_COORDINATOR,
-                           INIT_PRODUCER_ID, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH,
-                           PRODUCE)
+from wire.messages import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
+                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
+                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.schema import Api
 
 __all__ = ["CLIENT_VERSIONS", "choose_version"]
@@ -31,6 +32,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS.key: (1, 7),
     DELETE_TOPICS.key: (0, 6),
     INIT_PRODUCER_ID.key: (0, 5),
+    DESCRIBE_GROUPS.key: (0, 5),
+    LIST_GROUPS.key: (0, 5),
+    DELETE_GROUPS.key: (0, 2),
+    CREATE_PARTITIONS.key: (0, 3),
+    DESCRIBE_CONFIGS.key: (0, 4),
+    DESCRIBE_CLUSTER.key: (0, 1),
 }
 
 

@@ -1,0 +1,390 @@
+"""The `sluice` source: Kafka topic-partitions read as Spark partitions of Arrow batches.
+
+Offsets are Spark's Kafka JSON, `{topic: {partition: offset}}`, each the next offset to
+read. The driver plans one `OffsetRange` per topic-partition (split further to honour
+`minPartitions`); each task fetches its range straight from the partition leader and
+yields Arrow batches. Planning and reading use only the `wire` client, so any
+Kafka-compatible broker works.
+
+Rules:
+- New partitions of a subscribed topic, and new topics matching `subscribePattern`,
+  are read from their earliest offset.
+- Data loss (a start offset below the log start after retention, a partition or topic
+  gone, an end below the start) fails the query naming topic, partition and offsets
+  when `failOnDataLoss` is true (the default); otherwise reading continues from the
+  earliest available offset.
+- `maxOffsetsPerTrigger` is a read limit (admission control), spread over partitions
+  in proportion to their backlog; `trigger(availableNow=True)` fixes its target when
+  the query starts and honours the limit on the way there.
+- With `kafka.group.id`, every offset Spark reports as processed (the start of each
+  new `latestOffset` call, which Spark makes only after the previous batch committed)
+  is committed to that consumer group, so the group tracks the query, including its
+  final batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from spark_connector.arrow import arrow_schema, records_to_batch
+from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
+from wire.client import Client, ClientError
+from wire.client.client import decode_fetched_batches
+from wire.errors import ErrorCode, KafkaError
+
+_MAX_DECOMPRESSED = 256 * 1024 * 1024
+_STALLED_FETCHES = 20  # empty fetches in a row before a task gives up on its range
+
+
+class SluiceDataLossError(RuntimeError):
+    """Offsets the query needs are gone (retention, deleted topic or partition)."""
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    bootstrap_servers: str
+    isolation_level: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    max_partition_fetch_bytes: int
+    fetch_max_wait_ms: int
+    client: tuple  # wire client keyword arguments, as pairs (hashable, picklable)
+
+
+def to_json_offsets(offsets: dict[tuple[str, int], int]) -> dict:
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = offset
+    return result
+
+
+def from_json_offsets(offsets: dict) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+def _client(options: SourceOptions) -> Client:
+    settings = {"client_id": "sluice-spark", "retry_timeout": 20.0, **options.client}
+    return Client(options.bootstrap_servers, **settings)
+
+
+class _Planner:
+    """Driver-side knowledge of the subscribed partitions and their offsets."""
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = _client(self.options)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ClientError as exc:
+            raise RuntimeError(f"sluice: cannot {what} via kafka.bootstrap.servers="
+                               f"{self.options.bootstrap_servers}: {exc}") from None
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """The topic-partitions the query reads now."""
+        sub = self.options.subscription
+        if sub.assigned:
+            return sorted(sub.assigned)
+        topics = list(sub.topics) if sub.topics else None
+        metadata = self._call("read metadata", self.client.metadata, topics)
+        found = []
+        for topic in metadata.topics.values():
+            if topic.error_code or not sub.matches(topic.name):
+                continue
+            found += [(topic.name, p) for p in topic.partitions]
+        return sorted(found)
+
+    def offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """ListOffsets for `timestamp` (-2 earliest, -1 latest/LSO, or ms) per partition;
+        -1 where no offset answers a timestamp."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        result = {}
+        for topic, parts in by_topic.items():
+            answers = self._call("list offsets", self.client.list_offsets, topic, parts, timestamp,
+                                 isolation_level=self.options.isolation_level)
+            for partition, answer in answers.items():
+                result[(topic, partition)] = answer.offset
+        return result
+
+    def resolve(self, position: Position, partitions: list[tuple[str, int]],
+                what: str) -> dict[tuple[str, int], int]:
+        """Concrete offsets of a starting or ending position."""
+        if position.kind in ("earliest", "latest"):
+            return self.offsets(partitions, EARLIEST if position.kind == "earliest" else LATEST)
+        if position.kind == "group":
+            committed = self._call("fetch the group's offsets", self.client.fetch_offsets,
+                                   self.options.group_id, partitions)
+            earliest = self.offsets(partitions, EARLIEST)
+            return {tp: (committed[tp].offset if tp in committed and committed[tp].offset >= 0
+                         else earliest[tp]) for tp in partitions}
+        if position.kind == "offsets":
+            missing = set(position.offsets) - set(partitions)
+            if missing and self.options.subscription.assigned:
+                raise SluiceOptionError(f"option '{what}' names partitions not assigned: {sorted(missing)}")
+            specials = {tp: o for tp, o in position.offsets.items() if o < 0 and tp in partitions}
+            earliest = self.offsets(list(specials), EARLIEST) if specials else {}
+            latest = self.offsets(list(specials), LATEST) if specials else {}
+            result = {}
+            for tp in partitions:
+                value = position.offsets.get(tp, EARLIEST if what == "startingOffsets" else LATEST)
+                if value == EARLIEST:
+                    value = earliest.get(tp) if tp in earliest else self.offsets([tp], EARLIEST)[tp]
+                elif value == LATEST:
+                    value = latest.get(tp) if tp in latest else self.offsets([tp], LATEST)[tp]
+                result[tp] = value
+            return result
+        # timestamps
+        result = {}
+        for tp in partitions:
+            ts = position.timestamp if position.timestamp is not None else position.timestamps.get(tp)
+            if ts is None:
+                result[tp] = self.offsets([tp], EARLIEST if what.startswith("starting") else LATEST)[tp]
+                continue
+            offset = self.offsets([tp], ts)[tp]
+            if offset < 0:
+                if position.strategy == "error":
+                    raise SluiceOptionError(f"option '{what}': no record of {tp[0]}/{tp[1]} has a "
+                                            f"timestamp at or after {ts}")
+                offset = self.offsets([tp], LATEST)[tp]
+            result[tp] = offset
+        return result
+
+    def check_start(self, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+                    earliest: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Start offsets corrected for data loss (or an error, under failOnDataLoss)."""
+        checked = {}
+        for tp, offset in start.items():
+            if tp not in latest:
+                _data_loss(self.options.fail_on_data_loss,
+                           f"{tp[0]}-{tp[1]} no longer exists (it was at offset {offset})")
+                continue
+            low, high = earliest[tp], latest[tp]
+            if offset < low or offset > high:
+                _data_loss(self.options.fail_on_data_loss,
+                           f"{tp[0]}-{tp[1]}: offset {offset} is outside the available range "
+                           f"[{low}, {high}] (deleted by retention, or the topic was recreated)")
+                offset = low
+            checked[tp] = offset
+        return checked
+
+    def plan(self, start: dict[tuple[str, int], int], end: dict[tuple[str, int], int]) -> list[OffsetRange]:
+        ranges = [(tp, start.get(tp, 0), until) for tp, until in sorted(end.items())
+                  if until > start.get(tp, 0)]
+        ranges = _split(ranges, self.options.min_partitions)
+        o = self.options
+        client = tuple(sorted(o.client.items()))
+        return [OffsetRange(topic, partition, low, high, o.bootstrap_servers, o.isolation_level,
+                            o.include_headers, o.fail_on_data_loss, o.max_partition_fetch_bytes,
+                            o.fetch_max_wait_ms, client)
+                for (topic, partition), low, high in ranges]
+
+
+def _data_loss(fail: bool, message: str) -> None:
+    if fail:
+        raise SluiceDataLossError(
+            f"sluice: data loss: {message}. Set option 'failOnDataLoss' to false to continue "
+            "from the earliest available offset instead.")
+
+
+def _split(ranges: list, min_partitions: int | None) -> list:
+    """Split ranges so there are at least `min_partitions`, cutting big ones evenly."""
+    if not min_partitions or len(ranges) >= min_partitions or not ranges:
+        return ranges
+    total = sum(high - low for _, low, high in ranges)
+    result = []
+    for tp, low, high in ranges:
+        parts = max(1, math.ceil((high - low) * min_partitions / total))
+        step = math.ceil((high - low) / parts)
+        result += [(tp, a, min(a + step, high)) for a in range(low, high, step)]
+    return result
+
+
+def read_range(part: OffsetRange):
+    """Fetch [from_offset, until_offset) of one partition, as Arrow batches."""
+    schema = arrow_schema(part.include_headers)
+    client = Client(part.bootstrap_servers, **{"client_id": "sluice-spark-task", **dict(part.client)})
+    try:
+        offset = part.from_offset
+        stalled = 0
+        while offset < part.until_offset:
+            try:
+                result = client.fetch(part.topic, part.partition, offset,
+                                      max_wait_ms=part.fetch_max_wait_ms,
+                                      max_bytes=part.max_partition_fetch_bytes,
+                                      isolation_level=part.isolation_level)
+            except KafkaError as exc:
+                if exc.code not in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    raise
+                _data_loss(part.fail_on_data_loss,
+                           f"{part.topic}-{part.partition}: offsets [{offset}, {part.until_offset}) "
+                           f"can no longer be read ({exc.code.name})")
+                if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    return
+                earliest = client.list_offsets(part.topic, [part.partition], EARLIEST)[part.partition].offset
+                if earliest <= offset:
+                    return
+                offset = earliest
+                continue
+            batches, next_offset = decode_fetched_batches(result, part.isolation_level, _MAX_DECOMPRESSED)
+            rows = []
+            for header, records in batches:
+                kind = header.timestamp_type
+                for r in records:
+                    if r.offset >= part.until_offset:
+                        break
+                    rows.append(r._replace(attributes=kind << 3))
+            if rows:
+                yield records_to_batch(part.topic, part.partition, rows, part.include_headers, schema)
+            if next_offset <= offset:
+                stalled += 1
+                if stalled > _STALLED_FETCHES or result.high_watermark <= offset:
+                    if result.last_stable_offset <= offset < part.until_offset and stalled <= _STALLED_FETCHES * 10:
+                        time.sleep(0.05)  # an open transaction holds the stable offset back
+                        continue
+                    raise RuntimeError(f"sluice: {part.topic}-{part.partition} stopped at offset {offset} "
+                                       f"before {part.until_offset} (high watermark {result.high_watermark})")
+                continue
+            stalled = 0
+            offset = next_offset
+    finally:
+        client.close()
+
+
+class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self.planner = _Planner(options)
+        self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+        self._committed: dict | None = None
+
+    def initialOffset(self) -> dict:
+        partitions = self.planner.partitions()
+        return to_json_offsets(self.planner.resolve(self.options.starting, partitions, "startingOffsets"))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        partitions = self.planner.partitions()
+        self._target = self.planner.offsets(partitions, LATEST)
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        self._commit_to_group(start)
+        begin = from_json_offsets(start)
+        partitions = self.planner.partitions()
+        latest = self._target if self._target is not None else self.planner.offsets(partitions, LATEST)
+        for tp in partitions:  # partitions that appeared since: from their earliest offset
+            if tp not in begin and (self._target is None or tp in self._target):
+                begin[tp] = self.planner.offsets([tp], EARLIEST)[tp]
+                latest.setdefault(tp, begin[tp])
+        end = {tp: max(latest.get(tp, off), off) if tp in latest else off for tp, off in begin.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = _limit(begin, end, limit.max_rows)
+        return to_json_offsets(end)
+
+    def reportLatestOffset(self):
+        partitions = self.planner.partitions()
+        return to_json_offsets(self.planner.offsets(partitions, LATEST))
+
+    def partitions(self, start: dict, end: dict):
+        begin, until = from_json_offsets(start), from_json_offsets(end)
+        live = self.planner.partitions()
+        known = [tp for tp in until if tp in live]
+        earliest = self.planner.offsets(known, EARLIEST) if known else {}
+        latest = self.planner.offsets(known, LATEST) if known else {}
+        for tp in until:
+            begin.setdefault(tp, earliest.get(tp, 0))
+        begin = self.planner.check_start({tp: begin[tp] for tp in until}, latest, earliest)
+        return self.planner.plan(begin, until)
+
+    def read(self, partition: OffsetRange):
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        self._commit_to_group(end)
+
+    def _commit_to_group(self, offsets: dict) -> None:
+        if self.options.group_id is None or offsets == self._committed:
+            return
+        try:
+            self.planner.client.commit_offsets(self.options.group_id, from_json_offsets(offsets))
+        except (ClientError, KafkaError) as exc:
+            raise RuntimeError(f"sluice: cannot commit offsets to group "
+                               f"{self.options.group_id!r} (kafka.group.id): {exc}") from None
+        self._committed = offsets
+
+    def stop(self) -> None:
+        self.planner.close()
+
+
+def _limit(begin: dict, end: dict, max_rows: int) -> dict:
+    """Spread `max_rows` over partitions in proportion to their backlog."""
+    backlog = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return end
+    limited = {}
+    for tp, lag in backlog.items():
+        limited[tp] = begin[tp] + int(lag * max_rows / total)
+    spare = max_rows - sum(limited[tp] - begin[tp] for tp in limited)
+    for tp in sorted(backlog, key=lambda t: -backlog[t]):  # hand out rounding leftovers
+        if spare <= 0:
+            break
+        if limited[tp] < end[tp]:
+            limited[tp] += 1
+            spare -= 1
+    return limited
+
+
+class SluiceBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self):
+        planner = _Planner(self.options)
+        try:
+            partitions = planner.partitions()
+            start = planner.resolve(self.options.starting, partitions, "startingOffsets")
+            end = planner.resolve(self.options.ending, partitions, "endingOffsets")
+            earliest = planner.offsets(partitions, EARLIEST)
+            latest = planner.offsets(partitions, LATEST)
+            start = planner.check_start(start, latest, earliest)
+            for tp, offset in end.items():
+                if offset > latest[tp]:
+                    raise SluiceOptionError(f"option 'endingOffsets': {tp[0]}/{tp[1]} ends at {offset}, "
+                                            f"beyond the latest offset {latest[tp]}")
+            ranges = planner.plan(start, end)
+            return ranges or [OffsetRange("", 0, 0, 0, self.options.bootstrap_servers, 0,
+                                          self.options.include_headers, True, 1, 0, ())]
+        finally:
+            planner.close()
+
+    def read(self, partition: OffsetRange):
+        if partition.until_offset <= partition.from_offset:
+            return iter(())
+        return read_range(partition)
