@@ -25,3 +25,25 @@ def broker(tmp_path):
 
     with BrokerProcess(tmp_path / "data") as proc:
         yield proc
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One real Spark session (local[2]) for the whole test run, with `sluice` registered."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import spark_connector
+
+    session = (SparkSession.builder.master("local[2]").appName("sluice-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    spark_connector.register(session)
+    yield session
+    session.stop()
