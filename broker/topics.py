@@ -28,6 +28,7 @@ LOG_START_OFFSETS = "log-start-offset-checkpoint"
 HIGH_WATERMARKS = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 MAX_PARTITIONS = 100_000
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class TopicError(Exception):
@@ -42,7 +43,11 @@ class Topic:
     topic_id: uuid.UUID
     configs: dict[str, str]
     logs: list[PartitionLog] = field(default_factory=list)
-    internal: bool = False
+
+    @property
+    def internal(self) -> bool:
+        """The broker's own topics (group offsets, transaction state), as Kafka names them."""
+        return self.name in INTERNAL_TOPICS
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -118,7 +123,7 @@ class TopicManager:
 
     # -- changes ---------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
-               validate_only: bool = False, internal: bool = False) -> Topic | None:
+               validate_only: bool = False) -> Topic | None:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -135,7 +140,7 @@ class TopicManager:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if validate_only:
             return None
-        topic = Topic(name, uuid.uuid4(), overrides, internal=internal)
+        topic = Topic(name, uuid.uuid4(), overrides)
         log_config = self.config.log_config(overrides)
         for p in range(partitions):
             topic.logs.append(PartitionLog(self._partition_dir(name, p), name, p, log_config,

@@ -15,8 +15,9 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   assignment back without a rebalance; the replaced id is FENCED_INSTANCE_ID.
 - Members that miss heartbeats for their session timeout are removed (not while they
   wait in JoinGroup, which the rebalance timeout governs).
-- OffsetCommit needs the member and generation of a stable group; a group with no
-  members accepts commits with generation -1 and no member id (`assign()` users).
+- OffsetCommit needs the member and generation of a group that is Stable or preparing a
+  rebalance (REBALANCE_IN_PROGRESS while it completes one); a group with no members
+  accepts commits with generation -1 and no member id (`assign()` users).
 - Offsets and group metadata are written to `__consumer_offsets` before the request is
   answered; the state is replayed from there on start. Offsets of groups left empty
   for `offsets.retention.minutes` expire.
@@ -140,8 +141,7 @@ class GroupCoordinator:
         if topic is None:
             topic = topics.create(offsets_log.TOPIC, self.partitions,
                                   {"cleanup.policy": "compact",
-                                   "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)},
-                                  internal=True)
+                                   "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)})
         return topic
 
     def _log_for(self, group_id: str):
@@ -169,7 +169,9 @@ class GroupCoordinator:
                 kind, ident, payload = decoded
                 if kind == "offset":
                     group_id, topic_name, partition = ident
-                    group = self.groups.setdefault(group_id, Group(group_id))
+                    # Without a group record (standalone commits) the commit timestamps
+                    # alone decide when its offsets expire, not the time of this start.
+                    group = self.groups.setdefault(group_id, Group(group_id, state_since_ms=0))
                     if payload is None:
                         group.offsets.pop((topic_name, partition), None)
                     else:
@@ -199,6 +201,8 @@ class GroupCoordinator:
             if m.group_instance_id:
                 group.static_members[m.group_instance_id] = m.member_id
         group.set_state(STABLE if group.members else EMPTY)
+        if not group.members and value.current_state_timestamp >= 0:
+            group.state_since_ms = value.current_state_timestamp  # empty since then, for expiry
 
     def _group_metadata_record(self, group: Group):
         members = [GROUP_METADATA_VALUE.MemberMetadata(
@@ -492,7 +496,10 @@ class GroupCoordinator:
             if generation != group.generation:
                 raise GroupError(ErrorCode.ILLEGAL_GENERATION,
                                  f"generation {generation} is not the group's {group.generation}")
-            if group.state != STABLE:
+            if group.state == COMPLETING:
+                # Kafka's rule: while a rebalance is only being prepared, members still commit
+                # for their generation (what they consumed before rejoining); once the new
+                # generation exists, commits wait for its assignment.
                 raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         codes: dict[tuple[str, int], int] = {}
         accepted = {}
