@@ -28,17 +28,21 @@ import math
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-from spark_connector.arrow import arrow_schema, records_to_batch
+from spark_connector.arrow import arrow_schema, columns_to_batch
 from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
 from wire.client import Client, ClientError
-from wire.client.client import decode_fetched_batches
+from wire.client.client import visible_batches
+from wire.columns import decode_batch_columns
 from wire.errors import ErrorCode, KafkaError
 
 _MAX_DECOMPRESSED = 256 * 1024 * 1024
-_STALLED_FETCHES = 20  # empty fetches in a row before a task gives up on its range
+_STALLED_FETCHES = 20
+_MIN_ARROW_ROWS = 4096  # smaller Kafka batches are merged before Spark sees them  # empty fetches in a row before a task gives up on its range
 
 
 class SluiceDataLossError(RuntimeError):
@@ -166,7 +170,9 @@ class _Planner:
             offset = self.offsets([tp], ts)[tp]
             if offset < 0:
                 if position.strategy == "error":
-                    raise SluiceOptionError(f"option '{what}': no record of {tp[0]}/{tp[1]} has a "
+                    option = (what.replace("Offsets", "Timestamp") if position.timestamp is not None
+                              else what + "ByTimestamp")
+                    raise SluiceOptionError(f"option '{option}': no record of {tp[0]}/{tp[1]} has a "
                                             f"timestamp at or after {ts}")
                 offset = self.offsets([tp], LATEST)[tp]
             result[tp] = offset
@@ -222,6 +228,23 @@ def _split(ranges: list, min_partitions: int | None) -> list:
     return result
 
 
+def _merged(batches: list, schema: pa.Schema) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+
+
+def _within(arrow: pa.RecordBatch, columns, low: int, high: int) -> pa.RecordBatch:
+    """The rows of a Kafka batch whose offsets lie in [low, high)."""
+    first, last = columns.header.base_offset, columns.header.last_offset
+    if first >= low and last < high:
+        return arrow
+    offsets = memoryview(columns.offsets).cast("q")
+    start = next((i for i, o in enumerate(offsets) if o >= low), len(offsets))
+    stop = next((i for i, o in enumerate(offsets) if o >= high), len(offsets))
+    return arrow.slice(start, max(stop - start, 0))
+
+
 def read_range(part: OffsetRange):
     """Fetch [from_offset, until_offset) of one partition, as Arrow batches."""
     schema = arrow_schema(part.include_headers)
@@ -248,16 +271,22 @@ def read_range(part: OffsetRange):
                     return
                 offset = earliest
                 continue
-            batches, next_offset = decode_fetched_batches(result, part.isolation_level, _MAX_DECOMPRESSED)
-            rows = []
-            for header, records in batches:
-                kind = header.timestamp_type
-                for r in records:
-                    if r.offset >= part.until_offset:
-                        break
-                    rows.append(r._replace(attributes=kind << 3))
-            if rows:
-                yield records_to_batch(part.topic, part.partition, rows, part.include_headers, schema)
+            batches, next_offset = visible_batches(result, part.isolation_level, _MAX_DECOMPRESSED)
+            small: list[pa.RecordBatch] = []  # Kafka batches too small to hand over alone
+            for header, batch in batches:
+                columns = decode_batch_columns(batch, _MAX_DECOMPRESSED, part.include_headers)
+                arrow = _within(columns_to_batch(part.topic, part.partition, columns,
+                                                 part.include_headers, schema),
+                                columns, offset, part.until_offset)
+                if arrow.num_rows >= _MIN_ARROW_ROWS:
+                    yield arrow
+                elif arrow.num_rows:
+                    small.append(arrow)
+                    if sum(b.num_rows for b in small) >= _MIN_ARROW_ROWS:
+                        yield _merged(small, schema)
+                        small = []
+            if small:
+                yield _merged(small, schema)
             if next_offset <= offset:
                 stalled += 1
                 if stalled > _STALLED_FETCHES or result.high_watermark <= offset:

@@ -275,17 +275,22 @@ def decode_batch(batch, max_decompressed_size: int) -> list[Record]:
     `max_decompressed_size` bounds the records section of a compressed batch. With
     LogAppendTime every record carries the batch's max timestamp, as in Kafka.
     """
+    header, data = records_section(batch, max_decompressed_size)
+    log_append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME_BIT else None
+    return _decode_records(data, header.record_count, header.base_offset,
+                           header.base_timestamp, log_append_time)
+
+
+def records_section(batch, max_decompressed_size: int) -> tuple[BatchHeader, bytes]:
+    """The header and the (decompressed) records section of one whole batch, after
+    checking its CRC; `max_decompressed_size` bounds decompression."""
     view, header = _whole_batch(batch)
     if crc32c(view[_ATTRIBUTES_AT:]) != header.crc:
         raise DecodeError(f"record batch at offset {header.base_offset} fails its CRC check")
     codec = header.attributes & COMPRESSION_MASK
     if codec == NONE:
-        data = bytes(view[HEADER_SIZE:])  # slices of bytes are bytes: keys and values
-    else:
-        data = decompress(codec, view[HEADER_SIZE:], max_decompressed_size)
-    log_append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME_BIT else None
-    return _decode_records(data, header.record_count, header.base_offset,
-                           header.base_timestamp, log_append_time)
+        return header, bytes(view[HEADER_SIZE:])  # slices of bytes are bytes: keys and values
+    return header, decompress(codec, view[HEADER_SIZE:], max_decompressed_size)
 
 
 def _read_uvarint(data: bytes, pos: int, bits: int) -> tuple[int, int]:

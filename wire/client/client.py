@@ -412,8 +412,10 @@ class AsyncClient:
         result = await self.fetch(topic, partition, offset, max_wait_ms=max_wait_ms,
                                   min_bytes=min_bytes, max_bytes=max_bytes,
                                   isolation_level=isolation_level)
-        batches, next_offset = decode_fetched_batches(result, isolation_level, max_decompressed_bytes)
-        return FetchedRecords(result, [r for _, records in batches for r in records], next_offset)
+        batches, next_offset = visible_batches(result, isolation_level, max_decompressed_bytes)
+        records = [r for _, batch in batches for r in decode_batch(batch, max_decompressed_bytes)
+                   if r.offset >= offset]
+        return FetchedRecords(result, records, next_offset)
 
     # -- list offsets --------------------------------------------------------------------
     async def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int, *,
@@ -871,13 +873,13 @@ def _record_row(record: ProducerRecord) -> tuple:
     return record.key, record.value, record.headers, timestamp
 
 
-def decode_fetched_batches(result: FetchResult, isolation_level: int,
-                           max_decompressed_bytes: int) -> tuple[list, int]:
-    """The data batches a consumer sees in `result` as (batch header, records) pairs,
-    and the offset to fetch next.
+def visible_batches(result: FetchResult, isolation_level: int,
+                    max_decompressed_bytes: int) -> tuple[list, int]:
+    """The data batches a consumer sees in `result`, as (header, batch view) pairs, and
+    the offset to fetch next.
 
-    A batch may start before the fetch offset (the broker returns whole batches), so
-    earlier records are dropped. Control batches are never returned. Under
+    Control batches are never returned, nor batches wholly before the fetch offset (the
+    first one returned may still start before it: brokers return whole batches). Under
     READ_COMMITTED, data batches of a producer are skipped from the first offset of each
     aborted transaction up to its ABORT marker.
     """
@@ -902,8 +904,5 @@ def decode_fetched_batches(result: FetchResult, isolation_level: int,
             continue
         if read_committed and header.is_transactional and header.producer_id in aborting:
             continue
-        records = decode_batch(batch, max_decompressed_bytes)
-        if header.base_offset < result.fetch_offset:
-            records = [r for r in records if r.offset >= result.fetch_offset]
-        batches.append((header, records))
+        batches.append((header, batch))
     return batches, next_offset
