@@ -1,5 +1,10 @@
-"""`python -m bench`: run the benchmarks (currently the wire codec micro-benchmark)."""
+"""`python -m bench [--quick]`: every benchmark, each side by side with its baseline."""
 
-from bench.codec import main
+import sys
 
-main()
+from bench import codec, spark_read
+
+quick = "--quick" in sys.argv[1:]
+codec.main(["--seconds", "0.5" if quick else "2"])
+print()
+spark_read.main(["--quick"] if quick else [])

@@ -102,21 +102,25 @@ def timed_noop(df) -> float:
     return time.perf_counter() - started
 
 
-def run(rows: int, repeats: int) -> dict:
+def run(rows: int, repeats: int, spark=None) -> dict:
+    """Measure both sources; uses (and leaves running) `spark` when one is given."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import spark_connector
     from tests.broker_process import BrokerProcess
 
+    own_session = spark is None
+
     data_dir = tempfile.mkdtemp(prefix="sluice-bench-")
     try:
         with BrokerProcess(os.path.join(data_dir, "data")) as broker:
             produce(broker.bootstrap_servers, "bench", rows)
-            spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
-                     .config("spark.ui.enabled", "false").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            spark_connector.register(spark)
+            if own_session:
+                spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
+                         .config("spark.ui.enabled", "false").getOrCreate())
+                spark.sparkContext.setLogLevel("ERROR")
+                spark_connector.register(spark)
             spark.dataSource.register(ceiling_source(rows))
             sluice_df = (spark.read.format("sluice")
                          .option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -125,7 +129,8 @@ def run(rows: int, repeats: int) -> dict:
             assert sluice_df.count() == ceiling_df.count() == rows // PARTITIONS * PARTITIONS
             sluice_s = min(timed_noop(sluice_df) for _ in range(repeats))
             ceiling_s = min(timed_noop(ceiling_df) for _ in range(repeats))
-            spark.stop()
+            if own_session:
+                spark.stop()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     total = rows // PARTITIONS * PARTITIONS
