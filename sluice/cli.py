@@ -1,4 +1,9 @@
-"""The `sluice` command: `sluice broker …` runs a broker; more subcommands follow."""
+"""The `sluice` command: `sluice broker …` runs a broker; `sluice topics …` and
+`sluice groups …` administer any Kafka-compatible cluster over the wire protocol.
+
+Each command's module is imported only when it runs: the admin commands never import
+`broker`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ USAGE = """usage: sluice COMMAND [ARGS]
 
 commands:
   broker    run a broker (sluice broker --help)
+  topics    create, list, describe, alter and delete topics (sluice topics --help)
+  groups    list, describe and delete consumer groups, reset their offsets (sluice groups --help)
 """
 
 
@@ -20,6 +27,12 @@ def main(argv=None) -> int:
     if command == "broker":
         from broker.cli import main as broker_main
         return broker_main(rest)
+    if command == "topics":
+        from sluice.topics import main as topics_main
+        return topics_main(rest)
+    if command == "groups":
+        from sluice.groups import main as groups_main
+        return groups_main(rest)
     print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 
