@@ -32,10 +32,10 @@ from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (APIS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS,
-                           DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
+                           DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
-                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
+                           END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.primitives import ZERO_UUID
 from wire.records import CONTROL_ABORT, build_batch, decode_batch, decode_control_record, iter_batches
 from wire.schema import Struct
@@ -47,7 +47,8 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 100 * 1024 * 1024
 _T = TypeVar("_T")
 _CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequence numbers wrap from 2**31 - 1 to 0
-_GROUP_KEY = 0  # FindCoordinator key type of consumer groups
+_GROUP_KEY = 0  # FindCoordinator key types: consumer groups, transactional ids
+_TRANSACTION_KEY = 1
 _RESOURCE_NAMES = {2: "topic", 4: "broker"}
 _FIRST_BATCHED_FIND_COORDINATOR = 4
 _FIRST_GROUPS_OFFSET_FETCH = 8
@@ -100,7 +101,7 @@ class AsyncClient:
         self.enable_idempotence = enable_idempotence
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._cluster = ClusterMetadata(None, -1, {}, {})
-        self._coordinators: dict[str, Coordinator] = {}
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
         self._session: _ProducerSession | None = None
         self._session_lock = asyncio.Lock()
         self._partition_locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -311,8 +312,10 @@ class AsyncClient:
             return result
 
     async def produce_batch(self, topic: str, partition: int, batch, *, acks: int = -1,
-                            timeout_ms: int | None = None) -> ProduceResult:
-        """Produce an already-built record batch (or several, concatenated) as is."""
+                            timeout_ms: int | None = None,
+                            transactional_id: str | None = None) -> ProduceResult:
+        """Produce an already-built record batch as is (inside the transaction of
+        `transactional_id` when the batch is transactional)."""
         if acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1 (all), 0 or 1, not {acks}")
         if timeout_ms is None:
@@ -321,7 +324,8 @@ class AsyncClient:
 
         async def attempt() -> ProduceResult:
             connection, _, _ = await self._leader_connection(topic, partition)
-            body = PRODUCE.request(acks=acks, timeout_ms=timeout_ms, topic_data=[
+            body = PRODUCE.request(acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id,
+                                   topic_data=[
                 PRODUCE.request.TopicProduceData(name=topic, partition_data=[
                     PRODUCE.request.PartitionProduceData(index=partition, records=batch)])])
             version = connection.version(PRODUCE)
@@ -355,6 +359,62 @@ class AsyncClient:
             INIT_PRODUCER_ID.request(transactional_id=None, transaction_timeout_ms=0x7FFFFFFF))
         check(response.error_code, "InitProducerId")
         return _ProducerSession(response.producer_id, response.producer_epoch)
+
+    # -- transactions ------------------------------------------------------------------
+    async def init_transactions(self, transactional_id: str,
+                                transaction_timeout_ms: int = 60_000) -> tuple[int, int]:
+        """InitProducerId for `transactional_id`: returns (producer id, epoch). The
+        coordinator fences every earlier producer of the id and aborts its open
+        transaction."""
+        context = f"InitProducerId for transactional id {transactional_id!r}"
+
+        async def send(connection: BrokerConnection) -> tuple[int, int]:
+            response = await connection.request(
+                INIT_PRODUCER_ID, connection.version(INIT_PRODUCER_ID),
+                INIT_PRODUCER_ID.request(transactional_id=transactional_id,
+                                         transaction_timeout_ms=transaction_timeout_ms,
+                                         producer_id=-1, producer_epoch=-1))
+            check(response.error_code, context)
+            return response.producer_id, response.producer_epoch
+
+        return await self._with_coordinator(transactional_id, send, _TRANSACTION_KEY)
+
+    async def add_partitions_to_txn(self, transactional_id: str, producer_id: int,
+                                    producer_epoch: int, partitions: Mapping[str, Iterable[int]]) -> None:
+        """Add topic-partitions to the open transaction (before producing to them)."""
+        context = f"AddPartitionsToTxn for {transactional_id!r}"
+        topics = [ADD_PARTITIONS_TO_TXN.request.AddPartitionsToTxnTopic(name=t, partitions=sorted(p))
+                  for t, p in partitions.items()]
+
+        async def send(connection: BrokerConnection) -> None:
+            response = await connection.request(
+                ADD_PARTITIONS_TO_TXN, connection.version(ADD_PARTITIONS_TO_TXN),
+                ADD_PARTITIONS_TO_TXN.request(v3_and_below_transactional_id=transactional_id,
+                                              v3_and_below_producer_id=producer_id,
+                                              v3_and_below_producer_epoch=producer_epoch,
+                                              v3_and_below_topics=topics))
+            for topic in response.results_by_topic_v3_and_below:
+                for result in topic.results_by_partition:
+                    check(result.partition_error_code,
+                          f"{context}: {topic.name}-{result.partition_index}")
+
+        await self._with_coordinator(transactional_id, send, _TRANSACTION_KEY)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> None:
+        """Commit or abort the open transaction of (`transactional_id`, producer id,
+        epoch). Any client may end a transaction it can name; ending one that already
+        ended the same way succeeds again."""
+        context = f"EndTxn({'commit' if commit else 'abort'}) for {transactional_id!r}"
+
+        async def send(connection: BrokerConnection) -> None:
+            response = await connection.request(
+                END_TXN, connection.version(END_TXN),
+                END_TXN.request(transactional_id=transactional_id, producer_id=producer_id,
+                                producer_epoch=producer_epoch, committed=commit))
+            check(response.error_code, context)
+
+        await self._with_coordinator(transactional_id, send, _TRANSACTION_KEY)
 
     # -- fetch -------------------------------------------------------------------------
     async def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,
@@ -468,34 +528,36 @@ class AsyncClient:
     # -- groups ----------------------------------------------------------------------------
     async def find_coordinator(self, group: str) -> Coordinator:
         """The broker coordinating consumer group `group`."""
-        return await self._retrying(lambda: self._find_coordinator(group))
+        return await self._retrying(lambda: self._find_coordinator(group, _GROUP_KEY))
 
-    async def _find_coordinator(self, group: str) -> Coordinator:
+    async def _find_coordinator(self, key: str, key_type: int) -> Coordinator:
         connection = await self._any_connection()
         version = connection.version(FIND_COORDINATOR)
-        context = f"find coordinator of group {group!r}"
+        kind = "group" if key_type == _GROUP_KEY else "transactional id"
+        context = f"find coordinator of {kind} {key!r}"
         if version >= _FIRST_BATCHED_FIND_COORDINATOR:
-            body = FIND_COORDINATOR.request(key_type=_GROUP_KEY, coordinator_keys=[group])
+            body = FIND_COORDINATOR.request(key_type=key_type, coordinator_keys=[key])
             answer = _only((await connection.request(FIND_COORDINATOR, version, body)).coordinators,
-                           "key", group, context)
+                           "key", key, context)
         else:
-            body = FIND_COORDINATOR.request(key=group, key_type=_GROUP_KEY)
+            body = FIND_COORDINATOR.request(key=key, key_type=key_type)
             answer = await connection.request(FIND_COORDINATOR, version, body)
         check(answer.error_code, context, answer.error_message)
         coordinator = Coordinator(answer.node_id, answer.host, answer.port)
-        self._coordinators[group] = coordinator
+        self._coordinators[(key_type, key)] = coordinator
         return coordinator
 
-    async def _with_coordinator(self, group: str,
-                                send: Callable[[BrokerConnection], Awaitable[_T]]) -> _T:
-        """`send` to the group's coordinator, finding it again after retriable errors."""
+    async def _with_coordinator(self, key: str, send: Callable[[BrokerConnection], Awaitable[_T]],
+                                key_type: int = 0) -> _T:
+        """`send` to the coordinator of a group (key type 0) or transactional id (1),
+        finding it again after retriable errors."""
         async def attempt() -> _T:
-            coordinator = self._coordinators.get(group)
+            coordinator = self._coordinators.get((key_type, key))
             if coordinator is None:
-                coordinator = await self._find_coordinator(group)
+                coordinator = await self._find_coordinator(key, key_type)
             return await send(await self._connection(coordinator.host, coordinator.port))
 
-        return await self._retrying(attempt, lambda: self._coordinators.pop(group, None))
+        return await self._retrying(attempt, lambda: self._coordinators.pop((key_type, key), None))
 
     async def commit_offsets(self, group: str,
                              offsets: Mapping[tuple[str, int], int | tuple[int, str | None]], *,
@@ -581,7 +643,7 @@ class AsyncClient:
                 DESCRIBE_GROUPS.request(groups=[group], include_authorized_operations=False))
             answer = _only(response.groups, "group_id", group, context)
             check(answer.error_code, context)
-            coordinator = self._coordinators.get(group) or Coordinator(-1, connection.host,
+            coordinator = self._coordinators.get((_GROUP_KEY, group)) or Coordinator(-1, connection.host,
                                                                        connection.port)
             members = tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id,
                                         m.client_host, bytes(m.member_metadata or b""),

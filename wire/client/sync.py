@@ -93,3 +93,6 @@ class Client:
     describe_groups = _blocking("describe_groups")
     list_groups = _blocking("list_groups")
     delete_groups = _blocking("delete_groups")
+    init_transactions = _blocking("init_transactions")
+    add_partitions_to_txn = _blocking("add_partitions_to_txn")
+    end_txn = _blocking("end_txn")

@@ -12,10 +12,10 @@ the generation/retention layout, CreateTopics v0 has no validate_only.
 from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
-from wire.messages import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
-                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
+                           END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.schema import Api
 
 __all__ = ["CLIENT_VERSIONS", "choose_version"]
@@ -32,6 +32,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_TOPICS.key: (1, 7),
     DELETE_TOPICS.key: (0, 6),
     INIT_PRODUCER_ID.key: (0, 5),
+    # Producers use the single-transaction form (v4+ is for brokers) and EndTxn up to
+    # v4 (v5 bumps the epoch at every commit, KIP-890's second transaction version).
+    ADD_PARTITIONS_TO_TXN.key: (0, 3),
+    END_TXN.key: (0, 4),
     DESCRIBE_GROUPS.key: (0, 5),
     LIST_GROUPS.key: (0, 5),
     DELETE_GROUPS.key: (0, 2),
