@@ -1,112 +1,149 @@
-"""`make demo`: a Sluice broker with standard Kafka clients, end to end.
+"""`make demo`: the main job, end to end, on an embedded single broker.
 
-1. Starts an embedded broker on a free loopback port, with a fresh data directory.
-2. Creates a 4-partition topic `page-views` with Sluice's own client.
-3. Produces a stream of page views (keyed by user, with headers) with confluent-kafka,
-   idempotent, acks=all, lz4-compressed: a standard client, unmodified.
-4. Reads every partition back with Sluice's client and shows per-page counts.
-5. Restarts the broker on the same data directory and shows that every offset and
-   record survived; then finds, by timestamp, where the second half of the stream began.
-
-The Structured Streaming part of the demo arrives with the Spark connector.
+1. Starts a Sluice broker in this process (a fresh data directory, a free port).
+2. Produces a stream of page views with confluent-kafka (keyed by user, with headers).
+3. Runs a Structured Streaming query: `sluice` source -> views per page -> `sluice` sink,
+   exactly once, committing its progress to the consumer group `page-view-counter`.
+   Progress (records in, batches, the group's lag) is shown while it runs.
+4. Prints the resulting table, read back from the output topic.
+5. Reprocesses history: resets the group's offsets to the earliest with
+   `sluice groups reset-offsets`, then re-runs the count as a batch job that starts
+   from the group's offsets, and shows that it saw every view again.
 """
 
 from __future__ import annotations
 
-import collections
 import json
+import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
-from confluent_kafka import Producer
-
-from broker.embedded import EmbeddedBroker
-from wire.client import EARLIEST, LATEST, Client, NewTopic
-
-TOPIC = "page-views"
-PARTITIONS = 4
 EVENTS = 20_000
+PARTITIONS = 4
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login"]
+GROUP = "page-view-counter"
 
 
-def produce_page_views(bootstrap: str) -> int:
-    """Produce EVENTS page views; returns the timestamp (ms) of the second half's start."""
+def produce_page_views(bootstrap: str) -> None:
+    from confluent_kafka import Producer
+
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "compression.type": "lz4", "linger.ms": 5})
     failures = []
     rng = random.Random(7)
-    start_ms = int(time.time() * 1000)
-    half_ms = start_ms + EVENTS // 2
     for i in range(EVENTS):
         user = f"user-{rng.randrange(500)}"
-        ts = start_ms + i  # one event per millisecond of event time
         event = {"user": user, "page": rng.choice(PAGES), "ms_on_page": rng.randrange(100, 60_000)}
-        producer.produce(TOPIC, key=user, value=json.dumps(event), timestamp=ts,
+        producer.produce("page-views", key=user, value=json.dumps(event),
                          headers=[("source", b"web"), ("schema", b"page-view/1")],
                          on_delivery=lambda err, msg: failures.append(err) if err else None)
         if i % 1000 == 0:
             producer.poll(0)
-    remaining = producer.flush(30)
-    if remaining or failures:
-        raise SystemExit(f"produce failed: {remaining} undelivered, errors {failures[:3]}")
-    return half_ms
+    if producer.flush(30) or failures:
+        raise SystemExit(f"producing failed: {failures[:3]}")
 
 
-def read_all(client: Client) -> dict[int, list]:
-    """Every record of every partition, fetched from the partition leader."""
-    ends = client.list_offsets(TOPIC, range(PARTITIONS), LATEST)
-    records = {}
-    for partition in range(PARTITIONS):
-        offset, got = 0, []
-        while offset < ends[partition].offset:
-            fetched = client.fetch_records(TOPIC, partition, offset, max_wait_ms=100)
-            got.extend(fetched.records)
-            offset = fetched.next_offset
-        records[partition] = got
-    return records
+def lag(client, topic: str) -> int:
+    from wire.client import LATEST
+
+    ends = client.list_offsets(topic, range(PARTITIONS), LATEST)
+    committed = client.fetch_offsets(GROUP, [(topic, p) for p in range(PARTITIONS)])
+    return sum(ends[p].offset - max(committed[(topic, p)].offset, 0) for p in range(PARTITIONS))
 
 
-def show(records: dict[int, list]) -> None:
-    print(f"{'partition':>9} {'records':>8} {'first':>6} {'last':>6}")
-    for partition, rows in records.items():
-        print(f"{partition:>9} {len(rows):>8} {rows[0].offset:>6} {rows[-1].offset:>6}")
-    pages = collections.Counter(json.loads(r.value)["page"] for rows in records.values() for r in rows)
-    print("\nviews per page:")
-    for page, count in pages.most_common():
-        print(f"  {page:<10} {count:>6}")
+def sluice_cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "sluice.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode:
+        raise SystemExit(f"sluice {' '.join(args)} failed: {done.stderr}")
+    return done.stdout
 
 
 def main() -> int:
-    data_dir = tempfile.mkdtemp(prefix="sluice-demo-")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession, functions as F
+
+    import spark_connector
+    from broker.embedded import EmbeddedBroker
+    from wire.client import Client, NewTopic
+
+    work = tempfile.mkdtemp(prefix="sluice-demo-")
     try:
-        with EmbeddedBroker(data_dir) as broker:
-            port = broker.broker.server.port
-            print(f"Sluice broker listening on {broker.bootstrap_servers} (data in {data_dir})")
-            with Client(broker.bootstrap_servers) as client:
-                client.create_topics({TOPIC: NewTopic(PARTITIONS, 1, {"retention.ms": "-1"})})
-                started = time.perf_counter()
-                half_ms = produce_page_views(broker.bootstrap_servers)
-                elapsed = time.perf_counter() - started
-                print(f"confluent-kafka produced {EVENTS} page views in {elapsed:.2f}s\n")
-                before = read_all(client)
-                show(before)
-        print("\nrestarting the broker on the same data directory...")
-        with EmbeddedBroker(data_dir, port=port) as broker, Client(broker.bootstrap_servers) as client:
-            after = read_all(client)
-            same = all([(r.offset, r.key, r.value, r.headers) for r in after[p]] ==
-                       [(r.offset, r.key, r.value, r.headers) for r in before[p]] for p in before)
-            print(f"after restart: {sum(map(len, after.values()))} records, identical: {same}")
-            earliest = client.list_offsets(TOPIC, range(PARTITIONS), EARLIEST)
-            halfway = client.list_offsets(TOPIC, range(PARTITIONS), half_ms)
-            print("second half of the stream starts at offsets",
-                  {p: halfway[p].offset for p in range(PARTITIONS)},
-                  "(earliest:", {p: earliest[p].offset for p in range(PARTITIONS)}, ")")
-            return 0 if same else 1
+        with EmbeddedBroker(os.path.join(work, "data")) as broker, \
+                Client(broker.bootstrap_servers) as client:
+            bootstrap = broker.bootstrap_servers
+            print(f"1. Sluice broker listening on {bootstrap}")
+            client.create_topics({"page-views": NewTopic(PARTITIONS, 1),
+                                  "views-per-page": NewTopic(1, 1)})
+            started = time.perf_counter()
+            produce_page_views(bootstrap)
+            print(f"2. confluent-kafka produced {EVENTS} page views "
+                  f"in {time.perf_counter() - started:.1f}s")
+
+            spark = (SparkSession.builder.master("local[2]").appName("sluice-demo")
+                     .config("spark.ui.enabled", "false")
+                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            spark_connector.register(spark)
+
+            views = (spark.readStream.format("sluice")
+                     .option("kafka.bootstrap.servers", bootstrap)
+                     .option("subscribe", "page-views")
+                     .option("startingOffsets", "earliest")
+                     .option("maxOffsetsPerTrigger", "5000")
+                     .option("kafka.group.id", GROUP)
+                     .load())
+            page = F.get_json_object(F.col("value").cast("string"), "$.page")
+            counts = views.groupBy(page.alias("page")).count()
+            query = (counts.select(F.col("page").alias("key"),
+                                   F.to_json(F.struct("page", "count")).alias("value"))
+                     .writeStream.format("sluice")
+                     .option("kafka.bootstrap.servers", bootstrap)
+                     .option("topic", "views-per-page")
+                     .option("checkpointLocation", os.path.join(work, "checkpoint"))
+                     .outputMode("update")
+                     .trigger(availableNow=True)
+                     .start())
+            print("3. streaming page-views -> count per page -> views-per-page (exactly once)")
+            seen = 0
+            while query.isActive:
+                progress = query.recentProgress
+                if len(progress) > seen:
+                    seen = len(progress)
+                    last = progress[-1]
+                    print(f"   batch {last['batchId']}: {last['numInputRows']} records in, "
+                          f"group lag {lag(client, 'page-views')}")
+                time.sleep(0.2)
+            query.awaitTermination()
+
+            latest = (spark.read.format("sluice").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", "views-per-page").load()
+                      .select(F.get_json_object(F.col("value").cast("string"), "$.page").alias("page"),
+                              F.get_json_object(F.col("value").cast("string"), "$.count")
+                              .cast("long").alias("views"), "offset"))
+            table = (latest.groupBy("page").agg(F.max_by("views", "offset").alias("views"))
+                     .orderBy(F.desc("views")))
+            print("4. views per page, read back from the output topic:")
+            rows = table.collect()
+            for row in rows:
+                print(f"   {row['page']:<10} {row['views']:>6}")
+            total = sum(row["views"] for row in rows)
+
+            print("5. reprocessing: reset the group to the earliest offsets, then recount as a batch job")
+            print(sluice_cli("groups", "--bootstrap-server", bootstrap, "reset-offsets",
+                             "--group", GROUP, "--all-topics", "--to-earliest", "--execute"))
+            again = (spark.read.format("sluice").option("kafka.bootstrap.servers", bootstrap)
+                     .option("subscribe", "page-views").option("startingOffsets", "group")
+                     .option("kafka.group.id", GROUP).load().count())
+            print(f"   the batch job read {again} page views again (the stream counted {total})")
+            spark.stop()
+            return 0 if again == total == EVENTS else 1
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

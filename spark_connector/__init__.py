@@ -1,4 +1,4 @@
-"""Sluice for PySpark: `format("sluice")` reads Kafka topics, batch or streaming.
+"""Sluice for PySpark: `format("sluice")` reads and writes Kafka topics, batch or streaming.
 
     import spark_connector
     spark_connector.register(spark)
@@ -6,8 +6,9 @@
           .option("kafka.bootstrap.servers", "localhost:9092")
           .option("subscribe", "events").load())
 
-Options and the row schema follow Spark's built-in Kafka source, so switching is a
-change of format name; see `spark_connector.source` for the behaviour.
+Options and the row schema follow Spark's built-in Kafka source and sink, so switching
+is a change of format name; see `spark_connector.source` and `spark_connector.sink`
+(exactly-once writes by default).
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ class SluiceDataSource(DataSource):
     def streamReader(self, schema):
         from spark_connector.source import SluiceStreamReader
         return SluiceStreamReader(parse_source_options(self.options, batch=False))
+
+    def writer(self, schema, overwrite: bool):
+        from spark_connector.sink import SluiceBatchWriter, parse_sink_options
+        return SluiceBatchWriter(parse_sink_options(self.options, schema))
+
+    def streamWriter(self, schema, overwrite: bool):
+        from spark_connector.sink import SluiceStreamWriter, parse_sink_options
+        return SluiceStreamWriter(parse_sink_options(self.options, schema))
 
 
 def register(spark) -> None:

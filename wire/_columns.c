@@ -191,7 +191,34 @@ done:
     return result;
 }
 
+/* Kafka's murmur2 (the default partitioner's hash), made positive as Kafka does. */
+static PyObject *murmur2_positive(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    const uint8_t *data = (const uint8_t *)view.buf;
+    Py_ssize_t length = view.len;
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28c ^ (uint32_t)length;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= length; i += 4) {
+        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 | (uint32_t)data[i + 2] << 16 |
+                     (uint32_t)data[i + 3] << 24;
+        k *= m; k ^= k >> 24; k *= m;
+        h *= m; h ^= k;
+    }
+    switch (length - i) {
+        case 3: h ^= (uint32_t)data[i + 2] << 16; /* fall through */
+        case 2: h ^= (uint32_t)data[i + 1] << 8;  /* fall through */
+        case 1: h ^= (uint32_t)data[i]; h *= m;
+    }
+    h ^= h >> 13; h *= m; h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(h & 0x7fffffff);
+}
+
 static PyMethodDef methods[] = {
+    {"murmur2_positive", murmur2_positive, METH_VARARGS,
+     "murmur2_positive(key) -> Kafka's murmur2 hash of key, masked to 31 bits"},
     {"decode_columns", decode_columns, METH_VARARGS,
      "decode_columns(data, count, base_offset, base_timestamp, with_headers) -> column buffers"},
     {NULL, NULL, 0, NULL},
