@@ -28,6 +28,7 @@ from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer
 from broker.storage.checkpoint import write_atomically
 from broker.topics import TopicManager
+from broker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("sluice.broker")
 
@@ -43,6 +44,7 @@ class Broker:
         self.node_id = config.node_id
         self.topics = TopicManager(config)
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
         self.cluster_id = ""
         self.server = KafkaServer(self.handle_frame, config.host, config.port,
@@ -55,6 +57,7 @@ class Broker:
     async def start(self) -> None:
         self.clean_start = self.topics.load()
         self.groups.load()
+        self.transactions.load()  # after the groups: completing transactions commits their offsets
         self.cluster_id = self._load_cluster_id()
         await self.server.start()
         if self.config.port == 0:
@@ -68,7 +71,13 @@ class Broker:
                        loop.create_task(self._every(_SESSION_CHECK_INTERVAL_S,
                                                     self.groups.expire_sessions)),
                        loop.create_task(self._every(self.config.offsets_retention_check_interval_ms / 1000,
-                                                    self._offsets_upkeep))]
+                                                    self._offsets_upkeep)),
+                       loop.create_task(self._every(
+                           self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
+                           self.transactions.abort_timed_out)),
+                       loop.create_task(self._every(
+                           self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000,
+                           self.transactions.upkeep))]
         host, port = self.config.advertised
         log.info("Sluice broker %s (node %d) listening on %s:%d (advertised %s:%d), data dir %s, "
                  "%s start", VERSION, self.node_id, self.config.host, self.server.port, host, port,

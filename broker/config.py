@@ -118,6 +118,12 @@ class BrokerConfig:
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    transaction_max_timeout_ms: int = 900_000
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -168,7 +174,7 @@ def _listener(key: str, value: str) -> tuple[str, int]:
     raise ConfigError(f"{key}: no PLAINTEXT listener in {value!r} (only PLAINTEXT is supported)")
 
 
-# Group coordinator settings: key -> (BrokerConfig attribute, minimum).
+# Group and transaction coordinator settings: key -> (BrokerConfig attribute, minimum).
 _GROUP_KEYS = {
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
@@ -178,6 +184,15 @@ _GROUP_KEYS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", 1),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
+    # Transaction coordinator settings.
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 14),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1),
+    "transaction.remove.expired.transaction.cleanup.interval.ms":
+        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1),
 }
 
 _COARSE_UNITS = {

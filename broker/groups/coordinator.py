@@ -21,6 +21,13 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
 - Offsets and group metadata are written to `__consumer_offsets` before the request is
   answered; the state is replayed from there on start. Offsets of groups left empty
   for `offsets.retention.minutes` expire.
+- Transactional commits (TxnOffsetCommit) need no particular group state; a member id,
+  instance id or generation, when given, must match as for OffsetCommit. Their offsets
+  are written as the producer's transactional batch and stay pending, per producer,
+  until the transaction coordinator's marker: COMMIT applies them, ABORT drops them.
+  Pending offsets are invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT
+  for them when asked for stable offsets), never expire, and keep their partition of
+  `__consumer_offsets` from being cleaned.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from wire.messages import GROUP_METADATA_VALUE
 
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
+from broker.storage.log import LogError
+from broker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("sluice.groups")
 
@@ -92,6 +101,8 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, float] = field(default_factory=dict)  # member id -> deadline
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Transactional commits awaiting their transaction's end: producer id -> offsets.
+    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     state_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     rebalance_timer: asyncio.TimerHandle | None = None
     rebalance_deadline: float = 0.0
@@ -162,7 +173,16 @@ class GroupCoordinator:
         if topic is None:
             return
         for partition_log in topic.logs:
-            for key, value in offsets_log.read_records(partition_log):
+            pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
+            for entry in offsets_log.read_entries(partition_log):
+                if entry[0] == "marker":
+                    _, producer_id, committed = entry
+                    for group_id in pending.pop(producer_id, ()):
+                        group = self.groups.get(group_id)
+                        if group is not None:
+                            self._end_pending(group, producer_id, committed)
+                    continue
+                _, key, value, producer_id = entry
                 decoded = offsets_log.decode_record(key, value)
                 if decoded is None:
                     continue
@@ -172,7 +192,10 @@ class GroupCoordinator:
                     # Without a group record (standalone commits) the commit timestamps
                     # alone decide when its offsets expire, not the time of this start.
                     group = self.groups.setdefault(group_id, Group(group_id, state_since_ms=0))
-                    if payload is None:
+                    if producer_id >= 0 and payload is not None:
+                        group.pending_txn.setdefault(producer_id, {})[(topic_name, partition)] = payload
+                        pending.setdefault(producer_id, set()).add(group_id)
+                    elif payload is None:
                         group.offsets.pop((topic_name, partition), None)
                     else:
                         group.offsets[(topic_name, partition)] = payload
@@ -181,7 +204,7 @@ class GroupCoordinator:
                 else:
                     self._restore(ident, payload)
         for group_id in [g for g, group in self.groups.items() if not group.members and
-                         not group.offsets and group.generation == 0]:
+                         not group.offsets and not group.pending_txn and group.generation == 0]:
             del self.groups[group_id]
         log.info("loaded %d consumer group(s) from %s", len(self.groups), offsets_log.TOPIC)
 
@@ -520,6 +543,74 @@ class GroupCoordinator:
             group.offsets.update(accepted)
         return codes
 
+    # -- transactional offsets --------------------------------------------------------
+    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                   member_id: str, instance_id: str | None,
+                   offsets: dict[tuple[str, int], CommittedOffset],
+                   verify=None) -> dict[tuple[str, int], int]:
+        """Write offsets as part of a producer's transaction; they stay pending until
+        `end_transaction`. `verify()` (the transaction coordinator's check) runs once
+        the group accepted the commit, before anything is written. Returns an error
+        code per partition; raises GroupError for whole-request errors."""
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            group = self.groups[group_id] = Group(group_id)
+        if generation >= 0 or member_id or instance_id is not None:
+            self._member(group, member_id, instance_id)
+            if generation != group.generation:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION,
+                                 f"generation {generation} is not the group's {group.generation}")
+        if verify is not None:
+            verify()
+        codes: dict[tuple[str, int], int] = {}
+        accepted = {}
+        for (topic, partition), committed in offsets.items():
+            if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
+                codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            accepted[(topic, partition)] = committed
+            codes[(topic, partition)] = ErrorCode.NONE
+        if accepted:
+            records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
+            try:
+                offsets_log.append_records(self._log_for(group_id), records, producer_id, producer_epoch)
+            except OSError as exc:
+                log.error("cannot write to %s: %s", offsets_log.TOPIC, exc)
+                raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+            except (LogError, ProducerStateError) as exc:  # e.g. a stale producer epoch
+                raise GroupError(exc.code, str(exc)) from None
+            group.pending_txn.setdefault(producer_id, {}).update(accepted)
+        return codes
+
+    def partition_for(self, group_id: str) -> int:
+        """The `__consumer_offsets` partition that holds the group (created if need be)."""
+        return offsets_log.partition_for(group_id, len(self._offsets_topic().logs))
+
+    def end_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
+        """The transaction coordinator wrote a marker for `producer_id` to offsets
+        partition `partition`: apply (COMMIT) or drop (ABORT) its pending offsets there."""
+        topic = self.broker.topics.topics.get(offsets_log.TOPIC)
+        if topic is None:
+            return
+        for group in list(self.groups.values()):
+            if producer_id in group.pending_txn and \
+                    offsets_log.partition_for(group.group_id, len(topic.logs)) == partition:
+                self._end_pending(group, producer_id, committed)
+
+    @staticmethod
+    def _end_pending(group: Group, producer_id: int, committed: bool) -> None:
+        offsets = group.pending_txn.pop(producer_id, {})
+        if committed:
+            group.offsets.update(offsets)
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions with transactional offsets not yet committed or aborted."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for offsets in group.pending_txn.values() for tp in offsets}
+
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self.groups.get(group_id)
         return {} if group is None or group.state == DEAD else group.offsets
@@ -541,7 +632,8 @@ class GroupCoordinator:
         """Drop offsets of groups that have been empty longer than the retention."""
         now_ms = int(time.time() * 1000)
         for group in list(self.groups.values()):
-            if group.members or group.state != EMPTY or now_ms - group.state_since_ms < self.retention_ms:
+            if group.members or group.state != EMPTY or group.pending_txn or \
+                    now_ms - group.state_since_ms < self.retention_ms:
                 continue
             stale = [tp for tp, c in group.offsets.items() if now_ms - c.commit_timestamp >= self.retention_ms]
             if not stale:
@@ -561,8 +653,8 @@ class GroupCoordinator:
         if topic is None:
             return
         for partition, partition_log in enumerate(topic.logs):
-            if len(partition_log.segments) < 3:
-                continue
+            if len(partition_log.segments) < 3 or partition_log.producer_state.ongoing:
+                continue  # small, or holding transactional offsets that still await a marker
             live = []
             for group in self.groups.values():
                 if offsets_log.partition_for(group.group_id, len(topic.logs)) != partition:

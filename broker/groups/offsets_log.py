@@ -6,6 +6,10 @@ Records use Kafka's layout so tools that read the topic can follow it:
 - key GroupMetadataKey (key version 2: group) with value GroupMetadataValue v3;
 - a null value (tombstone) deletes the key.
 A group lives in partition `abs(javaHash(group)) % partitions`, as in Kafka.
+Transactional offset commits (TxnOffsetCommit) are written as a transactional batch
+of the producer (its id and epoch, no sequence); they take effect at the COMMIT
+marker the transaction coordinator later writes to the partition and are dropped at
+an ABORT marker, at run time and when the log is replayed.
 
 Cleaning: the coordinator holds the live state in memory, so a partition that has grown
 past its threshold is cleaned by appending a snapshot of its live keys at the end and
@@ -22,7 +26,8 @@ from typing import Iterable
 from wire.messages import (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, OFFSET_COMMIT_KEY,
                            OFFSET_COMMIT_VALUE)
 from wire.primitives import DecodeError
-from wire.records import build_batch, decode_batch, iter_batches
+from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+                          build_batch, decode_batch, decode_control_record, iter_batches)
 
 TOPIC = "__consumer_offsets"
 _OFFSET_KEY_VERSION = 1
@@ -70,27 +75,48 @@ def group_record(group: str, metadata) -> tuple[bytes, bytes | None]:
     return key, GROUP_METADATA_VALUE.encode_versioned(_GROUP_VALUE_VERSION, metadata)
 
 
-def batches_of(records: list[tuple[bytes, bytes | None]]) -> Iterable[bytearray]:
+def batches_of(records: list[tuple[bytes, bytes | None]], producer_id: int = NO_PRODUCER_ID,
+               producer_epoch: int = NO_PRODUCER_EPOCH) -> Iterable[bytearray]:
+    """Batches of at most 500 records; transactional ones when a producer is given."""
     now = int(time.time() * 1000)
     for i in range(0, len(records), _RECORDS_PER_BATCH):
         chunk = records[i:i + _RECORDS_PER_BATCH]
-        yield bytearray(build_batch([(k, v, (), now) for k, v in chunk]))
+        yield bytearray(build_batch([(k, v, (), now) for k, v in chunk], producer_id=producer_id,
+                                    producer_epoch=producer_epoch,
+                                    transactional=producer_id != NO_PRODUCER_ID))
 
 
-def read_records(log):
-    """Every (key bytes, value bytes or None) stored in one partition log, in order,
-    skipping control batches and records that are not Kafka offsets-topic records."""
+def read_entries(log):
+    """Everything stored in one partition log, in order: ("record", key, value,
+    producer id) for each keyed record (producer id -1 unless the batch is
+    transactional) and ("marker", producer id, committed) for each transaction marker."""
     for segment in list(log.segments):
         position = 0
         while position < segment.size:
             header = segment.header_at(position)
             batch = segment.region(position, position + header.size).read()
             position += header.size
+            records = decode_batch(batch, _MAX_DECOMPRESSED)
             if header.is_control:
+                try:
+                    marker = decode_control_record(records[0]) if records else None
+                except DecodeError:
+                    marker = None
+                if marker is not None and marker.type in (CONTROL_COMMIT, CONTROL_ABORT):
+                    yield "marker", header.producer_id, marker.type == CONTROL_COMMIT
                 continue
-            for record in decode_batch(batch, _MAX_DECOMPRESSED):
+            producer = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+            for record in records:
                 if record.key is not None:
-                    yield record.key, record.value
+                    yield "record", record.key, record.value, producer
+
+
+def read_records(log):
+    """Every (key bytes, value bytes or None) of non-control batches in one partition
+    log, in order (for logs without transactions)."""
+    for entry in read_entries(log):
+        if entry[0] == "record":
+            yield entry[1], entry[2]
 
 
 def decode_record(key: bytes, value: bytes | None):
@@ -116,9 +142,11 @@ def decode_record(key: bytes, value: bytes | None):
     return None
 
 
-def append_records(log, records: list[tuple[bytes, bytes | None]]) -> None:
-    """Append records to a partition of the offsets topic (one batch per chunk)."""
-    for batch in batches_of(records):
+def append_records(log, records: list[tuple[bytes, bytes | None]], producer_id: int = NO_PRODUCER_ID,
+                   producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
+    """Append records to a partition of the offsets topic (one batch per chunk), as
+    part of a producer's transaction when `producer_id` is given."""
+    for batch in batches_of(records, producer_id, producer_epoch):
         view = memoryview(batch)
         header = next(iter(iter_batches(view)))[0]
         log.append(header, view)

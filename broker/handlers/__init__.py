@@ -4,14 +4,16 @@ A handler is `async def handler(broker, header, request, client_host) -> body | 
 (None: no response, as for acks=0 produce).
 """
 
-from wire.messages import (APIS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
-                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
-                           FIND_COORDINATOR, HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
-                           LIST_GROUPS, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE,
-                           SYNC_GROUP)
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, APIS, API_VERSIONS,
+                           CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS,
+                           DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_TRANSACTIONS,
+                           END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP,
+                           LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
+                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT,
+                           WRITE_TXN_MARKERS)
 
 from broker.handlers import (api_versions, cluster, configs, fetch, groups, list_offsets, metadata,
-                             offsets, produce, topics_admin)
+                             offsets, produce, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -35,6 +37,13 @@ HANDLERS = {
     DELETE_GROUPS.key: groups.delete_groups,
     OFFSET_COMMIT.key: offsets.offset_commit,
     OFFSET_FETCH.key: offsets.offset_fetch,
+    ADD_PARTITIONS_TO_TXN.key: transactions.add_partitions_to_txn,
+    ADD_OFFSETS_TO_TXN.key: transactions.add_offsets_to_txn,
+    END_TXN.key: transactions.end_txn,
+    WRITE_TXN_MARKERS.key: transactions.write_txn_markers,
+    TXN_OFFSET_COMMIT.key: transactions.txn_offset_commit,
+    DESCRIBE_TRANSACTIONS.key: transactions.describe_transactions,
+    LIST_TRANSACTIONS.key: transactions.list_transactions,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.

@@ -4,14 +4,19 @@
   1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
 - InitProducerId without a transactional id hands out a fresh producer id at epoch 0.
   v3+ may name the caller's current id and epoch (KIP-360): the epoch is bumped, or a
-  new id is handed out when the epoch would overflow. A transactional id is refused
-  until this broker coordinates transactions.
+  new id is handed out when the epoch would overflow.
+- With a transactional id the transaction coordinator answers (see
+  `broker.transactions.coordinator`); naming only one of producer id and epoch is
+  INVALID_REQUEST, and PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v4.
+  Errors carry producer id -1 and epoch -1.
 """
 
 from __future__ import annotations
 
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
+
+from broker.transactions.coordinator import TxnError
 
 _MAX_EPOCH = 32767
 
@@ -34,8 +39,19 @@ async def describe_cluster(broker, header, request, client_host):
 async def init_producer_id(broker, header, request, client_host):
     Resp = INIT_PRODUCER_ID.response
     if request.transactional_id is not None:
-        return Resp(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    producer_id=-1, producer_epoch=-1)
+        pid, epoch = request.producer_id, request.producer_epoch
+        if (pid < 0) != (epoch < 0):
+            return Resp(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        try:
+            pid, epoch = broker.transactions.init_producer_id(
+                request.transactional_id, request.transaction_timeout_ms,
+                (pid, epoch) if pid >= 0 else None)
+        except TxnError as exc:
+            code = exc.code
+            if code == ErrorCode.PRODUCER_FENCED and header.request_api_version < 4:
+                code = ErrorCode.INVALID_PRODUCER_EPOCH
+            return Resp(error_code=code, producer_id=-1, producer_epoch=-1)
+        return Resp(error_code=0, producer_id=pid, producer_epoch=epoch)
     if request.producer_id >= 0 and 0 <= request.producer_epoch < _MAX_EPOCH - 1:
         return Resp(error_code=0, producer_id=request.producer_id,
                     producer_epoch=request.producer_epoch + 1)

@@ -6,7 +6,10 @@
   that the first batch of the first partition with data is always returned whole,
   so a consumer can never get stuck behind a batch larger than its limits.
 - Reads stop at the high watermark (read_uncommitted) or the last stable offset
-  (read_committed, v4+); `aborted_transactions` is null for read_uncommitted.
+  (read_committed, v4+). read_committed responses list the aborted transactions
+  (producer id, first offset) with records between the fetch offset and the end of
+  the batches returned, from the segments' transaction indexes (an empty list when
+  there are none); `aborted_transactions` is null for read_uncommitted.
 - v7+ fetch sessions are declined: a request to open one (id 0, epoch 0) gets a full
   response with session id 0; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
@@ -76,9 +79,15 @@ def _build(broker, request, version):
             out.log_start_offset = log.log_start_offset
             limit = min(wanted.partition_max_bytes, budget - total)
             try:
-                region = log.read(wanted.fetch_offset, max(limit, 0),
-                                  stable if committed else log.high_watermark,
-                                  min_one_batch=(total == 0))
+                if committed:
+                    region, aborted = log.read_committed(wanted.fetch_offset, max(limit, 0),
+                                                         min_one_batch=(total == 0))
+                    out.aborted_transactions = [
+                        _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in aborted]
+                else:
+                    region = log.read(wanted.fetch_offset, max(limit, 0), log.high_watermark,
+                                      min_one_batch=(total == 0))
             except LogError as exc:
                 out.error_code = exc.code
                 continue

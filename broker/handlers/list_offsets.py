@@ -5,7 +5,8 @@
   -4 (v8+, earliest local) answers as -2, as every segment is local; -5 (v9+,
   earliest pending upload) answers -1/-1 (no tiered storage).
 - timestamp >= 0: the first record whose timestamp is at or after it, found through
-  the time index; offset -1 and timestamp -1 when there is none.
+  the time index; offset -1 and timestamp -1 when there is none (or, for
+  read_committed, when it lies at or beyond the last stable offset, as in Kafka).
 - v4+ checks `current_leader_epoch` and returns the leader epoch.
 """
 
@@ -35,7 +36,9 @@ def _lookup(log, timestamp: int, committed: bool) -> tuple[int, int]:
     if timestamp < 0:
         raise TopicError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
     found = log.offset_for_timestamp(timestamp)
-    return (found[0], found[1]) if found else (-1, -1)
+    if found is None or (committed and found[0] >= log.last_stable_offset):
+        return -1, -1
+    return found[0], found[1]
 
 
 async def handle(broker, header, request, client_host):

@@ -6,8 +6,12 @@
   gets OFFSET_METADATA_TOO_LARGE, an unknown partition UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v0–7 asks for one group, v8+ for several; null topics (v2+) means every
   partition the group has committed. A partition without a commit answers offset -1
-  and empty metadata. v7+ `require_stable` needs no waiting here yet: no offsets are
-  pending in transactions.
+  and empty metadata. v7+ `require_stable`: a partition with transactional offsets
+  still pending (committed in a transaction that has not ended) answers
+  UNSTABLE_OFFSET_COMMIT with offset -1, so the client retries; without it, the last
+  offsets committed outside or by committed transactions are returned. As in Kafka,
+  the error is the partition's only: a group-level UNSTABLE_OFFSET_COMMIT (v8+) would
+  make the Java consumer and kafka-python give up instead of retrying.
 """
 
 from __future__ import annotations
@@ -41,36 +45,48 @@ async def offset_commit(broker, header, request, client_host):
         for p in topic.partitions]) for topic in request.topics])
 
 
-def _fetch_one(broker, group_id: str, topics) -> list[tuple[str, list[tuple[int, CommittedOffset | None]]]]:
+_UNSTABLE = object()  # a partition whose offset awaits the end of a transaction
+
+
+def _fetch_one(broker, group_id: str, topics, require_stable: bool) -> list[tuple[str, list]]:
+    """(topic, [(partition, CommittedOffset | None | _UNSTABLE)]) per topic."""
     committed = broker.groups.committed(group_id)
+    unstable = broker.groups.pending_partitions(group_id) if require_stable else set()
+
+    def value(tp):
+        return _UNSTABLE if tp in unstable else committed.get(tp)
+
     if topics is None:
         by_topic: dict[str, list] = {}
-        for (topic, partition), value in sorted(committed.items()):
-            by_topic.setdefault(topic, []).append((partition, value))
+        for topic, partition in sorted(set(committed) | unstable):
+            by_topic.setdefault(topic, []).append((partition, value((topic, partition))))
         return list(by_topic.items())
-    return [(t.name, [(p, committed.get((t.name, p))) for p in t.partition_indexes]) for t in topics]
+    return [(t.name, [(p, value((t.name, p))) for p in t.partition_indexes]) for t in topics]
+
+
+def _fields(c) -> dict:
+    if c is _UNSTABLE:
+        return dict(committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                    error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    return dict(committed_offset=c.offset if c else -1, committed_leader_epoch=c.leader_epoch if c else -1,
+                metadata=c.metadata if c else "", error_code=0)
 
 
 async def offset_fetch(broker, header, request, client_host):
     Resp = OFFSET_FETCH.response
+    require_stable = header.request_api_version >= 7 and request.require_stable
     if header.request_api_version >= 8:
         groups = []
         for group in request.groups:
-            found = _fetch_one(broker, group.group_id, group.topics)
+            found = _fetch_one(broker, group.group_id, group.topics, require_stable)
             groups.append(Resp.OffsetFetchResponseGroup(group_id=group.group_id, error_code=0, topics=[
                 Resp.OffsetFetchResponseTopics(name=topic, partitions=[
-                    Resp.OffsetFetchResponsePartitions(
-                        partition_index=p, committed_offset=c.offset if c else -1,
-                        committed_leader_epoch=c.leader_epoch if c else -1,
-                        metadata=c.metadata if c else "", error_code=0)
+                    Resp.OffsetFetchResponsePartitions(partition_index=p, **_fields(c))
                     for p, c in partitions]) for topic, partitions in found]))
         return Resp(groups=groups)
     if not request.group_id:
         return Resp(error_code=ErrorCode.INVALID_GROUP_ID, topics=[])
-    found = _fetch_one(broker, request.group_id, request.topics)
+    found = _fetch_one(broker, request.group_id, request.topics, require_stable)
     return Resp(error_code=0, topics=[Resp.OffsetFetchResponseTopic(name=topic, partitions=[
-        Resp.OffsetFetchResponsePartition(
-            partition_index=p, committed_offset=c.offset if c else -1,
-            committed_leader_epoch=c.leader_epoch if c else -1,
-            metadata=c.metadata if c else "", error_code=0)
+        Resp.OffsetFetchResponsePartition(partition_index=p, **_fields(c))
         for p, c in partitions]) for topic, partitions in found])

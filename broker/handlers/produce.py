@@ -11,6 +11,15 @@
   timestamps not negative (INVALID_TIMESTAMP). Records are never decoded.
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
+  A batch with a producer id but no sequence is INVALID_RECORD.
+- Transactions: transactional batches need the request's transactional id
+  (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one, as Kafka answers) and a producer
+  id; a request with a transactional id must hold only transactional batches
+  (INVALID_RECORD). The transaction coordinator must know the partition as part of
+  the producer's ongoing transaction: INVALID_TXN_STATE when it is not
+  (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced epoch,
+  INVALID_PRODUCER_ID_MAPPING for another producer id, NOT_ENOUGH_REPLICAS (retriable)
+  while the transaction completes.
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
 """
@@ -72,6 +81,31 @@ def validated_batch(records, max_message_bytes: int):
     return header, view
 
 
+def _check_transactional(broker, version: int, transactional_id: str | None, header,
+                         topic: str, partition: int) -> None:
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise _Invalid(ErrorCode.INVALID_RECORD,
+                       f"batch of producer {header.producer_id} has no sequence number")
+    if not header.is_transactional:
+        if transactional_id is not None:
+            raise _Invalid(ErrorCode.INVALID_RECORD,
+                           "a transactional produce request may hold only transactional batches")
+        return
+    if transactional_id is None:
+        raise _Invalid(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       "transactional batches need the request's transactional id")
+    if header.producer_id < 0:
+        raise _Invalid(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+    code = broker.transactions.check_write(transactional_id, header.producer_id,
+                                           header.producer_epoch, (topic, partition))
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
+        code = ErrorCode.INVALID_TXN_STATE
+    if code is not None:
+        raise _Invalid(code, f"transactional write to {topic}-{partition} refused ({code.name}): "
+                             f"transactional id {transactional_id!r}, producer {header.producer_id}, "
+                             f"epoch {header.producer_epoch}")
+
+
 def _writable(view):
     """Batches are patched in place; a read-only buffer is copied first."""
     return view if not view.readonly else memoryview(bytearray(view))
@@ -89,14 +123,13 @@ async def handle(broker, header, request, client_host):
             try:
                 if acks not in (-1, 0, 1):
                     raise _Invalid(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
-                if request.transactional_id is not None:
-                    raise _Invalid(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                   "transactions are not supported by this broker yet")
                 log = broker.topics.log(topic_data.name, data.index)
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
                     records = _writable(records)
                 batch_header, batch = validated_batch(records, log.config.max_message_bytes)
+                _check_transactional(broker, header.request_api_version, request.transactional_id,
+                                     batch_header, topic_data.name, data.index)
                 appended = log.append(batch_header, batch)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time

@@ -6,6 +6,8 @@ offset and int32 byte position in the `.log` file, one entry per
 entries, int64 timestamp and int32 relative offset, added when a batch raises the
 segment's largest timestamp. Both are append-only; lookups are binary searches over
 in-memory copies, loaded lazily so that opening a log does not read its indexes.
+`TransactionIndex` (`.txnindex`): the segment's aborted transactions, for read_committed
+fetches.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
+from typing import NamedTuple
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -120,6 +123,16 @@ class OffsetIndex(_SparseIndex):
         """Drop entries for offsets >= `offset`."""
         self.truncate_after(offset - self.base_offset - 1)
 
+    def lookup_position(self, position: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or before byte `position`; else the
+        segment start."""
+        if self._keys is None:
+            self._load()
+        i = bisect_right(self._values, position) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._keys[i], self._values[i]
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or past `position` (the log was cut there)."""
         if self._keys is None:
@@ -157,3 +170,87 @@ class TimeIndex(_SparseIndex):
             keep -= 1
         if keep < len(self._keys):
             self.truncate_after(self._keys[keep - 1] if keep else -(1 << 63))
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the offset of the ABORT marker
+    last_stable_offset: int  # the partition's last stable offset once this transaction ended
+
+
+_TXN_ENTRY = struct.Struct(">hqqqq")  # version 0, then the four fields above
+_TXN_ENTRY_VERSION = 0
+
+
+class TransactionIndex:
+    """`.txnindex`: the aborted transactions whose ABORT marker lies in the segment, in
+    Kafka's layout (34-byte entries: int16 version 0, int64 producer id, first offset,
+    last offset, last stable offset). Created on the first entry; written at once."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._entries: list[AbortedTxn] | None = None
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        if self._entries is None:
+            try:
+                with open(self.path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            usable = len(data) - len(data) % _TXN_ENTRY.size  # a torn last entry is dropped
+            entries = []
+            for version, *fields in _TXN_ENTRY.iter_unpack(data[:usable]):
+                if version != _TXN_ENTRY_VERSION:
+                    break
+                entries.append(AbortedTxn(*fields))
+            self._entries = entries
+        return self._entries
+
+    def append(self, entry: AbortedTxn) -> None:
+        entries = self.entries
+        if entries and entry.last_offset <= entries[-1].last_offset:
+            return  # already indexed (a replay of what is on disk)
+        entries.append(entry)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, _TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *entry))
+        finally:
+            os.close(fd)
+
+    def reset(self) -> None:
+        """Drop every entry (before rebuilding the index from the log)."""
+        self._entries = []
+        self.delete()
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries whose marker is at or after `offset`."""
+        entries = self.entries
+        keep = len(entries)
+        while keep and entries[keep - 1].last_offset >= offset:
+            keep -= 1
+        if keep < len(entries):
+            del entries[keep:]
+            if keep:
+                os.truncate(self.path, keep * _TXN_ENTRY.size)
+            else:
+                self.delete()
+
+    def flush(self) -> None:
+        if self._entries:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def delete(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

@@ -6,6 +6,14 @@ Three positions are kept distinct, as replication will need them:
 - `high_watermark`: the offset below which records are acknowledged and visible to
   consumers. On a single broker it follows the LEO on every append.
 `leader_epoch` is stamped into every appended batch (partitionLeaderEpoch).
+A fourth, `last_stable_offset` (LSO), is where read_committed consumers stop: the
+first offset of the oldest open transaction (from the producer state), else the high
+watermark. Transaction markers are appended by the coordinator (`append_marker`);
+an ABORT that closes a transaction adds (producer id, first offset, marker offset,
+LSO after it) to the `.txnindex` of the segment holding the marker, from which
+read_committed fetches learn the aborted transactions in the range they return.
+Recovery rebuilds the `.txnindex` of every re-validated segment while it replays
+the producer state.
 
 Appends assign offsets by patching the batch headers in place (baseOffset and leader
 epoch lie outside the CRC) and write the wire bytes unchanged. Reads return file
@@ -20,10 +28,13 @@ from bisect import bisect_right
 from typing import Iterable
 
 from wire.error_codes import ErrorCode
-from wire.records import (LOG_APPEND_TIME_BIT, BatchHeader, decode_batch, set_base_offset,
-                          set_log_append_time, set_partition_leader_epoch)
+from wire.primitives import DecodeError
+from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_APPEND_TIME_BIT, BatchHeader,
+                          build_control_batch, decode_batch, decode_control_record, parse_header,
+                          set_base_offset, set_log_append_time, set_partition_leader_epoch)
 
 from broker.config import LogConfig
+from broker.storage.index import AbortedTxn
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
 
@@ -82,7 +93,7 @@ class PartitionLog:
                        if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
         for name in os.listdir(self.directory):  # indexes whose .log is gone
             stem, _, suffix = name.partition(".")
-            if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+            if suffix in ("index", "timeindex", "txnindex") and stem.isdigit() and int(stem) not in bases:
                 os.unlink(os.path.join(self.directory, name))
         if not bases:
             bases = [0]
@@ -118,17 +129,40 @@ class PartitionLog:
         self._load_producer_state(recover_from=self.segments[first].base_offset)
 
     def _load_producer_state(self, recover_from: int | None) -> None:
-        start = self.producer_state.load_snapshot(self.log_end_offset)
+        """Load the latest snapshot and replay the batch headers after it. With
+        `recover_from` (the first re-validated segment's base offset), replay from a
+        snapshot at or below it, rebuilding those segments' transaction indexes."""
+        start = self.producer_state.load_snapshot(self.log_end_offset, upto=recover_from)
         if recover_from is None and start == self.log_end_offset:
             return
-        for _, header in self._headers_from(start):
-            self.producer_state.update(header)
+        for segment, position, header in self._headers_from(start):
+            first = self.producer_state.update(header)
+            if first is not None and recover_from is not None and \
+                    segment.base_offset >= recover_from and self._is_abort(segment, position, header):
+                segment.txn_index.append(self._aborted_entry(header.producer_id, first,
+                                                             header.base_offset))
 
-    def _headers_from(self, offset: int) -> Iterable[tuple[LogSegment, BatchHeader]]:
+    def _headers_from(self, offset: int) -> Iterable[tuple[LogSegment, int, BatchHeader]]:
         for segment in self.segments[max(0, self._segment_index(offset)):]:
             position = segment.position_of(offset)[0] if segment.base_offset <= offset else 0
-            for _, header in segment.batches_from(position):
-                yield segment, header
+            for pos, header in segment.batches_from(position):
+                yield segment, pos, header
+
+    @staticmethod
+    def _is_abort(segment: LogSegment, position: int, header: BatchHeader) -> bool:
+        """Whether the control batch at `position` is an ABORT marker."""
+        try:
+            records = decode_batch(segment.region(position, position + header.size).read(), 1 << 20)
+            return bool(records) and decode_control_record(records[0]).type == CONTROL_ABORT
+        except DecodeError:
+            return False
+
+    def _aborted_entry(self, producer_id: int, first_offset: int, marker_offset: int) -> AbortedTxn:
+        """The index entry of a transaction just aborted (the producer state already
+        closed it): the LSO after it is the next open transaction's start, if any."""
+        following = self.producer_state.first_unstable_offset()
+        return AbortedTxn(producer_id, first_offset, marker_offset,
+                          marker_offset + 1 if following is None else following)
 
     def _segment_index(self, offset: int) -> int:
         bases = self._base_offsets or [s.base_offset for s in self.segments]
@@ -141,8 +175,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """Below it no record belongs to an open transaction (none exist yet)."""
-        return self.high_watermark
+        """Below it no record belongs to an open transaction: the oldest open
+        transaction's first offset, capped by the high watermark and never below the
+        log start offset."""
+        first = self.producer_state.first_unstable_offset()
+        stable = self.high_watermark if first is None else min(first, self.high_watermark)
+        return max(stable, self.log_start_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -176,6 +214,40 @@ class PartitionLog:
         self.high_watermark = self.log_end_offset
         self.flush_if_due()
         return AppendResult(base, self.log_end_offset - 1, append_time, False)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool) -> int:
+        """Append a COMMIT or ABORT marker for a producer's transaction (from the
+        transaction coordinator); returns its offset. Refused (LogError) for an epoch
+        older than the producer's here, or an older coordinator epoch. A marker for a
+        producer without an open transaction here is written and closes nothing."""
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise LogError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                           f"marker epoch {producer_epoch} of producer {producer_id} is older "
+                           f"than {entry.epoch} in {self.topic}-{self.partition}")
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise LogError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                           f"coordinator epoch {coordinator_epoch} is older than "
+                           f"{entry.coordinator_epoch} in {self.topic}-{self.partition}")
+        batch = bytearray(build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
+                                              producer_id, producer_epoch, coordinator_epoch,
+                                              now_ms()))
+        header = parse_header(batch)
+        self._maybe_roll(header.size, header)
+        base = self.log_end_offset
+        set_base_offset(batch, base)
+        set_partition_leader_epoch(batch, self.leader_epoch)
+        header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+        segment = self.segments[-1]
+        segment.append(batch, header)
+        first = self.producer_state.update(header, coordinator_epoch)
+        if first is not None and not commit:
+            segment.txn_index.append(self._aborted_entry(producer_id, first, base))
+        self._unflushed_messages += 1
+        self.high_watermark = self.log_end_offset
+        self.flush_if_due()
+        return base
 
     def _maybe_roll(self, incoming: int, header: BatchHeader) -> None:
         active = self.segments[-1]
@@ -225,15 +297,43 @@ class PartitionLog:
         `max_bytes` and not past `upper_offset` (the high watermark or the last stable
         offset). The result may end inside a batch, as Kafka's does. With
         `min_one_batch`, a first batch larger than `max_bytes` is returned whole."""
+        return self._read(offset, max_bytes, upper_offset, min_one_batch)[0]
+
+    def read_committed(self, offset: int, max_bytes: int,
+                       min_one_batch: bool) -> tuple[FileRegion | None, list[AbortedTxn]]:
+        """`read` up to the last stable offset, with the aborted transactions that
+        overlap [offset, end of the returned batches): what a read_committed consumer
+        needs to drop their records."""
+        region, segment = self._read(offset, max_bytes, self.last_stable_offset, min_one_batch)
+        if region is None:
+            return None, []
+        end = segment.offset_at_position(region.position + region.length)
+        return region, self.aborted_transactions(offset, end)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, end), from the transaction
+        indexes of the segment holding `start` onwards (a marker may lie far beyond
+        `end`); as in Kafka, the scan stops at an entry whose LSO reached `end`."""
+        found = []
+        for segment in self.segments[max(0, self._segment_index(start)):]:
+            for entry in segment.txn_index.entries:
+                if entry.last_offset >= start and entry.first_offset < end:
+                    found.append(entry)
+                if entry.last_stable_offset >= end:
+                    return found
+        return found
+
+    def _read(self, offset: int, max_bytes: int, upper_offset: int,
+              min_one_batch: bool) -> tuple[FileRegion | None, LogSegment | None]:
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise LogError(ErrorCode.OFFSET_OUT_OF_RANGE,
                            f"offset {offset} is outside [{self.log_start_offset}, "
                            f"{self.log_end_offset}] of {self.topic}-{self.partition}")
         if offset >= upper_offset:
-            return None
+            return None, None
         for segment in self.segments[max(0, self._segment_index(offset)):]:
             if segment.base_offset >= upper_offset:
-                return None
+                return None, None
             if segment.next_offset <= offset:
                 continue
             start, header = segment.position_of(offset)
@@ -245,8 +345,8 @@ class PartitionLog:
             length = min(end - start, max_bytes)
             if min_one_batch:
                 length = max(length, min(header.size, end - start))
-            return segment.region(start, start + length) if length > 0 else None
-        return None
+            return (segment.region(start, start + length), segment) if length > 0 else (None, None)
+        return None, None
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp`,

@@ -1,4 +1,5 @@
-"""One segment of a partition's log: `<base offset>.log` with its two sparse indexes.
+"""One segment of a partition's log: `<base offset>.log` with its two sparse indexes and,
+once a transaction aborts in it, its `.txnindex`.
 
 Batches are stored exactly as they arrive on the wire (with baseOffset and
 partitionLeaderEpoch assigned), so a fetch sends file bytes unchanged. The segment
@@ -13,7 +14,7 @@ import os
 from wire.primitives import DecodeError
 from wire.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, has_valid_crc, parse_header
 
-from broker.storage.index import OffsetIndex, TimeIndex
+from broker.storage.index import OffsetIndex, TimeIndex, TransactionIndex
 
 _NAME_DIGITS = 20
 
@@ -51,6 +52,7 @@ class LogSegment:
                                         base_offset)
         self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex")),
                                     base_offset)
+        self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
         self._fd = -1
         self.size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         self.created_ms = created_ms
@@ -96,6 +98,7 @@ class LogSegment:
             os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def seal(self) -> None:
         """Make the time index hold the segment's true maximum before it stops growing."""
@@ -122,6 +125,7 @@ class LogSegment:
             pass
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     # -- reading ---------------------------------------------------------------------
     def header_at(self, position: int) -> BatchHeader:
@@ -145,6 +149,16 @@ class LogSegment:
             position += header.size
         return self.size, None
 
+    def offset_at_position(self, position: int) -> int:
+        """The offset of the first batch starting at or after byte `position` (the
+        segment's next offset when none does)."""
+        _, at = self.offset_index.lookup_position(position)
+        while at < min(position, self.size):
+            at += self.header_at(at).size
+        if at >= self.size:
+            return self.next_offset
+        return self.header_at(at).base_offset
+
     def region(self, start: int, end: int) -> FileRegion:
         return FileRegion(self.fd, start, end - start)
 
@@ -158,9 +172,11 @@ class LogSegment:
     # -- recovery --------------------------------------------------------------------
     def recover(self, max_batch_bytes: int) -> list[BatchHeader]:
         """Re-validate every batch (CRC included), truncate at the first bad or torn
-        one, rebuild both indexes; returns the headers of the valid batches."""
+        one, rebuild both indexes; returns the headers of the valid batches. The
+        transaction index is emptied: the log rebuilds it with the producer state."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self._max_timestamp = None
         self._bytes_since_index_entry = 0
         headers: list[BatchHeader] = []
@@ -219,5 +235,6 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(offset)
+        self.txn_index.truncate_to_offset(offset)
         self._max_timestamp = None
         self.next_offset = self.load_next_offset() if position else self.base_offset

@@ -1,0 +1,240 @@
+"""AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–4,
+WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–1.
+
+The transaction rules themselves live in `broker.transactions.coordinator`; here:
+- PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to AddPartitionsToTxn,
+  AddOffsetsToTxn and EndTxn below v2 (InitProducerId below v4), which predate it.
+- AddPartitionsToTxn v0–3 names one transaction, v4+ a batch (`transactions`), each
+  answered on its own. A partition that does not exist fails the whole transaction's
+  request: UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED for the others.
+  Otherwise every partition gets the coordinator's answer. `verify_only` (v4+) adds
+  nothing and answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE.
+- AddOffsetsToTxn adds the group's `__consumer_offsets` partition to the transaction.
+- EndTxn v5 returns the producer id and epoch (unchanged: transactions version 1, no
+  epoch bump per transaction).
+- TxnOffsetCommit: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION; the group checks
+  the member, instance and generation when given (v3+: UNKNOWN_MEMBER_ID,
+  FENCED_INSTANCE_ID, ILLEGAL_GENERATION); the group's offsets partition must be in the
+  producer's transaction (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4;
+  a stale epoch is INVALID_PRODUCER_EPOCH, an unknown producer
+  INVALID_PRODUCER_ID_MAPPING, a completing transaction COORDINATOR_NOT_AVAILABLE so
+  that the client retries). The offsets stay pending until the transaction ends.
+- WriteTxnMarkers (what Kafka's coordinators send to partition leaders; also used by
+  admin tools to abort hanging transactions) appends the markers as asked, with an
+  error per partition (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
+  TRANSACTION_COORDINATOR_FENCED).
+- DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an unknown id. ListTransactions
+  filters by state names (unknown ones are listed back), producer ids and, v1+, by
+  running longer than `duration_filter` ms.
+"""
+
+from __future__ import annotations
+
+import time
+
+from wire.error_codes import ErrorCode
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS, END_TXN,
+                           LIST_TRANSACTIONS, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
+
+from broker.groups import offsets_log
+from broker.groups.coordinator import GroupError
+from broker.groups.offsets_log import CommittedOffset
+from broker.storage.log import LogError
+from broker.storage.producer_state import ProducerStateError
+from broker.topics import TopicError
+from broker.transactions.coordinator import TxnError
+from broker.transactions.txn_log import STATES_BY_NAME
+
+
+def fenced_for(code: int, version: int, since: int) -> int:
+    """PRODUCER_FENCED for versions >= `since`, INVALID_PRODUCER_EPOCH before."""
+    if code == ErrorCode.PRODUCER_FENCED and version < since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def _exists(broker, topic: str, partition: int) -> bool:
+    try:
+        broker.topics.log(topic, partition)
+        return True
+    except TopicError:
+        return False
+
+
+def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only, topics):
+    """Error code per (topic, partition) for one transaction of an AddPartitionsToTxn."""
+    partitions = [(t.name, p) for t in topics for p in t.partitions]
+    missing = {tp for tp in partitions if not _exists(broker, *tp)}
+    if missing:
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
+    coordinator = broker.transactions
+    try:
+        if verify_only:
+            return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
+        coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
+        code = ErrorCode.NONE
+    except TxnError as exc:
+        code = fenced_for(exc.code, version, 2)
+    return {tp: code for tp in partitions}
+
+
+async def add_partitions_to_txn(broker, header, request, client_host):
+    Resp = ADD_PARTITIONS_TO_TXN.response
+    version = header.request_api_version
+    if version < 4:
+        codes = _add_one(broker, version, request.v3_and_below_transactional_id,
+                         request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                         False, request.v3_and_below_topics)
+        return Resp(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(Resp, codes))
+    results = []
+    for txn in request.transactions:
+        codes = _add_one(broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                         txn.verify_only, txn.topics)
+        results.append(Resp.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                     topic_results=_topic_results(Resp, codes)))
+    return Resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
+
+
+def _topic_results(Resp, codes):
+    by_topic: dict[str, list] = {}
+    for (topic, partition), code in codes.items():
+        by_topic.setdefault(topic, []).append(Resp.AddPartitionsToTxnPartitionResult(
+            partition_index=partition, partition_error_code=code))
+    return [Resp.AddPartitionsToTxnTopicResult(name=topic, results_by_partition=results)
+            for topic, results in by_topic.items()]
+
+
+async def add_offsets_to_txn(broker, header, request, client_host):
+    code = ErrorCode.NONE
+    try:
+        if not request.group_id:
+            raise TxnError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+        partition = broker.groups.partition_for(request.group_id)
+        broker.transactions.add_partitions(request.transactional_id, request.producer_id,
+                                           request.producer_epoch, {(offsets_log.TOPIC, partition)})
+    except TxnError as exc:
+        code = fenced_for(exc.code, header.request_api_version, 2)
+    return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=code)
+
+
+async def end_txn(broker, header, request, client_host):
+    try:
+        broker.transactions.end_txn(request.transactional_id, request.producer_id,
+                                    request.producer_epoch, request.committed)
+    except TxnError as exc:
+        return END_TXN.response(throttle_time_ms=0,
+                                error_code=fenced_for(exc.code, header.request_api_version, 2),
+                                producer_id=-1, producer_epoch=-1)
+    return END_TXN.response(throttle_time_ms=0, error_code=0, producer_id=request.producer_id,
+                            producer_epoch=request.producer_epoch)
+
+
+def _offset_commit_error(code: int, version: int) -> int:
+    """A transaction check's answer as Kafka's group coordinator converts it."""
+    if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < 4:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
+
+
+async def txn_offset_commit(broker, header, request, client_host):
+    Resp = TXN_OFFSET_COMMIT.response
+    version = header.request_api_version
+    now = int(time.time() * 1000)
+    codes: dict[tuple[str, int], int] = {}
+    offsets = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not _exists(broker, *tp):
+                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch,
+                                          p.committed_metadata or "", now)
+    if offsets:
+        def verify():
+            partition = broker.groups.partition_for(request.group_id)
+            code = broker.transactions.check_write(request.transactional_id, request.producer_id,
+                                                   request.producer_epoch, (offsets_log.TOPIC, partition))
+            if code is not None:
+                raise GroupError(_offset_commit_error(code, version))
+
+        try:
+            codes.update(broker.groups.txn_commit(
+                request.group_id, request.producer_id, request.producer_epoch,
+                request.generation_id, request.member_id, request.group_instance_id, offsets,
+                verify=verify))
+        except GroupError as exc:
+            codes.update({tp: exc.code for tp in offsets})
+    return Resp(throttle_time_ms=0, topics=[Resp.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
+        Resp.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                              error_code=codes[(topic.name, p.partition_index)])
+        for p in topic.partitions]) for topic in request.topics])
+
+
+async def write_txn_markers(broker, header, request, client_host):
+    Resp = WRITE_TXN_MARKERS.response
+    results = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for partition in topic.partition_indexes:
+                code = ErrorCode.NONE
+                try:
+                    broker.topics.log(topic.name, partition).append_marker(
+                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                        marker.transaction_result)
+                except (TopicError, LogError, ProducerStateError) as exc:
+                    code = exc.code
+                else:
+                    if topic.name == offsets_log.TOPIC:
+                        broker.groups.end_transaction(marker.producer_id, partition,
+                                                      marker.transaction_result)
+                    broker.notify_append(topic.name, partition)
+                partitions.append(Resp.WritableTxnMarkerPartitionResult(partition_index=partition,
+                                                                        error_code=code))
+            topics.append(Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
+        results.append(Resp.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
+    return Resp(markers=results)
+
+
+async def describe_transactions(broker, header, request, client_host):
+    Resp = DESCRIBE_TRANSACTIONS.response
+    states = []
+    for transactional_id in request.transactional_ids:
+        try:
+            meta = broker.transactions.describe(transactional_id)
+        except TxnError as exc:
+            states.append(Resp.TransactionState(
+                error_code=exc.code, transactional_id=transactional_id, transaction_state="",
+                transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                producer_epoch=-1, topics=[]))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(Resp.TransactionState(
+            error_code=0, transactional_id=transactional_id, transaction_state=meta.state_name,
+            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=[Resp.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+    return Resp(throttle_time_ms=0, transaction_states=states)
+
+
+async def list_transactions(broker, header, request, client_host):
+    Resp = LIST_TRANSACTIONS.response
+    unknown = [name for name in request.state_filters if name not in STATES_BY_NAME]
+    states = {STATES_BY_NAME[name] for name in request.state_filters if name in STATES_BY_NAME}
+    if request.state_filters and not states:
+        listed = []  # only unknown states asked for: nothing matches
+    else:
+        duration = request.duration_filter if header.request_api_version >= 1 else -1
+        listed = broker.transactions.list(states or None, set(request.producer_id_filters) or None,
+                                          duration)
+    return Resp(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
+                transaction_states=[Resp.TransactionState(
+                    transactional_id=m.transactional_id, producer_id=m.producer_id,
+                    transaction_state=m.state_name) for m in listed])

@@ -1,0 +1,1 @@
+"""Transactions: the coordinator (`coordinator`) and its log, `__transaction_state` (`txn_log`)."""
