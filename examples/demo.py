@@ -4,6 +4,7 @@
 2. Produces a stream of page views with confluent-kafka (keyed by user, with headers).
 3. Runs a Structured Streaming query: `sluice` source -> views per page -> `sluice` sink,
    exactly once, committing its progress to the consumer group `page-view-counter`.
+   Each micro-batch writes the complete, updated table of counts (complete mode).
    Progress (records in, batches, the group's lag) is shown while it runs.
 4. Prints the resulting table, read back from the output topic.
 5. Reprocesses history: resets the group's offsets to the earliest with
@@ -105,7 +106,7 @@ def main() -> int:
                      .option("kafka.bootstrap.servers", bootstrap)
                      .option("topic", "views-per-page")
                      .option("checkpointLocation", os.path.join(work, "checkpoint"))
-                     .outputMode("update")
+                     .outputMode("complete")
                      .trigger(availableNow=True)
                      .start())
             print("3. streaming page-views -> count per page -> views-per-page (exactly once)")

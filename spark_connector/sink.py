@@ -208,6 +208,8 @@ def _run_task(options: SinkOptions, iterator, transactional_id: str | None, quer
             except Exception:
                 pass  # the transaction times out instead
             raise
+        if not writer.sequences:  # wrote nothing: there is no transaction to commit
+            return TaskCommit(query, None, rows=0)
         return TaskCommit(query, transactional_id, pid, epoch, writer.rows)
 
 

@@ -7,10 +7,9 @@ offset, timestamp, timestampType and headers. Each test has its own topics on on
 broker for the module; waits are bounded. The SIGKILL test runs its Spark driver as a
 separate process (tests/spark_driver_job.py) so that it can be killed.
 
-Neither the broker nor the mock cluster filters aborted transactions yet (the broker
-refuses transactional ids; the mock keeps no aborted-transaction index), so the
-read_committed default is shown on the wire, and the abort test skips until the
-broker coordinates transactions.
+The read_committed default is shown twice: on the wire (every Fetch and ListOffsets asks
+for it) and with a real aborted transaction, whose records never reach Spark. (The mock
+cluster keeps no aborted-transaction index, so that test runs on our broker only.)
 """
 
 from __future__ import annotations
