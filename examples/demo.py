@@ -110,16 +110,20 @@ def main() -> int:
                      .trigger(availableNow=True)
                      .start())
             print("3. streaming page-views -> count per page -> views-per-page (exactly once)")
-            seen = 0
-            while query.isActive:
+            shown = 0
+
+            def show_progress() -> int:
                 progress = query.recentProgress
-                if len(progress) > seen:
-                    seen = len(progress)
-                    last = progress[-1]
-                    print(f"   batch {last['batchId']}: {last['numInputRows']} records in, "
-                          f"group lag {lag(client, 'page-views')}")
+                for batch in progress[shown:]:
+                    print(f"   batch {batch['batchId']}: {batch['numInputRows']} records in, "
+                          f"group lag now {lag(client, 'page-views')}")
+                return len(progress)
+
+            while query.isActive:
+                shown = show_progress()
                 time.sleep(0.2)
             query.awaitTermination()
+            show_progress()
 
             latest = (spark.read.format("sluice").option("kafka.bootstrap.servers", bootstrap)
                       .option("subscribe", "views-per-page").load()
