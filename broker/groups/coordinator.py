@@ -46,6 +46,7 @@ from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
 from broker.storage.log import LogError
 from broker.storage.producer_state import ProducerStateError
+from broker.topics import TopicError
 
 log = logging.getLogger("sluice.groups")
 
@@ -524,12 +525,22 @@ class GroupCoordinator:
                 # for their generation (what they consumed before rejoining); once the new
                 # generation exists, commits wait for its assignment.
                 raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        codes, accepted = self._acceptable(offsets)
+        if accepted:
+            self._write(group_id, [offsets_log.offset_record(group_id, t, p, c)
+                                   for (t, p), c in accepted.items()])
+            group.offsets.update(accepted)
+        return codes
+
+    def _acceptable(self, offsets: dict[tuple[str, int], CommittedOffset]) -> tuple[dict, dict]:
+        """(error code per partition, the offsets that may be stored): partitions must
+        exist and metadata stay within `offset.metadata.max.bytes`."""
         codes: dict[tuple[str, int], int] = {}
         accepted = {}
         for (topic, partition), committed in offsets.items():
             try:
                 self.broker.topics.log(topic, partition)
-            except Exception:
+            except TopicError:
                 codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
@@ -537,11 +548,7 @@ class GroupCoordinator:
                 continue
             accepted[(topic, partition)] = committed
             codes[(topic, partition)] = ErrorCode.NONE
-        if accepted:
-            self._write(group_id, [offsets_log.offset_record(group_id, t, p, c)
-                                   for (t, p), c in accepted.items()])
-            group.offsets.update(accepted)
-        return codes
+        return codes, accepted
 
     # -- transactional offsets --------------------------------------------------------
     def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
@@ -563,14 +570,7 @@ class GroupCoordinator:
                                  f"generation {generation} is not the group's {group.generation}")
         if verify is not None:
             verify()
-        codes: dict[tuple[str, int], int] = {}
-        accepted = {}
-        for (topic, partition), committed in offsets.items():
-            if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
-                codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            accepted[(topic, partition)] = committed
-            codes[(topic, partition)] = ErrorCode.NONE
+        codes, accepted = self._acceptable(offsets)
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
             try:

@@ -238,13 +238,17 @@ class TransactionCoordinator:
                 (producer_id == meta.last_producer_id and epoch_exhausted(epoch)))
 
     # -- adding partitions -----------------------------------------------------------
-    def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+    def _known(self, transactional_id: str) -> TxnMetadata:
         if not transactional_id:
             raise TxnError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         meta = self.txns.get(transactional_id)
         if meta is None:
             raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                            f"transactional id {transactional_id!r} is not known")
+        return meta
+
+    def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+        meta = self._known(transactional_id)
         if meta.producer_id != producer_id:
             raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                            f"producer {producer_id} is not {transactional_id!r}'s ({meta.producer_id})")
@@ -288,12 +292,7 @@ class TransactionCoordinator:
 
     # -- ending transactions ---------------------------------------------------------
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        if not transactional_id:
-            raise TxnError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
-        meta = self.txns.get(transactional_id)
-        if meta is None:
-            raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                           f"transactional id {transactional_id!r} is not known")
+        meta = self._known(transactional_id)
         self._end(meta, producer_id, epoch, commit, from_client=True)
 
     def _end(self, meta: TxnMetadata, producer_id: int, epoch: int, commit: bool,
