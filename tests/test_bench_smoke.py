@@ -17,3 +17,63 @@ def test_spark_read_benchmark_runs(spark):
     results = run_spark_read(rows=16_000, repeats=1, spark=spark)
     assert results["rows"] == 16_000
     assert results["sluice_rows_per_s"] > 0 and results["ceiling_rows_per_s"] > 0
+
+
+def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
+    """bench.broker at tiny sizes against both brokers: every section produces figures for
+    sluice and the mock cluster, the targets are evaluated (met or not: never asserted),
+    and the markdown, JSON and PNG reports are written."""
+    import json
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    from bench import broker
+
+    results = broker.run(broker.TINY, "tiny", log=lambda line: None)
+    assert len(results["produce"]) == 2 * 2 * 2 * 2 * 2  # client x acks x partitions x codec x broker
+    for row in results["produce"]:
+        assert row["all_written"] == [broker.TINY.records] * row["repeats"], row
+        assert row["records_per_s"] > 0 and row["broker_cpu_s"] >= 0
+        assert row["broker_peak_rss_mib"] > 0
+    assert {(r["client"], r["broker"]) for r in results["consume"]} == {
+        (c, b) for c in ("python", "kcat") for b in ("sluice", "mock")}
+    assert all(r["records_per_s"] > 0 for r in results["consume"])
+    assert len(results["e2e"]) == 2 * len(broker.E2E_VARIANTS)
+    for row in results["e2e"]:
+        assert row["complete"] and row["measured"] > 0 and row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
+    large = results["log"]["large"]
+    assert large["segments"] >= 2 and large["fetch"]["head"]["median_ms"] > 0
+    for log in ("small", "large"):
+        assert results["log"][log]["clean_s"] > 0 and results["log"][log]["after_sigkill_s"] > 0
+    assert {r["broker"] for r in results["partitions"]} == {"sluice", "mock"}
+    assert all(r["partitions"] == broker.TINY.many_partitions for r in results["partitions"])
+    assert len(results["targets"]) == 6
+    assert all(t["met"] in (True, False) and t["ratio"] > 0 for t in results["targets"])
+    assert "targets:" in broker.text_table(results["table"], results["targets"])
+
+    paths = broker.write_reports(results, str(tmp_path))
+    assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
+    assert "## Targets" in open(paths["md"]).read()
+    assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mock_broker_process_creates_and_deletes_topics():
+    from confluent_kafka import Consumer
+
+    from bench.mock_broker import MockBrokerProcess
+
+    with MockBrokerProcess(max_seconds=60) as mock:
+        mock.create_topic("eight", 8)
+        consumer = Consumer({"bootstrap.servers": mock.bootstrap_servers, "group.id": "smoke"})
+        try:
+            assert len(consumer.list_topics("eight", timeout=10).topics["eight"].partitions) == 8
+            mock.delete_topic("eight")
+            assert "eight" not in consumer.list_topics(timeout=10).topics
+        finally:
+            consumer.close()
+        process = mock.proc
+    assert process.returncode == 0  # it ended with its input, and was waited for

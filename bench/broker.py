@@ -1,0 +1,1268 @@
+"""Broker benchmarks: Sluice's broker process side by side with librdkafka's mock cluster.
+
+Both brokers run in the same benchmark run, each as a process of its own on 127.0.0.1:
+- sluice: `python -m broker` (tests.broker_process.BrokerProcess), durable on disk in a
+  temporary directory;
+- mock: librdkafka's mock cluster, a C broker keeping its log in memory (bench.mock_broker:
+  at most ~5 MB per partition, so consume comparisons stay below that).
+
+Benchmarks (same clients and settings against both brokers):
+1. produce: acks=all/1 x 1/8 partitions x none/lz4, with confluent-kafka's Producer
+   (linger.ms=5, batch.size=1000000) and with kcat -P; 100-byte values. records/s, MB/s,
+   broker CPU seconds (/proc/<pid>/stat) and peak broker RSS (VmHWM, reset per run).
+2. consume from a cold start: confluent-kafka Consumer (assign from the beginning) and
+   kcat -C -e -o beginning.
+3. end-to-end latency at a fixed 10,000 records/s (linger.ms=0, acks=all): p50/p99/p99.9.
+4. log scaling (Sluice only): small fetch at the head vs the tail of a large partition;
+   start-up after a clean shutdown and after SIGKILL, small log vs large log.
+5. many partitions: Metadata time, produce rate and broker RSS with N partitions.
+
+Results: a table on stdout; markdown, JSON and a PNG chart under bench/results/.
+Targets are stated and marked met / NOT met; nothing here asserts speed.
+
+    python -m bench.broker [--quick] [--records N] [--log-mb M] [--many-partitions P]
+                           [--only produce,consume,e2e,log,partitions] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from bench.machine import describe_machine, machine_details
+
+VALUE_SIZE = 100
+MB = 1_000_000
+MIB = 1 << 20
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(REPO, "bench", "results")
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+SECTIONS = ("produce", "consume", "e2e", "log", "partitions")
+MOCK_PARTITION_BYTES = 5 * MIB  # what the mock cluster keeps per partition
+
+
+@dataclasses.dataclass
+class Sizes:
+    records: int                 # per produce configuration
+    produce_repeats: int         # runs per configuration and broker (alternating); median kept
+    consume_partitions: int
+    consume_per_partition: int   # records; x ~110 bytes stays below the mock's 5 MB
+    e2e_rate: int
+    e2e_seconds: float
+    e2e_warmup_seconds: float
+    log_bytes: int               # the large partition of the log-scaling benchmark
+    log_segment_bytes: int
+    fetch_samples: int           # per position (head, tail)
+    startup_repeats: int         # clean restarts per log (median)
+    many_partitions: int
+    many_partitions_per_topic: int
+    many_records_per_partition: int
+    metadata_samples: int
+    step_timeout: float          # seconds: no single step may take longer
+
+
+FULL = Sizes(records=5_000_000, produce_repeats=1, consume_partitions=8, consume_per_partition=40_000,
+             e2e_rate=10_000, e2e_seconds=15.0, e2e_warmup_seconds=2.0,
+             log_bytes=3 * 1024 * MIB, log_segment_bytes=256 * MIB, fetch_samples=500,
+             startup_repeats=5, many_partitions=10_000, many_partitions_per_topic=100,
+             many_records_per_partition=10, metadata_samples=5, step_timeout=900.0)
+QUICK = dataclasses.replace(FULL, records=200_000, produce_repeats=3, consume_per_partition=15_000,
+                            e2e_seconds=2.0, e2e_warmup_seconds=0.5, log_bytes=200 * MIB,
+                            log_segment_bytes=64 * MIB, fetch_samples=200, startup_repeats=5,
+                            many_partitions=1_000, metadata_samples=5, step_timeout=300.0)
+# What the smoke test runs: every code path, a few seconds each.
+TINY = dataclasses.replace(QUICK, records=3_000, produce_repeats=1, consume_partitions=4, consume_per_partition=500,
+                           e2e_rate=1_000, e2e_seconds=1.0, e2e_warmup_seconds=0.3,
+                           log_bytes=3 * MIB, log_segment_bytes=1 * MIB, fetch_samples=5,
+                           startup_repeats=1, many_partitions=20, many_partitions_per_topic=10,
+                           many_records_per_partition=2, metadata_samples=2, step_timeout=120.0)
+
+
+# -- values ------------------------------------------------------------------------------
+
+_WORDS = ("user session page view click cart order item price search query result "
+          "login logout error retry timeout region eu us ap mobile desktop tablet "
+          "chrome firefox safari referrer campaign banner checkout payment card "
+          "shipped delivered returned status ok fail latency bytes count").split()
+
+
+def value_pool(size: int = 1024, seed: int = 7) -> list[bytes]:
+    """`size` distinct printable 100-byte values (no newline): log-line-like text, so
+    lz4 compresses them about as much as real event data, not like repeated bytes."""
+    rng = random.Random(seed)
+    pool = []
+    for i in range(size):
+        words = [f"id={i:06d}", f"ts={rng.randrange(10**12, 10**13)}"]
+        while sum(len(w) + 1 for w in words) < VALUE_SIZE:
+            words.append(rng.choice(_WORDS) + "=" + str(rng.randrange(10**rng.randrange(1, 7))))
+        pool.append(" ".join(words).encode()[:VALUE_SIZE])
+    return pool
+
+
+# -- /proc -------------------------------------------------------------------------------
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def memory_kib(pid: int, key: str) -> int | None:
+    """A /proc/<pid>/status figure in KiB (VmRSS, VmHWM), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0, own processes); False if refused."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Probe:
+    """Wall time, broker CPU and peak broker RSS over one measurement."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_reset = reset_peak_rss(pid)
+        self.children0 = os.times()
+        self.cpu0 = cpu_seconds(pid)
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> dict:
+        wall = time.perf_counter() - self.t0
+        cpu = cpu_seconds(self.pid) - self.cpu0
+        t = os.times()
+        peak = memory_kib(self.pid, "VmHWM")
+        return {"seconds": wall, "broker_cpu_s": cpu,
+                "broker_peak_rss_mib": None if peak is None else peak / 1024,
+                "peak_rss_since": "run" if self.peak_reset else "broker start",
+                "client_cpu_s": (t.user - self.children0.user + t.system - self.children0.system
+                                 + t.children_user - self.children0.children_user
+                                 + t.children_system - self.children0.children_system)}
+
+
+# -- the two brokers -----------------------------------------------------------------------
+
+class SluiceTarget:
+    name = "sluice"
+
+    def __init__(self, workdir: str, sizes: Sizes):
+        from tests.broker_process import BrokerProcess
+
+        self.data_dir = os.path.join(workdir, f"sluice-{uuid.uuid4().hex[:6]}")
+        os.makedirs(self.data_dir)
+        config = os.path.join(self.data_dir, "server.properties")
+        with open(config, "w") as f:  # as the mock cluster behaves
+            f.write("num.partitions=4\nauto.create.topics.enable=true\n")
+        self.process = BrokerProcess(os.path.join(self.data_dir, "data"), config_file=config)
+        self.timeout = sizes.step_timeout
+        self.client = None
+
+    def start(self) -> "SluiceTarget":
+        from wire.client import Client
+
+        self.process.start(timeout=60)
+        self.client = Client(self.bootstrap, call_timeout=self.timeout)
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap_servers
+
+    @property
+    def pid(self) -> int:
+        return self.process.proc.pid
+
+    def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
+        from wire.client import NewTopic
+
+        results = self.client.create_topics(
+            {name: NewTopic(partitions, 1, dict(configs or {})) for name, partitions in topics.items()},
+            timeout_ms=int(self.timeout * 1000))
+        failed = {name: r.error for name, r in results.items() if r.error is not None}
+        if failed:
+            raise RuntimeError(f"sluice: create topics failed: {failed}")
+
+    def delete_topic(self, topic: str) -> None:
+        self.client.delete_topics([topic])
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.process.proc is not None:
+            stop_or_kill(self.process, 60)
+
+
+class MockTarget:
+    name = "mock"
+
+    def __init__(self, workdir: str, sizes: Sizes):
+        from bench.mock_broker import MockBrokerProcess
+
+        self.process = MockBrokerProcess(max_seconds=4 * 3600)
+
+    def start(self) -> "MockTarget":
+        self.process.start()
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap_servers
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
+        for name, partitions in topics.items():
+            self.process.create_topic(name, partitions)
+
+    def delete_topic(self, topic: str) -> None:
+        self.process.delete_topic(topic)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[tuple[int, int]]:
+    """(low, high) per partition, through ListOffsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks",
+                         "log_level": 3})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def run_bounded(args: list[str], timeout: float, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, stdout=stdout, stderr=subprocess.PIPE, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{args[0]} exited with {result.returncode}: "
+                           f"{result.stderr.decode(errors='replace')[-2000:]}")
+    return result
+
+
+# -- 1. produce --------------------------------------------------------------------------------
+
+def producer_config(bootstrap: str, acks: str, compression: str, linger_ms: int = 5) -> dict:
+    return {"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.size": 1_000_000,
+            "acks": acks, "compression.type": compression, "enable.idempotence": False}
+
+
+def produce_python(bootstrap: str, topic: str, records: int, pool: list[bytes], acks: str,
+                   compression: str, timeout: float) -> None:
+    from confluent_kafka import Producer
+
+    errors = []
+    producer = Producer({**producer_config(bootstrap, acks, compression), "log_level": 3,
+                         "error_cb": errors.append})
+    produce, poll, mask = producer.produce, producer.poll, len(pool) - 1
+    deadline = time.monotonic() + timeout
+    i = 0
+    while i < records:
+        try:
+            produce(topic, pool[i & mask])
+            i += 1
+        except BufferError:  # the local queue is full: serve delivery reports and retry
+            poll(0.005)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"produce: {i} of {records} records queued after {timeout:g} s")
+        else:
+            if i & 0x3FFF == 0:
+                poll(0)
+    left = producer.flush(max(1.0, deadline - time.monotonic()))
+    if left:
+        raise TimeoutError(f"produce: {left} records undelivered after {timeout:g} s ({errors[:3]})")
+
+
+def kcat_records_file(path: str, records: int, pool: list[bytes]) -> None:
+    """`records` lines of 100 bytes (the same values as the Python producer's)."""
+    mask = len(pool) - 1
+    block = b"".join(v + b"\n" for v in pool)
+    with open(path, "wb") as f:
+        full, rest = divmod(records, len(pool))
+        for _ in range(full):
+            f.write(block)
+        f.write(b"".join(pool[i & mask] + b"\n" for i in range(rest)))
+
+
+def produce_kcat(bootstrap: str, topic: str, path: str, acks: str, compression: str,
+                 timeout: float) -> None:
+    args = [KCAT, "-P", "-q", "-b", bootstrap, "-t", topic, "-l", path]
+    for key, value in producer_config(bootstrap, acks, compression).items():
+        if key not in ("bootstrap.servers", "compression.type"):
+            args += ["-X", f"{key}={str(value).lower()}"]
+    if compression != "none":
+        args += ["-z", compression]
+    run_bounded(args, timeout)
+
+
+def bench_produce(targets, sizes: Sizes, pool, workdir: str, log) -> list[dict]:
+    path = os.path.join(workdir, "records.txt")
+    kcat_records_file(path, sizes.records, pool)
+    rows = []
+    for client in ("python", "kcat"):
+        for acks in ("all", "1"):
+            for partitions in (1, 8):
+                for compression in ("none", "lz4"):
+                    runs = {target.name: [] for target in targets}
+                    for _ in range(sizes.produce_repeats):  # alternating: load drifts hit both
+                        for target in targets:
+                            runs[target.name].append(produce_once(target, client, acks, partitions,
+                                                                  compression, sizes, pool, path))
+                    for target in targets:
+                        ordered = sorted(runs[target.name], key=lambda m: m["seconds"])
+                        m = ordered[len(ordered) // 2]  # the median run
+                        row = {"client": client, "acks": acks, "partitions": partitions,
+                               "compression": compression, "broker": target.name,
+                               "records": sizes.records, "repeats": len(ordered),
+                               "records_per_s": sizes.records / m["seconds"],
+                               "mb_per_s": sizes.records * VALUE_SIZE / m["seconds"] / MB,
+                               "all_seconds": [r["seconds"] for r in runs[target.name]],
+                               "all_written": [r["written"] for r in runs[target.name]], **m}
+                        short = [w for w in row["all_written"] if w != sizes.records]
+                        rows.append(row)
+                        log(f"  produce {client:6} acks={acks:3} {partitions}p {compression:4} "
+                            f"{target.name:6}: {row['records_per_s']:10,.0f} rec/s "
+                            f"{row['mb_per_s']:6.1f} MB/s cpu {m['broker_cpu_s']:5.2f}s "
+                            f"rss {m['broker_peak_rss_mib']:6.0f} MiB"
+                            + (f"  (high watermarks sum {short}, not {sizes.records})" if short else ""))
+    os.remove(path)
+    return rows
+
+
+def produce_once(target, client: str, acks: str, partitions: int, compression: str,
+                 sizes: Sizes, pool, path: str) -> dict:
+    """One produce run into a fresh topic (deleted afterwards): the Probe's figures and
+    the records the broker reports written (sum of high watermarks)."""
+    topic = f"produce-{client}-{acks}-{partitions}-{compression}-{uuid.uuid4().hex[:6]}"
+    target.create_topics({topic: partitions})
+    probe = Probe(target.pid)
+    if client == "python":
+        produce_python(target.bootstrap, topic, sizes.records, pool, acks, compression,
+                       sizes.step_timeout)
+    else:
+        produce_kcat(target.bootstrap, topic, path, acks, compression, sizes.step_timeout)
+    m = probe.stop()
+    m["written"] = sum(high for _, high in watermarks(target.bootstrap, topic, partitions))
+    target.delete_topic(topic)
+    return m
+
+
+# -- 2. consume ----------------------------------------------------------------------------------
+
+def fill_consume_topic(target, topic: str, sizes: Sizes, pool) -> int:
+    from confluent_kafka import Producer
+
+    target.create_topics({topic: sizes.consume_partitions})
+    producer = Producer({**producer_config(target.bootstrap, "all", "none"), "log_level": 3})
+    mask = len(pool) - 1
+    deadline = time.monotonic() + sizes.step_timeout
+    for i in range(sizes.consume_per_partition):
+        for p in range(sizes.consume_partitions):
+            while True:
+                try:
+                    producer.produce(topic, pool[(i * 31 + p) & mask], partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.005)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("consume set-up: producer stuck")
+    if producer.flush(max(1.0, deadline - time.monotonic())):
+        raise TimeoutError("consume set-up: records undelivered")
+    marks = watermarks(target.bootstrap, topic, sizes.consume_partitions)
+    if any(low for low, _ in marks):
+        raise RuntimeError(f"{target.name} dropped records of {topic} (low watermarks {marks}): "
+                           f"keep consume_per_partition within the mock's 5 MB per partition")
+    return sum(high - low for low, high in marks)
+
+
+def consume_python(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float) -> float:
+    """Seconds from creating the consumer to holding `expected` records."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    started = time.perf_counter()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 3})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        count = 0
+        while count < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consume: {count} of {expected} records after {timeout:g} s")
+            messages = consumer.consume(num_messages=min(10_000, expected - count), timeout=1.0)
+            if any(m.error() for m in messages):
+                raise RuntimeError(f"consume: {[m.error() for m in messages if m.error()][:3]}")
+            count += len(messages)
+        return time.perf_counter() - started
+    finally:
+        consumer.close()
+
+
+def consume_kcat(bootstrap: str, topic: str, expected: int, timeout: float) -> float:
+    """Seconds from starting kcat -C -e to its exit; the records it printed are counted."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([KCAT, "-C", "-q", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    lines = 0
+    try:
+        while chunk := proc.stdout.read1(1 << 20):
+            lines += chunk.count(b"\n")
+        code = proc.wait(timeout)
+    finally:
+        watchdog.cancel()
+    elapsed = time.perf_counter() - started
+    if code != 0 or lines != expected:
+        raise RuntimeError(f"kcat -C exited with {code} after {lines} of {expected} records")
+    return elapsed
+
+
+def bench_consume(targets, sizes: Sizes, pool, log) -> list[dict]:
+    rows = []
+    for target in targets:
+        topic = f"consume-{uuid.uuid4().hex[:6]}"
+        expected = fill_consume_topic(target, topic, sizes, pool)
+        for client in ("python", "kcat"):
+            probe = Probe(target.pid)
+            if client == "python":
+                consume_python(target.bootstrap, topic, sizes.consume_partitions, expected,
+                               sizes.step_timeout)
+            else:
+                consume_kcat(target.bootstrap, topic, expected, sizes.step_timeout)
+            m = probe.stop()
+            row = {"client": client, "broker": target.name, "records": expected,
+                   "partitions": sizes.consume_partitions,
+                   "records_per_s": expected / m["seconds"],
+                   "mb_per_s": expected * VALUE_SIZE / m["seconds"] / MB, **m}
+            rows.append(row)
+            log(f"  consume {client:6} {target.name:6}: {row['records_per_s']:10,.0f} rec/s "
+                f"{row['mb_per_s']:6.1f} MB/s ({expected} records, {m['seconds']:.2f} s incl. start-up)")
+        target.delete_topic(topic)
+    return rows
+
+
+# -- 3. end-to-end latency ------------------------------------------------------------------------
+
+# (producer linger.ms, consumer fetch.wait.max.ms). The first is the target's setting:
+# linger.ms=0 and librdkafka's default long poll (500 ms: a broker that does not answer
+# a waiting fetch as soon as data arrives, as the mock cluster does not, shows it). The
+# short poll (1 ms) takes the long poll out; linger.ms=1 lets the producer batch the
+# records that arrive within a millisecond (~10 at 10,000/s) instead of sending a request
+# per record or so.
+E2E_VARIANTS = ((0, 500), (0, 1), (1, 500), (1, 1))
+
+
+def e2e_once(target, sizes: Sizes, linger_ms: int, fetch_wait_ms: int) -> dict:
+    """One paced run: records carry their send time, a consumer process measures arrival."""
+    from confluent_kafka import Producer
+
+    warmup = int(sizes.e2e_rate * sizes.e2e_warmup_seconds)
+    total = warmup + int(sizes.e2e_rate * sizes.e2e_seconds)
+    budget = sizes.e2e_warmup_seconds + sizes.e2e_seconds
+    pad = bytes(VALUE_SIZE - 16)
+    pack = struct.Struct(">Qq").pack
+    interval_ns = 1_000_000_000 // sizes.e2e_rate
+    topic = f"e2e-{uuid.uuid4().hex[:6]}"
+    target.create_topics({topic: 1})
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "bench.e2e_consumer", target.bootstrap, topic, str(total),
+         str(warmup), str(budget + 60), str(fetch_wait_ms)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    producer = None
+    try:
+        if consumer.stdout.readline().strip() != "ready":
+            raise RuntimeError("e2e consumer did not start")
+        producer = Producer({**producer_config(target.bootstrap, "all", "none", linger_ms=linger_ms),
+                             "log_level": 3})
+        produce, poll = producer.produce, producer.poll
+        started = time.monotonic_ns()
+        deadline = started + int((budget + 30) * 1e9)
+        sent = 0
+        while sent < total:
+            now = time.monotonic_ns()
+            if now > deadline:
+                raise TimeoutError(f"e2e: {sent} of {total} records sent")
+            due = min(total, (now - started) // interval_ns + 1)
+            while sent < due:
+                try:
+                    produce(topic, pack(sent, time.monotonic_ns()) + pad, partition=0)
+                    sent += 1
+                except BufferError:
+                    poll(0.001)
+                    break
+            poll(0)
+            pause = (started + sent * interval_ns - time.monotonic_ns()) / 1e9
+            if pause > 0:
+                time.sleep(pause)
+        send_seconds = (time.monotonic_ns() - started) / 1e9
+        producer.flush(30)
+        out, _ = consumer.communicate(timeout=budget + 90)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait(10)
+    target.delete_topic(topic)
+    result = json.loads(out.strip().splitlines()[-1])
+    return {"broker": target.name, "linger_ms": linger_ms, "fetch_wait_max_ms": fetch_wait_ms,
+            "rate": sizes.e2e_rate, "lost": total - result["received"],
+            "sent": total, "achieved_rate": total / send_seconds, "warmup_records": warmup, **result}
+
+
+def bench_e2e(targets, sizes: Sizes, log) -> list[dict]:
+    rows = []
+    for linger_ms, fetch_wait_ms in E2E_VARIANTS:
+        for target in targets:
+            row = e2e_once(target, sizes, linger_ms, fetch_wait_ms)
+            rows.append(row)
+            label = f"linger.ms={linger_ms} fetch.wait.max.ms={fetch_wait_ms:3} {target.name:6}"
+            if row["measured"] == 0:
+                log(f"  e2e {label}: no record arrived")
+                continue
+            log(f"  e2e {label}: p50 {row['p50_ms']:.2f} ms  "
+                f"p99 {row['p99_ms']:.2f} ms  p99.9 {row['p999_ms']:.2f} ms  max {row['max_ms']:.2f} ms "
+                f"({row['measured']} records at {row['achieved_rate']:,.0f}/s"
+                + ("" if row["complete"] else ", INCOMPLETE")
+                + (f", {row['lost']} records never arrived" if row["lost"] else "") + ")")
+    return rows
+
+
+# -- 4. log scaling (Sluice only) ------------------------------------------------------------------
+
+def fill_log(bootstrap: str, topic: str, total_bytes: int, pool, timeout: float) -> dict:
+    """Small batches at the head, ~1 MiB batches in the middle, small batches at the tail
+    (so that a small fetch at either end returns a small batch)."""
+    from wire.client import AsyncClient
+    from wire.records import build_batch
+
+    now = int(time.time() * 1000)
+    mask = len(pool) - 1
+    small = build_batch([(None, pool[i & mask], (), now) for i in range(10)])
+    big = build_batch([(None, pool[i & mask], (), now) for i in range(9_000)])
+    bulk_batches = max(1, total_bytes // len(big))
+
+    async def fill():
+        async with AsyncClient(bootstrap, request_timeout=60) as client:
+            for _ in range(50):
+                await client.produce_batch(topic, 0, small, acks=1)
+            in_flight = asyncio.Semaphore(4)
+
+            async def one():
+                async with in_flight:
+                    await client.produce_batch(topic, 0, big, acks=1)
+
+            started = time.perf_counter()
+            for start in range(0, bulk_batches, 64):  # bounded groups, never all at once
+                await asyncio.gather(*(one() for _ in range(min(64, bulk_batches - start))))
+            seconds = time.perf_counter() - started
+            for _ in range(50):
+                await client.produce_batch(topic, 0, small, acks=1)
+            return seconds
+
+    seconds = asyncio.run(asyncio.wait_for(fill(), timeout))
+    return {"bulk_bytes": bulk_batches * len(big), "bulk_seconds": seconds,
+            "bulk_mb_per_s": bulk_batches * len(big) / seconds / MB,
+            "records": 1000 + bulk_batches * 9_000}
+
+
+def fetch_latencies(client, topic: str, offsets: dict[str, int], samples: int) -> dict[str, list[float]]:
+    """Alternating small fetches at each offset: seconds per fetch."""
+    timings = {name: [] for name in offsets}
+    for _ in range(samples):
+        for name, offset in offsets.items():
+            started = time.perf_counter()
+            result = client.fetch(topic, 0, offset, max_wait_ms=0, max_bytes=4096)
+            timings[name].append(time.perf_counter() - started)
+            if len(result.records) == 0:
+                raise RuntimeError(f"fetch at {name} offset {offset} returned nothing")
+    return timings
+
+
+def stop_or_kill(process, timeout: float) -> None:
+    """SIGTERM and wait (BrokerProcess.stop); SIGKILL if it is still running after `timeout`."""
+    proc = process.proc
+    try:
+        process.stop(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise
+
+
+def timed_start(process, timeout: float) -> float:
+    started = time.perf_counter()
+    process.start(timeout=timeout)
+    return time.perf_counter() - started
+
+
+def startup_times(process, repeats: int, timeout: float) -> dict:
+    """The process is running with unflushed data: SIGKILL, time the recovering start;
+    then stop cleanly and time `repeats` clean starts (median)."""
+    process.kill()
+    after_kill = timed_start(process, timeout)
+    clean = []
+    for _ in range(repeats):
+        stop_or_kill(process, timeout)
+        clean.append(timed_start(process, timeout))
+    return {"after_sigkill_s": after_kill, "clean_s": statistics.median(clean), "clean_all_s": clean}
+
+
+def bench_log(workdir: str, sizes: Sizes, pool, log) -> dict:
+    from tests.broker_process import BrokerProcess
+    from wire.client import Client, NewTopic
+
+    timeout = sizes.step_timeout
+    out = {}
+    # small log: 1 MB in one partition
+    small = BrokerProcess(os.path.join(workdir, "log-small"))
+    small.start(timeout=60)
+    try:
+        with Client(small.bootstrap_servers) as client:
+            client.create_topics({"small": NewTopic(1, 1)})
+        fill_log(small.bootstrap_servers, "small", MB, pool, timeout)
+        out["small"] = {"log_bytes": dir_bytes(small.data_dir),
+                        **startup_times(small, sizes.startup_repeats, timeout)}
+    finally:
+        small.kill()
+    shutil.rmtree(os.path.join(workdir, "log-small"), ignore_errors=True)
+    log(f"  start-up, small log ({out['small']['log_bytes'] / MB:.1f} MB): clean "
+        f"{out['small']['clean_s']:.2f} s, after SIGKILL {out['small']['after_sigkill_s']:.2f} s")
+
+    large = BrokerProcess(os.path.join(workdir, "log-large"))
+    large.start(timeout=60)
+    try:
+        with Client(large.bootstrap_servers, call_timeout=timeout) as client:
+            client.create_topics({"large": NewTopic(1, 1, {"segment.bytes": str(sizes.log_segment_bytes)})})
+            fill = fill_log(large.bootstrap_servers, "large", sizes.log_bytes, pool, timeout)
+            end = client.fetch("large", 0, 0, max_wait_ms=0, max_bytes=1024).high_watermark
+            offsets = {"head": 0, "tail": end - 5}
+            timings = fetch_latencies(client, "large", offsets, sizes.fetch_samples)
+        segments = len([n for n in os.listdir(os.path.join(large.data_dir, "large-0")) if n.endswith(".log")])
+        fetch = {name: {"median_ms": statistics.median(t) * 1e3,
+                        "p90_ms": sorted(t)[int(0.9 * (len(t) - 1))] * 1e3} for name, t in timings.items()}
+        out["large"] = {"log_bytes": dir_bytes(large.data_dir), "records": end, "segments": segments,
+                        "segment_bytes": sizes.log_segment_bytes, "fill": fill, "fetch": fetch,
+                        "fetch_samples": sizes.fetch_samples}
+        log(f"  log: {out['large']['log_bytes'] / MB:,.0f} MB, {end:,} records, {segments} segments "
+            f"(filled at {fill['bulk_mb_per_s']:.0f} MB/s with 1 MiB batches)")
+        log(f"  fetch 4 KB at head: median {fetch['head']['median_ms']:.3f} ms; at tail: "
+            f"median {fetch['tail']['median_ms']:.3f} ms ({sizes.fetch_samples} each)")
+        out["large"].update(startup_times(large, sizes.startup_repeats, timeout))
+        # the first fetch after a clean restart: indexes not yet touched by this process
+        with Client(large.bootstrap_servers, call_timeout=timeout) as client:
+            client.metadata(["large"])  # connected, versions and leader known: only the fetch is timed
+            first = fetch_latencies(client, "large", {"head": 0, "tail": end - 5}, 1)
+        out["large"]["first_fetch_after_restart_ms"] = {k: v[0] * 1e3 for k, v in first.items()}
+    finally:
+        large.kill()
+    shutil.rmtree(os.path.join(workdir, "log-large"), ignore_errors=True)
+    log(f"  start-up, large log ({out['large']['log_bytes'] / MB:,.0f} MB): clean "
+        f"{out['large']['clean_s']:.2f} s, after SIGKILL {out['large']['after_sigkill_s']:.2f} s")
+    return out
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+# -- 5. many partitions -----------------------------------------------------------------------------
+
+def bench_partitions(workdir: str, sizes: Sizes, log) -> list[dict]:
+    from confluent_kafka import Consumer, Producer
+
+    from wire.client import Client
+
+    per_topic = sizes.many_partitions_per_topic
+    topics = {f"many-{t:04d}": per_topic for t in range(max(1, sizes.many_partitions // per_topic))}
+    partitions = sum(topics.values())
+    rows = []
+    for make in (SluiceTarget, MockTarget):
+        target = make(workdir, sizes).start()  # a fresh broker: its RSS is these partitions'
+        try:
+            rss_before = memory_kib(target.pid, "VmRSS")
+            started = time.perf_counter()
+            target.create_topics(topics)
+            create_s = time.perf_counter() - started
+            consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "bench-md",
+                                 "log_level": 3})
+            confluent_ms, wire_ms = [], []
+            try:
+                with Client(target.bootstrap, call_timeout=sizes.step_timeout) as client:
+                    for _ in range(sizes.metadata_samples):
+                        t0 = time.perf_counter()
+                        listed = consumer.list_topics(timeout=sizes.step_timeout)
+                        confluent_ms.append((time.perf_counter() - t0) * 1e3)
+                        t0 = time.perf_counter()
+                        metadata = client.metadata()
+                        wire_ms.append((time.perf_counter() - t0) * 1e3)
+                seen = sum(len(listed.topics[t].partitions) for t in topics if t in listed.topics)
+                if seen != partitions or sum(len(metadata.topics[t].partitions) for t in topics) != partitions:
+                    raise RuntimeError(f"{target.name}: metadata shows {seen} of {partitions} partitions")
+            finally:
+                consumer.close()
+            records = partitions * sizes.many_records_per_partition
+            probe = Probe(target.pid)
+            producer = Producer({**producer_config(target.bootstrap, "all", "none"), "log_level": 3})
+            deadline = time.monotonic() + sizes.step_timeout
+            for _ in range(sizes.many_records_per_partition):
+                for topic in topics:
+                    for p in range(per_topic):
+                        while True:
+                            try:
+                                producer.produce(topic, b"v" * VALUE_SIZE, partition=p)
+                                break
+                            except BufferError:
+                                producer.poll(0.005)
+                                if time.monotonic() > deadline:
+                                    raise TimeoutError("many partitions: producer stuck")
+            if producer.flush(max(1.0, deadline - time.monotonic())):
+                raise TimeoutError("many partitions: records undelivered")
+            m = probe.stop()
+            del producer  # destroyed now, not after its broker stopped (no reconnect noise)
+            row = {"broker": target.name, "partitions": partitions, "topics": len(topics),
+                   "create_s": create_s,
+                   "metadata_confluent_ms": statistics.median(confluent_ms),
+                   "metadata_wire_ms": statistics.median(wire_ms),
+                   "records": records, "records_per_s": records / m["seconds"],
+                   "rss_before_mib": rss_before / 1024,
+                   "rss_after_mib": memory_kib(target.pid, "VmRSS") / 1024, **m}
+            rows.append(row)
+            log(f"  {partitions} partitions {target.name:6}: create {create_s:.2f} s, metadata "
+                f"{row['metadata_confluent_ms']:.1f} ms (confluent) {row['metadata_wire_ms']:.1f} ms "
+                f"(wire), produce {row['records_per_s']:,.0f} rec/s, RSS {row['rss_after_mib']:.0f} MiB")
+        finally:
+            target.stop()
+    return rows
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+def _pick(rows, **match):
+    found = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    return found[0] if found else None
+
+
+def comparison_rows(results: dict) -> list[dict]:
+    """One row per figure: sluice, mock and sluice/mock."""
+    out = []
+
+    def add(section, name, unit, sluice, mock=None):
+        ratio = sluice / mock if sluice is not None and mock else None
+        out.append({"section": section, "name": name, "unit": unit, "sluice": sluice,
+                    "mock": mock, "ratio": ratio})
+
+    for r in (results.get("produce") or []):
+        if r["broker"] != "sluice":
+            continue
+        m = _pick(results["produce"], broker="mock", client=r["client"], acks=r["acks"],
+                  partitions=r["partitions"], compression=r["compression"])
+        label = f"{r['client']} acks={r['acks']} {r['partitions']}p {r['compression']}"
+        add("produce", label, "rec/s", r["records_per_s"], m and m["records_per_s"])
+        add("produce", label, "MB/s", r["mb_per_s"], m and m["mb_per_s"])
+        add("produce", label, "broker CPU s", r["broker_cpu_s"], m and m["broker_cpu_s"])
+        add("produce", label, "broker peak RSS MiB", r["broker_peak_rss_mib"], m and m["broker_peak_rss_mib"])
+    for r in (results.get("consume") or []):
+        if r["broker"] != "sluice":
+            continue
+        m = _pick(results["consume"], broker="mock", client=r["client"])
+        add("consume", f"{r['client']} cold start", "rec/s", r["records_per_s"], m and m["records_per_s"])
+        add("consume", f"{r['client']} cold start", "MB/s", r["mb_per_s"], m and m["mb_per_s"])
+    e2e = results.get("e2e") or []
+    for linger, wait in E2E_VARIANTS:
+        s = _pick(e2e, broker="sluice", linger_ms=linger, fetch_wait_max_ms=wait)
+        m = _pick(e2e, broker="mock", linger_ms=linger, fetch_wait_max_ms=wait)
+        if s:
+            for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+                add("e2e", f"{s['rate']:,}/s linger {linger} fetch.wait {wait} {label}", "ms",
+                    s[key], m and m[key])
+            if s.get("lost") or (m and m.get("lost")):
+                add("e2e", f"{s['rate']:,}/s linger {linger} fetch.wait {wait} lost", "records",
+                    s.get("lost"), m and m.get("lost"))
+    log_ = results.get("log")
+    if log_:
+        large, small = log_["large"], log_["small"]
+        add("log", f"fetch head ({large['log_bytes'] / MB:,.0f} MB log)", "ms median",
+            large["fetch"]["head"]["median_ms"])
+        add("log", f"fetch tail ({large['log_bytes'] / MB:,.0f} MB log)", "ms median",
+            large["fetch"]["tail"]["median_ms"])
+        add("log", "start-up clean, small log", "s", small["clean_s"])
+        add("log", "start-up clean, large log", "s", large["clean_s"])
+        add("log", "start-up after SIGKILL, small log", "s", small["after_sigkill_s"])
+        add("log", "start-up after SIGKILL, large log", "s", large["after_sigkill_s"])
+    many = results.get("partitions") or []
+    s, m = _pick(many, broker="sluice"), _pick(many, broker="mock")
+    if s:
+        n = f"{s['partitions']:,} partitions"
+        add("partitions", f"{n}: metadata (confluent)", "ms", s["metadata_confluent_ms"], m and m["metadata_confluent_ms"])
+        add("partitions", f"{n}: metadata (wire client)", "ms", s["metadata_wire_ms"], m and m["metadata_wire_ms"])
+        add("partitions", f"{n}: produce", "rec/s", s["records_per_s"], m and m["records_per_s"])
+        add("partitions", f"{n}: broker RSS", "MiB", s["rss_after_mib"], m and m["rss_after_mib"])
+        add("partitions", f"{n}: create topics", "s", s["create_s"], m and m["create_s"])
+    return out
+
+
+def evaluate_targets(results: dict) -> list[dict]:
+    """The issue's targets: each met / NOT met with its ratio (never asserted)."""
+    targets = []
+
+    def add(name, ratio, limit, higher_is_better, detail):
+        if ratio is None:
+            met = None
+        else:
+            met = ratio >= limit if higher_is_better else ratio <= limit
+        targets.append({"target": name, "ratio": ratio, "limit": limit,
+                        "higher_is_better": higher_is_better, "met": met, "detail": detail})
+
+    produce = results.get("produce") or []
+    for client in ("python", "kcat"):
+        ratios = []
+        for r in produce:
+            if r["broker"] == "sluice" and r["client"] == client and r["acks"] == "all":
+                m = _pick(produce, broker="mock", client=client, acks="all",
+                          partitions=r["partitions"], compression=r["compression"])
+                if m:
+                    ratios.append((r["records_per_s"] / m["records_per_s"],
+                                   f"{r['partitions']}p {r['compression']}"))
+        worst = min(ratios) if ratios else None
+        add(f"produce >= 1.0x mock, {client}, acks=all", worst and worst[0], 1.0, True,
+            f"worst of {len(ratios)} configurations: {worst[1]}" if worst else "not run")
+    consume = results.get("consume") or []
+    ratios = []
+    for r in consume:
+        m = _pick(consume, broker="mock", client=r["client"])
+        if r["broker"] == "sluice" and m:
+            ratios.append((r["records_per_s"] / m["records_per_s"], r["client"]))
+    worst = min(ratios) if ratios else None
+    add("consume >= 1.0x mock", worst and worst[0], 1.0, True,
+        f"worst client: {worst[1]}" if worst else "not run")
+    linger, wait = E2E_VARIANTS[0]
+    s = _pick(results.get("e2e") or [], broker="sluice", linger_ms=linger, fetch_wait_max_ms=wait)
+    ok = s and s["p99_ms"] is not None
+    add(f"e2e p99 <= 5 ms at {s['rate'] if s else 10_000:,} rec/s", ok and s["p99_ms"] / 5.0, 1.0, False,
+        f"p99 {s['p99_ms']:.2f} ms at {s['achieved_rate']:,.0f} rec/s, linger.ms={linger}, "
+        f"fetch.wait.max.ms={wait} (ratio to 5 ms)" if ok else "not run")
+    log_ = results.get("log")
+    if log_:
+        head, tail = log_["large"]["fetch"]["head"]["median_ms"], log_["large"]["fetch"]["tail"]["median_ms"]
+        add("head fetch within 1.2x of tail", head / tail, 1.2, False,
+            f"head {head:.3f} ms / tail {tail:.3f} ms (medians)")
+        big, small = log_["large"]["clean_s"], log_["small"]["clean_s"]
+        add("clean start-up independent of log size", big / small, 1.2, False,
+            f"{log_['large']['log_bytes'] / MB:,.0f} MB log {big:.2f} s / "
+            f"{log_['small']['log_bytes'] / MB:.1f} MB log {small:.2f} s (limit 1.2x)")
+    else:
+        add("head fetch within 1.2x of tail", None, 1.2, False, "not run")
+        add("clean start-up independent of log size", None, 1.2, False, "not run")
+    return targets
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def _ratio(ratio) -> str:
+    """A target's ratio, with a third decimal (so 0.998 never reads as a missed 1.00)."""
+    return "-" if ratio is None else f"{ratio:.3f}x" if ratio < 10 else f"{ratio:.1f}x"
+
+
+def _verdict(t) -> str:
+    if t["met"] is None:
+        return "not run"
+    return "met" if t["met"] else "NOT met"
+
+
+def text_table(rows: list[dict], targets: list[dict]) -> str:
+    width = max(len(f"{r['name']} [{r['unit']}]") for r in rows) if rows else 20
+    lines = [f"{'benchmark':11} {'figure':{width}} {'sluice':>12} {'mock':>12} {'sluice/mock':>11}"]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        lines.append(f"{r['section']:11} {r['name'] + ' [' + r['unit'] + ']':{width}} "
+                     f"{_fmt(r['sluice']):>12} {_fmt(r['mock']):>12} {ratio:>11}")
+    lines.append("")
+    lines.append("targets:")
+    for t in targets:
+        ratio = _ratio(t["ratio"])
+        sign = ">=" if t["higher_is_better"] else "<="
+        lines.append(f"  {_verdict(t):8} {t['target']}: {ratio} (needs {sign} {t['limit']}x; {t['detail']})")
+    return "\n".join(lines)
+
+
+NOTES = [
+    "The mock cluster runs in a process of its own (bench.mock_broker, through librdkafka's C "
+    "API), not inside the benchmark process, so its CPU and RSS are read from /proc/<pid> like "
+    "Sluice's; that process also holds an idle Python interpreter (~10 MB RSS, no CPU). The "
+    "client's CPU (producer/consumer, this process and kcat) is in the JSON as client_cpu_s.",
+    "Broker CPU comes from /proc/<pid>/stat in clock ticks (10 ms): short runs read as 0.",
+    "Produce: every configuration writes a fresh topic; the high watermarks are checked "
+    "against the records sent. Python client and kcat send the same 100-byte values "
+    "(log-line-like text, so lz4 gains about what it gains on real events); keyless, so "
+    "librdkafka's sticky partitioner spreads them over the partitions. kcat ships its own "
+    "librdkafka (older than confluent-kafka's).",
+    "Consume: a cold start (consumer creation, metadata, first fetches included), on a "
+    "topic filled beforehand within the mock's ~5 MB per partition.",
+    "End-to-end latency: records sent at a fixed rate by a producer in this process, received "
+    "by a consumer in another (bench.e2e_consumer), both timed with CLOCK_MONOTONIC; the first "
+    "records (warm-up) are not counted. Four settings, identical for both brokers: producer "
+    "linger.ms 0 (the target's setting) or 1, consumer fetch.wait.max.ms 500 (librdkafka's "
+    "default) or 1. The mock cluster does not answer a waiting fetch when data arrives (it "
+    "always waits fetch.wait.max.ms on an empty fetch), so only fetch.wait.max.ms=1 compares "
+    "brokers there. With linger.ms=0 at 10,000 records/s the producer sends a request every "
+    "record or few: a broker that cannot keep up with the request rate falls behind and the "
+    "latency grows for as long as the run lasts. A consumer more than ~5 MB behind loses "
+    "records on the mock (it drops its oldest data; the consumer resets to the earliest): "
+    "those show as 'lost' records, the percentiles cover the records that arrived.",
+    "Log scaling and start-up: Sluice only (the mock keeps no log). The partition holds 50 "
+    "small batches (10 records) at the head, ~1 MiB batches, then 50 small batches at the "
+    "tail, so a 4 KB fetch at either end returns one small batch; head and tail fetches "
+    "alternate. Start-up is the time from starting `python -m broker` to its 'listening on' "
+    "line (interpreter start and imports included), median of the clean starts; the start "
+    "after SIGKILL is the first start after killing the broker right after writing. The page "
+    "cache is warm throughout (no cache dropping on a shared machine).",
+    "Both brokers, the clients and this harness share the machine's cores.",
+]
+
+
+def _loads(results: dict, when: str) -> str:
+    return "/".join(f"{v:.1f}" for v in results.get(f"load_average_{when}") or ())
+
+
+def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_name: str | None) -> str:
+    md = [f"# Broker benchmarks: Sluice vs librdkafka's mock cluster ({results['mode']})", "",
+          f"- date: {results['date']}",
+          f"- machine: {describe_machine()}",
+          f"- clients: confluent-kafka {results['clients']['confluent_kafka']} "
+          f"(librdkafka {results['clients']['librdkafka']}), {results['clients']['kcat']}",
+          f"- sizes: {json.dumps(results['sizes'])}",
+          "- sluice: `python -m broker` process, data on local disk (temporary directory);"
+          " mock: librdkafka's mock cluster in a process of its own (bench.mock_broker), log"
+          " in memory, ~5 MB kept per partition.",
+          f"- run time: {results['seconds']:.0f} s ({results.get('section_seconds', {})}); "
+          f"load average (1/5/15 min) before {_loads(results, 'before')}, after "
+          f"{_loads(results, 'after')} on {results['machine']['cores']} cores (other work on the "
+          f"machine shows here)", ""]
+    md += ["## Targets", "", "| target | ratio | needs | verdict | detail |", "|---|---|---|---|---|"]
+    for t in targets:
+        ratio = _ratio(t["ratio"])
+        sign = "≥" if t["higher_is_better"] else "≤"
+        md.append(f"| {t['target']} | {ratio} | {sign} {t['limit']}x | {_verdict(t)} | {t['detail']} |")
+    md += ["", "## Figures", "", "| benchmark | figure | unit | sluice | mock | sluice/mock |",
+           "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        md.append(f"| {r['section']} | {r['name']} | {r['unit']} | {_fmt(r['sluice'])} | "
+                  f"{_fmt(r['mock'])} | {ratio} |")
+    if results.get("log"):
+        large = results["log"]["large"]
+        md += ["", f"Log scaling: {large['records']:,} records in {large['segments']} segments of "
+                   f"{large['segment_bytes'] // MIB} MiB, filled at {large['fill']['bulk_mb_per_s']:.0f} MB/s "
+                   f"(wire client, 1 MiB batches, 4 in flight, acks=1). First fetch after a clean "
+                   f"restart: head {large['first_fetch_after_restart_ms']['head']:.2f} ms, tail "
+                   f"{large['first_fetch_after_restart_ms']['tail']:.2f} ms. Page cache warm throughout."]
+    md += ["", "## Notes", ""] + [f"- {note}" for note in NOTES]
+    if chart_name:
+        md += ["", f"![chart]({chart_name})"]
+    return "\n".join(md) + "\n"
+
+
+def chart(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    colors = {"sluice": "#1f77b4", "mock": "#ff7f0e"}
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
+    fig.suptitle(f"Sluice vs librdkafka mock cluster ({results['mode']}, {results['date']})\n"
+                 f"{describe_machine()}", fontsize=9)
+
+    def bars(ax, labels, sluice, mock, title, xlabel, log_scale=False):
+        import numpy as np
+
+        y = np.arange(len(labels))
+        h = 0.4
+        ax.barh(y - h / 2, [v or 0 for v in sluice], h, label="sluice", color=colors["sluice"])
+        if mock is not None:
+            ax.barh(y + h / 2, [v or 0 for v in mock], h, label="mock", color=colors["mock"])
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        if log_scale:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(fontsize=7)
+
+    def empty(ax, title):
+        ax.set_title(title + " (not run)", fontsize=9)
+        ax.axis("off")
+
+    produce = results.get("produce") or []
+    s_rows = [r for r in produce if r["broker"] == "sluice"]
+    if s_rows:
+        labels = [f"{r['client']} a={r['acks']} {r['partitions']}p {r['compression']}" for r in s_rows]
+        mock = [(_pick(produce, broker="mock", client=r["client"], acks=r["acks"], partitions=r["partitions"],
+                       compression=r["compression"]) or {}).get("records_per_s") for r in s_rows]
+        bars(axes[0][0], labels, [r["records_per_s"] / 1e3 for r in s_rows],
+             [v and v / 1e3 for v in mock], f"produce, {s_rows[0]['records']:,} x 100 B", "thousand records/s")
+        cpu_mock = [(_pick(produce, broker="mock", client=r["client"], acks=r["acks"], partitions=r["partitions"],
+                           compression=r["compression"]) or {}).get("broker_cpu_s") for r in s_rows]
+        bars(axes[1][0], labels, [r["broker_cpu_s"] for r in s_rows], cpu_mock,
+             "produce: broker CPU", "CPU seconds")
+    else:
+        empty(axes[0][0], "produce")
+        empty(axes[1][0], "produce: broker CPU")
+    consume = results.get("consume") or []
+    if consume:
+        clients = [r["client"] for r in consume if r["broker"] == "sluice"]
+        bars(axes[0][1], clients,
+             [_pick(consume, broker="sluice", client=c)["records_per_s"] / 1e3 for c in clients],
+             [(_pick(consume, broker="mock", client=c) or {}).get("records_per_s", 0) / 1e3 for c in clients],
+             f"consume, cold start, {consume[0]['records']:,} records", "thousand records/s")
+    else:
+        empty(axes[0][1], "consume")
+    e2e = [r for r in (results.get("e2e") or []) if r["broker"] == "sluice"]
+    if e2e:
+        keys = [("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")]
+        labels, sv, mv = [], [], []
+        for s in e2e:
+            m = _pick(results["e2e"], broker="mock", linger_ms=s["linger_ms"],
+                      fetch_wait_max_ms=s["fetch_wait_max_ms"]) or {}
+            for key, name in keys:
+                labels.append(f"{name}, linger {s['linger_ms']}, fetch.wait {s['fetch_wait_max_ms']}")
+                sv.append(s[key])
+                mv.append(m.get(key))
+        bars(axes[1][1], labels, sv, mv,
+             f"end-to-end latency at {e2e[0]['rate']:,} records/s (target p99 5 ms)",
+             "ms (log scale)", log_scale=True)
+        axes[1][1].axvline(5.0, color="red", linestyle="--", linewidth=0.8)
+    else:
+        empty(axes[1][1], "end-to-end latency")
+    log_ = results.get("log")
+    if log_:
+        large, small = log_["large"], log_["small"]
+        labels = ["fetch head (ms)", "fetch tail (ms)", "clean start small (s)", "clean start large (s)",
+                  "start after kill small (s)", "start after kill large (s)"]
+        values = [large["fetch"]["head"]["median_ms"], large["fetch"]["tail"]["median_ms"],
+                  small["clean_s"], large["clean_s"], small["after_sigkill_s"], large["after_sigkill_s"]]
+        bars(axes[0][2], labels, values, None,
+             f"log scaling, sluice only ({large['log_bytes'] / MB:,.0f} MB log)", "ms / s")
+    else:
+        empty(axes[0][2], "log scaling")
+    many = results.get("partitions") or []
+    s, m = _pick(many, broker="sluice"), _pick(many, broker="mock")
+    if s:
+        labels = ["metadata confluent (ms)", "metadata wire (ms)", "RSS (MiB)", "produce (k rec/s)"]
+        sv = [s["metadata_confluent_ms"], s["metadata_wire_ms"], s["rss_after_mib"], s["records_per_s"] / 1e3]
+        mv = [m["metadata_confluent_ms"], m["metadata_wire_ms"], m["rss_after_mib"], m["records_per_s"] / 1e3] if m else None
+        bars(axes[1][2], labels, sv, mv, f"{s['partitions']:,} partitions", "value (log scale)", log_scale=True)
+    else:
+        empty(axes[1][2], "many partitions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=72, format="png")
+    plt.close(fig)
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _rounded(value):
+    """Floats to 4 significant digits: the JSON stays small and diffable."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_reports(results: dict, out_dir: str, with_chart: bool = True) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    stem = f"broker-{results['date']}" + ("-quick" if results["mode"] == "quick" else "") \
+        + ("" if results["mode"] in ("quick", "full") else f"-{results['mode']}")
+    paths = {"json": os.path.join(out_dir, stem + ".json"), "md": os.path.join(out_dir, stem + ".md")}
+    chart_name = None
+    if with_chart:
+        paths["png"] = os.path.join(out_dir, stem + ".png")
+        chart(results, paths["png"] + ".tmp")  # format given: the name ends in .tmp
+        os.replace(paths["png"] + ".tmp", paths["png"])
+        chart_name = os.path.basename(paths["png"])
+    _atomic_write(paths["json"], json.dumps(_rounded(results), indent=1) + "\n")
+    _atomic_write(paths["md"], markdown_report(results, results["table"], results["targets"], chart_name))
+    return paths
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+def client_versions() -> dict:
+    import confluent_kafka
+
+    try:
+        kcat = subprocess.run([KCAT, "-V"], capture_output=True, text=True, timeout=10).stdout
+        match = re.search(r"Version (\S+) .*?(librdkafka \S+)", kcat)
+        kcat = f"kcat {match.group(1)} ({match.group(2)})" if match else "kcat ?"
+    except (OSError, subprocess.TimeoutExpired):
+        kcat = "kcat not found"
+
+    def first(version):  # a string, or (string, int) depending on the release
+        return version if isinstance(version, str) else version[0]
+
+    return {"confluent_kafka": first(confluent_kafka.version()),
+            "librdkafka": first(confluent_kafka.libversion()), "kcat": kcat}
+
+
+def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
+    """Every benchmark in `sections`; returns the results (nothing written)."""
+    pool = value_pool()
+    results = {"mode": mode, "date": datetime.date.today().isoformat(),
+               "started": datetime.datetime.now().isoformat(timespec="seconds"),
+               "machine": machine_details(), "clients": client_versions(),
+               "load_average_before": os.getloadavg(),
+               "sizes": dataclasses.asdict(sizes)}
+    workdir = tempfile.mkdtemp(prefix="sluice-bench-broker-")
+    started = time.perf_counter()
+    results["section_seconds"] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            results["section_seconds"][name] = round(time.perf_counter() - t0, 1)
+
+    try:
+        if {"produce", "consume", "e2e"} & set(sections):
+            targets = []
+            try:
+                for make in (SluiceTarget, MockTarget):
+                    targets.append(make(workdir, sizes).start())
+                if "produce" in sections:
+                    log("1. produce")
+                    results["produce"] = timed("produce", bench_produce, targets, sizes, pool, workdir, log)
+                if "consume" in sections:
+                    log("2. consume")
+                    results["consume"] = timed("consume", bench_consume, targets, sizes, pool, log)
+                if "e2e" in sections:
+                    log("3. end-to-end latency")
+                    results["e2e"] = timed("e2e", bench_e2e, targets, sizes, log)
+            finally:
+                for target in targets:
+                    target.stop()
+        if "log" in sections:
+            log("4. log scaling (sluice only)")
+            results["log"] = timed("log", bench_log, workdir, sizes, pool, log)
+        if "partitions" in sections:
+            log("5. many partitions")
+            results["partitions"] = timed("partitions", bench_partitions, workdir, sizes, log)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["seconds"] = time.perf_counter() - started
+    results["load_average_after"] = os.getloadavg()
+    results["table"] = comparison_rows(results)
+    results["targets"] = evaluate_targets(results)
+    return results
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: about a minute")
+    parser.add_argument("--records", type=int, help="records per produce configuration")
+    parser.add_argument("--log-mb", type=int, help="size of the large log (MiB)")
+    parser.add_argument("--many-partitions", type=int, help="partitions of the many-partitions run")
+    parser.add_argument("--e2e-seconds", type=float, help="measured seconds of the latency run")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json/.png")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    mode = "quick" if args.quick else "full"
+    overrides = {k: v for k, v in (("records", args.records),
+                                   ("log_bytes", args.log_mb and args.log_mb * MIB),
+                                   ("many_partitions", args.many_partitions),
+                                   ("e2e_seconds", args.e2e_seconds)) if v}
+    if overrides:
+        sizes = dataclasses.replace(sizes, **overrides)
+        mode = "custom"
+    sections = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}")
+    if sizes.consume_per_partition * (VALUE_SIZE + 12) > MOCK_PARTITION_BYTES:
+        parser.error("consume_per_partition exceeds what the mock cluster keeps per partition")
+    print(f"machine: {describe_machine()}")
+    print(f"broker benchmarks ({mode}): sluice (process, on disk) vs librdkafka mock cluster "
+          f"(process, in memory), 127.0.0.1", flush=True)
+
+    def log(line):
+        print(line, flush=True)
+
+    results = run(sizes, mode, sections, log)
+    print()
+    print(text_table(results["table"], results["targets"]))
+    print("(broker CPU/RSS: /proc of each broker process, the mock's too; e2e: the mock never "
+          "ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    print(f"({results['seconds']:.0f} s: {results['section_seconds']}; load average before "
+          f"{_loads(results, 'before')}, after {_loads(results, 'after')} on "
+          f"{results['machine']['cores']} cores)")
+    if not args.no_write:
+        paths = write_reports(results, args.out)
+        print("written: " + ", ".join(os.path.relpath(p, REPO) for p in paths.values()))
+
+
+if __name__ == "__main__":
+    main()
