@@ -2,9 +2,10 @@
 
 Columns and options follow Spark's Kafka sink: `value` (binary or string, required),
 `key`, `topic`, `partition`, `headers` (array<struct<key string, value binary>>);
-options `kafka.bootstrap.servers`, `topic` (for rows without a topic column), other
-`kafka.*`. A row without a partition goes where Kafka's default partitioner puts it
-(murmur2 of the key; rows without a key are spread round-robin).
+options `kafka.bootstrap.servers`, `topic` (when set, it overrides any topic column, as
+in Spark's Kafka sink), other `kafka.*`. A row without a partition goes where Kafka's
+default partitioner puts it (murmur2 of the key; rows without a key are spread
+round-robin).
 
 `deliveryGuarantee`:
 - `exactly_once` (default): each write task writes inside its own transaction, left open;
@@ -16,7 +17,10 @@ options `kafka.bootstrap.servers`, `topic` (for rows without a topic column), ot
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,7 +30,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from spark_connector.options import SluiceOptionError
 from wire._columns import murmur2_positive
-from wire.client import Client, NewTopic
+from wire.client import Client, ClientError, NewTopic
 from wire.errors import ErrorCode, KafkaError
 from wire.records import build_batch
 
@@ -139,7 +143,7 @@ class _TaskWriter:
         partitions = columns.get("partition", [None] * n)
         headers = columns.get("headers", [None] * n)
         for i in range(n):
-            topic = topics[i] or self.options.topic
+            topic = self.options.topic or topics[i]  # as Spark's Kafka sink: the option wins
             if not topic:
                 raise RuntimeError("sluice sink: a row has a null topic and option 'topic' is not set")
             key = _bytes(keys[i])
@@ -187,13 +191,25 @@ def _client(options: SinkOptions, idempotent: bool = False) -> Client:
     return Client(options.bootstrap_servers, enable_idempotence=idempotent, **dict(options.client))
 
 
-def _run_task(options: SinkOptions, iterator, transactional_id: str | None, query: str | None) -> TaskCommit:
+@contextlib.contextmanager
+def _naming_servers(options: SinkOptions, what: str):
+    """Connection failures name the option and its value, as the source's do."""
+    try:
+        yield
+    except ClientError as exc:
+        raise RuntimeError(f"sluice sink: cannot {what} via kafka.bootstrap.servers="
+                           f"{options.bootstrap_servers}: {exc}") from None
+
+
+def _run_task(options: SinkOptions, iterator, transactional_id: str | None, query: str | None,
+              batch_id: int | None = None) -> TaskCommit:
     if options.guarantee == AT_LEAST_ONCE:
         with _client(options, idempotent=True) as client:
             writer = _TaskWriter(client, options, None)
             for batch in iterator:
                 writer.write(batch)
             writer.flush()
+            _test_crash("during-task-writes", batch_id)
             return TaskCommit(query, None, rows=writer.rows)
     with _client(options) as client:
         pid, epoch = client.init_transactions(transactional_id, options.transaction_timeout_ms)
@@ -202,6 +218,8 @@ def _run_task(options: SinkOptions, iterator, transactional_id: str | None, quer
             for batch in iterator:
                 writer.write(batch)
             writer.flush()
+            _test_crash("during-task-writes", batch_id)
+            _test_fail_first_attempt()
         except BaseException:
             try:
                 client.end_txn(transactional_id, pid, epoch, commit=False)
@@ -213,16 +231,19 @@ def _run_task(options: SinkOptions, iterator, transactional_id: str | None, quer
         return TaskCommit(query, transactional_id, pid, epoch, writer.rows)
 
 
-def _end_all(options: SinkOptions, transactions: list, commit: bool) -> None:
+def _end_all(options: SinkOptions, transactions: list, commit: bool,
+             batch_id: int | None = None) -> None:
     if not transactions:
         return
     with _client(options) as client:
-        for txn_id, pid, epoch in transactions:
+        for n, (txn_id, pid, epoch) in enumerate(transactions, 1):
             try:
                 client.end_txn(txn_id, pid, epoch, commit=commit)
             except KafkaError:
                 if commit:
                     raise
+            if commit and n < len(transactions):
+                _test_crash("mid-commit", batch_id)
 
 
 def _task_context():
@@ -239,10 +260,12 @@ class SluiceBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator) -> TaskCommit:
         ctx = _task_context()
-        return _run_task(self.options, iterator, f"sluice-{self.job}-{ctx.partitionId()}", None)
+        with _naming_servers(self.options, "write"):
+            return _run_task(self.options, iterator, f"sluice-{self.job}-{ctx.partitionId()}", None)
 
     def commit(self, messages) -> None:
-        _end_all(self.options, _transactions(messages), commit=True)
+        with _naming_servers(self.options, "commit"):
+            _end_all(self.options, _transactions(messages), commit=True)
 
     def abort(self, messages) -> None:
         _end_all(self.options, _transactions(messages), commit=False)
@@ -260,20 +283,30 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator) -> TaskCommit:
+        with _naming_servers(self.options, "write"):
+            return self._write(iterator)
+
+    def _write(self, iterator) -> TaskCommit:
         ctx = _task_context()
         query = ctx.getLocalProperty("sql.streaming.queryId")
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         if self.options.guarantee == AT_LEAST_ONCE:
-            return _run_task(self.options, iterator, None, query)
+            return _run_task(self.options, iterator, None, query, batch_id)
         with _client(self.options) as client:
             intent = _last_intent(client, query)
         if intent is not None and intent["batch"] == batch_id:
             return TaskCommit(query, None, skipped=True)  # already decided: write nothing
         txn_id = f"sluice-{query}-{batch_id}-{ctx.partitionId()}"
-        return _run_task(self.options, iterator, txn_id, query)
+        return _run_task(self.options, iterator, txn_id, query, batch_id)
 
     def commit(self, messages, batchId: int) -> None:
+        with _naming_servers(self.options, "commit"):
+            self._commit(messages, batchId)
+
+    def _commit(self, messages, batchId: int) -> None:
+        _test_crash("after-task-writes", batchId)
         if self.options.guarantee == AT_LEAST_ONCE:
+            _test_crash("after-commit", batchId)
             return
         queries = {m.query for m in messages if isinstance(m, TaskCommit) and m.query}
         if not queries:
@@ -286,7 +319,9 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
             else:
                 transactions = _transactions(messages)
                 _record_intent(client, query, batchId, transactions)
-        _end_all(self.options, transactions, commit=True)
+                _test_crash("after-intent", batchId)
+        _end_all(self.options, transactions, commit=True, batch_id=batchId)
+        _test_crash("after-commit", batchId)
 
     def abort(self, messages, batchId: int) -> None:
         if self.options.guarantee == EXACTLY_ONCE:
@@ -322,3 +357,43 @@ def _record_intent(client: Client, query: str, batch_id: int, transactions: list
         raise error
     value = json.dumps({"batch": batch_id, "transactions": [list(t) for t in transactions]}).encode()
     client.produce(topic, 0, [(query.encode(), value, (), None)], acks=-1)
+
+
+# -- test-only hooks (tests/test_spark_sink.py); inert unless their variables are set -------
+
+def _test_crash(point: str, batch_id: int | None) -> None:
+    """SLUICE_TEST_SINK_CRASH=point: SIGKILL the whole Spark application when a streaming
+    write reaches `point` (during-task-writes, after-task-writes, after-intent, mid-commit,
+    after-commit) in a batch >= SLUICE_TEST_SINK_CRASH_BATCH. Tasks and commit() run in
+    Python workers under the JVM, and PySpark's daemon puts its workers in a process group
+    of their own, so both the driver's group (SLUICE_TEST_SINK_CRASH_PGID) and this
+    worker's group are killed. The point reached is first appended to
+    SLUICE_TEST_SINK_CRASH_LOG."""
+    if batch_id is None or os.environ.get("SLUICE_TEST_SINK_CRASH") != point:
+        return
+    if batch_id < int(os.environ.get("SLUICE_TEST_SINK_CRASH_BATCH", "0")):
+        return
+    log = os.environ.get("SLUICE_TEST_SINK_CRASH_LOG")
+    if log:
+        with open(log, "a") as out:
+            out.write(f"{point} {batch_id} {os.getpid()}\n")
+    own = os.getpgrp()
+    driver = int(os.environ.get("SLUICE_TEST_SINK_CRASH_PGID", own))
+    if driver != own:
+        os.killpg(driver, signal.SIGKILL)
+    os.killpg(own, signal.SIGKILL)
+
+
+def _test_fail_first_attempt() -> None:
+    """SLUICE_TEST_SINK_FAIL_FIRST_ATTEMPT=1: the first attempt of every exactly-once write
+    task fails after producing its rows, leaving its transaction open. On an even Spark
+    partition the Python worker exits at once (like a lost executor: nothing aborts the
+    transaction); on an odd one the task raises (and aborts its own transaction)."""
+    if os.environ.get("SLUICE_TEST_SINK_FAIL_FIRST_ATTEMPT") != "1":
+        return
+    ctx = _task_context()
+    if ctx is None or ctx.attemptNumber() != 0:
+        return
+    if ctx.partitionId() % 2 == 0:
+        os._exit(17)
+    raise RuntimeError(f"sluice test: first attempt of write task {ctx.partitionId()} fails on purpose")
