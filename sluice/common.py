@@ -62,14 +62,22 @@ def positive_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, minimum: int, complaint: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not positive")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is {complaint}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "not positive")
+
+
+def non_negative(text: str) -> int:
+    return _int_at_least(text, 0, "negative")
 
 
 def make_client(args: argparse.Namespace) -> AsyncClient:

@@ -44,7 +44,7 @@ from wire.errors import KafkaError
 from wire.primitives import DecodeError
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
-                           emit_json, format_table, run_command)
+                           emit_json, format_table, non_negative, run_command)
 
 __all__ = ["main", "parser", "parse_datetime", "parse_duration"]
 
@@ -77,16 +77,6 @@ def shift(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer such as 10 or -10") from None
-
-
-def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
 
 
 def parse_datetime(text: str) -> int:
