@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
 import logging
 import os
 import uuid
@@ -155,7 +156,9 @@ class Broker:
                         del self._append_waiters[key]
 
     # -- requests ----------------------------------------------------------------------
-    async def handle_frame(self, frame: bytearray, client_host: str) -> list | None:
+    def handle_frame(self, frame: bytearray, client_host: str):
+        """The response chunks to one request frame (None: no response), or an
+        awaitable of them when the handler must wait."""
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True)
         except UnsupportedRequest as exc:
@@ -171,8 +174,17 @@ class Broker:
         if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")
-        response = await handler(self, header, body, client_host)
+        response = handler(self, header, body, client_host)
+        if inspect.isawaitable(response):
+            return self._encode_when_done(header, response)
+        return self._encode(header, response)
+
+    @staticmethod
+    def _encode(header, response) -> list | None:
         if response is None:
             return None
         return encode_response_writer(header.request_api_key, header.request_api_version,
                                       header.correlation_id, response).getchunks()
+
+    async def _encode_when_done(self, header, response) -> list | None:
+        return self._encode(header, await response)

@@ -1,12 +1,19 @@
 """The network layer: moves frames between sockets and the broker; no protocol logic.
 
-Each connection reads size-prefixed frames straight into a buffer of their own (so the
-broker may patch record batches in place), grown as bytes actually arrive: a forged
-size prefix costs nothing until the bytes exist, and a prefix above
-`socket.request.max.bytes` closes the connection. Requests on one connection are
-handled one at a time, in order, as Kafka does, so responses keep request order;
-reading pauses while a few requests are queued. A request waiting in a long poll is
-cancelled when its client leaves or ends its input, freeing the connection at once.
+Reading: bytes arrive in a read buffer of the connection's own, from which every
+complete small frame is cut (several per read when a client pipelines). A frame too
+large for that buffer is read straight into a buffer of its own (so the broker may
+patch record batches in place), grown as bytes actually arrive: a forged size prefix
+costs nothing until the bytes exist, and a prefix above `socket.request.max.bytes`
+closes the connection.
+
+Answering: requests on one connection are answered one at a time, in order, as Kafka
+does. A request the handler answers at once is answered inside the read callback, and
+the responses to all requests of one read leave in one write. A request that must wait
+(a long-poll Fetch, a JoinGroup) is awaited in a task, after what is ready has been
+written; requests behind it queue, and reading pauses while a few are queued or while
+the client is not reading its responses. A request waiting in a long poll is cancelled
+when its client leaves or ends its input, freeing the connection at once.
 Response chunks that are file regions go out with sendfile (zero copy) when large,
 with pread when small.
 """
@@ -14,10 +21,12 @@ with pread when small.
 from __future__ import annotations
 
 import asyncio
+import collections
+import inspect
 import logging
 import socket
 import struct
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Union
 
 from broker.storage.segment import FileRegion
 
@@ -25,11 +34,12 @@ log = logging.getLogger("sluice.broker")
 
 _SIZE = struct.Struct(">i")
 _SENDFILE_MIN = 64 * 1024
-_FIRST_ALLOCATION = 64 * 1024
+_READ_BUFFER = 64 * 1024
 _MAX_QUEUED = 8
 
-# handler(frame: bytearray, client_host: str) -> response chunks (bytes-like or FileRegion) or None
-Handler = Callable[[bytearray, str], Awaitable["list | None"]]
+Chunks = Union[list, None]  # response chunks (bytes-like or FileRegion), or None: no response
+# handler(frame, client_host) -> chunks, or an awaitable of them when the request must wait
+Handler = Callable[[bytearray, str], Union[Chunks, Awaitable[Chunks]]]
 
 
 class CloseConnection(Exception):
@@ -48,6 +58,10 @@ class _FdFile:
         return self._fd
 
 
+def _size_of(chunks: list) -> int:
+    return sum(c.nbytes if isinstance(c, memoryview) else len(c) for c in chunks)
+
+
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, handler: Handler, max_request_bytes: int, connections: set):
         self.handler = handler
@@ -56,16 +70,18 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.client_host = ""
-        self._size_buf = bytearray(4)
-        self._frame: bytearray | None = None
-        self._expected = 0
-        self._filled = 0
-        self._queue: asyncio.Queue[bytearray | None] = asyncio.Queue()
-        self._reading_paused = False
+        self._buf = bytearray(_READ_BUFFER)
+        self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
+        self._frame: bytearray | None = None  # a large frame being read in place
+        self._expected = self._filled = 0
+        self._frames: collections.deque[bytearray] = collections.deque()
+        self._out: list = []              # response bytes for the next write
+        self._task: asyncio.Task | None = None  # awaits a waiting request or a sendfile
+        self._waiting = False             # the task is inside a handler's wait
         self._writable = asyncio.Event()
         self._writable.set()
-        self._worker: asyncio.Task | None = None
-        self._in_handler = False
+        self._reading_paused = False
+        self._eof = False
         self._closed = False
 
     # -- reading ---------------------------------------------------------------------
@@ -78,58 +94,193 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connections.add(self)
-        self._worker = asyncio.get_running_loop().create_task(self._serve())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is None:
-            return memoryview(self._size_buf)[self._filled:]
-        if self._filled == len(self._frame):  # grow only as bytes arrive
-            self._frame.extend(bytes(min(len(self._frame), self._expected - len(self._frame))))
-        return memoryview(self._frame)[self._filled:]
+        if self._frame is not None:
+            if self._filled == len(self._frame):  # grow only as bytes arrive
+                self._frame.extend(bytes(min(len(self._frame), self._expected - len(self._frame))))
+            return memoryview(self._frame)[self._filled:]
+        if self._end == len(self._buf):  # a partial frame at the end: move it to the front
+            rest = self._end - self._start
+            self._buf[:rest] = self._buf[self._start:self._end]
+            self._start, self._end = 0, rest
+        return memoryview(self._buf)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._filled += nbytes
-        if self._frame is None:
-            if self._filled < 4:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled < self._expected:
                 return
-            size = _SIZE.unpack(self._size_buf)[0]
+            self._frames.append(self._frame)
+            self._frame = None
+        else:
+            self._end += nbytes
+            if not self._cut_frames():
+                return
+        self._answer()
+
+    def _cut_frames(self) -> bool:
+        """Move every complete frame out of the read buffer; a frame larger than the
+        buffer continues in a buffer of its own. False when the connection closed."""
+        buf, start, end = self._buf, self._start, self._end
+        while end - start >= 4:
+            size = _SIZE.unpack_from(buf, start)[0]
             if size < 4 or size > self.max_request_bytes:
                 log.warning("closing %s: request size %d outside [4, %d]", self.peer, size,
                             self.max_request_bytes)
                 self.close()
-                return
-            self._expected = size
-            self._frame = bytearray(min(size, _FIRST_ALLOCATION))
-            self._filled = 0
-            return
-        if self._filled == self._expected:
-            self._queue.put_nowait(self._frame)
-            self._frame = None
-            self._filled = 0
-            if self._queue.qsize() >= _MAX_QUEUED and not self._reading_paused:
-                self._reading_paused = True
-                self.transport.pause_reading()
+                return False
+            if end - start - 4 >= size:
+                self._frames.append(buf[start + 4:start + 4 + size])
+                start += 4 + size
+                continue
+            if 4 + size > len(buf):
+                have = end - start - 4
+                self._frame = bytearray(max(have, min(size, _READ_BUFFER)))
+                self._frame[:have] = buf[start + 4:end]
+                self._expected, self._filled = size, have
+                start = end
+            break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        return True
 
     def eof_received(self) -> bool:
-        self._queue.put_nowait(None)
+        self._eof = True
         self._stop_waiting()
+        self._answer()
         return True  # keep the transport open until queued responses are written
 
     def connection_lost(self, exc) -> None:
         self._closed = True
         self.connections.discard(self)
+        self._frames.clear()
         self._writable.set()
-        self._queue.put_nowait(None)
         self._stop_waiting()
 
     def _stop_waiting(self) -> None:
         """The client is gone or has sent its last byte: a request parked in a long
         poll (a Fetch waiting up to its max_wait_ms, which may be days) would hold this
         connection open and its task alive that long, so it is cancelled and the
-        connection closes, as Kafka closes on end of input. Only a handler suspended
-        at an await is seen here: one that never waits (Produce) runs to completion."""
-        if self._in_handler and self._worker is not None:
-            self._worker.cancel()
+        connection closes, as Kafka closes on end of input."""
+        if self._waiting and self._task is not None:
+            self._task.cancel()
+
+    # -- answering -------------------------------------------------------------------
+    def _answer(self) -> None:
+        """Answer queued requests in order until one must wait, then write."""
+        while self._frames and self._task is None and not self._closed and self._writable.is_set():
+            try:
+                result = self.handler(self._frames.popleft(), self.client_host)
+                if inspect.isawaitable(result):
+                    self._start_task(result, None)
+                elif result is not None:
+                    self._add_response(result)
+            except ConnectionError:
+                self.close()
+                return
+            except CloseConnection as exc:
+                log.warning("closing %s: %s", self.peer, exc)
+                self._flush_and_close()
+                return
+            except Exception:
+                log.exception("closing %s after an internal error", self.peer)
+                self._flush_and_close()
+                return
+        self._flush()
+        if self._closed:
+            return
+        if self._eof and not self._frames and self._task is None:
+            self.close()
+            return
+        queued = len(self._frames)
+        if queued >= _MAX_QUEUED and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif self._reading_paused and queued < _MAX_QUEUED // 2:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _add_response(self, chunks: list) -> None:
+        """Queue a response for the next write; one holding a large file region is
+        sent by a task, with sendfile."""
+        if any(isinstance(c, FileRegion) and c.length >= _SENDFILE_MIN for c in chunks):
+            self._start_task(None, chunks)
+            return
+        self._out.append(_SIZE.pack(_size_of(chunks)))
+        for chunk in chunks:
+            self._out.append(self._file_bytes(chunk) if isinstance(chunk, FileRegion) else chunk)
+
+    @staticmethod
+    def _file_bytes(region: FileRegion) -> bytes:
+        data = region.read()
+        if len(data) != region.length:
+            raise ConnectionError("log segment shrank while being read")
+        return data
+
+    def _flush(self) -> None:
+        if self._out and not self._closed:
+            self.transport.writelines(self._out)
+        self._out = []
+
+    def _flush_and_close(self) -> None:
+        self._flush()
+        self.close()
+
+    def _start_task(self, awaitable, chunks: Chunks) -> None:
+        self._flush()  # what is ready goes out before the wait
+        self._task = asyncio.get_running_loop().create_task(self._finish(awaitable, chunks))
+
+    async def _finish(self, awaitable, chunks: Chunks) -> None:
+        """Await a waiting request's response (when `awaitable`), send it, go on answering."""
+        try:
+            if awaitable is not None:
+                if self._closed:
+                    if inspect.iscoroutine(awaitable):
+                        awaitable.close()
+                    return
+                self._waiting = True
+                try:
+                    chunks = await awaitable
+                finally:
+                    self._waiting = False
+            if chunks is not None and not self._closed:
+                await self._send(chunks)
+        except (ConnectionError, asyncio.CancelledError):
+            self.close()
+            return
+        except CloseConnection as exc:
+            log.warning("closing %s: %s", self.peer, exc)
+            self.close()
+            return
+        except Exception:
+            log.exception("closing %s after an internal error", self.peer)
+            self.close()
+            return
+        finally:
+            self._task = None
+        self._answer()
+
+    async def _send(self, chunks: list) -> None:
+        loop = asyncio.get_running_loop()
+        pending = [_SIZE.pack(_size_of(chunks))]
+        for chunk in chunks:
+            if not isinstance(chunk, FileRegion):
+                pending.append(chunk)
+            elif chunk.length < _SENDFILE_MIN:
+                pending.append(self._file_bytes(chunk))
+            else:
+                self.transport.writelines(pending)
+                pending = []
+                await self._writable.wait()
+                sent = await loop.sendfile(self.transport, _FdFile(chunk.fd), chunk.position,
+                                           chunk.length, fallback=True)
+                if sent != chunk.length:
+                    raise ConnectionError("log segment shrank while being sent")
+        if pending:
+            self.transport.writelines(pending)
+        await self._writable.wait()
 
     # -- writing ---------------------------------------------------------------------
     def pause_writing(self) -> None:
@@ -137,59 +288,16 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._writable.set()
+        if self._task is None:
+            self._answer()
 
-    async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                frame = await self._queue.get()
-                if frame is None or self._closed:
-                    break
-                if self._reading_paused and self._queue.qsize() < _MAX_QUEUED // 2:
-                    self._reading_paused = False
-                    self.transport.resume_reading()
-                self._in_handler = True
-                try:
-                    chunks = await self.handler(frame, self.client_host)
-                finally:
-                    self._in_handler = False
-                if chunks is None:
-                    continue
-                if self._closed:
-                    break
-                await self._send(loop, chunks)
-        except ConnectionError:
-            pass
-        except CloseConnection as exc:
-            log.warning("closing %s: %s", self.peer, exc)
-        except Exception:
-            log.exception("closing %s after an internal error", self.peer)
-        finally:
-            self.close()
-
-    async def _send(self, loop, chunks: list) -> None:
-        size = sum(len(c) if not isinstance(c, memoryview) else c.nbytes for c in chunks)
-        pending = [_SIZE.pack(size)]
-        for chunk in chunks:
-            if not isinstance(chunk, FileRegion):
-                pending.append(chunk)
-                continue
-            if chunk.length < _SENDFILE_MIN:
-                data = chunk.read()
-                if len(data) != chunk.length:
-                    raise ConnectionError("log segment shrank while being read")
-                pending.append(data)
-                continue
-            self.transport.writelines(pending)
-            pending = []
-            await self._writable.wait()
-            sent = await loop.sendfile(self.transport, _FdFile(chunk.fd), chunk.position,
-                                       chunk.length, fallback=True)
-            if sent != chunk.length:
-                raise ConnectionError("log segment shrank while being sent")
-        if pending:
-            self.transport.writelines(pending)
-        await self._writable.wait()
+    def shutdown(self) -> asyncio.Task | None:
+        """Answer what has arrived, then close; the task of a request still being
+        answered, if any."""
+        self._eof = True
+        if self._task is None:
+            self._answer()
+        return self._task
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -219,11 +327,9 @@ class KafkaServer:
         if self._server is None:
             return
         self._server.close()
-        for conn in list(self.connections):
-            conn._queue.put_nowait(None)
-        workers = [c._worker for c in self.connections if c._worker is not None]
-        if workers:
-            await asyncio.wait(workers, timeout=grace_seconds)
+        tasks = [task for conn in list(self.connections) if (task := conn.shutdown()) is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_seconds)
         for conn in list(self.connections):
             conn.close()
         await self._server.wait_closed()

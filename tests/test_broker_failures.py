@@ -197,6 +197,7 @@ VICTIM_PARTITIONS = 2
 VICTIM_MAX_MESSAGE_BYTES = 64 * 1024
 CANARY = "canary"  # written by the clients that must keep working
 BULK = "bulk"  # about 1 MB, for large fetch responses
+SPLIT = "split"  # written only by the split-frames case
 
 
 class BackgroundProducer:
@@ -306,7 +307,8 @@ def target(tmp_path_factory):
         created = client.create_topics({
             VICTIM: NewTopic(partitions=VICTIM_PARTITIONS,
                              configs={"max.message.bytes": str(VICTIM_MAX_MESSAGE_BYTES)}),
-            CANARY: NewTopic(partitions=1), BULK: NewTopic(partitions=1)})
+            CANARY: NewTopic(partitions=1), BULK: NewTopic(partitions=1),
+            SPLIT: NewTopic(partitions=1)})
         assert all(c.error is None for c in created.values()), created
         for p in range(VICTIM_PARTITIONS):
             for n in range(5):
@@ -645,6 +647,43 @@ def test_acks0_bad_produce_closes_the_connection(guarded, case):
         bad = produce_body(topic, partition, make(), acks=0)
         sock.sendall(frame(PRODUCE, PRODUCE_VERSION, bad, 62))
         assert_closed_by_broker(sock)
+
+
+def test_pipelined_frames_split_anywhere(guarded):
+    """A pipelined stream of requests, one of them larger than the broker's read buffer,
+    delivered in pieces of random size (frames split anywhere, several frames per
+    read): every request is answered, in order, and the large batch is stored whole."""
+    rng = random.Random(99)
+    topic = SPLIT
+    large = build_batch(records_of(40, "split-large", 5000))  # ~200 KB
+    plan = [(API_VERSIONS, 3, api_versions_body()),
+            (PRODUCE, PRODUCE_VERSION, produce_body(topic, 0, build_batch(records_of(3, "split-a")))),
+            (METADATA, 12, metadata_body()),
+            (PRODUCE, PRODUCE_VERSION, produce_body(topic, 0, large)),
+            (API_VERSIONS, 0, API_VERSIONS.request()),
+            (PRODUCE, PRODUCE_VERSION, produce_body(topic, 0, build_batch(records_of(2, "split-b"))))]
+    stream = b"".join(frame(api, version, body, 500 + i) for i, (api, version, body) in enumerate(plan))
+    with connect(guarded.port) as sock:
+        position = 0
+        while position < len(stream):
+            step = rng.choice((1, 3, 4, 5, 17, 700, 4096, 70_000))
+            sock.sendall(stream[position:position + step])
+            position += step
+            if rng.random() < 0.3:
+                time.sleep(0.002)
+        offsets = []
+        for i, (api, version, _) in enumerate(plan):
+            data = recv_frame(sock)
+            assert data is not None, f"closed before the response to request {i}"
+            header, response = decode_response(api.key, version, data)
+            assert header.correlation_id == 500 + i
+            if api is PRODUCE:
+                answer = response.responses[0].partition_responses[0]
+                assert answer.error_code == 0, answer.error_message
+                offsets.append(answer.base_offset)
+    assert offsets[1] == offsets[0] + 3 and offsets[2] == offsets[1] + 40
+    fetched = guarded.client.fetch_records(topic, 0, offsets[1], max_wait_ms=0)
+    assert [r.key for r in fetched.records[:40]] == [f"split-large-{i}".encode() for i in range(40)]
 
 
 # -- many connections ----------------------------------------------------------------

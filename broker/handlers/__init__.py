@@ -1,7 +1,9 @@
 """Request handlers, one module per API family; each opens with the rules it implements.
 
-A handler is `async def handler(broker, header, request, client_host) -> body | None`
-(None: no response, as for acks=0 produce).
+A handler is `handler(broker, header, request, client_host) -> body | None` (None: no
+response, as for acks=0 produce). A request that must wait (a long-poll Fetch, a group
+join) returns an awaitable of the body instead, so that everything else is answered
+without a trip through the event loop.
 """
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, APIS, API_VERSIONS,

@@ -21,7 +21,7 @@ def _api_keys():
             for key in sorted(handlers.HANDLERS)]
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     return API_VERSIONS.response(error_code=ErrorCode.NONE, api_keys=_api_keys())
 
 

@@ -21,7 +21,7 @@ from broker.transactions.coordinator import TxnError
 _MAX_EPOCH = 32767
 
 
-async def describe_cluster(broker, header, request, client_host):
+def describe_cluster(broker, header, request, client_host):
     Resp = DESCRIBE_CLUSTER.response
     if header.request_api_version >= 1 and request.endpoint_type not in (1,):
         return Resp(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
@@ -36,7 +36,7 @@ async def describe_cluster(broker, header, request, client_host):
                 cluster_authorized_operations=-2147483648)
 
 
-async def init_producer_id(broker, header, request, client_host):
+def init_producer_id(broker, header, request, client_host):
     Resp = INIT_PRODUCER_ID.response
     if request.transactional_id is not None:
         pid, epoch = request.producer_id, request.producer_epoch

@@ -77,7 +77,7 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int):
     return configs
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     version = header.request_api_version
     results = []
     for resource in request.resources:

@@ -100,14 +100,22 @@ def _build(broker, request, version):
     return topics_out, total, keys
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
+    """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
     if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    topics_out, total, keys = _build(broker, request, version)
+    if total >= request.min_bytes or deadline <= time.monotonic() or not keys:
+        return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0)
+    return _long_poll(broker, request, version, keys, deadline)
+
+
+async def _long_poll(broker, request, version, keys, deadline):
+    """Wait for appends to the requested partitions until `min_bytes` or the deadline."""
     while True:
+        await broker.wait_for_append(keys, deadline - time.monotonic())
         topics_out, total, keys = _build(broker, request, version)
-        remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0 or not keys:
+        if total >= request.min_bytes or deadline <= time.monotonic() or not keys:
             return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0)
-        await broker.wait_for_append(keys, remaining)

@@ -26,7 +26,7 @@ _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 _CLASSIC = "classic"
 
 
-async def find_coordinator(broker, header, request, client_host):
+def find_coordinator(broker, header, request, client_host):
     Resp = FIND_COORDINATOR.response
     version = header.request_api_version
     host, port = broker.config.advertised
@@ -82,7 +82,7 @@ async def sync_group(broker, header, request, client_host):
                 assignment=assignment)
 
 
-async def heartbeat(broker, header, request, client_host):
+def heartbeat(broker, header, request, client_host):
     try:
         broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                 request.group_instance_id)
@@ -91,7 +91,7 @@ async def heartbeat(broker, header, request, client_host):
     return HEARTBEAT.response(error_code=0)
 
 
-async def leave_group(broker, header, request, client_host):
+def leave_group(broker, header, request, client_host):
     Resp = LEAVE_GROUP.response
     if header.request_api_version < 3:
         [code] = broker.groups.leave(request.group_id, [(request.member_id, None)])
@@ -103,7 +103,7 @@ async def leave_group(broker, header, request, client_host):
         for (m, i), code in zip(members, codes)])
 
 
-async def describe_groups(broker, header, request, client_host):
+def describe_groups(broker, header, request, client_host):
     Resp = DESCRIBE_GROUPS.response
     described = []
     for group_id in request.groups:
@@ -124,7 +124,7 @@ async def describe_groups(broker, header, request, client_host):
     return Resp(groups=described)
 
 
-async def list_groups(broker, header, request, client_host):
+def list_groups(broker, header, request, client_host):
     Resp = LIST_GROUPS.response
     version = header.request_api_version
     states = set(request.states_filter) if version >= 4 and request.states_filter else None
@@ -138,7 +138,7 @@ async def list_groups(broker, header, request, client_host):
     return Resp(error_code=0, groups=listed)
 
 
-async def delete_groups(broker, header, request, client_host):
+def delete_groups(broker, header, request, client_host):
     Resp = DELETE_GROUPS.response
     results = []
     for group_id in request.groups_names:

@@ -41,7 +41,7 @@ def _lookup(log, timestamp: int, committed: bool) -> tuple[int, int]:
     return found[0], found[1]
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     committed = request.isolation_level == READ_COMMITTED
     topics = []
     for topic in request.topics:

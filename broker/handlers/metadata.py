@@ -38,7 +38,7 @@ def _error_topic(name, code, topic_id=ZERO_UUID):
                                        partitions=[], topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     version = header.request_api_version
     topics = broker.topics
     requested = request.topics

@@ -25,7 +25,7 @@ from broker.groups.coordinator import GroupError
 from broker.groups.offsets_log import CommittedOffset
 
 
-async def offset_commit(broker, header, request, client_host):
+def offset_commit(broker, header, request, client_host):
     Resp = OFFSET_COMMIT.response
     now = int(time.time() * 1000)
     offsets = {}
@@ -72,7 +72,7 @@ def _fields(c) -> dict:
                 metadata=c.metadata if c else "", error_code=0)
 
 
-async def offset_fetch(broker, header, request, client_host):
+def offset_fetch(broker, header, request, client_host):
     Resp = OFFSET_FETCH.response
     require_stable = header.request_api_version >= 7 and request.require_stable
     if header.request_api_version >= 8:

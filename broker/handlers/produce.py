@@ -111,7 +111,7 @@ def _writable(view):
     return view if not view.readonly else memoryview(bytearray(view))
 
 
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     acks = request.acks
     responses = []
     failed = None

@@ -31,7 +31,7 @@ def _check_replicas(broker, replication_factor: int, assignments) -> None:
                              f"replicas {assignment.broker_ids} must be exactly [{broker.node_id}]")
 
 
-async def create_topics(broker, header, request, client_host):
+def create_topics(broker, header, request, client_host):
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -65,7 +65,7 @@ async def create_topics(broker, header, request, client_host):
     return Resp(topics=results, throttle_time_ms=0)
 
 
-async def delete_topics(broker, header, request, client_host):
+def delete_topics(broker, header, request, client_host):
     Resp = DELETE_TOPICS.response
     if header.request_api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -90,7 +90,7 @@ async def delete_topics(broker, header, request, client_host):
     return Resp(responses=results, throttle_time_ms=0)
 
 
-async def create_partitions(broker, header, request, client_host):
+def create_partitions(broker, header, request, client_host):
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
     results = []

@@ -79,7 +79,7 @@ def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only,
     return {tp: code for tp in partitions}
 
 
-async def add_partitions_to_txn(broker, header, request, client_host):
+def add_partitions_to_txn(broker, header, request, client_host):
     Resp = ADD_PARTITIONS_TO_TXN.response
     version = header.request_api_version
     if version < 4:
@@ -105,7 +105,7 @@ def _topic_results(Resp, codes):
             for topic, results in by_topic.items()]
 
 
-async def add_offsets_to_txn(broker, header, request, client_host):
+def add_offsets_to_txn(broker, header, request, client_host):
     code = ErrorCode.NONE
     try:
         if not request.group_id:
@@ -118,7 +118,7 @@ async def add_offsets_to_txn(broker, header, request, client_host):
     return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=code)
 
 
-async def end_txn(broker, header, request, client_host):
+def end_txn(broker, header, request, client_host):
     try:
         broker.transactions.end_txn(request.transactional_id, request.producer_id,
                                     request.producer_epoch, request.committed)
@@ -139,7 +139,7 @@ def _offset_commit_error(code: int, version: int) -> int:
     return code
 
 
-async def txn_offset_commit(broker, header, request, client_host):
+def txn_offset_commit(broker, header, request, client_host):
     Resp = TXN_OFFSET_COMMIT.response
     version = header.request_api_version
     now = int(time.time() * 1000)
@@ -174,7 +174,7 @@ async def txn_offset_commit(broker, header, request, client_host):
         for p in topic.partitions]) for topic in request.topics])
 
 
-async def write_txn_markers(broker, header, request, client_host):
+def write_txn_markers(broker, header, request, client_host):
     Resp = WRITE_TXN_MARKERS.response
     results = []
     for marker in request.markers:
@@ -201,7 +201,7 @@ async def write_txn_markers(broker, header, request, client_host):
     return Resp(markers=results)
 
 
-async def describe_transactions(broker, header, request, client_host):
+def describe_transactions(broker, header, request, client_host):
     Resp = DESCRIBE_TRANSACTIONS.response
     states = []
     for transactional_id in request.transactional_ids:
@@ -224,7 +224,7 @@ async def describe_transactions(broker, header, request, client_host):
     return Resp(throttle_time_ms=0, transaction_states=states)
 
 
-async def list_transactions(broker, header, request, client_host):
+def list_transactions(broker, header, request, client_host):
     Resp = LIST_TRANSACTIONS.response
     unknown = [name for name in request.state_filters if name not in STATES_BY_NAME]
     states = {STATES_BY_NAME[name] for name in request.state_filters if name in STATES_BY_NAME}
