@@ -3,9 +3,10 @@
 Reading: bytes arrive in a read buffer of the connection's own, from which every
 complete small frame is cut (several per read when a client pipelines). A frame too
 large for that buffer is read straight into a buffer of its own (so the broker may
-patch record batches in place), grown as bytes actually arrive: a forged size prefix
-costs nothing until the bytes exist, and a prefix above `socket.request.max.bytes`
-closes the connection.
+patch record batches in place): an anonymous private mapping of the frame's size, whose
+pages the kernel provides as bytes actually arrive, so a forged size prefix costs
+nothing until the bytes exist and a large frame is never copied or regrown. A prefix
+above `socket.request.max.bytes` closes the connection.
 
 Answering: requests on one connection are answered one at a time, in order, as Kafka
 does. A request the handler answers at once is answered inside the read callback, and
@@ -24,6 +25,7 @@ import asyncio
 import collections
 import inspect
 import logging
+import mmap
 import socket
 import struct
 from typing import Awaitable, Callable, Union
@@ -72,9 +74,9 @@ class Connection(asyncio.BufferedProtocol):
         self.client_host = ""
         self._buf = bytearray(_READ_BUFFER)
         self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
-        self._frame: bytearray | None = None  # a large frame being read in place
+        self._frame: mmap.mmap | None = None  # a large frame being read in place
         self._expected = self._filled = 0
-        self._frames: collections.deque[bytearray] = collections.deque()
+        self._frames: collections.deque = collections.deque()  # bytearray or mmap
         self._out: list = []              # response bytes for the next write
         self._task: asyncio.Task | None = None  # awaits a waiting request or a sendfile
         self._waiting = False             # the task is inside a handler's wait
@@ -97,8 +99,6 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
-            if self._filled == len(self._frame):  # grow only as bytes arrive
-                self._frame.extend(bytes(min(len(self._frame), self._expected - len(self._frame))))
             return memoryview(self._frame)[self._filled:]
         if self._end == len(self._buf):  # a partial frame at the end: move it to the front
             rest = self._end - self._start
@@ -136,7 +136,7 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if 4 + size > len(buf):
                 have = end - start - 4
-                self._frame = bytearray(max(have, min(size, _READ_BUFFER)))
+                self._frame = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
                 self._frame[:have] = buf[start + 4:end]
                 self._expected, self._filled = size, have
                 start = end
