@@ -440,3 +440,25 @@ def test_fixed_width_known_bytes():
                           ("uint16", -1), ("uint32", 2**32)]:
         with pytest.raises(EncodeError):
             written(method, value)
+
+
+def test_values_that_do_not_fit_packed_fields_are_refused_by_name():
+    """Consecutive fixed-width fields are packed by one struct call, and arrays of
+    numbers without a call per item; a value that does not fit still gets the
+    EncodeError of its own type, never a struct.error or a partial encoding."""
+    Partition = messages.METADATA.response.MetadataResponsePartition
+
+    def body(**overrides):
+        fields = dict(error_code=0, partition_index=0, leader_id=1, leader_epoch=0,
+                      replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
+        fields.update(overrides)
+        topic = messages.METADATA.response.MetadataResponseTopic(name="t", partitions=[Partition(**fields)])
+        return messages.METADATA.response(topics=[topic])
+
+    roundtrip(messages.METADATA.response, 12, body())
+    for bad in (dict(partition_index=2**31), dict(leader_id=None), dict(error_code=-2**15 - 1),
+                dict(leader_epoch="0"), dict(replica_nodes=[1, 2**31]), dict(isr_nodes=[None])):
+        with pytest.raises(EncodeError, match="fit|int|not"):
+            messages.METADATA.response.encode(12, body(**bad))
+    with pytest.raises(TypeError, match="leader"):
+        Partition(leaderid=1)

@@ -3,7 +3,8 @@
 A message is described once, as a tree of `F` fields (name, type, versions, nullable
 versions, tag). From that one description this module derives, for every version:
 a Python class per struct (fields as attributes), a decoder and an encoder. Codecs are
-compiled lazily, per struct and version, into flat lists of reader/writer callables.
+compiled lazily, per struct and version, into straight-line functions that call one
+reader or writer per field.
 
 Rules implemented here (they hold for every message):
 - A field absent from a version decodes to its default and is not encoded.
@@ -16,6 +17,7 @@ Rules implemented here (they hold for every message):
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Callable
 
@@ -89,18 +91,12 @@ class F:
 
 
 class Struct:
-    """Base of every generated struct class: fields are plain attributes."""
+    """Base of every generated struct class: fields are plain attributes, set by a
+    keyword-only `__init__` generated per class (absent fields get their defaults)."""
 
     __slots__ = ("unknown_tags",)
     _fields: tuple = ()
     _factories: tuple = ()
-
-    def __init__(self, **values):
-        for name, factory in zip(self._fields, self._factories):
-            setattr(self, name, values.pop(name) if name in values else factory())
-        self.unknown_tags = values.pop("unknown_tags", None)
-        if values:
-            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(values)}")
 
     def __eq__(self, other) -> bool:
         if type(other) is not type(self):
@@ -161,28 +157,28 @@ class _Schema:
                 raise ValueError(f"{self.name}: two different structs named {cls_name}")
             return existing
         names = tuple(f.name for f in spec.fields)
-        factories = tuple(self._factory(f) for f in spec.fields)
+        defaults = tuple(self._default(f) for f in spec.fields)
+        factories = tuple(value if fresh else (lambda value=value: value) for fresh, value in defaults)
         cls = type(cls_name, (Struct,), {"__slots__": names, "_fields": names,
                                           "_factories": factories, "_spec_signature": _signature(spec),
+                                          "__init__": _make_init(cls_name, names, defaults),
                                           "__module__": "wire.messages"})
         self.struct_classes[cls_name] = cls
         return cls
 
-    def _factory(self, f: F) -> Callable[[], object]:
+    def _default(self, f: F) -> tuple[bool, object]:
+        """(True, factory) for a default built fresh each time (a list or a struct),
+        (False, value) for an immutable one."""
         sub = self._make_class(f) if f.fields else None
         if f.default is not _MISSING:
-            value = f.default
-            if f.is_array or (sub is not None):
-                if value is not None:
-                    raise ValueError(f"{f.name}: only null is a valid default for {f.type}")
-                return lambda: None
-            return lambda: value
+            if (f.is_array or sub is not None) and f.default is not None:
+                raise ValueError(f"{f.name}: only null is a valid default for {f.type}")
+            return False, f.default
         if f.is_array:
-            return list
+            return True, list
         if sub is not None:
-            return sub
-        zero = _ZERO[f.type]
-        return lambda: zero
+            return True, sub
+        return False, _ZERO[f.type]
 
     # -- codecs --------------------------------------------------------------------
     def codec(self, version: int) -> tuple:
@@ -259,7 +255,7 @@ class Data(_Schema):
 
 def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> tuple:
     cls = schema.struct_classes[spec.element_type]
-    regular: list[tuple[str, Callable, Callable]] = []
+    regular: list[tuple[str, Callable, Callable, str | None]] = []  # + struct code if fixed-width
     tagged: dict[int, tuple[str, Callable, Callable, Callable]] = {}
     absent: list[tuple[str, Callable]] = []
     for f, factory in zip(spec.fields, cls._factories):
@@ -272,30 +268,91 @@ def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> t
             tagged[f.tag] = (f.name, read, write, factory)
             absent.append((f.name, factory))  # set to default unless the tag is present
         else:
-            regular.append((f.name, read, write))
-    new = cls.__new__
-    tag_order = sorted(tagged)
-    readers = [(name, read) for name, read, _ in regular]
+            regular.append((f.name, read, write, None if f.is_array else _FIXED.get(f.type)))
+    env = {"_new": cls.__new__, "_cls": cls, "_tagged": tagged, "_tag_order": sorted(tagged),
+           "_read_tags": _read_tags, "_write_tags": _write_tags, "_explain": _explain,
+           "EncodeError": EncodeError, "StructError": struct.error}
+    read_lines = ["def read_struct(r):", "    obj = _new(_cls)"]
+    for i, (name, factory) in enumerate(absent):
+        env[f"_absent{i}"] = factory
+        read_lines.append(f"    obj.{name} = _absent{i}()")
+    write_lines = ["def write_struct(w, obj):", "    try:"]
+    for i, run in enumerate(_runs(regular)):
+        if len(run) == 1:
+            name, read, write, _ = run[0]
+            env[f"_read{i}"], env[f"_write{i}"] = read, write
+            read_lines.append(f"    obj.{name} = _read{i}(r)")
+            write_lines.append(f"        _write{i}(w, obj.{name})")
+            continue
+        # Fixed-width fields in a row: one struct unpacks or packs all of them.
+        layout = struct.Struct(">" + "".join(code for *_, code in run))
+        env[f"_unpack{i}"], env[f"_pack{i}"], env[f"_run{i}"] = layout.unpack_from, layout.pack, run
+        targets = ", ".join(f"obj.{name}" for name, *_ in run)
+        read_lines.append(f"    {targets} = _unpack{i}(r.buf, r._advance({layout.size}))")
+        write_lines += [f"        try:",
+                        f"            w.buf += _pack{i}({targets})",
+                        f"        except (StructError, TypeError):",
+                        f"            _explain(obj, _run{i})"]
+    read_lines.append("    obj.unknown_tags = _read_tags(r, obj, _tagged)" if flexible else
+                      "    obj.unknown_tags = None")
+    read_lines.append("    return obj")
+    write_lines += ["        pass", "    except AttributeError as exc:",
+                    "        raise EncodeError(f'{type(obj).__name__}: {exc}') from None"]
+    if flexible:
+        write_lines.append("    _write_tags(w, obj, _tagged, _tag_order)")
+    where = f"{spec.element_type} v{version}"
+    return (_generated("read_struct", read_lines, env, where),
+            _generated("write_struct", write_lines, env, where))
 
-    def read_struct(r: Reader):
-        obj = new(cls)
-        for name, factory in absent:
-            setattr(obj, name, factory())
-        for name, read in readers:
-            setattr(obj, name, read(r))
-        obj.unknown_tags = _read_tags(r, obj, tagged) if flexible else None
-        return obj
 
-    def write_struct(w: Writer, obj) -> None:
-        try:
-            for name, _, write in regular:
-                write(w, getattr(obj, name))
-        except AttributeError as exc:
-            raise EncodeError(f"{type(obj).__name__}: {exc}") from None
-        if flexible:
-            _write_tags(w, obj, tagged, tag_order)
+_FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I",
+          "float64": "d"}
 
-    return read_struct, write_struct
+
+def _runs(regular: list) -> list[list]:
+    """The fields in order, consecutive fixed-width ones grouped into one run."""
+    runs: list[list] = []
+    for field in regular:
+        if field[3] is not None and runs and runs[-1][-1][3] is not None:
+            runs[-1].append(field)
+        else:
+            runs.append([field])
+    return runs
+
+
+def _explain(obj, run: list) -> None:
+    """A value of a packed run did not fit: the field's own writer names it."""
+    for name, _, write, _ in run:
+        write(Writer(), getattr(obj, name))
+    raise EncodeError(f"{type(obj).__name__}: a field does not fit its type")
+
+
+def _generated(name: str, lines: list[str], env: dict, where: str) -> Callable:
+    """Compile straight-line code for one struct: a loop over its fields would run for
+    every field of every message, and the broker decodes and encodes each request."""
+    namespace: dict = {}
+    exec(compile("\n".join(lines), f"<wire.schema {where}>", "exec"), env, namespace)
+    return namespace[name]
+
+
+def _make_init(cls_name: str, names: tuple, defaults: tuple) -> Callable:
+    """`__init__(self, *, field=default, ..., unknown_tags=None)` for one struct class."""
+    env = {"_MISSING": _MISSING}
+    params, body = [], []
+    for i, (name, (fresh, value)) in enumerate(zip(names, defaults)):
+        if fresh:
+            env[f"_fresh{i}"] = value
+            params.append(f"{name}=_MISSING")
+            body.append(f"    self.{name} = _fresh{i}() if {name} is _MISSING else {name}")
+        else:
+            env[f"_default{i}"] = value
+            params.append(f"{name}=_default{i}")
+            body.append(f"    self.{name} = {name}")
+    params.append("unknown_tags=None")
+    body.append("    self.unknown_tags = unknown_tags")
+    init = _generated("__init__", [f"def __init__(self, *, {', '.join(params)}):"] + body, env, cls_name)
+    init.__qualname__ = f"{cls_name}.__init__"
+    return init
 
 
 def _read_tags(r: Reader, obj, tagged: dict) -> dict | None:
@@ -358,6 +415,8 @@ _SCALAR_WRITE = {
 
 def _compile_field(schema: _Schema, f: F, version: int, flexible: bool) -> tuple[Callable, Callable]:
     nullable = version in f.nullable
+    if f.is_array and f.element_type in _FIXED:
+        return _fixed_width_array(f.element_type, flexible, nullable)
     if f.is_array:
         read_elem, write_elem = _compile_element(schema, f, version, flexible, False)
 
@@ -377,6 +436,35 @@ def _compile_field(schema: _Schema, f: F, version: int, flexible: bool) -> tuple
 
         return read_array, write_array
     return _compile_element(schema, f, version, flexible, nullable)
+
+
+def _fixed_width_array(kind: str, flexible: bool, nullable: bool) -> tuple[Callable, Callable]:
+    """An array of fixed-width numbers: unpacked by one struct call, packed without a
+    writer call per item."""
+    code, width = _FIXED[kind], struct.calcsize(">" + _FIXED[kind])
+    pack, write_one = struct.Struct(">" + code).pack, _SCALAR_WRITE[kind]
+
+    def read_array(r: Reader):
+        n = r.array_length(flexible, nullable)
+        if n is None:
+            return None
+        return list(struct.unpack_from(f">{n}{code}", r.buf, r._advance(n * width)))
+
+    def write_array(w: Writer, items) -> None:
+        if items is None:
+            w.array_length(None, flexible, nullable)
+            return
+        w.array_length(len(items), flexible, nullable)
+        buf = w.buf
+        try:
+            for item in items:
+                buf += pack(item)
+        except (struct.error, TypeError):
+            for item in items:  # the item's own writer names the one that does not fit
+                write_one(Writer(), item)
+            raise EncodeError(f"{kind} array: an item does not fit") from None
+
+    return read_array, write_array
 
 
 def _compile_element(schema: _Schema, f: F, version: int, flexible: bool,
