@@ -52,12 +52,16 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     assert {r["broker"] for r in results["partitions"]} == {"sluice", "mock"}
     assert all(r["partitions"] == broker.TINY.many_partitions for r in results["partitions"])
     assert len(results["targets"]) == 6
+    profile = results["profile"]
+    assert profile.get("samples", 0) > 0 and profile["top"], profile  # py-spy is a test dependency
+    assert abs(sum(e["share"] for e in profile["top"]) - 1) < 1e-9 or len(profile["top"]) == broker.PROFILE_TOP
     assert all(t["met"] in (True, False) and t["ratio"] > 0 for t in results["targets"])
     assert "targets:" in broker.text_table(results["table"], results["targets"])
 
     paths = broker.write_reports(results, str(tmp_path))
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
-    assert "## Targets" in open(paths["md"]).read()
+    report = open(paths["md"]).read()
+    assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -77,3 +81,17 @@ def test_mock_broker_process_creates_and_deletes_topics():
             consumer.close()
         process = mock.proc
     assert process.returncode == 0  # it ended with its input, and was waited for
+
+
+def test_profile_leaf_shares_from_py_spy_raw_output():
+    from bench.broker import leaf_shares
+
+    raw = ["<module> (broker/__main__.py:5);run (asyncio/runners.py:190);"
+           "LogSegment.append (broker/storage/segment.py:79) 6\n",
+           "<module> (broker/__main__.py:5);LogSegment.append (broker/storage/segment.py:80) 2\n",
+           "<module> (broker/__main__.py:5);EpollSelector.select (selectors.py:468) 2\n",
+           "not a py-spy line\n"]
+    total, top = leaf_shares(raw, top=5)
+    assert total == 10
+    assert top == [{"function": "LogSegment.append (segment.py)", "share": 0.8},
+                   {"function": "EpollSelector.select (selectors.py)", "share": 0.2}]
