@@ -177,16 +177,8 @@ class Connection(asyncio.BufferedProtocol):
                     self._start_task(result, None)
                 elif result is not None:
                     self._add_response(result)
-            except ConnectionError:
-                self.close()
-                return
-            except CloseConnection as exc:
-                log.warning("closing %s: %s", self.peer, exc)
-                self._flush_and_close()
-                return
-            except Exception:
-                log.exception("closing %s after an internal error", self.peer)
-                self._flush_and_close()
+            except Exception as exc:
+                self._close_after(exc)
                 return
         self._flush()
         if self._closed:
@@ -224,7 +216,12 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.writelines(self._out)
         self._out = []
 
-    def _flush_and_close(self) -> None:
+    def _close_after(self, exc: Exception) -> None:
+        """A request could not be answered: write what is ready, then close."""
+        if isinstance(exc, CloseConnection):
+            log.warning("closing %s: %s", self.peer, exc)
+        elif not isinstance(exc, (ConnectionError, asyncio.CancelledError)):
+            log.error("closing %s after an internal error", self.peer, exc_info=exc)
         self._flush()
         self.close()
 
@@ -247,16 +244,8 @@ class Connection(asyncio.BufferedProtocol):
                     self._waiting = False
             if chunks is not None and not self._closed:
                 await self._send(chunks)
-        except (ConnectionError, asyncio.CancelledError):
-            self.close()
-            return
-        except CloseConnection as exc:
-            log.warning("closing %s: %s", self.peer, exc)
-            self.close()
-            return
-        except Exception:
-            log.exception("closing %s after an internal error", self.peer)
-            self.close()
+        except (Exception, asyncio.CancelledError) as exc:
+            self._close_after(exc)
             return
         finally:
             self._task = None

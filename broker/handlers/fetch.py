@@ -106,16 +106,23 @@ def handle(broker, header, request, client_host):
     if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    response, keys = _answer_if_ready(broker, request, version, deadline)
+    return response if response is not None else _long_poll(broker, request, version, keys, deadline)
+
+
+def _answer_if_ready(broker, request, version, deadline):
+    """(response, None) once `min_bytes` are there, the deadline passed or nothing can
+    arrive; else (None, the partition keys to wait on)."""
     topics_out, total, keys = _build(broker, request, version)
     if total >= request.min_bytes or deadline <= time.monotonic() or not keys:
-        return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0)
-    return _long_poll(broker, request, version, keys, deadline)
+        return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0), None
+    return None, keys
 
 
 async def _long_poll(broker, request, version, keys, deadline):
     """Wait for appends to the requested partitions until `min_bytes` or the deadline."""
     while True:
         await broker.wait_for_append(keys, deadline - time.monotonic())
-        topics_out, total, keys = _build(broker, request, version)
-        if total >= request.min_bytes or deadline <= time.monotonic() or not keys:
-            return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0)
+        response, keys = _answer_if_ready(broker, request, version, deadline)
+        if response is not None:
+            return response
