@@ -443,9 +443,9 @@ def test_fixed_width_known_bytes():
 
 
 def test_values_that_do_not_fit_packed_fields_are_refused_by_name():
-    """Consecutive fixed-width fields are packed by one struct call, and arrays of
-    numbers without a call per item; a value that does not fit still gets the
-    EncodeError of its own type, never a struct.error or a partial encoding."""
+    """Consecutive fixed-width fields are packed by one struct call; a value that does
+    not fit still gets the EncodeError of its own type, never a struct.error, and so
+    does an item of an array of numbers."""
     Partition = messages.METADATA.response.MetadataResponsePartition
 
     def body(**overrides):

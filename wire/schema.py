@@ -415,16 +415,16 @@ _SCALAR_WRITE = {
 
 def _compile_field(schema: _Schema, f: F, version: int, flexible: bool) -> tuple[Callable, Callable]:
     nullable = version in f.nullable
-    if f.is_array and f.element_type in _FIXED:
-        return _fixed_width_array(f.element_type, flexible, nullable)
     if f.is_array:
         read_elem, write_elem = _compile_element(schema, f, version, flexible, False)
+        read_items = _fixed_width_items(f.element_type) if f.element_type in _FIXED else \
+            (lambda r, n: [read_elem(r) for _ in range(n)])
 
         def read_array(r: Reader):
             n = r.array_length(flexible, nullable)
             if n is None:
                 return None
-            return [read_elem(r) for _ in range(n)]
+            return read_items(r, n)
 
         def write_array(w: Writer, items) -> None:
             if items is None:
@@ -438,33 +438,11 @@ def _compile_field(schema: _Schema, f: F, version: int, flexible: bool) -> tuple
     return _compile_element(schema, f, version, flexible, nullable)
 
 
-def _fixed_width_array(kind: str, flexible: bool, nullable: bool) -> tuple[Callable, Callable]:
-    """An array of fixed-width numbers: unpacked by one struct call, packed without a
-    writer call per item."""
-    code, width = _FIXED[kind], struct.calcsize(">" + _FIXED[kind])
-    pack, write_one = struct.Struct(">" + code).pack, _SCALAR_WRITE[kind]
-
-    def read_array(r: Reader):
-        n = r.array_length(flexible, nullable)
-        if n is None:
-            return None
-        return list(struct.unpack_from(f">{n}{code}", r.buf, r._advance(n * width)))
-
-    def write_array(w: Writer, items) -> None:
-        if items is None:
-            w.array_length(None, flexible, nullable)
-            return
-        w.array_length(len(items), flexible, nullable)
-        buf = w.buf
-        try:
-            for item in items:
-                buf += pack(item)
-        except (struct.error, TypeError):
-            for item in items:  # the item's own writer names the one that does not fit
-                write_one(Writer(), item)
-            raise EncodeError(f"{kind} array: an item does not fit") from None
-
-    return read_array, write_array
+def _fixed_width_items(kind: str) -> Callable:
+    """read_items(reader, n) for n fixed-width numbers: one struct call, not n."""
+    code = _FIXED[kind]
+    width = struct.calcsize(">" + code)
+    return lambda r, n: list(struct.unpack_from(f">{n}{code}", r.buf, r._advance(n * width)))
 
 
 def _compile_element(schema: _Schema, f: F, version: int, flexible: bool,
