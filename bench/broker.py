@@ -351,11 +351,10 @@ def bench_produce(targets, sizes: Sizes, pool, workdir: str, log) -> list[dict]:
                             runs[target.name].append(produce_once(target, client, acks, partitions,
                                                                   compression, sizes, pool, path))
                     for target in targets:
-                        ordered = sorted(runs[target.name], key=lambda m: m["seconds"])
-                        m = ordered[len(ordered) // 2]  # the median run
+                        m = median_run(runs[target.name])
                         row = {"client": client, "acks": acks, "partitions": partitions,
                                "compression": compression, "broker": target.name,
-                               "records": sizes.records, "repeats": len(ordered),
+                               "records": sizes.records, "repeats": len(runs[target.name]),
                                "records_per_s": sizes.records / m["seconds"],
                                "mb_per_s": sizes.records * VALUE_SIZE / m["seconds"] / MB,
                                "all_seconds": [r["seconds"] for r in runs[target.name]],
@@ -369,6 +368,11 @@ def bench_produce(targets, sizes: Sizes, pool, workdir: str, log) -> list[dict]:
                             + (f"  (high watermarks sum {short}, not {sizes.records})" if short else ""))
     os.remove(path)
     return rows
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run of median duration (the slower middle one of an even count)."""
+    return sorted(runs, key=lambda m: m["seconds"])[len(runs) // 2]
 
 
 def produce_once(target, client: str, acks: str, partitions: int, compression: str,
@@ -470,8 +474,8 @@ def consume_kcat(bootstrap: str, topic: str, expected: int, timeout: float) -> f
 
 
 def bench_consume(targets, sizes: Sizes, pool, log) -> list[dict]:
-    """Cold starts alternate between the brokers; the median run is kept (librdkafka's
-    start-up holds whole-second waits now and then, against either broker)."""
+    """Cold starts alternate between the brokers (load drifts hit both); the median run
+    is kept."""
     topics = {target.name: f"consume-{uuid.uuid4().hex[:6]}" for target in targets}
     expected = {target.name: fill_consume_topic(target, topics[target.name], sizes, pool)
                 for target in targets}
@@ -489,11 +493,10 @@ def bench_consume(targets, sizes: Sizes, pool, log) -> list[dict]:
                     consume_kcat(target.bootstrap, topic, count, sizes.step_timeout)
                 runs[target.name].append(probe.stop())
         for target in targets:
-            ordered = sorted(runs[target.name], key=lambda m: m["seconds"])
-            m = ordered[len(ordered) // 2]
+            m = median_run(runs[target.name])
             count = expected[target.name]
             row = {"client": client, "broker": target.name, "records": count,
-                   "partitions": sizes.consume_partitions, "repeats": len(ordered),
+                   "partitions": sizes.consume_partitions, "repeats": len(runs[target.name]),
                    "records_per_s": count / m["seconds"], "mb_per_s": count * VALUE_SIZE / m["seconds"] / MB,
                    "all_seconds": [r["seconds"] for r in runs[target.name]], **m}
             rows.append(row)
@@ -811,6 +814,7 @@ def bench_partitions(workdir: str, sizes: Sizes, log) -> list[dict]:
 
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 PROFILE_TOP = 12
+PROFILE_RATE_HZ = 250
 
 
 def py_spy_path() -> str | None:
@@ -836,6 +840,16 @@ def leaf_shares(raw_lines, top: int = PROFILE_TOP) -> tuple[int, list[dict]]:
     return total, [{"function": name, "share": n / total} for name, n in counts.most_common(top)]
 
 
+def _stop_recorder(recorder: subprocess.Popen) -> str:
+    """SIGINT makes py-spy write its output and exit; its stderr."""
+    recorder.send_signal(signal.SIGINT)
+    try:
+        return recorder.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        recorder.kill()
+        return recorder.communicate()[1]
+
+
 def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
     spy = py_spy_path()
     if spy is None:
@@ -845,23 +859,19 @@ def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
     kcat_records_file(path, sizes.records, pool)
     out = os.path.join(workdir, "profile.txt")
     target = SluiceTarget(os.path.join(workdir, "profile"), sizes).start()
+    recorder = None
     try:
         topic = f"profile-{uuid.uuid4().hex[:6]}"
         target.create_topics({topic: 1})
         recorder = subprocess.Popen([spy, "record", "--pid", str(target.pid), "--format", "raw",
-                                     "--output", out, "--rate", "250", "--nonblocking"],
+                                     "--output", out, "--rate", str(PROFILE_RATE_HZ), "--nonblocking"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # attached before the first record
         probe = Probe(target.pid)
         produce_kcat(target.bootstrap, topic, path, "all", "none", sizes.step_timeout)
         m = probe.stop()
-        recorder.send_signal(signal.SIGINT)
-        try:
-            _, err = recorder.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            recorder.kill()
-            _, err = recorder.communicate()
     finally:
+        err = _stop_recorder(recorder) if recorder is not None else ""
         target.stop()
         os.remove(path)
     if not os.path.exists(out):
@@ -875,7 +885,7 @@ def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
         log(f"    {entry['share']:6.1%}  {entry['function']}")
     return {"client": "kcat", "acks": "all", "partitions": 1, "compression": "none",
             "records": sizes.records, "records_per_s": sizes.records / m["seconds"],
-            "samples": samples, "rate_hz": 250, "top": top, **m}
+            "samples": samples, "rate_hz": PROFILE_RATE_HZ, "top": top, **m}
 
 
 # -- the report ------------------------------------------------------------------------------------
