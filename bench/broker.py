@@ -815,6 +815,8 @@ def bench_partitions(workdir: str, sizes: Sizes, log) -> list[dict]:
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 PROFILE_TOP = 12
 PROFILE_RATE_HZ = 250
+PROFILE_MIN_SECONDS = 2.0  # py-spy skips idle samples: a produce shorter than a few of its
+PROFILE_MAX_ROUNDS = 200   # intervals (a tiny run) can leave it with none, so short runs repeat
 
 
 def py_spy_path() -> str | None:
@@ -868,7 +870,11 @@ def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # attached before the first record
         probe = Probe(target.pid)
-        produce_kcat(target.bootstrap, topic, path, "all", "none", sizes.step_timeout)
+        rounds = 0
+        while rounds < PROFILE_MAX_ROUNDS and (
+                rounds == 0 or time.perf_counter() - probe.t0 < PROFILE_MIN_SECONDS):
+            produce_kcat(target.bootstrap, topic, path, "all", "none", sizes.step_timeout)
+            rounds += 1
         m = probe.stop()
     finally:
         err = _stop_recorder(recorder) if recorder is not None else ""
@@ -879,12 +885,13 @@ def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
         return {"error": f"py-spy recorded nothing: {err.strip()[-300:]}"}
     with open(out) as f:
         samples, top = leaf_shares(f)
-    log(f"  {samples} samples while kcat produced {sizes.records:,} records "
-        f"({sizes.records / m['seconds']:,.0f} rec/s, broker CPU {m['broker_cpu_s']:.2f} s):")
+    records = rounds * sizes.records
+    log(f"  {samples} samples while kcat produced {records:,} records "
+        f"({records / m['seconds']:,.0f} rec/s, broker CPU {m['broker_cpu_s']:.2f} s):")
     for entry in top:
         log(f"    {entry['share']:6.1%}  {entry['function']}")
     return {"client": "kcat", "acks": "all", "partitions": 1, "compression": "none",
-            "records": sizes.records, "records_per_s": sizes.records / m["seconds"],
+            "records": records, "records_per_s": records / m["seconds"],
             "samples": samples, "rate_hz": PROFILE_RATE_HZ, "top": top, **m}
 
 
