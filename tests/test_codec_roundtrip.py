@@ -462,3 +462,26 @@ def test_values_that_do_not_fit_packed_fields_are_refused_by_name():
             messages.METADATA.response.encode(12, body(**bad))
     with pytest.raises(TypeError, match="leader"):
         Partition(leaderid=1)
+
+
+def test_encoded_part_is_written_verbatim_only_where_it_fits():
+    """A nested struct encoded once (`encode_part`) stands in for the struct in later
+    messages of the same version, giving the same bytes; at another version (or as another
+    struct) it is refused, never written in the wrong layout."""
+    resp = messages.METADATA.response
+    topic = resp.MetadataResponseTopic(name="t", topic_id=uuid.uuid4(), partitions=[
+        resp.MetadataResponsePartition(partition_index=p, leader_id=1, replica_nodes=[1],
+                                       isr_nodes=[1]) for p in range(3)])
+    for version in (0, 1, 9, 12):
+        direct = resp.encode(version, resp(topics=[topic])).getvalue()
+        encoded = resp.encode_part(version, topic)
+        assert resp.encode(version, resp(topics=[encoded, encoded])).getvalue() == \
+            resp.encode(version, resp(topics=[topic, topic])).getvalue()
+        assert resp.encode(version, resp(topics=[encoded])).getvalue() == direct
+        assert resp.decode(version, direct).topics[0].name == "t"
+    early = resp.encode_part(8, topic)
+    for refused in (resp(topics=[early]), resp(brokers=[resp.encode_part(12, topic)])):
+        with pytest.raises(EncodeError, match="expected"):
+            resp.encode(12, refused)
+    with pytest.raises(EncodeError, match="no nested struct"):
+        resp.encode_part(12, messages.PRODUCE.request.TopicProduceData(name="t"))

@@ -13,6 +13,8 @@ Rules implemented here (they hold for every message):
 - Tagged fields are written only when they differ from their default, in ascending tag
   order; unknown tags are kept as raw bytes and written back unchanged.
 - A non-array struct field that is nullable carries an int8 marker: -1 null, 1 present.
+- An `Encoded` nested struct (from `encode_part`) is written verbatim where a struct of
+  its class is due, at the version and flexibility it was encoded for, and refused elsewhere.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Callable
 
 from wire.primitives import ZERO_UUID, DecodeError, EncodeError, Reader, Writer
 
-__all__ = ["F", "Api", "Data", "Struct", "VersionRange"]
+__all__ = ["F", "Api", "Data", "Encoded", "Struct", "VersionRange"]
 
 _MISSING = object()
 _PRIMITIVES = ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64", "bool", "uuid",
@@ -124,6 +126,20 @@ def _same(a, b) -> bool:
     return a == b
 
 
+class Encoded:
+    """A nested struct encoded once, to be written verbatim in later messages: for large parts
+    of responses that rarely change (a server's topic metadata), built and encoded once instead
+    of per request."""
+
+    __slots__ = ("cls", "version", "flexible", "data")
+
+    def __init__(self, cls: type, version: int, flexible: bool, data: bytes):
+        self.cls, self.version, self.flexible, self.data = cls, version, flexible, data
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.cls.__name__} v{self.version}, {len(self.data)} bytes)"
+
+
 class _Schema:
     """A root struct (request, response or data record) with its version rules."""
 
@@ -135,6 +151,7 @@ class _Schema:
         self.struct_classes: dict[str, type] = {}
         self.cls = self._make_class(self.root)
         self._codecs: dict[int, tuple] = {}
+        self._struct_writers: dict[tuple, Callable] = {}  # (class, version, flexible) -> write
 
     def __call__(self, **values) -> Struct:
         """A new body: `PRODUCE.request(acks=-1, ...)`."""
@@ -191,6 +208,16 @@ class _Schema:
             codec = self._codecs[version] = _compile_struct(self, self.root, version,
                                                         version in self.flexible)
         return codec
+
+    def encode_part(self, version: int, obj: Struct) -> Encoded:
+        """`obj`, a nested struct of this message, encoded as it appears at `version`."""
+        self.codec(version)
+        write = self._struct_writers.get((type(obj), version, version in self.flexible))
+        if write is None:
+            raise EncodeError(f"{self.name} v{version} has no nested struct {type(obj).__name__}")
+        writer = Writer()
+        write(writer, obj)
+        return Encoded(type(obj), version, version in self.flexible, writer.getvalue())
 
     def decode(self, version: int, data) -> Struct:
         """Decode exactly `data` (every byte must be consumed)."""
@@ -301,8 +328,10 @@ def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> t
     if flexible:
         write_lines.append("    _write_tags(w, obj, _tagged, _tag_order)")
     where = f"{spec.element_type} v{version}"
-    return (_generated("read_struct", read_lines, env, where),
-            _generated("write_struct", write_lines, env, where))
+    read_struct = _generated("read_struct", read_lines, env, where)
+    write_struct = schema._struct_writers[cls, version, flexible] = \
+        _generated("write_struct", write_lines, env, where)
+    return read_struct, write_struct
 
 
 _FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I",
@@ -454,7 +483,12 @@ def _compile_element(schema: _Schema, f: F, version: int, flexible: bool,
         if not nullable:
             def write_checked(w: Writer, obj) -> None:
                 if not isinstance(obj, cls):
-                    raise EncodeError(f"{f.name}: expected {kind}, got {type(obj).__name__}")
+                    if type(obj) is Encoded and obj.cls is cls and obj.version == version \
+                            and obj.flexible == flexible:
+                        w.raw(obj.data)
+                        return
+                    got = repr(obj) if type(obj) is Encoded else type(obj).__name__
+                    raise EncodeError(f"{f.name} v{version}: expected {kind}, got {got}")
                 write_struct(w, obj)
             return read_struct, write_checked
 
