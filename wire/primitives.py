@@ -93,6 +93,9 @@ class Reader:
     def uvarint(self, max_bytes: int = 5) -> int:
         """Unsigned LEB128; 5 bytes at most for 32-bit values, 10 for 64-bit."""
         buf, pos, end = self.buf, self.pos, self.end
+        if pos < end and buf[pos] < 0x80:  # one byte: most lengths, counts and tag sections
+            self.pos = pos + 1
+            return buf[pos]
         result = shift = 0
         for i in range(max_bytes):
             if pos >= end:
