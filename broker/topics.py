@@ -43,6 +43,9 @@ class Topic:
     topic_id: uuid.UUID
     configs: dict[str, str]
     logs: list[PartitionLog] = field(default_factory=list)
+    # The Metadata handler's encoded entries for this topic, per version, with the partition
+    # state they describe; kept here so that they go when the topic does.
+    encoded_metadata: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def internal(self) -> bool:
