@@ -294,9 +294,11 @@ def test_read_limits(tmp_path):
     whole = b"".join(b for _, _, b in stored(log))
     # From an offset in the middle of a batch: the whole batch holding it.
     assert region_bytes(log.read(4, 10 * size, hw, False)) == whole[size:]
-    # max_bytes cuts the result, possibly inside a batch.
-    assert region_bytes(log.read(0, size * 2 + 10, hw, False)) == whole[:size * 2 + 10]
-    assert region_bytes(log.read(0, 10, hw, False)) == whole[:10]
+    # max_bytes cuts the result at the last batch boundary within it, never inside a batch.
+    assert region_bytes(log.read(0, size * 2 + 10, hw, False)) == whole[:size * 2]
+    assert region_bytes(log.read(0, size * 2, hw, False)) == whole[:size * 2]
+    assert region_bytes(log.read(3, size * 2 - 1, hw, False)) == whole[size:size * 2]
+    assert log.read(0, 10, hw, False) is None
     # min_one_batch: a first batch larger than max_bytes comes whole, and only it.
     assert region_bytes(log.read(0, 10, hw, True)) == whole[:size]
     assert region_bytes(log.read(3, 0, hw, True)) == whole[size:2 * size]
@@ -312,6 +314,32 @@ def test_read_limits(tmp_path):
         with pytest.raises(LogError) as info:
             log.read(offset, 1 << 20, hw, True)
         assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    log.close()
+
+
+@pytest.mark.parametrize("index_interval", [1, 300, 4096])
+def test_read_returns_the_most_whole_batches_that_fit(tmp_path, index_interval):
+    """Batches of varied sizes, indexed densely or sparsely: for every start and limit the
+    result is the longest run of whole batches within the limit (the first batch alone
+    when it is larger and min_one_batch is set), never a partial batch."""
+    log = open_log(tmp_path, LogConfig(segment_bytes=1 << 20, index_interval_bytes=index_interval))
+    raws = [make_batch(1 + i % 4, BASE_TS + i, value_size=(i * 37) % 150, tag=i) for i in range(30)]
+    for raw in raws:
+        append(log, raw)
+    stored_batches = [b for _, _, b in stored(log)]
+    first_offsets = [sum(1 + j % 4 for j in range(i)) for i in range(30)]
+    hw = log.high_watermark
+    for first in range(0, 30, 3):
+        sizes = [len(b) for b in stored_batches[first:]]
+        for limit in range(0, sum(sizes[:6]) + 2, 23):
+            fitting, used = 0, 0
+            while fitting < len(sizes) and used + sizes[fitting] <= limit:
+                used += sizes[fitting]
+                fitting += 1
+            expect = b"".join(stored_batches[first:first + fitting])
+            assert region_bytes(log.read(first_offsets[first], limit, hw, False)) == expect
+            expect_one = expect or stored_batches[first]
+            assert region_bytes(log.read(first_offsets[first], limit, hw, True)) == expect_one
     log.close()
 
 

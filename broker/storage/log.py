@@ -295,8 +295,9 @@ class PartitionLog:
              min_one_batch: bool) -> FileRegion | None:
         """Bytes of the batches from the one holding `offset`, within one segment, up to
         `max_bytes` and not past `upper_offset` (the high watermark or the last stable
-        offset). The result may end inside a batch, as Kafka's does. With
-        `min_one_batch`, a first batch larger than `max_bytes` is returned whole."""
+        offset). The result ends at a batch boundary: Kafka's may end inside a batch, bytes
+        the client throws away and fetches again. With `min_one_batch`, a first batch larger
+        than `max_bytes` is returned whole; without, nothing is."""
         return self._read(offset, max_bytes, upper_offset, min_one_batch)[0]
 
     def read_committed(self, offset: int, max_bytes: int,
@@ -342,10 +343,11 @@ class PartitionLog:
             end = segment.size
             if upper_offset < segment.next_offset:
                 end = segment.position_of(upper_offset)[0]
-            length = min(end - start, max_bytes)
-            if min_one_batch:
-                length = max(length, min(header.size, end - start))
-            return (segment.region(start, start + length), segment) if length > 0 else (None, None)
+            if end - start > max_bytes:
+                end = segment.last_batch_end(start, start + max_bytes)
+                if end == start and min_one_batch:
+                    end = start + header.size
+            return (segment.region(start, end), segment) if end > start else (None, None)
         return None, None
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

@@ -159,6 +159,19 @@ class LogSegment:
             return self.next_offset
         return self.header_at(at).base_offset
 
+    def last_batch_end(self, start: int, limit: int) -> int:
+        """The end of the last whole batch that starts at or after `start` (a batch boundary)
+        and ends at or before byte `limit`; `start` when even the first does not fit.
+        The sparse index puts the walk within index.interval.bytes of `limit`."""
+        _, at = self.offset_index.lookup_position(limit)
+        at = max(at, start)
+        while at < self.size:
+            end = at + self.header_at(at).size
+            if end > limit:
+                break
+            at = end
+        return at
+
     def region(self, start: int, end: int) -> FileRegion:
         return FileRegion(self.fd, start, end - start)
 
