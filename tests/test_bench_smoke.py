@@ -40,8 +40,12 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
         assert row["records_per_s"] > 0 and row["broker_cpu_s"] >= 0
         assert row["broker_peak_rss_mib"] > 0
     assert {(r["client"], r["broker"]) for r in results["consume"]} == {
-        (c, b) for c in ("python", "kcat") for b in ("sluice", "mock")}
+        (c, b) for c in broker.CONSUME_CLIENTS for b in ("sluice", "mock")}
     assert all(r["records_per_s"] > 0 for r in results["consume"])
+    assert {t["broker"] for t in results["consume_fetches"]} == {"sluice", "mock"}
+    for timeline in results["consume_fetches"]:  # from kcat's protocol log
+        assert timeline["fetches"] > 0 and timeline["mb"] > 0, timeline
+        assert 0 <= timeline["waiting_ms"] and 0 <= timeline["handling_ms"] <= timeline["data_ms"]
     assert len(results["e2e"]) == 2 * len(broker.E2E_VARIANTS)
     for row in results["e2e"]:
         assert row["complete"] and row["measured"] > 0 and row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
@@ -62,6 +66,7 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
+    assert "## Where the consume time goes" in report
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
@@ -95,3 +100,29 @@ def test_profile_leaf_shares_from_py_spy_raw_output():
     assert total == 10
     assert top == [{"function": "LogSegment.append (segment.py)", "share": 0.8},
                    {"function": "EpollSelector.select (selectors.py)", "share": 0.2}]
+
+
+def test_fetch_timeline_from_librdkafka_protocol_log():
+    """Fetches alternate with handling; the last response (the end-of-topic poll) is left
+    out; other requests and other lines are ignored."""
+    from bench.broker import MB, fetch_timeline
+
+    def line(t, text):
+        return f"%7|{t:.3f}|SEND|rdkafka#consumer-1| [thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/0: {text}\n"
+
+    log = [line(100.000, "Sent ApiVersionRequest (v3, 40 bytes @ 0, CorrId 1)"),
+           line(100.002, "Sent FetchRequest (v11, 183 bytes @ 0, CorrId 2)"),
+           line(100.010, "Received FetchResponse (v11, 4000000 bytes, CorrId 2, rtt 7.50ms)"),
+           line(100.011, "Received ListOffsetsResponse (v5, 45 bytes, CorrId 3, rtt 8.00ms)"),
+           line(100.030, "Sent FetchRequest (v11, 295 bytes @ 0, CorrId 4)"),
+           line(100.034, "Received FetchResponse (v11, 2000000 bytes, CorrId 4, rtt 3.50ms)"),
+           line(100.040, "Sent FetchRequest (v11, 295 bytes @ 0, CorrId 5)"),
+           line(100.540, "Received FetchResponse (v11, 357 bytes, CorrId 5, rtt 500.00ms)"),
+           "kcat: not a debug line\n"]
+    timeline = fetch_timeline(log)
+    assert timeline["fetches"] == 2 and timeline["mb"] == 6_000_000 / MB
+    assert timeline["mb_per_fetch"] == 3_000_000 / MB
+    assert round(timeline["to_first_fetch_ms"], 6) == 2.0
+    assert round(timeline["data_ms"], 6) == 32.0 and timeline["waiting_ms"] == 11.0
+    assert round(timeline["handling_ms"], 6) == 21.0
+    assert "error" in fetch_timeline(log[:1])
