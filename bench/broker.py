@@ -492,8 +492,8 @@ _FETCH_LINE = re.compile(r"^%\d\|(?P<time>\d+\.\d+)\|.*: (?P<event>Sent|Received
 def fetch_timeline(lines) -> dict:
     """Where a kcat cold-start consume spent its time, from librdkafka's protocol debug log:
     librdkafka keeps one Fetch in flight per broker, so the run alternates between waiting
-    for a response (the broker's work and the transfer) and handling it before the next
-    request (the client's). The last response, the end-of-topic poll that both brokers
+    for a response (the broker's work, the transfer and the client reading the socket) and
+    handling it before the next request (the client's alone). The last response, the end-of-topic poll that both brokers
     hold for fetch.wait.max.ms, is left out."""
     start, events = None, []
     for line in lines:
@@ -1051,7 +1051,7 @@ def evaluate_targets(results: dict) -> list[dict]:
     ratios = []
     for r in consume:
         m = _pick(consume, broker="mock", client=r["client"])
-        if r["broker"] == "sluice" and m and r["client"] in ("python", "kcat"):  # default settings
+        if r["broker"] == "sluice" and m and not CONSUME_CLIENTS[r["client"]]:  # the defaults
             ratios.append((r["records_per_s"] / m["records_per_s"], r["client"]))
     worst = min(ratios) if ratios else None
     add("consume >= 1.0x mock", worst and worst[0], 1.0, True,
