@@ -213,6 +213,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
 import pytest  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402
 from wire.messages import (API_VERSIONS, CONSUMER_PROTOCOL_ASSIGNMENT,  # noqa: E402
@@ -259,17 +260,6 @@ def start_broker(tmp_path):
     for proc in started:
         output = "".join(proc.output)
         assert "Traceback" not in output, output[-5000:]
-
-
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def produce(bootstrap: str, topic: str, ids, partitions: int) -> None:
@@ -351,7 +341,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"{self.name} did not close within {timeout:g} s\n{self.describe()}")
-        wait_until(lambda: self.closed, 5, f"{self.name}'s last report")
+        wait_for(lambda: self.closed, 5, f"{self.name}'s last report")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -384,7 +374,7 @@ def wait_stable(client: Client, group: str, topic: str, partitions: int, workers
         return held
 
     try:
-        held = wait_until(settled, timeout, f"group {group} to settle on {[w.name for w in workers]}",
+        held = wait_for(settled, timeout, f"group {group} to settle on {[w.name for w in workers]}",
                           interval=0.2)
     except AssertionError:
         reported = {w.name: w.assignment for w in workers}
@@ -428,7 +418,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     wait_stable(client, group, topic, partitions, alive, timeout=40)
     produced = list(range(0, 600))
     produce(bootstrap, topic, range(300, 600), partitions)
-    wait_until(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "the first 600 records")
+    wait_for(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "the first 600 records")
 
     # A clean leave: the others take over its partitions.
     workers["c2"].close()
@@ -436,7 +426,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     wait_stable(client, group, topic, partitions, alive)
     produce(bootstrap, topic, range(600, 800), partitions)
     produced += range(600, 800)
-    wait_until(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 600-800")
+    wait_for(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 600-800")
 
     # A crash while records flow: noticed after the session timeout.
     victim = workers["c3"]
@@ -445,7 +435,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
         for start in range(800, 1200, 50)])
     feeder.start()
     produced += range(800, 1200)
-    wait_until(lambda: any(int(i) >= 800 for i in victim.ids()), 20,
+    wait_for(lambda: any(int(i) >= 800 for i in victim.ids()), 20,
                f"{victim.name} to consume new records")
     victim.kill()
     killed_at = time.monotonic()
@@ -455,7 +445,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     took = time.monotonic() - killed_at
     assert took >= session_ms / 1000 - 1.0, \
         f"rebalanced {took:.1f} s after the crash, before the session timeout"
-    wait_until(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 800-1200")
+    wait_for(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 800-1200")
 
     # kafka-python leaves cleanly too; then the rest, and the group is empty.
     workers["kp"].close()
@@ -463,7 +453,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     wait_stable(client, group, topic, partitions, alive)
     produce(bootstrap, topic, range(1200, 1300), partitions)
     produced += range(1200, 1300)
-    wait_until(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 1200-1300")
+    wait_for(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 1200-1300")
     for w in list(alive):
         w.close()
     assert client.describe_groups([group])[group].state == "Empty"
@@ -954,7 +944,7 @@ def test_member_commits_while_the_group_rebalances(start_broker):
 
         m2 = _join(two, group).member_id  # MEMBER_ID_REQUIRED
         two.send(JOIN_GROUP, 5, **_join_fields(group, member=m2))  # answered when m1 rejoins
-        wait_until(lambda: _state(one, group) == "PreparingRebalance", 10, "the rebalance to start")
+        wait_for(lambda: _state(one, group) == "PreparingRebalance", 10, "the rebalance to start")
         assert _commit(one, group, 1, m1, {(topic, 0): (3, "before-rejoin")}) == {(topic, 0): 0}
         assert one(HEARTBEAT, 3, group_id=group, generation_id=1, member_id=m1).error_code == \
             E.REBALANCE_IN_PROGRESS
@@ -1064,7 +1054,7 @@ def test_consumer_offsets_group_record_names_members(start_broker):
             "client.id": "live-client", "partition.assignment.strategy": "roundrobin"})
         consumer.subscribe([topic])
         try:
-            wait_until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, 20,
+            wait_for(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, 20,
                        "the consumer's assignment")
             records = _read_offsets_topic(bootstrap, 5)
         finally:
@@ -1119,7 +1109,7 @@ def test_offsets_topic_is_cleaned_and_replays(start_broker):
             def cleaned():
                 earliest = client.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset
                 return earliest > 0 and len(_segment_files(broker)) <= 3 and earliest
-            earliest = wait_until(cleaned, 10, "a cleaning of __consumer_offsets-0")
+            earliest = wait_for(cleaned, 10, "a cleaning of __consumer_offsets-0")
             log_end = end_offsets(client, OFFSETS_TOPIC, 1)[0]
             assert log_end > 1000 and earliest > log_end - 150, (earliest, log_end)
             assert max_segments <= 16, max_segments  # ~60 segments without cleaning

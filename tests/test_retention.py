@@ -21,6 +21,7 @@ from wire.records import parse_header
 from broker.config import LogConfig
 from broker.storage.log import LogError
 from tests.broker_process import BrokerProcess
+from tests.polling import wait_for
 from tests.test_storage import (BASE_TS, abandon, append, check_consistent, check_duplicates,
                                 make_batch, open_log, produce_sequence)
 
@@ -168,17 +169,6 @@ def test_producer_state_across_retention(tmp_path):
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def write_properties(path, **props) -> str:

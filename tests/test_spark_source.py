@@ -33,6 +33,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
@@ -72,17 +73,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | 
 def log_offsets(bootstrap: str, topic: str, partitions, timestamp: int) -> dict[int, int]:
     with Client(bootstrap) as client:
         return {p: a.offset for p, a in client.list_offsets(topic, list(partitions), timestamp).items()}
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def make_records(counts: dict[int, int], *, start: int = 0, timestamps: bool = False, tag: str = ""):

@@ -43,6 +43,7 @@ import uuid
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.polling import wait_for
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_TOPICS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID,
@@ -311,17 +312,6 @@ def run_transaction(producer, topic: str, values: list[bytes], partitions: int, 
     else:
         assert producer.flush(15) == 0
         producer.abort_transaction(15)
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- commit, abort and isolation -------------------------------------------------------------
