@@ -19,7 +19,6 @@ yields the current state, before, during and after a cleaning.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -28,6 +27,8 @@ from wire.messages import (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, OFFSET_COMM
 from wire.primitives import DecodeError
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
                           build_batch, decode_batch, decode_control_record, iter_batches)
+
+from broker.storage.log import now_ms
 
 TOPIC = "__consumer_offsets"
 _OFFSET_KEY_VERSION = 1
@@ -78,7 +79,7 @@ def group_record(group: str, metadata) -> tuple[bytes, bytes | None]:
 def batches_of(records: list[tuple[bytes, bytes | None]], producer_id: int = NO_PRODUCER_ID,
                producer_epoch: int = NO_PRODUCER_EPOCH) -> Iterable[bytearray]:
     """Batches of at most 500 records; transactional ones when a producer is given."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     for i in range(0, len(records), _RECORDS_PER_BATCH):
         chunk = records[i:i + _RECORDS_PER_BATCH]
         yield bytearray(build_batch([(k, v, (), now) for k, v in chunk], producer_id=producer_id,

@@ -16,18 +16,17 @@
 
 from __future__ import annotations
 
-import time
-
 from wire.error_codes import ErrorCode
 from wire.messages import OFFSET_COMMIT, OFFSET_FETCH
 
 from broker.groups.coordinator import GroupError
 from broker.groups.offsets_log import CommittedOffset
+from broker.storage.log import now_ms
 
 
 def offset_commit(broker, header, request, client_host):
     Resp = OFFSET_COMMIT.response
-    now = int(time.time() * 1000)
+    now = now_ms()
     offsets = {}
     for topic in request.topics:
         for p in topic.partitions:

@@ -30,8 +30,6 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
 
 from __future__ import annotations
 
-import time
-
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS, END_TXN,
                            LIST_TRANSACTIONS, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
@@ -39,7 +37,7 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_T
 from broker.groups import offsets_log
 from broker.groups.coordinator import GroupError
 from broker.groups.offsets_log import CommittedOffset
-from broker.storage.log import LogError
+from broker.storage.log import LogError, now_ms
 from broker.storage.producer_state import ProducerStateError
 from broker.topics import TopicError
 from broker.transactions.coordinator import TxnError
@@ -142,7 +140,7 @@ def _offset_commit_error(code: int, version: int) -> int:
 def txn_offset_commit(broker, header, request, client_host):
     Resp = TXN_OFFSET_COMMIT.response
     version = header.request_api_version
-    now = int(time.time() * 1000)
+    now = now_ms()
     codes: dict[tuple[str, int], int] = {}
     offsets = {}
     for topic in request.topics:

@@ -43,13 +43,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
 from broker.groups import offsets_log
-from broker.storage.log import LogError
+from broker.storage.log import LogError, now_ms
 from broker.storage.producer_state import ProducerStateError
 from broker.topics import TopicError
 from broker.transactions import txn_log
@@ -75,10 +74,6 @@ def _crash_if(point: str) -> None:
     if _CRASH_POINT == point:
         log.warning("SLUICE_TEST_CRASH_POINT=%s: killing the broker", point)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def epoch_exhausted(epoch: int) -> bool:
