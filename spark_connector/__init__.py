@@ -39,11 +39,13 @@ class SluiceDataSource(DataSource):
         return SluiceStreamReader(parse_source_options(self.options, batch=False))
 
     def writer(self, schema, overwrite: bool):
-        from spark_connector.sink import SluiceBatchWriter, parse_sink_options
+        from spark_connector.options import parse_sink_options
+        from spark_connector.sink import SluiceBatchWriter
         return SluiceBatchWriter(parse_sink_options(self.options, schema))
 
     def streamWriter(self, schema, overwrite: bool):
-        from spark_connector.sink import SluiceStreamWriter, parse_sink_options
+        from spark_connector.options import parse_sink_options
+        from spark_connector.sink import SluiceStreamWriter
         return SluiceStreamWriter(parse_sink_options(self.options, schema))
 
 

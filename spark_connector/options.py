@@ -1,4 +1,4 @@
-"""The source's options, named and interpreted as by Spark's built-in Kafka source.
+"""The source's and sink's options, named and interpreted as by Spark's built-in Kafka connector.
 
 Every mistake is reported as `SluiceOptionError` naming the option, before any data is
 read. Differences from Spark's connector: `kafka.isolation.level` defaults to
@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly_once", "at_least_once"
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # index = Kafka's compression id
 
 # kafka.* settings handed to the wire client: option -> (keyword, conversion to its unit).
 _CLIENT_SETTINGS = {
@@ -227,3 +229,46 @@ def parse_source_options(raw, batch: bool) -> SourceOptions:
         max_partition_fetch_bytes=_int(options, "kafka.max.partition.fetch.bytes", 1) or 8 * 1024 * 1024,
         fetch_max_wait_ms=_int(options, "kafka.fetch.max.wait.ms", 0) or 500,
     )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap_servers: str
+    topic: str | None
+    guarantee: str
+    compression: str
+    transaction_timeout_ms: int
+    client: tuple
+
+
+def parse_sink_options(raw, schema) -> SinkOptions:
+    options = {k.lower(): v for k, v in dict(raw).items()}
+    servers = options.get("kafka.bootstrap.servers", "").strip()
+    if not servers:
+        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
+    guarantee = options.get("deliveryguarantee", EXACTLY_ONCE).lower()
+    if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+        raise SluiceOptionError("option 'deliveryGuarantee' must be exactly_once or at_least_once")
+    compression = options.get("kafka.compression.type", "none").lower()
+    if compression not in CODECS:
+        raise SluiceOptionError(f"option 'kafka.compression.type' must be one of {', '.join(CODECS)}")
+    try:
+        timeout = int(options.get("kafka.transaction.timeout.ms", 900_000))
+    except ValueError:
+        raise SluiceOptionError("option 'kafka.transaction.timeout.ms' must be an integer") from None
+    _check_columns(schema, options.get("topic"))
+    client = (("client_id", options.get("kafka.client.id", "sluice-spark-sink")),)
+    return SinkOptions(servers, options.get("topic"), guarantee, compression, timeout, client)
+
+
+def _check_columns(schema, topic_option) -> None:
+    types = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
+    if "value" not in types:
+        raise SluiceOptionError("the sink needs a 'value' column (binary or string)")
+    for column, allowed in (("value", ("binary", "string")), ("key", ("binary", "string")),
+                            ("topic", ("string",)), ("partition", ("int",)),
+                            ("headers", ("array<struct<key:string,value:binary>>",))):
+        if column in types and types[column] not in allowed:
+            raise SluiceOptionError(f"column '{column}' must be {' or '.join(allowed)}, not {types[column]}")
+    if "topic" not in types and not topic_option:
+        raise SluiceOptionError("no 'topic' column: set option 'topic'")

@@ -28,61 +28,16 @@ from dataclasses import dataclass, field
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
-from spark_connector.options import SluiceOptionError
+from spark_connector.options import AT_LEAST_ONCE, CODECS, EXACTLY_ONCE, SinkOptions
 from wire._columns import murmur2_positive
 from wire.client import Client, ClientError, NewTopic
 from wire.errors import ErrorCode, KafkaError
 from wire.records import build_batch
 
-EXACTLY_ONCE, AT_LEAST_ONCE = "exactly_once", "at_least_once"
 _BATCH_RECORDS = 5000
 _BATCH_BYTES = 900 * 1024
 _INTENT_PREFIX = "__sluice_sink_"
 _INTENT_RETENTION_MS = 7 * 24 * 3600 * 1000
-_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    bootstrap_servers: str
-    topic: str | None
-    guarantee: str
-    compression: str
-    transaction_timeout_ms: int
-    client: tuple
-
-
-def parse_sink_options(raw, schema) -> SinkOptions:
-    options = {k.lower(): v for k, v in dict(raw).items()}
-    servers = options.get("kafka.bootstrap.servers", "").strip()
-    if not servers:
-        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
-    guarantee = options.get("deliveryguarantee", EXACTLY_ONCE).lower()
-    if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
-        raise SluiceOptionError("option 'deliveryGuarantee' must be exactly_once or at_least_once")
-    compression = options.get("kafka.compression.type", "none").lower()
-    if compression not in _CODECS:
-        raise SluiceOptionError(f"option 'kafka.compression.type' must be one of {', '.join(_CODECS)}")
-    try:
-        timeout = int(options.get("kafka.transaction.timeout.ms", 900_000))
-    except ValueError:
-        raise SluiceOptionError("option 'kafka.transaction.timeout.ms' must be an integer") from None
-    _check_columns(schema, options.get("topic"))
-    client = (("client_id", options.get("kafka.client.id", "sluice-spark-sink")),)
-    return SinkOptions(servers, options.get("topic"), guarantee, compression, timeout, client)
-
-
-def _check_columns(schema, topic_option) -> None:
-    types = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
-    if "value" not in types:
-        raise SluiceOptionError("the sink needs a 'value' column (binary or string)")
-    for column, allowed in (("value", ("binary", "string")), ("key", ("binary", "string")),
-                            ("topic", ("string",)), ("partition", ("int",)),
-                            ("headers", ("array<struct<key:string,value:binary>>",))):
-        if column in types and types[column] not in allowed:
-            raise SluiceOptionError(f"column '{column}' must be {' or '.join(allowed)}, not {types[column]}")
-    if "topic" not in types and not topic_option:
-        raise SluiceOptionError("no 'topic' column: set option 'topic'")
 
 
 @dataclass
@@ -168,7 +123,7 @@ class _TaskWriter:
         rows = self.pending.pop(tp)
         self.pending_bytes.pop(tp, None)
         topic, partition = tp
-        codec = _CODECS.index(self.options.compression)
+        codec = CODECS.index(self.options.compression)
         if self.transaction is None:  # at least once: the client's idempotent producer
             self.client.produce(topic, partition, rows, compression=codec)
             return
