@@ -999,3 +999,34 @@ def test_transaction_config_keys():
             config.transactional_id_expiration_ms) == (60_000, 7, 4096, 250, 1000, 5000)
     with pytest.raises(ConfigError, match="transaction.state.log.num.partitions"):
         build_config({"transaction.state.log.num.partitions": "0"}, {"data_dir": "/tmp/unused"})
+
+
+def test_wire_client_describes_and_lists_transactions(broker):
+    """The wire client's DescribeTransactions and ListTransactions (the exactly-once
+    sink settles and sweeps transactions with them)."""
+    from wire.client import Client
+    from wire.errors import KafkaError
+
+    bs = broker.bootstrap_servers
+    conn = raw(broker)
+    topic = conn.create_topic(unique("described"), 2)
+    conn.close()
+    txn_id = unique("described")
+    with Client(bs) as client:
+        pid, epoch = client.init_transactions(txn_id, 30_000)
+        state = client.describe_transaction(txn_id)
+        assert (state.state, state.producer_id, state.producer_epoch, state.timeout_ms,
+                state.start_ms, state.partitions) == ("Empty", pid, epoch, 30_000, -1, ())
+        client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [1, 0]})
+        state = client.describe_transaction(txn_id)
+        assert state.state == "Ongoing" and state.start_ms > 0
+        assert sorted(state.partitions) == [(topic, 0), (topic, 1)]
+        ongoing = [t for t in client.list_transactions(["Ongoing"]) if t.transactional_id == txn_id]
+        assert [(t.producer_id, t.state) for t in ongoing] == [(pid, "Ongoing")]
+        client.end_txn(txn_id, pid, epoch, commit=False)
+        assert client.describe_transaction(txn_id).state == "CompleteAbort"
+        assert txn_id not in {t.transactional_id for t in client.list_transactions(["Ongoing"])}
+        assert txn_id in {t.transactional_id for t in client.list_transactions()}
+        with pytest.raises(KafkaError) as missing:
+            client.describe_transaction(unique("never-used"))
+        assert missing.value.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND

@@ -19,8 +19,9 @@ from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, DYNAMIC_BROKER_C
                                AbortedTransaction, BrokerInfo, ClusterDescription, ClusterMetadata,
                                CommittedOffset, ConfigEntry, ConfigSynonym, Coordinator,
                                CreatedTopic, FetchedRecords, FetchResult, GroupDescription,
-                               GroupMember, ListedGroup, NewTopic, OffsetAndTimestamp,
-                               PartitionInfo, ProduceResult, ProducerRecord, TopicInfo)
+                               GroupMember, ListedGroup, ListedTransaction, NewTopic, OffsetAndTimestamp,
+                               PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
+                               TransactionDescription)
 from wire.client.sync import Client
 from wire.client.versions import CLIENT_VERSIONS
 
@@ -36,6 +37,7 @@ __all__ = [
     "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
     "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
     "FetchedRecords", "FetchResult", "GroupDescription", "GroupMember", "ListedGroup",
+    "ListedTransaction", "TransactionDescription",
     "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
     "TopicInfo",
 ]

@@ -25,16 +25,17 @@ from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, R
                                READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
                                ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
                                ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
-                               GroupDescription, GroupMember, ListedGroup, NewTopic,
+                               GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
                                OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
-                               TopicInfo)
+                               TopicInfo, TransactionDescription)
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
 from wire.messages import (ADD_PARTITIONS_TO_TXN, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
-                           DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
-                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
+                           DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
+                           DESCRIBE_TRANSACTIONS, FETCH,
+                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.primitives import ZERO_UUID
 from wire.records import CONTROL_ABORT, build_batch, decode_batch, decode_control_record, iter_batches
@@ -415,6 +416,47 @@ class AsyncClient:
             check(response.error_code, context)
 
         await self._with_coordinator(transactional_id, send, _TRANSACTION_KEY)
+
+    async def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """The state of `transactional_id` at its coordinator; TRANSACTIONAL_ID_NOT_FOUND
+        raises for an id the coordinator does not know (never used, or expired)."""
+        context = f"DescribeTransactions for {transactional_id!r}"
+
+        async def send(connection: BrokerConnection) -> TransactionDescription:
+            response = await connection.request(
+                DESCRIBE_TRANSACTIONS, connection.version(DESCRIBE_TRANSACTIONS),
+                DESCRIBE_TRANSACTIONS.request(transactional_ids=[transactional_id]))
+            answer = _only(response.transaction_states, "transactional_id", transactional_id, context)
+            check(answer.error_code, context)
+            return TransactionDescription(
+                transactional_id, answer.transaction_state, answer.producer_id, answer.producer_epoch,
+                answer.transaction_timeout_ms, answer.transaction_start_time_ms,
+                tuple((t.topic, p) for t in answer.topics for p in t.partitions))
+
+        return await self._with_coordinator(transactional_id, send, _TRANSACTION_KEY)
+
+    async def list_transactions(self, states: Iterable[str] | None = None) -> list[ListedTransaction]:
+        """The transactional ids of every broker (each lists those it coordinates), by
+        id; only those in `states` ("Ongoing", "CompleteCommit", ...) when given."""
+        wanted = [] if states is None else list(states)
+
+        async def attempt() -> list[ListedTransaction]:
+            brokers = (await self._refresh_metadata([])).brokers
+            answers = await asyncio.gather(*(self._list_transactions_at(node_id, wanted)
+                                             for node_id in sorted(brokers)))
+            return sorted((t for answer in answers for t in answer),
+                          key=lambda t: (t.transactional_id, t.coordinator_id))
+
+        return await self._retrying(attempt)
+
+    async def _list_transactions_at(self, node_id: int, states: list[str]) -> list[ListedTransaction]:
+        connection = await self._node_connection(node_id)
+        response = await connection.request(
+            LIST_TRANSACTIONS, connection.version(LIST_TRANSACTIONS),
+            LIST_TRANSACTIONS.request(state_filters=states, producer_id_filters=[]))
+        check(response.error_code, f"list transactions of broker {node_id}")
+        return [ListedTransaction(t.transactional_id, t.producer_id, t.transaction_state, node_id)
+                for t in response.transaction_states]
 
     # -- fetch -------------------------------------------------------------------------
     async def fetch(self, topic: str, partition: int, offset: int, *, max_wait_ms: int = 500,

@@ -172,6 +172,25 @@ class ClusterDescription:
     brokers: dict[int, BrokerInfo]
 
 
+class TransactionDescription(NamedTuple):
+    """A transactional id's state at its coordinator (DescribeTransactions)."""
+
+    transactional_id: str
+    state: str  # Kafka's state names: Empty, Ongoing, PrepareCommit, CompleteCommit, ...
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int  # when the current transaction began; -1 when none is open
+    partitions: tuple[tuple[str, int], ...]
+
+
+class ListedTransaction(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator_id: int  # the broker that listed it
+
+
 class ListedGroup(NamedTuple):
     group_id: str
     protocol_type: str  # "consumer" for consumer groups, "" for groups that only commit

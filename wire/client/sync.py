@@ -96,3 +96,5 @@ class Client:
     init_transactions = _blocking("init_transactions")
     add_partitions_to_txn = _blocking("add_partitions_to_txn")
     end_txn = _blocking("end_txn")
+    describe_transaction = _blocking("describe_transaction")
+    list_transactions = _blocking("list_transactions")

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
 from wire.messages import (ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
-                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FETCH,
-                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, METADATA,
+                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
+                           DESCRIBE_TRANSACTIONS, FETCH,
+                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
+                           METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.schema import Api
 
@@ -42,6 +44,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_PARTITIONS.key: (0, 3),
     DESCRIBE_CONFIGS.key: (0, 4),
     DESCRIBE_CLUSTER.key: (0, 1),
+    DESCRIBE_TRANSACTIONS.key: (0, 0),
+    LIST_TRANSACTIONS.key: (0, 1),
 }
 
 
