@@ -66,10 +66,10 @@ def sluice_cli(*args: str) -> str:
 
 def main() -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import functions as F
 
-    import spark_connector
     from broker.embedded import EmbeddedBroker
+    from examples._support import spark_session
     from wire.client import Client, NewTopic
 
     work = tempfile.mkdtemp(prefix="sluice-demo-")
@@ -85,11 +85,7 @@ def main() -> int:
             print(f"2. confluent-kafka produced {EVENTS} page views "
                   f"in {time.perf_counter() - started:.1f}s")
 
-            spark = (SparkSession.builder.master("local[2]").appName("sluice-demo")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            spark_connector.register(spark)
+            spark = spark_session("sluice-demo")  # errors only: the lines below are the story
 
             views = (spark.readStream.format("sluice")
                      .option("kafka.bootstrap.servers", bootstrap)

@@ -10,16 +10,25 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_example(module: str, timeout: float = 300) -> str:
+def run_example_outputs(module: str, timeout: float = 300) -> tuple[str, str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, "-m", module], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    return done.stdout
+    return done.stdout, done.stderr
+
+
+def run_example(module: str, timeout: float = 300) -> str:
+    return run_example_outputs(module, timeout)[0]
 
 
 def test_demo_counts_every_view_and_reprocesses_them():
-    out = run_example("examples.demo")
+    out, err = run_example_outputs("examples.demo")
+    # What a user sees is the story alone: no warnings from Spark or the JVM at start-up,
+    # and no progress bars between the demo's lines.
+    for stream in (out, err):
+        assert not [line for line in stream.splitlines() if "WARN" in line], stream
+        assert "[Stage" not in stream and "log4j" not in stream, stream
     counts = [int(n) for n in re.findall(r"^   /\S*\s+(\d+)$", out, re.M)]
     assert sum(counts) == 20_000, out
     assert "the batch job read 20000 page views again (the stream counted 20000)" in out
