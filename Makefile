@@ -8,14 +8,18 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test bench
 
+# -qq: pip prints errors only (a failed build still shows in full). At -q it also relays
+# setuptools' warnings about pyproject.toml (ext-modules "experimental", the license
+# table "deprecated"), which a user of `make demo` has nothing to do about.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
-	touch $(STAMP)
+	@echo "Installing Sluice and its dependencies into $(VENV) (again only when pyproject.toml changes)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -qq --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install -qq --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	@$(PY) -m examples.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
