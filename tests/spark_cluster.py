@@ -10,6 +10,7 @@ session, so "every process of the session" is the unit of cleanup.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -22,10 +23,12 @@ import urllib.request
 import pyspark
 
 from tests.polling import wait_for
+from tests.test_spark_sink import Output, read_committed_wire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPARK_HOME = os.path.dirname(os.path.abspath(pyspark.__file__))
 FAST_JVM = "-XX:TieredStopAtLevel=1"  # C1 only: the JVMs start in about half the time
+DRIVER_TIMEOUT = 150  # seconds a driver script may take, start to end
 
 
 def free_port() -> int:
@@ -302,3 +305,108 @@ class Driver(Process):
         super().__init__(name, [sys.executable, os.path.join(ROOT, "tests", "spark_cluster_job.py"),
                                 json.dumps(config)],
                          env or spark_env(work), os.path.join(work, f"{name}.log"))
+
+
+class ConnectServer:
+    """A Spark Connect server (master local[2]) started with the pyspark package's
+    `bin/spark-submit`, its gRPC service on 127.0.0.1 at a free port. Python code that the
+    clients send (data sources, UDFs) runs in its Python workers, which import this
+    repository (PYTHONPATH)."""
+
+    def __init__(self, work):
+        self.work = str(work)
+        os.makedirs(self.work, exist_ok=True)
+        self.port = free_port()
+        # spark-submit sizes the Connect server's JVM as a daemon's (as the Thrift server's).
+        self.env = spark_env(self.work, SPARK_DAEMON_MEMORY="1g")
+        self.process: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90.0) -> "ConnectServer":
+        conf = {
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "1g",
+            "spark.driver.extraJavaOptions": FAST_JVM,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.pyspark.python": sys.executable,
+            "spark.local.dir": os.path.join(self.work, "local"),
+        }
+        args = [os.path.join(SPARK_HOME, "bin", "spark-submit"),
+                "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                "--master", "local[2]", "--name", "sluice-connect-server"]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        self.process = Process("connect-server", args, self.env, os.path.join(self.work, "server.log"))
+
+        def listening() -> bool:
+            if not self.process.alive():
+                raise AssertionError("the Spark Connect server exited\n" + self.process.log())
+            with socket.socket() as sock:
+                sock.settimeout(1)
+                return sock.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(listening, timeout, f"the Spark Connect server to listen on 127.0.0.1:{self.port}", 0.2)
+        return self
+
+    def pids(self) -> list[int]:
+        return self.process.pids() if self.process else []
+
+    def log(self) -> str:
+        return self.process.log() if self.process else ""
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+
+# -- what the tests check ---------------------------------------------------------------
+
+class Markers:
+    """The task attempts the job's UDF saw: (batch, partition, attempt, pid) per file."""
+
+    def __init__(self, directory):
+        self.directory = str(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    def all(self) -> list[tuple[int, int, int, int]]:
+        return sorted(tuple(int(x) for x in name.split("-")) for name in os.listdir(self.directory))
+
+
+def job_config(kafka, tmp_path, source, output, markers, **more) -> dict:
+    return {"bootstrap": kafka, "input": source, "output": output,
+            "checkpoint": str(tmp_path / "checkpoint"), "markers": markers.directory,
+            "lifetime": DRIVER_TIMEOUT - 20, **more}
+
+
+def check_exactly_once(kafka, output, partitions, expected) -> Output:
+    """Each input record committed exactly once with its key, value and headers; nothing
+    open, nothing outside a transaction. Prints the anomalies counted."""
+    out = Output(kafka, output, partitions)
+    committed = Output.ids(out.committed)
+    lost = set(expected) - set(committed)
+    duplicated = sum(n - 1 for n in committed.values() if n > 1)
+    unexpected = set(committed) - set(expected)
+    print(f"output: {sum(committed.values())} committed for {len(expected)} input records; "
+          f"lost {len(lost)}, duplicated {duplicated}, unexpected {len(unexpected)}, "
+          f"left open {len(out.open)}, non-transactional {len(out.plain)}, "
+          f"aborted {len(out.aborted)}")
+    assert (len(lost), duplicated, len(unexpected), len(out.open), len(out.plain)) == (0, 0, 0, 0, 0)
+    assert sorted((r[0], r[2], r[3], r[4]) for r in out.committed) == sorted(
+        (rid, *record) for rid, record in expected.items())
+    assert read_committed_wire(kafka, output, partitions) == collections.Counter(list(expected))
+    return out
+
+
+def assert_loopback_only(pids) -> None:
+    sockets = listening_sockets(pids)
+    outside = [s for s in sockets if not loopback(s[1])]
+    print(f"{len(pids)} processes, {len(sockets)} listening sockets, {len(outside)} not on 127.0.0.1")
+    assert sockets and not outside, outside

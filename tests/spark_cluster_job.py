@@ -97,6 +97,7 @@ def main(config: dict) -> int:
     if "remote" not in config:
         spark.sparkContext.setLogLevel("WARN")
         print(f"application {spark.sparkContext.applicationId}", flush=True)
+    print(f"session {type(spark).__module__}.{type(spark).__name__}", flush=True)
     spark_connector.register(spark)
     print(f"session ready after {time.monotonic() - started:.1f} s", flush=True)
 
@@ -125,8 +126,8 @@ def main(config: dict) -> int:
         print("query failed:", query.exception(), flush=True)
         spark.stop()
         return 4
-    print("batches (id, rows, ms):", [(p["batchId"], p["numInputRows"], p["durationMs"].get("triggerExecution"))
-                                      for p in query.recentProgress], flush=True)
+    batches = [(p.batchId, p.numInputRows, p.durationMs.get("triggerExecution")) for p in query.recentProgress]
+    print("batches (id, rows, ms):", batches, flush=True)
     print(f"done after {time.monotonic() - started:.1f} s", flush=True)
     spark.stop()
     return 0

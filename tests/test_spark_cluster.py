@@ -33,52 +33,15 @@ pytest.importorskip("pyspark")
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
-from tests.spark_cluster import Driver, StandaloneCluster, listening_sockets, loopback  # noqa: E402
-from tests.test_spark_sink import Output, create_topics, produce_input, read_committed_wire, unique  # noqa: E402
-
-DRIVER_TIMEOUT = 150  # seconds a driver may take, start to end
+from tests.spark_cluster import (DRIVER_TIMEOUT, Driver, Markers, StandaloneCluster,  # noqa: E402
+                                 assert_loopback_only, check_exactly_once, job_config)
+from tests.test_spark_sink import create_topics, produce_input, unique  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("cluster-broker") / "data") as proc:
         yield proc.bootstrap_servers
-
-
-class Markers:
-    """The task attempts the job's UDF saw: (batch, partition, attempt, pid) per file."""
-
-    def __init__(self, directory):
-        self.directory = str(directory)
-        os.makedirs(self.directory, exist_ok=True)
-
-    def all(self) -> list[tuple[int, int, int, int]]:
-        return sorted(tuple(int(x) for x in name.split("-")) for name in os.listdir(self.directory))
-
-
-def job_config(kafka, tmp_path, source, output, markers, **more) -> dict:
-    return {"bootstrap": kafka, "input": source, "output": output,
-            "checkpoint": str(tmp_path / "checkpoint"), "markers": markers.directory,
-            "lifetime": DRIVER_TIMEOUT - 20, **more}
-
-
-def check_exactly_once(kafka, output, partitions, expected) -> Output:
-    """Each input record committed exactly once with its key, value and headers; nothing
-    open, nothing outside a transaction. Prints the anomalies counted."""
-    out = Output(kafka, output, partitions)
-    committed = Output.ids(out.committed)
-    lost = set(expected) - set(committed)
-    duplicated = sum(n - 1 for n in committed.values() if n > 1)
-    unexpected = set(committed) - set(expected)
-    print(f"output: {sum(committed.values())} committed for {len(expected)} input records; "
-          f"lost {len(lost)}, duplicated {duplicated}, unexpected {len(unexpected)}, "
-          f"left open {len(out.open)}, non-transactional {len(out.plain)}, "
-          f"aborted {len(out.aborted)}")
-    assert (len(lost), duplicated, len(unexpected), len(out.open), len(out.plain)) == (0, 0, 0, 0, 0)
-    assert sorted((r[0], r[2], r[3], r[4]) for r in out.committed) == sorted(
-        (rid, *record) for rid, record in expected.items())
-    assert read_committed_wire(kafka, output, partitions) == collections.Counter(list(expected))
-    return out
 
 
 @pytest.fixture
@@ -114,13 +77,6 @@ def _alive(driver: Driver, cluster: StandaloneCluster) -> bool:
     if not driver.alive():
         raise AssertionError(f"driver exited with {driver.proc.returncode}\n{driver.log()}\n{cluster.logs()}")
     return True
-
-
-def assert_loopback_only(pids) -> None:
-    sockets = listening_sockets(pids)
-    outside = [s for s in sockets if not loopback(s[1])]
-    print(f"{len(pids)} processes, {len(sockets)} listening sockets, {len(outside)} not on 127.0.0.1")
-    assert sockets and not outside, outside
 
 
 def test_executor_killed_mid_batch_exactly_once(kafka, cluster, tmp_path):
