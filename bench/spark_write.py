@@ -1,98 +1,349 @@
-"""Sink rows per second: `format("sluice")` exactly_once against at_least_once.
+"""Sink rows per second: `format("sluice")` exactly once against confluent-kafka.
 
-Both runs write the same DataFrame (100-byte values, string keys) from Spark to an
-8-partition topic on a Sluice broker process, in one Spark session, back to back, after
-one small warm-up write with each guarantee.
+Side by side in one run, against one Sluice broker process, each writing the same rows
+(keys "0".."N-1", 100-byte values) into an 8-partition topic of its own:
+- confluent-kafka: one Python process producing with acks=all, enable.idempotence=true
+  (librdkafka's defaults otherwise; the murmur2 partitioner, as the sink's), until flushed;
+- sink exactly_once: a Spark batch write `df.write.format("sluice")` with the default
+  deliveryGuarantee, of the same rows cached in Spark beforehand;
+- sink at_least_once: the same write without transactions;
+- streaming availableNow: a query copying confluent-kafka's topic into a new one through
+  the sink, exactly once (a read and a write).
+Target: sink exactly_once >= 0.5x confluent-kafka. The run also measures Spark reads
+(bench.spark_read at its usual sizes, its own broker process, the same Spark session), and
+writes markdown and JSON under bench/results/.
 
-    python -m bench.spark_write [--rows N] [--quick]
+    python -m bench.spark_write [--quick] [--rows N] [--repeats N] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
+from bench import spark_read
+from bench.broker import DEFAULT_OUT, _atomic_write, _fmt, _loads, _rounded
 from bench.machine import describe_machine, machine_details
 
 PARTITIONS = 8
 VALUE_SIZE = 100
+TARGET = 0.5  # sink exactly_once rows/s over confluent-kafka's
+FULL = {"rows": 1_000_000, "repeats": 2, "read_rows": 2_000_000, "read_repeats": 2}
+QUICK = {"rows": 100_000, "repeats": 1, "read_rows": 200_000, "read_repeats": 1}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEASURED_CODE = ("spark_connector", "wire", "broker")
+STEP_TIMEOUT = 600.0  # seconds any one write may take before the run fails
+
+# The ways of writing, in the order each repeat runs them: (key, label in the report).
+WRITERS = (("confluent", "confluent-kafka, acks=all, idempotent (one Python process)"),
+           ("sink_exactly_once", "sink, batch `df.write`, exactly_once (default)"),
+           ("sink_at_least_once", "sink, batch `df.write`, at_least_once"),
+           ("streaming_exactly_once", "streaming availableNow copy, exactly_once (read + write)"))
 
 
-def run(rows: int, spark=None) -> dict:
-    """Measure both guarantees; uses (and leaves running) `spark` when one is given."""
+def produce_confluent(bootstrap: str, topic: str, rows: int) -> float:
+    """Seconds from creating the producer to the last row acknowledged."""
+    from confluent_kafka import Producer
+
+    errors = []
+    value = b"x" * VALUE_SIZE
+    started = time.perf_counter()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "partitioner": "murmur2_random", "log_level": 3, "error_cb": errors.append})
+    produce, poll = producer.produce, producer.poll
+    deadline = time.monotonic() + STEP_TIMEOUT
+    i = 0
+    while i < rows:
+        try:
+            produce(topic, value, str(i))
+            i += 1
+        except BufferError:  # the local queue is full: serve delivery reports and retry
+            poll(0.005)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"confluent-kafka: {i} of {rows} rows queued after {STEP_TIMEOUT:g} s")
+        else:
+            if i & 0x3FFF == 0:
+                poll(0)
+    left = producer.flush(max(1.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - started
+    if left or errors:
+        raise RuntimeError(f"confluent-kafka: {left} rows undelivered ({errors[:3]})")
+    return elapsed
+
+
+def code_state() -> dict:
+    """The commit measured, and which files under the measured code differed from it."""
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+        return done.stdout if done.returncode == 0 else None
+
+    changed = git("status", "--porcelain", "--", *MEASURED_CODE)
+    return {"commit": (git("rev-parse", "--short", "HEAD") or "?").strip(),
+            "uncommitted": None if changed is None else [line[3:] for line in changed.splitlines()]}
+
+
+def _first(version) -> str:  # confluent-kafka gives a string or (string, int) by release
+    return version if isinstance(version, str) else version[0]
+
+
+def session():
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver binds to loopback only
     from pyspark.sql import SparkSession
 
     import spark_connector
+
+    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_connector.register(spark)
+    return spark
+
+
+def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, spark=None,
+        mode: str = "custom", log=lambda line: None) -> dict:
+    """Every writer `repeats` times (fastest kept), then the reads (skipped when read_rows
+    is 0); uses (and leaves running) `spark` when one is given. Writes no report."""
+    import confluent_kafka
+    import pyspark
+
     from tests.broker_process import BrokerProcess
     from wire.client import Client, NewTopic
 
+    results = {"mode": mode, "date": datetime.date.today().isoformat(),
+               "started": datetime.datetime.now().isoformat(timespec="seconds"),
+               "machine": machine_details(), "code": code_state(),
+               "clients": {"confluent_kafka": _first(confluent_kafka.version()),
+                           "librdkafka": _first(confluent_kafka.libversion()), "pyspark": pyspark.__version__},
+               "load_average_before": os.getloadavg(),
+               "rows": rows, "value_bytes": VALUE_SIZE, "partitions": PARTITIONS, "repeats": repeats,
+               "read_rows": read_rows, "read_repeats": read_repeats}
+    started = time.perf_counter()
     own_session = spark is None
-    data_dir = tempfile.mkdtemp(prefix="sluice-bench-")
-    result = {"rows": rows, "value_bytes": VALUE_SIZE, "partitions": PARTITIONS}
+    if own_session:
+        spark = session()
+    data_dir = tempfile.mkdtemp(prefix="sluice-bench-write-")
+    seconds = {key: [] for key, _ in WRITERS}
+    streaming_batches = []  # Spark's progress of the last streaming copy
     try:
-        with BrokerProcess(os.path.join(data_dir, "data")) as broker:
+        with BrokerProcess(os.path.join(data_dir, "data")) as broker, \
+                Client(broker.bootstrap_servers) as client:
             bootstrap = broker.bootstrap_servers
-            if own_session:
-                spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
-                         .config("spark.ui.enabled", "false").getOrCreate())
-                spark.sparkContext.setLogLevel("ERROR")
-                spark_connector.register(spark)
+
+            def new_topic(name: str) -> str:
+                client.create_topics({name: NewTopic(PARTITIONS, 1)})
+                return name
+
+            def count(topic: str) -> int:  # read_committed: transaction markers are not rows
+                return (spark.read.format("sluice").option("kafka.bootstrap.servers", bootstrap)
+                        .option("subscribe", topic).load().count())
+
+            def sink_write(df, topic: str, guarantee: str) -> None:
+                (df.write.mode("append").format("sluice").option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", topic).option("deliveryGuarantee", guarantee).save())
+
+            def stream_copy(source: str, topic: str) -> None:
+                query = (spark.readStream.format("sluice").option("kafka.bootstrap.servers", bootstrap)
+                         .option("subscribe", source).option("startingOffsets", "earliest").load()
+                         .select("key", "value").writeStream.format("sluice")
+                         .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                         .option("checkpointLocation", os.path.join(data_dir, "checkpoint-" + topic))
+                         .trigger(availableNow=True).start())
+                if not query.awaitTermination(STEP_TIMEOUT):
+                    query.stop()
+                    raise TimeoutError(f"streaming copy into {topic}: not done after {STEP_TIMEOUT:g} s")
+                if query.exception():
+                    raise RuntimeError(f"streaming copy into {topic}: {query.exception()}")
+                streaming_batches[:] = [{"rows": p["numInputRows"], "duration_ms": p["durationMs"]}
+                                        for p in query.recentProgress]
+
+            def timed(fn, *args) -> float:
+                t0 = time.perf_counter()
+                fn(*args)
+                return time.perf_counter() - t0
+
             df = spark.range(rows).selectExpr(
                 "cast(id as string) as key",
                 f"cast(repeat('x', {VALUE_SIZE}) as binary) as value").repartition(2).cache()
             df.count()
-            # First use of transactions creates the broker's __transaction_state topic
-            # (50 partitions): a one-time cost, paid here rather than measured.
-            with Client(bootstrap) as client:
-                client.create_topics({"warm-up": NewTopic(PARTITIONS, 1)})
-            for guarantee in ("exactly_once", "at_least_once"):
-                (df.limit(PARTITIONS).write.mode("append").format("sluice")
-                 .option("kafka.bootstrap.servers", bootstrap).option("topic", "warm-up")
-                 .option("deliveryGuarantee", guarantee).save())
-            for guarantee in ("exactly_once", "at_least_once"):
-                topic = f"sink-{guarantee}"
-                with Client(bootstrap) as client:
-                    client.create_topics({topic: NewTopic(PARTITIONS, 1)})
-                started = time.perf_counter()
-                (df.write.mode("append").format("sluice").option("kafka.bootstrap.servers", bootstrap)
-                 .option("topic", topic).option("deliveryGuarantee", guarantee).save())
-                elapsed = time.perf_counter() - started
-                written = (spark.read.format("sluice").option("kafka.bootstrap.servers", bootstrap)
-                           .option("subscribe", topic).load().count())
-                if written != rows:
-                    raise SystemExit(f"{guarantee}: wrote {written} rows, expected {rows}")
-                result[f"{guarantee}_rows_per_s"] = rows / elapsed
+            # One small write of each kind first: the first transactions create the broker's
+            # __transaction_state topic (50 partitions), Spark starts its Python workers, the
+            # streaming query compiles: one-time costs, paid here rather than measured.
+            warm = df.limit(PARTITIONS * 10)
+            produce_confluent(bootstrap, new_topic("warm-confluent"), PARTITIONS * 10)
+            sink_write(warm, new_topic("warm-sink-eos"), "exactly_once")
+            sink_write(warm, new_topic("warm-sink-alo"), "at_least_once")
+            stream_copy("warm-confluent", new_topic("warm-stream"))
+            log(f"{rows:,} rows of {VALUE_SIZE}-byte values into {PARTITIONS} partitions, "
+                f"fastest of {repeats}")
+            for repeat in range(repeats):
+                source = new_topic(f"confluent-{repeat}")
+                runs = {"confluent": produce_confluent(bootstrap, source, rows)}
+                runs["sink_exactly_once"] = timed(sink_write, df, new_topic(f"eos-{repeat}"), "exactly_once")
+                runs["sink_at_least_once"] = timed(sink_write, df, new_topic(f"alo-{repeat}"), "at_least_once")
+                runs["streaming_exactly_once"] = timed(stream_copy, source, new_topic(f"stream-{repeat}"))
+                for (key, label), topic in zip(WRITERS, (source, f"eos-{repeat}", f"alo-{repeat}",
+                                                         f"stream-{repeat}")):
+                    written = count(topic)
+                    if written != rows:
+                        raise RuntimeError(f"{label}: {written} rows in {topic}, expected {rows}")
+                    seconds[key].append(runs[key])
+                    log(f"  {label}: {rows / runs[key]:,.0f} rows/s")
             df.unpersist()
-            if own_session:
-                spark.stop()
+        results["write"] = {key: {"label": label, "rows_per_s": rows / min(seconds[key]),
+                                  "mb_per_s": rows * VALUE_SIZE / min(seconds[key]) / 1e6,
+                                  "all_seconds": seconds[key]} for key, label in WRITERS}
+        results["write"]["streaming_exactly_once"]["last_run_batches"] = streaming_batches
+        confluent = results["write"]["confluent"]["rows_per_s"]
+        for entry in results["write"].values():
+            entry["vs_confluent"] = entry["rows_per_s"] / confluent
+        ratio = results["write"]["sink_exactly_once"]["vs_confluent"]
+        results["target"] = {"target": f"sink exactly_once >= {TARGET}x confluent-kafka acks=all",
+                             "ratio": ratio, "limit": TARGET, "met": ratio >= TARGET}
+        if read_rows:
+            log(f"reads: {read_rows:,} rows, fastest of {read_repeats} (bench.spark_read)")
+            read = spark_read.run(read_rows, read_repeats, spark=spark)
+            read.pop("machine")
+            results["read"] = read
     finally:
+        if own_session:
+            spark.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-    result["exactly_once_vs_at_least_once"] = result["exactly_once_rows_per_s"] / result["at_least_once_rows_per_s"]
-    result["machine"] = machine_details()
-    return result
+    results["load_average_after"] = os.getloadavg()
+    results["seconds"] = time.perf_counter() - started
+    return results
+
+
+NOTES = [
+    "The machine's 2 cores are shared: the broker process, Spark's JVM and its Python workers "
+    "(local[2]), this process, and other engineers' Spark tests running at the same time. "
+    "Timings are noisy; the load averages above show the other work. Each figure is the "
+    "fastest of the repeats (all_seconds in the JSON has every run).",
+    "Every write goes into a fresh 8-partition topic of one Sluice broker process "
+    "(`python -m broker`, data on local disk), and is counted afterwards with a read_committed "
+    "`format(\"sluice\")` read, which must find exactly the rows written (transaction markers "
+    "are not rows).",
+    "confluent-kafka: the timing runs from creating the producer to flush() returning (every "
+    "row acknowledged), no delivery callback per row. The rows are produced from a Python loop "
+    "(str keys, one 100-byte value).",
+    "Sink: the timing is the wall time of `save()`: the Spark job reading the cached rows (2 "
+    "partitions, so 2 tasks), the Python workers turning them into record batches, and for "
+    "exactly_once the transactions and their commit by the driver.",
+    "Streaming availableNow: the wall time from start() to the end of the query, copying the "
+    "rows confluent-kafka wrote (8 partitions, so 8 tasks) into a new topic in one micro-batch: "
+    "a read and an exactly-once write, with the query's start-up and checkpointing.",
+    "A small write of each kind runs first and is not measured (the first transactions create "
+    "__transaction_state, Spark starts its Python workers).",
+    "Reads: bench.spark_read as it runs on its own (its own broker process and topic, noop "
+    "sink, the in-memory Python Data Source as the ceiling), on this run's Spark session.",
+]
+
+
+def code_line(code: dict) -> str:
+    if code["uncommitted"] is None:
+        return f"commit {code['commit']} (working tree not inspected)"
+    if not code["uncommitted"]:
+        return f"commit {code['commit']}, no uncommitted changes in {', '.join(MEASURED_CODE)}"
+    return (f"commit {code['commit']} with the working tree's uncommitted changes to "
+            f"{', '.join(code['uncommitted'])} (measured as they stood)")
+
+
+def markdown_report(results: dict) -> str:
+    md = ["# Spark benchmarks: the sluice sink against confluent-kafka, and reads "
+          f"({results['mode']})", "",
+          f"- date: {results['date']}",
+          f"- machine: {describe_machine()}",
+          f"- clients: confluent-kafka {results['clients']['confluent_kafka']} (librdkafka "
+          f"{results['clients']['librdkafka']}), PySpark {results['clients']['pyspark']} (local[2])",
+          f"- code: {code_line(results['code'])}",
+          f"- sizes: {results['rows']:,} rows of {results['value_bytes']}-byte values (string keys), "
+          f"{results['partitions']} partitions, fastest of {results['repeats']}; reads "
+          f"{results['read_rows']:,} rows, fastest of {results['read_repeats']}",
+          f"- run time: {results['seconds']:.0f} s; load average (1/5/15 min) before "
+          f"{_loads(results, 'before')}, after {_loads(results, 'after')} on "
+          f"{results['machine']['cores']} cores (other work on the machine shows here)", ""]
+    t = results["target"]
+    md += ["## Target", "", "| target | ratio | needs | verdict |", "|---|---|---|---|",
+           f"| {t['target']} | {t['ratio']:.3f}x | ≥ {t['limit']}x | {'met' if t['met'] else 'NOT met'} |",
+           "", "## Writes", "", "| writer | rows/s | MB/s | vs confluent-kafka | seconds (every run) |",
+           "|---|---:|---:|---:|---|"]
+    for entry in results["write"].values():
+        runs = ", ".join(f"{s:.2f}" for s in entry["all_seconds"])
+        md.append(f"| {entry['label']} | {_fmt(entry['rows_per_s'])} | {entry['mb_per_s']:.1f} | "
+                  f"{entry['vs_confluent']:.2f}x | {runs} |")
+    batches = results["write"]["streaming_exactly_once"].get("last_run_batches")
+    if batches:
+        md += ["", "Streaming copy, last run, per micro-batch (Spark's durationMs, ms): " + "; ".join(
+            f"{b['rows']:,} rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(b["duration_ms"].items()))
+            for b in batches) + "."]
+    read = results.get("read")
+    if read:
+        met = "met" if read["targets_met"] else "NOT met"
+        md += ["", "## Reads (bench.spark_read)", "", "| source | rows/s |", "|---|---:|",
+               f"| sluice, `spark.read.format(\"sluice\")`, noop sink | {_fmt(read['sluice_rows_per_s'])} |",
+               f"| ceiling: in-memory Python Data Source, same Arrow batches | {_fmt(read['ceiling_rows_per_s'])} |",
+               "", f"sluice / ceiling {read['ratio']:.2f} (target ≥ 0.6, and ≥ 1,000,000 rows/s): {met}. "
+               f"{read['rows']:,} rows of {read['value_bytes']}-byte values from {read['partitions']} partitions."]
+    md += ["", "## Notes", ""] + [f"- {note}" for note in NOTES]
+    return "\n".join(md) + "\n"
+
+
+def write_reports(results: dict, out_dir: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    stem = f"spark-{results['date']}" + ("" if results["mode"] == "full" else f"-{results['mode']}")
+    paths = {"json": os.path.join(out_dir, stem + ".json"), "md": os.path.join(out_dir, stem + ".md")}
+    _atomic_write(paths["json"], json.dumps(_rounded(results), indent=1) + "\n")
+    _atomic_write(paths["md"], markdown_report(results))
+    return paths
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--quick", action="store_true", help="100,000 rows")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK['rows']:,} rows once, reads of {QUICK['read_rows']:,}")
+    parser.add_argument("--rows", type=int, help=f"rows per write (default {FULL['rows']:,})")
+    parser.add_argument("--repeats", type=int, help=f"runs of each writer (default {FULL['repeats']})")
+    parser.add_argument("--read-rows", type=int, help="rows of the read benchmark (0: skip it)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    result = run(100_000 if args.quick else args.rows)
+    sizes, mode = (dict(QUICK), "quick") if args.quick else (dict(FULL), "full")
+    for key, value in (("rows", args.rows), ("repeats", args.repeats), ("read_rows", args.read_rows)):
+        if value is not None:
+            sizes[key], mode = value, "custom"
+    if not args.json:
+        print(f"machine: {describe_machine()}")
+        print(f"spark benchmarks ({mode}): sluice sink vs confluent-kafka, one broker process, 127.0.0.1",
+              flush=True)
+    results = run(**sizes, mode=mode, log=(lambda line: None) if args.json else
+                  (lambda line: print(line, flush=True)))
+    paths = None if args.no_write else write_reports(results, args.out)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(_rounded(results), indent=1))
         return
-    print(f"machine: {describe_machine()}")
-    print(f"{result['rows']} rows of {VALUE_SIZE}-byte values into {PARTITIONS} partitions")
-    print(f"  exactly_once : {result['exactly_once_rows_per_s']:12,.0f} rows/s")
-    print(f"  at_least_once: {result['at_least_once_rows_per_s']:12,.0f} rows/s")
-    print(f"  ratio        : {result['exactly_once_vs_at_least_once']:.2f}")
+    print()
+    for entry in results["write"].values():
+        print(f"  {entry['label']:<58} {entry['rows_per_s']:10,.0f} rows/s  {entry['vs_confluent']:.2f}x")
+    t = results["target"]
+    print(f"  target: {t['target']}: {t['ratio']:.3f}x -> {'met' if t['met'] else 'NOT met'}")
+    read = results.get("read")
+    if read:
+        print(f"  reads: sluice {read['sluice_rows_per_s']:,.0f} rows/s, ceiling "
+              f"{read['ceiling_rows_per_s']:,.0f} rows/s, ratio {read['ratio']:.2f} (target >= 0.6; "
+              f"and >= 1,000,000 rows/s) -> {'met' if read['targets_met'] else 'NOT met'}")
+    print(f"({results['seconds']:.0f} s; load average before {_loads(results, 'before')}, after "
+          f"{_loads(results, 'after')} on {results['machine']['cores']} cores)")
+    if paths:
+        print(f"wrote {paths['md']} and {paths['json']}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,31 @@ def test_spark_read_benchmark_runs(spark):
     assert results["sluice_rows_per_s"] > 0 and results["ceiling_rows_per_s"] > 0
 
 
+def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
+    """bench.spark_write at a tiny size: every writer and the reads produce figures, the
+    target is evaluated (met or not: never asserted), and both reports are written."""
+    import json
+
+    from bench import spark_write
+
+    results = spark_write.run(rows=400, repeats=1, read_rows=16_000, read_repeats=1, spark=spark,
+                              mode="tiny")
+    assert set(results["write"]) == {key for key, _ in spark_write.WRITERS}
+    for entry in results["write"].values():
+        assert entry["rows_per_s"] > 0 and len(entry["all_seconds"]) == 1, entry
+    assert results["write"]["confluent"]["vs_confluent"] == 1
+    assert [b["rows"] for b in results["write"]["streaming_exactly_once"]["last_run_batches"]] == [400]
+    assert results["target"]["met"] in (True, False) and results["target"]["ratio"] > 0
+    assert results["read"]["rows"] == 16_000 and results["read"]["sluice_rows_per_s"] > 0
+    assert results["code"]["commit"]
+
+    paths = spark_write.write_reports(results, str(tmp_path))
+    assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
+    report = open(paths["md"]).read()
+    assert "## Target" in report and "## Writes" in report and "## Reads (bench.spark_read)" in report
+    assert report.count("| sink, batch") == 2
+
+
 def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     """bench.broker at tiny sizes against both brokers: every section produces figures for
     sluice and the mock cluster, the targets are evaluated (met or not: never asserted),
