@@ -1,17 +1,19 @@
 """The `sluice` sink: Spark rows written to Kafka, exactly once by default.
 
 Columns and options follow Spark's Kafka sink: `value` (binary or string, required),
-`key`, `topic`, `partition`, `headers` (array<struct<key string, value binary>>);
-options `kafka.bootstrap.servers`, `topic` (when set, it overrides any topic column, as
-in Spark's Kafka sink), other `kafka.*`. A row without a partition goes where Kafka's
+`key`, `topic`, `partition`, `headers` (array<struct<key string, value binary>>), and
+a `timestamp` column (timestamp) that sets the records' timestamps; options
+`kafka.bootstrap.servers`, `topic` (when set, it overrides any topic column, as in
+Spark's Kafka sink), other `kafka.*`. A row without a partition goes where Kafka's
 default partitioner puts it (murmur2 of the key; rows without a key are spread
 round-robin).
 
 `deliveryGuarantee`:
-- `exactly_once` (default): each write task writes inside its own transaction, left open;
-  the driver records its intent to commit a batch, then commits every task's
-  transaction. Replays, retries and zombies cannot duplicate or lose a batch. See
-  docs/exactly-once-sink.md for the protocol, its invariants and every crash point.
+- `exactly_once` (default): each write task attempt writes inside a transaction of its
+  own, left open; the driver records its decision to commit a micro-batch (the intent),
+  then commits every task's transaction. Replays, retries, speculative attempts, zombies,
+  transaction timeouts and a second driver cannot duplicate or lose a batch. See
+  docs/exactly-once-sink.md for the protocol, its invariants and every failure case.
 - `at_least_once`: an idempotent producer per task, no transactions.
 """
 
@@ -19,37 +21,69 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
-from spark_connector.options import AT_LEAST_ONCE, CODECS, EXACTLY_ONCE, SinkOptions
+from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
 from wire._columns import murmur2_positive
-from wire.client import Client, ClientError, NewTopic
+from wire.client import READ_COMMITTED, Client, ClientError, NewTopic
 from wire.errors import ErrorCode, KafkaError
-from wire.records import build_batch
+from wire.records import CONTROL_COMMIT, build_batch, decode_batch, decode_control_record, iter_batches
 
 _BATCH_RECORDS = 5000
 _BATCH_BYTES = 900 * 1024
 _INTENT_PREFIX = "__sluice_sink_"
-_INTENT_RETENTION_MS = 7 * 24 * 3600 * 1000
+# The intent log is kept forever by time and bounded by size: Kafka's size retention
+# only deletes a segment while at least `retention.bytes` remain, so the newest
+# intents (thousands of them in 1 MiB) always stay.
+_INTENT_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": str(1 << 20),
+                        "segment.bytes": str(1 << 20), "cleanup.policy": "delete"}
+_INTENT_LOOKBACK = 64  # offsets read back from the end to find the last committed intent
+_MAX_DECOMPRESSED = 64 * 1024 * 1024
+_MARKER_SCAN_BYTES = 4 << 20
+_MARKER_SCAN_FETCHES = 256  # bounds the walk from a transaction's data to its marker
+_SETTLE_ROUNDS = 50  # rounds of waiting for a completing transaction to be decided
+_COMMITTED, _ABORTED = "committed", "aborted"
+
+
+class SluiceSinkError(RuntimeError):
+    """The sink cannot complete a batch; the message says why and what happens next."""
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A task's transaction as the driver commits it, and where its data landed: the
+    last offset it wrote in one of its partitions, from which its marker is found."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topic: str
+    partition: int
+    last_offset: int
+
+    def to_json(self) -> list:
+        return [self.transactional_id, self.producer_id, self.producer_epoch, self.topic,
+                self.partition, self.last_offset]
 
 
 @dataclass
 class TaskCommit(WriterCommitMessage):
-    """What a write task hands the driver: its open transaction (if any)."""
+    """What a write task hands the driver. `txn` is its open transaction (None when it
+    wrote nothing or found its slot already committed); `replay` says the task found an
+    intent for its own batch, i.e. the batch had been decided before this attempt."""
 
     query: str | None
-    transactional_id: str | None
-    producer_id: int = -1
-    producer_epoch: int = -1
+    run: str | None
+    slot: int
+    txn: Txn | None
     rows: int = 0
-    skipped: bool = False
+    replay: bool = False
 
 
 @dataclass
@@ -63,7 +97,7 @@ class _Partitioner:
             metadata = client.metadata([topic])
             info = metadata.topics.get(topic)
             if info is None or info.error_code or not info.partitions:
-                raise RuntimeError(f"sluice sink: topic {topic!r} does not exist")
+                raise SluiceSinkError(f"sluice sink: topic {topic!r} does not exist")
             count = self.counts[topic] = len(info.partitions)
         if key is None:
             nxt = self.round_robin.get(topic, 0)
@@ -74,6 +108,15 @@ class _Partitioner:
 
 def _bytes(value) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
+
+
+def _timestamps_ms(batch, n: int) -> list:
+    """The `timestamp` column in epoch milliseconds (None where null or absent)."""
+    names = [name.lower() for name in batch.schema.names]
+    if "timestamp" not in names:
+        return [None] * n
+    column = batch.column(names.index("timestamp"))
+    return column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64()).to_pylist()
 
 
 class _TaskWriter:
@@ -87,6 +130,7 @@ class _TaskWriter:
         self.pending: dict[tuple[str, int], list] = {}
         self.pending_bytes: dict[tuple[str, int], int] = {}
         self.sequences: dict[tuple[str, int], int] = {}
+        self.last_offsets: dict[tuple[str, int], int] = {}
         self.rows = 0
 
     def write(self, batch) -> None:
@@ -97,10 +141,11 @@ class _TaskWriter:
         topics = columns.get("topic", [None] * n)
         partitions = columns.get("partition", [None] * n)
         headers = columns.get("headers", [None] * n)
+        timestamps = _timestamps_ms(batch, n)
         for i in range(n):
             topic = self.options.topic or topics[i]  # as Spark's Kafka sink: the option wins
             if not topic:
-                raise RuntimeError("sluice sink: a row has a null topic and option 'topic' is not set")
+                raise SluiceSinkError("sluice sink: a row has a null topic and option 'topic' is not set")
             key = _bytes(keys[i])
             partition = partitions[i]
             if partition is None:
@@ -108,7 +153,7 @@ class _TaskWriter:
             value = _bytes(values[i])
             row_headers = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
             tp = (topic, partition)
-            self.pending.setdefault(tp, []).append((key, value, row_headers, None))
+            self.pending.setdefault(tp, []).append((key, value, row_headers, timestamps[i]))
             size = self.pending_bytes.get(tp, 0) + len(value or b"") + len(key or b"") + 16
             self.pending_bytes[tp] = size
             if len(self.pending[tp]) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
@@ -131,11 +176,21 @@ class _TaskWriter:
         if tp not in self.sequences:
             self.client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [partition]})
             self.sequences[tp] = 0
-        batch = build_batch([(k, v, h, _now()) for k, v, h, _ in rows], compression=codec,
-                            producer_id=pid, producer_epoch=epoch,
+        now = _now()
+        batch = build_batch([(k, v, h, now if ts is None else ts) for k, v, h, ts in rows],
+                            compression=codec, producer_id=pid, producer_epoch=epoch,
                             base_sequence=self.sequences[tp], transactional=True)
-        self.client.produce_batch(topic, partition, batch, transactional_id=txn_id)
+        result = self.client.produce_batch(topic, partition, batch, transactional_id=txn_id)
         self.sequences[tp] += len(rows)
+        self.last_offsets[tp] = result.base_offset + len(rows) - 1
+
+    def written(self) -> Txn | None:
+        """The open transaction, with one partition it wrote; None if it wrote nothing."""
+        if not self.last_offsets:
+            return None
+        (topic, partition), last = min(self.last_offsets.items())
+        txn_id, pid, epoch = self.transaction
+        return Txn(txn_id, pid, epoch, topic, partition, last)
 
 
 def _now() -> int:
@@ -152,53 +207,8 @@ def _naming_servers(options: SinkOptions, what: str):
     try:
         yield
     except ClientError as exc:
-        raise RuntimeError(f"sluice sink: cannot {what} via kafka.bootstrap.servers="
-                           f"{options.bootstrap_servers}: {exc}") from None
-
-
-def _run_task(options: SinkOptions, iterator, transactional_id: str | None, query: str | None,
-              batch_id: int | None = None) -> TaskCommit:
-    if options.guarantee == AT_LEAST_ONCE:
-        with _client(options, idempotent=True) as client:
-            writer = _TaskWriter(client, options, None)
-            for batch in iterator:
-                writer.write(batch)
-            writer.flush()
-            _test_crash("during-task-writes", batch_id)
-            return TaskCommit(query, None, rows=writer.rows)
-    with _client(options) as client:
-        pid, epoch = client.init_transactions(transactional_id, options.transaction_timeout_ms)
-        writer = _TaskWriter(client, options, (transactional_id, pid, epoch))
-        try:
-            for batch in iterator:
-                writer.write(batch)
-            writer.flush()
-            _test_crash("during-task-writes", batch_id)
-            _test_fail_first_attempt()
-        except BaseException:
-            try:
-                client.end_txn(transactional_id, pid, epoch, commit=False)
-            except Exception:
-                pass  # the transaction times out instead
-            raise
-        if not writer.sequences:  # wrote nothing: there is no transaction to commit
-            return TaskCommit(query, None, rows=0)
-        return TaskCommit(query, transactional_id, pid, epoch, writer.rows)
-
-
-def _end_all(options: SinkOptions, transactions: list, commit: bool,
-             batch_id: int | None = None) -> None:
-    if not transactions:
-        return
-    with _client(options) as client:
-        for n, (txn_id, pid, epoch) in enumerate(transactions, 1):
-            try:
-                client.end_txn(txn_id, pid, epoch, commit=commit)
-            except KafkaError:
-                if commit:
-                    raise
-            if commit and n < len(transactions):
-                _test_crash("mid-commit", batch_id)
+        raise SluiceSinkError(f"sluice sink: cannot {what} via kafka.bootstrap.servers="
+                              f"{options.bootstrap_servers}: {exc}") from None
 
 
 def _task_context():
@@ -206,29 +216,226 @@ def _task_context():
     return TaskContext.get()
 
 
-class SluiceBatchWriter(DataSourceArrowWriter):
-    """`df.write.format("sluice")`: task transactions committed together by the driver."""
-
-    def __init__(self, options: SinkOptions):
-        self.options = options
-        self.job = uuid.uuid4().hex  # made on the driver, shared by every task of the job
-
-    def write(self, iterator) -> TaskCommit:
-        ctx = _task_context()
-        with _naming_servers(self.options, "write"):
-            return _run_task(self.options, iterator, f"sluice-{self.job}-{ctx.partitionId()}", None)
-
-    def commit(self, messages) -> None:
-        with _naming_servers(self.options, "commit"):
-            _end_all(self.options, _transactions(messages), commit=True)
-
-    def abort(self, messages) -> None:
-        _end_all(self.options, _transactions(messages), commit=False)
+def _task_txn_id(query: str, slot: int, attempt: int) -> str:
+    """One transactional id per (query, write slot, attempt number): reused by every
+    batch, so the coordinator holds O(slots) ids; attempts of one slot never fence each
+    other (a speculative copy runs beside the first attempt)."""
+    return f"sluice-{query}-{slot}-{attempt}"
 
 
-def _transactions(messages) -> list:
-    return [(m.transactional_id, m.producer_id, m.producer_epoch) for m in messages
-            if isinstance(m, TaskCommit) and m.transactional_id]
+def _driver_txn_id(query: str) -> str:
+    """The transactional id the driver writes intents with (outside the tasks' prefix)."""
+    return f"sluice-{query}"
+
+
+def _write_slot(options: SinkOptions, client: Client, iterator, txn_id: str) -> _TaskWriter:
+    """Write the task's rows inside a new transaction of `txn_id`, left open. The
+    InitProducerId fences any earlier producer of the id and aborts its open transaction."""
+    pid, epoch = client.init_transactions(txn_id, options.transaction_timeout_ms)
+    writer = _TaskWriter(client, options, (txn_id, pid, epoch))
+    try:
+        for batch in iterator:
+            writer.write(batch)
+        writer.flush()
+    except BaseException:
+        with contextlib.suppress(Exception):  # else the sweep or the timeout aborts it
+            client.end_txn(txn_id, pid, epoch, commit=False)
+        raise
+    return writer
+
+
+def _write_at_least_once(options: SinkOptions, iterator) -> int:
+    with _client(options, idempotent=True) as client:
+        writer = _TaskWriter(client, options, None)
+        for batch in iterator:
+            writer.write(batch)
+        writer.flush()
+        return writer.rows
+
+
+# -- the fate of a transaction -----------------------------------------------------------
+
+def _fate_from_marker(client: Client, txn: Txn) -> str | None:
+    """COMMITTED or ABORTED from the first control batch of the transaction's producer
+    after its data; None while no marker is there yet. The log is the only record that
+    survives the coordinator moving on (a later epoch, an expired id)."""
+    offset = txn.last_offset + 1
+    for _ in range(_MARKER_SCAN_FETCHES):
+        fetched = client.fetch(txn.topic, txn.partition, offset, max_wait_ms=0,
+                               max_bytes=_MARKER_SCAN_BYTES)
+        batches = list(iter_batches(fetched.records))
+        for header, batch in batches:
+            if header.last_offset < offset or header.producer_id != txn.producer_id:
+                continue
+            if header.is_control:
+                marker = decode_control_record(decode_batch(batch, _MAX_DECOMPRESSED)[0])
+                return _COMMITTED if marker.type == CONTROL_COMMIT else _ABORTED
+        if not batches:
+            return None
+        offset = max(offset, batches[-1][0].last_offset + 1)
+        if offset >= fetched.high_watermark:
+            return None
+    raise SluiceSinkError(f"sluice sink: no end found for transaction {txn.transactional_id} in "
+                          f"{txn.topic}-{txn.partition} after offset {txn.last_offset}")
+
+
+def _settle(client: Client, txn: Txn) -> str:
+    """Bring a decided transaction to its end and say which: an open one is committed
+    now; one that ended says so by its coordinator state or, once the coordinator has
+    moved on, by its marker in the log. Raises if neither tells within bounded time."""
+    for _ in range(_SETTLE_ROUNDS):
+        try:
+            state = client.describe_transaction(txn.transactional_id)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                raise
+            state = None
+        current = (state is not None and state.producer_id == txn.producer_id
+                   and state.producer_epoch == txn.producer_epoch)
+        if current and state.state == "Ongoing":
+            try:
+                client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+                return _COMMITTED
+            except KafkaError as exc:
+                if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+                                    ErrorCode.INVALID_TXN_STATE, ErrorCode.CONCURRENT_TRANSACTIONS):
+                    raise
+                continue  # it ended meanwhile (a timeout): look again
+        if current and state.state in ("PrepareCommit", "CompleteCommit"):
+            return _COMMITTED
+        if current and state.state in ("PrepareAbort", "CompleteAbort"):
+            return _ABORTED
+        fate = _fate_from_marker(client, txn)
+        if fate is not None:
+            return fate
+        time.sleep(0.1)  # the coordinator is still writing its markers
+    raise SluiceSinkError(f"sluice sink: cannot tell whether transaction {txn.transactional_id} "
+                          f"(producer {txn.producer_id}, epoch {txn.producer_epoch}) committed")
+
+
+def _still_open(client: Client, txn: Txn) -> bool:
+    try:
+        state = client.describe_transaction(txn.transactional_id)
+    except KafkaError:
+        return False
+    return (state.state == "Ongoing" and state.producer_id == txn.producer_id
+            and state.producer_epoch == txn.producer_epoch)
+
+
+def _abort_quietly(client: Client, txns) -> None:
+    """EndTxn(ABORT) at the transactions' own epochs: a transaction that has committed
+    meanwhile refuses it (INVALID_TXN_STATE), so this never undoes a commit."""
+    for txn in txns:
+        with contextlib.suppress(KafkaError, ClientError):
+            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=False)
+
+
+def _abort_leftovers(client: Client, query: str, keep: set[str], timeout_ms: int) -> int:
+    """Fence every open transaction of the query's tasks not in `keep`: those of failed,
+    killed or losing speculative attempts, and of a crashed run. InitProducerId aborts
+    the transaction and bumps the id's epoch, so a zombie of that attempt can write no
+    more. Without this they would hold read_committed readers back until
+    `transaction.timeout.ms`. Returns how many were aborted."""
+    prefix = f"sluice-{query}-"
+    aborted = 0
+    for listed in client.list_transactions(["Ongoing"]):
+        if listed.transactional_id.startswith(prefix) and listed.transactional_id not in keep:
+            with contextlib.suppress(KafkaError):
+                client.init_transactions(listed.transactional_id, timeout_ms)
+                aborted += 1
+    return aborted
+
+
+# -- the intent log ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Intent:
+    """The driver's durable decision: batch `batch` of the query commits the transaction
+    of each write slot (None: the slot wrote nothing). `run` is the Spark run that
+    decided it."""
+
+    batch: int
+    run: str | None
+    slots: dict[int, Txn | None]
+
+    def encode(self) -> bytes:
+        return json.dumps({"batch": self.batch, "run": self.run,
+                           "slots": {str(s): t.to_json() if t else None for s, t in self.slots.items()}}).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> Intent:
+        raw = json.loads(value)
+        return cls(raw["batch"], raw.get("run"),
+                   {int(s): Txn(*t) if t else None for s, t in raw["slots"].items()})
+
+    def txns(self) -> list[Txn]:
+        return [t for t in self.slots.values() if t is not None]
+
+
+def _intent_topic(query: str) -> str:
+    return _INTENT_PREFIX + query
+
+
+def last_intent(client: Client, query: str) -> Intent | None:
+    """The last committed intent of the query, or None when it has none. Intents are
+    written in the driver's transactions, so a read_committed view skips any a fenced
+    driver left behind."""
+    topic = _intent_topic(query)
+    try:
+        answer = client.list_offsets(topic, [0], -1, isolation_level=READ_COMMITTED)[0]
+        start = client.list_offsets(topic, [0], -2)[0].offset
+    except KafkaError as exc:
+        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        raise
+    end = answer.offset
+    lookback = _INTENT_LOOKBACK
+    while end > start:
+        offset, found = max(start, end - lookback), None
+        while offset < end:
+            fetched = client.fetch_records(topic, 0, offset, max_wait_ms=0, isolation_level=READ_COMMITTED)
+            found = next((r for r in reversed(fetched.records) if r.offset < end), found)
+            if fetched.next_offset <= offset:
+                break
+            offset = fetched.next_offset
+        if found is not None:
+            return Intent.decode(found.value)
+        if end - lookback <= start:
+            return None
+        lookback *= 4
+    return None
+
+
+def _record_intent(client: Client, query: str, driver: tuple[int, int], intent: Intent,
+                   first: bool) -> None:
+    """Append the intent inside the driver's transaction (PRODUCER_FENCED if another
+    driver of the query has initialised since); the query's `first` creates the topic."""
+    topic = _intent_topic(query)
+    if first:
+        created = client.create_topics({topic: NewTopic(1, -1, dict(_INTENT_TOPIC_CONFIG))})
+        error = created[topic].error
+        if error is not None and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise error
+    txn_id = _driver_txn_id(query)
+    pid, epoch = driver
+    client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [0]})
+    batch = build_batch([(query.encode(), intent.encode(), (), _now())], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=0, transactional=True)
+    client.produce_batch(topic, 0, batch, transactional_id=txn_id)
+    client.end_txn(txn_id, pid, epoch, commit=True)
+
+
+def _fenced(query: str, why: str) -> SluiceSinkError:
+    return SluiceSinkError(
+        f"sluice sink: query {query} is fenced: {why}. Another driver runs this query (from the "
+        "same checkpoint or a copy of it); only one may, and this one stops. Nothing it wrote "
+        "is visible.")
+
+
+# -- the writers -----------------------------------------------------------------------------
+
+def _messages(messages) -> list[TaskCommit]:
+    return [m for m in messages if isinstance(m, TaskCommit)]
 
 
 class SluiceStreamWriter(DataSourceStreamArrowWriter):
@@ -244,111 +451,169 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
     def _write(self, iterator) -> TaskCommit:
         ctx = _task_context()
         query = ctx.getLocalProperty("sql.streaming.queryId")
+        run = ctx.getLocalProperty("spark.jobGroup.id")  # Spark's run id for streaming jobs
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        slot = ctx.partitionId()
         if self.options.guarantee == AT_LEAST_ONCE:
-            return _run_task(self.options, iterator, None, query, batch_id)
+            return TaskCommit(query, run, slot, None, _write_at_least_once(self.options, iterator))
         with _client(self.options) as client:
-            intent = _last_intent(client, query)
-        if intent is not None and intent["batch"] == batch_id:
-            return TaskCommit(query, None, skipped=True)  # already decided: write nothing
-        txn_id = f"sluice-{query}-{batch_id}-{ctx.partitionId()}"
-        return _run_task(self.options, iterator, txn_id, query, batch_id)
+            intent = last_intent(client, query)
+            replay = intent is not None and intent.batch == batch_id
+            if replay:
+                if slot not in intent.slots:
+                    raise SluiceSinkError(
+                        f"sluice sink: batch {batch_id} of query {query} is replayed with write task "
+                        f"{slot}, which it did not have when it was decided (tasks "
+                        f"{sorted(intent.slots)}): the query's input is not deterministic")
+                decided = intent.slots[slot]
+                if decided is None or _settle(client, decided) == _COMMITTED:
+                    return TaskCommit(query, run, slot, None, replay=True)
+                # The decided transaction was aborted (it outlived transaction.timeout.ms
+                # while the driver was down): the slot's rows are written again.
+            txn_id = _task_txn_id(query, slot, ctx.attemptNumber())
+            try:
+                writer = _write_slot(self.options, client, iterator, txn_id)
+            except KafkaError as exc:
+                if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    raise
+                raise _fenced(query, f"write task {slot} of batch {batch_id} lost its transactional id "
+                                     f"{txn_id} to a newer producer of it ({exc.code.name})") from None
+            return TaskCommit(query, run, slot, writer.written(), writer.rows, replay)
 
     def commit(self, messages, batchId: int) -> None:
-        with _naming_servers(self.options, "commit"):
-            self._commit(messages, batchId)
+        tasks = _messages(messages)
+        if self.options.guarantee == AT_LEAST_ONCE or not tasks:
+            return
+        with _naming_servers(self.options, "commit"), _client(self.options) as client:
+            intent = self._decide(client, tasks, batchId)
+            self._complete(client, tasks[0].query, intent)
 
-    def _commit(self, messages, batchId: int) -> None:
-        _test_crash("after-task-writes", batchId)
-        if self.options.guarantee == AT_LEAST_ONCE:
-            _test_crash("after-commit", batchId)
-            return
-        queries = {m.query for m in messages if isinstance(m, TaskCommit) and m.query}
-        if not queries:
-            return
-        [query] = queries
-        with _client(self.options) as client:
-            intent = _last_intent(client, query)
-            if intent is not None and intent["batch"] == batchId:
-                transactions = [tuple(t) for t in intent["transactions"]]  # a replay: finish it
-            else:
-                transactions = _transactions(messages)
-                _record_intent(client, query, batchId, transactions)
-                _test_crash("after-intent", batchId)
-        _end_all(self.options, transactions, commit=True, batch_id=batchId)
-        _test_crash("after-commit", batchId)
+    def _decide(self, client: Client, tasks: list[TaskCommit], batch_id: int) -> Intent:
+        """The intent to complete: the recorded one when the batch was decided before
+        (revised where a slot had to be written again), else a new one, recorded."""
+        query, run = tasks[0].query, tasks[0].run
+        own = [t.txn for t in tasks if t.txn is not None]
+        # Initialising the driver's id at every commit fences any other committer of the
+        # query between its intent lookup and its append.
+        driver = client.init_transactions(_driver_txn_id(query), self.options.transaction_timeout_ms)
+        recorded = last_intent(client, query)
+        if recorded is not None and recorded.batch > batch_id:
+            _abort_quietly(client, own)
+            raise _fenced(query, f"batch {recorded.batch} was decided by run {recorded.run} while this "
+                                 f"run ({run}) is at batch {batch_id}")
+        if recorded is not None and recorded.batch == batch_id:
+            if not any(t.replay for t in tasks) and recorded.run != run:
+                _abort_quietly(client, own)
+                raise _fenced(query, f"batch {batch_id} was decided by run {recorded.run} while this "
+                                     f"run ({run}) was writing it")
+            slots = dict(recorded.slots)
+            rewritten = {t.slot: t.txn for t in tasks if t.replay and t.txn is not None}
+            if not rewritten:
+                return recorded
+            self._check_open(client, query, batch_id, list(rewritten.values()))
+            intent = Intent(batch_id, run, {**slots, **rewritten})
+        else:
+            if len({t.slot for t in tasks}) != len(tasks):
+                raise SluiceSinkError(f"sluice sink: batch {batch_id} has two commits for one write task")
+            self._check_open(client, query, batch_id, own)
+            intent = Intent(batch_id, run, {t.slot: t.txn for t in tasks})
+        try:
+            _record_intent(client, query, driver, intent, first=recorded is None)
+        except KafkaError as exc:
+            if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                raise
+            _abort_quietly(client, own)
+            raise _fenced(query, f"another driver recorded an intent while this run ({run}) was "
+                                 f"committing batch {batch_id}") from None
+        return intent
+
+    def _check_open(self, client: Client, query: str, batch_id: int, txns: list[Txn]) -> None:
+        """Before deciding: every transaction must still be open, or the batch would be
+        decided with rows the broker already threw away."""
+        closed = [t for t in txns if not _still_open(client, t)]
+        if closed:
+            _abort_quietly(client, txns)
+            raise SluiceSinkError(
+                f"sluice sink: batch {batch_id} of query {query} took longer than "
+                f"kafka.transaction.timeout.ms={self.options.transaction_timeout_ms}: the broker "
+                f"aborted {len(closed)} of its {len(txns)} transactions "
+                f"({', '.join(t.transactional_id for t in closed)}) before the driver could commit. "
+                "Nothing of the batch is visible; restart the query to replay it, and raise "
+                "kafka.transaction.timeout.ms above the batch's duration.")
+
+    def _complete(self, client: Client, query: str, intent: Intent) -> None:
+        aborted = [t for t in intent.txns() if self._commit_transaction(client, t) == _ABORTED]
+        if aborted:
+            raise SluiceSinkError(
+                f"sluice sink: batch {intent.batch} of query {query} was decided, but the broker "
+                f"aborted {len(aborted)} of its transactions ({', '.join(t.transactional_id for t in aborted)}) "
+                "before they could be committed (kafka.transaction.timeout.ms="
+                f"{self.options.transaction_timeout_ms}). Restart the query: its replay writes "
+                "exactly those tasks' rows again, and the batch becomes whole.")
+        _abort_leftovers(client, query, {t.transactional_id for t in intent.txns()},
+                         self.options.transaction_timeout_ms)
+
+    def _commit_transaction(self, client: Client, txn: Txn) -> str:
+        try:
+            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            return _COMMITTED
+        except KafkaError:
+            return _settle(client, txn)  # ended before (a replay) or aborted: find out which
 
     def abort(self, messages, batchId: int) -> None:
-        if self.options.guarantee == EXACTLY_ONCE:
-            _end_all(self.options, _transactions(messages), commit=False)
+        """Abort what the failed batch wrote, but never a transaction that an intent for
+        this batch decided to commit (a replay completes those)."""
+        tasks = _messages(messages)
+        if self.options.guarantee == AT_LEAST_ONCE or not tasks:
+            return
+        query = tasks[0].query
+        with _naming_servers(self.options, "abort"), _client(self.options) as client:
+            recorded = last_intent(client, query)
+            decided = ({t.transactional_id for t in recorded.txns()}
+                       if recorded is not None and recorded.batch == batchId else set())
+            _abort_quietly(client, [t.txn for t in tasks if t.txn is not None
+                                    and t.txn.transactional_id not in decided])
+            _abort_leftovers(client, query, decided, self.options.transaction_timeout_ms)
 
 
-def _intent_topic(query: str) -> str:
-    return _INTENT_PREFIX + query
+class SluiceBatchWriter(DataSourceArrowWriter):
+    """`df.write.format("sluice")`: task transactions committed together by the driver,
+    after checking that all of them are still open."""
 
+    def __init__(self, options: SinkOptions):
+        self.options = options
+        self.job = uuid.uuid4().hex  # made on the driver, shared by every task of the job
 
-def _last_intent(client: Client, query: str) -> dict | None:
-    """The last intent record of the query, or None when it has none."""
-    topic = _intent_topic(query)
-    try:
-        end = client.list_offsets(topic, [0], -1)[0].offset
-    except KafkaError as exc:
-        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            return None
-        raise
-    if end <= 0:
-        return None
-    fetched = client.fetch_records(topic, 0, end - 1, max_wait_ms=0)
-    if not fetched.records:
-        raise RuntimeError(f"sluice sink: cannot read the last intent of query {query} in {topic}")
-    return json.loads(fetched.records[-1].value)
+    def write(self, iterator) -> TaskCommit:
+        ctx = _task_context()
+        with _naming_servers(self.options, "write"):
+            if self.options.guarantee == AT_LEAST_ONCE:
+                return TaskCommit(None, self.job, ctx.partitionId(), None,
+                                  _write_at_least_once(self.options, iterator))
+            with _client(self.options) as client:
+                writer = _write_slot(self.options, client, iterator,
+                                     _task_txn_id(self.job, ctx.partitionId(), ctx.attemptNumber()))
+                return TaskCommit(None, self.job, ctx.partitionId(), writer.written(), writer.rows)
 
+    def commit(self, messages) -> None:
+        txns = [t.txn for t in _messages(messages) if t.txn is not None]
+        if not txns:
+            return
+        with _naming_servers(self.options, "commit"), _client(self.options) as client:
+            closed = [t for t in txns if not _still_open(client, t)]
+            if closed:
+                _abort_quietly(client, txns)
+                raise SluiceSinkError(
+                    f"sluice sink: the write took longer than kafka.transaction.timeout.ms="
+                    f"{self.options.transaction_timeout_ms}: the broker aborted {len(closed)} of its "
+                    f"{len(txns)} transactions. Nothing was written; raise the timeout and write again.")
+            for txn in txns:
+                client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            _abort_leftovers(client, self.job, {t.transactional_id for t in txns},
+                             self.options.transaction_timeout_ms)
 
-def _record_intent(client: Client, query: str, batch_id: int, transactions: list) -> None:
-    topic = _intent_topic(query)
-    created = client.create_topics({topic: NewTopic(1, -1, {"retention.ms": str(_INTENT_RETENTION_MS)})})
-    error = created[topic].error
-    if error is not None and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-        raise error
-    value = json.dumps({"batch": batch_id, "transactions": [list(t) for t in transactions]}).encode()
-    client.produce(topic, 0, [(query.encode(), value, (), None)], acks=-1)
-
-
-# -- test-only hooks (tests/test_spark_sink.py); inert unless their variables are set -------
-
-def _test_crash(point: str, batch_id: int | None) -> None:
-    """SLUICE_TEST_SINK_CRASH=point: SIGKILL the whole Spark application when a streaming
-    write reaches `point` (during-task-writes, after-task-writes, after-intent, mid-commit,
-    after-commit) in a batch >= SLUICE_TEST_SINK_CRASH_BATCH. Tasks and commit() run in
-    Python workers under the JVM, and PySpark's daemon puts its workers in a process group
-    of their own, so both the driver's group (SLUICE_TEST_SINK_CRASH_PGID) and this
-    worker's group are killed. The point reached is first appended to
-    SLUICE_TEST_SINK_CRASH_LOG."""
-    if batch_id is None or os.environ.get("SLUICE_TEST_SINK_CRASH") != point:
-        return
-    if batch_id < int(os.environ.get("SLUICE_TEST_SINK_CRASH_BATCH", "0")):
-        return
-    log = os.environ.get("SLUICE_TEST_SINK_CRASH_LOG")
-    if log:
-        with open(log, "a") as out:
-            out.write(f"{point} {batch_id} {os.getpid()}\n")
-    own = os.getpgrp()
-    driver = int(os.environ.get("SLUICE_TEST_SINK_CRASH_PGID", own))
-    if driver != own:
-        os.killpg(driver, signal.SIGKILL)
-    os.killpg(own, signal.SIGKILL)
-
-
-def _test_fail_first_attempt() -> None:
-    """SLUICE_TEST_SINK_FAIL_FIRST_ATTEMPT=1: the first attempt of every exactly-once write
-    task fails after producing its rows, leaving its transaction open. On an even Spark
-    partition the Python worker exits at once (like a lost executor: nothing aborts the
-    transaction); on an odd one the task raises (and aborts its own transaction)."""
-    if os.environ.get("SLUICE_TEST_SINK_FAIL_FIRST_ATTEMPT") != "1":
-        return
-    ctx = _task_context()
-    if ctx is None or ctx.attemptNumber() != 0:
-        return
-    if ctx.partitionId() % 2 == 0:
-        os._exit(17)
-    raise RuntimeError(f"sluice test: first attempt of write task {ctx.partitionId()} fails on purpose")
+    def abort(self, messages) -> None:
+        tasks = _messages(messages)
+        with _naming_servers(self.options, "abort"), _client(self.options) as client:
+            _abort_quietly(client, [t.txn for t in tasks if t.txn is not None])
+            _abort_leftovers(client, self.job, set(), self.options.transaction_timeout_ms)

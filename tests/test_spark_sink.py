@@ -1,8 +1,8 @@
 """The `sluice` sink in real Spark against the real broker process.
 
 Streaming, Kafka -> Spark -> Kafka: the Spark driver runs as a process of its own
-(tests/spark_sink_job.py) so that it can be killed. The sink's test-only crash hook
-(SLUICE_TEST_SINK_CRASH, see spark_connector/sink.py) SIGKILLs the whole driver at one
+(tests/spark_sink_job.py) so that it can be killed. The job's fault injection
+(SLUICE_TEST_SINK_CRASH, around the real sink writer) SIGKILLs the whole driver at one
 exact point of a chosen micro-batch: during the task writes, after the task writes
 (before the sink commit), after the intent record, in the middle of the EndTxns, after
 the sink commit (before Spark's commit log). Each kill is followed by a restart from the
@@ -42,7 +42,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from spark_connector.sink import _last_intent  # noqa: E402
+from spark_connector.sink import Intent, last_intent as sink_last_intent  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 from wire.client import LATEST, READ_COMMITTED, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
@@ -108,11 +108,13 @@ class Output:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int):
         self.committed, self.aborted, self.open, self.plain = [], [], [], []
-        self.markers = []  # (partition, producer id, epoch, committed?)
+        # (partition, producer id, epoch, committed?, seconds from the transaction's last
+        # write in the partition to its marker)
+        self.markers = []
         with Client(bootstrap) as client:
             for p in range(partitions):
                 end = client.list_offsets(topic, [p], LATEST)[p].offset
-                offset, pending = 0, {}
+                offset, pending, last_write = 0, {}, {}
                 for _ in range(100_000):
                     if offset >= end:
                         break
@@ -125,13 +127,15 @@ class Output:
                         pid = header.producer_id
                         if header.is_control:
                             committed = decode_control_record(records[0]).type == CONTROL_COMMIT
-                            self.markers.append((p, pid, header.producer_epoch, committed))
+                            held = (header.max_timestamp - last_write.pop(pid, header.max_timestamp)) / 1000
+                            self.markers.append((p, pid, header.producer_epoch, committed, held))
                             (self.committed if committed else self.aborted).extend(pending.pop(pid, []))
                             continue
                         rows = [(record_id(r.value), p, r.key, r.value, tuple(r.headers), pid,
                                  header.producer_epoch) for r in records]
                         if header.is_transactional:
                             pending.setdefault(pid, []).extend(rows)
+                            last_write[pid] = header.max_timestamp
                         else:
                             self.plain.extend(rows)
                 else:
@@ -212,9 +216,9 @@ def query_id(checkpoint: str) -> str:
         return json.load(f)["id"]
 
 
-def last_intent(bootstrap: str, checkpoint: str) -> dict | None:
+def last_intent(bootstrap: str, checkpoint: str) -> Intent | None:
     with Client(bootstrap) as client:
-        return _last_intent(client, query_id(checkpoint))
+        return sink_last_intent(client, query_id(checkpoint))
 
 
 class Driver:
@@ -223,6 +227,7 @@ class Driver:
     def __init__(self, tmp_path, bootstrap, source, output, checkpoint, guarantee):
         self.args = [bootstrap, source, output, checkpoint]
         self.guarantee = guarantee
+        self.timeout = DRIVER_TIMEOUT
         self.log_path = tmp_path / "driver.log"
         self.crash_log = tmp_path / "crash.log"
 
@@ -235,9 +240,10 @@ class Driver:
                 [sys.executable, os.path.join(ROOT, "tests", "spark_sink_job.py"), *self.args, mode,
                  str(max_offsets), self.guarantee],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                env={**os.environ, "SLUICE_TEST_SINK_CRASH_LOG": str(self.crash_log), **env})
+                env={**os.environ, "SLUICE_TEST_SINK_CRASH_LOG": str(self.crash_log),
+                     "SLUICE_TEST_LIFETIME": str(self.timeout - 30), **env})
             try:
-                code = proc.wait(DRIVER_TIMEOUT)
+                code = proc.wait(self.timeout)
             except subprocess.TimeoutExpired:
                 code = None
             finally:
@@ -246,13 +252,14 @@ class Driver:
                     proc.wait(30)
         print(f"driver {mode} {env.get('SLUICE_TEST_SINK_CRASH', '')}: exit {code} "
               f"after {time.monotonic() - started:.1f} s")
-        assert code is not None, f"driver still running after {DRIVER_TIMEOUT} s:\n{self.log()}"
+        assert code is not None, f"driver still running after {self.timeout} s:\n{self.log()}"
         return code
 
-    def crash(self, point: str, batch: int) -> None:
-        """Run until the hook kills the driver at `point` of micro-batch `batch`."""
-        code = self.run("processing", 150, SLUICE_TEST_SINK_CRASH=point,
-                        SLUICE_TEST_SINK_CRASH_BATCH=str(batch))
+    def crash(self, point: str, batch: int, max_offsets: int = 150, **env) -> None:
+        """Run until the job's fault injection kills the driver at `point` of micro-batch
+        `batch`."""
+        code = self.run("processing", max_offsets, SLUICE_TEST_SINK_CRASH=point,
+                        SLUICE_TEST_SINK_CRASH_BATCH=str(batch), **env)
         assert code == -signal.SIGKILL, f"driver exited with {code}, not by the hook:\n{self.log()}"
         point_reached, batch_reached, _ = self.crash_log.read_text().splitlines()[-1].split()
         assert (point_reached, int(batch_reached)) == (point, batch)
@@ -294,14 +301,14 @@ def test_exactly_once_survives_driver_kills_at_every_point(kafka, tmp_path):
         assert max(committed.values(), default=1) == 1 and max(still_open.values(), default=1) == 1
         assert set(still_open) <= in_batch and not set(committed) & set(still_open)
         if point in ("during-task-writes", "after-task-writes"):
-            assert intent is None or intent["batch"] == batch - 1
+            assert intent is None or intent.batch == batch - 1
             assert set(committed) == done
             if point == "after-task-writes":
                 assert set(still_open) == in_batch
             assert still_open, "the killed tasks left no open transaction"
             left_open += len(still_open)
         else:
-            assert intent["batch"] == batch and len(intent["transactions"]) == partitions
+            assert intent.batch == batch and len(intent.txns()) == partitions
             if point == "after-intent":
                 assert set(committed) == done and set(still_open) == in_batch
             elif point == "mid-commit":
@@ -387,25 +394,29 @@ def test_failed_first_attempts_are_fenced_and_aborted(kafka, tmp_path):
         # Every task's first attempt produced all its rows, then failed: all aborted.
         assert Output.ids(out.aborted) == collections.Counter(list(expected))
         assert read_committed_wire(kafka, topic, partitions) == collections.Counter(list(expected))
-        # Each retry wrote under the same producer id at a higher epoch (InitProducerId
-        # fenced the failed attempt).
-        epochs = collections.defaultdict(lambda: ([], []))
-        for rows, slot in ((out.aborted, 0), (out.committed, 1)):
-            for r in rows:
-                epochs[r[5]][slot].append(r[6])
-        for pid, (aborted, committed) in epochs.items():
-            assert aborted and committed and max(aborted) < min(committed), (pid, aborted, committed)
+        # Each attempt writes under a transactional id of its own, so a retry (or a
+        # speculative copy) never fences another attempt: no producer id both aborted
+        # and committed rows.
+        assert not {r[5] for r in out.aborted} & {r[5] for r in out.committed}
+        # The failed attempts' transactions were aborted when the batch committed, not
+        # left to transaction.timeout.ms (15 minutes): how long each held
+        # read_committed readers back, from its last write to its ABORT marker.
+        stalls = [held for *_, committed, held in out.markers if not committed]
+        print(f"{topic}: {len(stalls)} aborted attempts held the stable offset for "
+              f"{min(stalls):.1f}-{max(stalls):.1f} s")
+        assert stalls and max(stalls) < 60
 
-    # A zombie of a failed attempt (the old epoch) can neither write nor commit.
+    # A zombie of a failed attempt (its old epoch) can neither write nor commit: the
+    # abort fenced its transactional id.
     with Client(kafka) as client:
-        intent = _last_intent(client, query_id(checkpoint))
+        ids = {t.producer_id: t.transactional_id for t in client.list_transactions()
+               if t.transactional_id.startswith(f"sluice-{query_id(checkpoint)}-")}
         out = Output(kafka, output, partitions)
-        for txn_id, pid, epoch in intent["transactions"]:
-            old = max(r[6] for r in out.aborted if r[5] == pid)
-            assert old < epoch
-            # Even Spark partitions died without aborting (the retry's InitProducerId aborted
-            # with epoch + 1, then got epoch + 2); odd ones aborted themselves.
-            assert epoch - old == (2 if int(txn_id.rsplit("-", 1)[1]) % 2 == 0 else 1), (txn_id, old, epoch)
+        zombies = {(r[5], r[6]) for r in out.aborted}
+        assert len({pid for pid, _ in zombies}) == partitions  # one id per slot, both batches
+        for pid, old in zombies:
+            txn_id = ids[pid]
+            assert txn_id.endswith("-0")  # the first attempt's id; retries wrote under "-1"
             with pytest.raises(KafkaError) as fenced:
                 client.end_txn(txn_id, pid, old, commit=True)
             assert fenced.value.code == ErrorCode.PRODUCER_FENCED
@@ -529,6 +540,28 @@ def test_batch_write_many_rows_per_partition_compressed(spark, kafka, guarantee,
     assert len(batches) >= 3 and all(h.compression == {"lz4": 3, "zstd": 4}[codec] for h in batches)
     assert [h.base_sequence for h in batches] == [sum(b.record_count for b in batches[:i])
                                                   for i in range(len(batches))]
+
+
+def test_batch_write_timestamp_column_sets_record_timestamps(spark, kafka):
+    import datetime
+
+    topic = unique("batch-ts")
+    create_topics(kafka, 1, topic)
+    base = datetime.datetime(2024, 2, 29, 12, 30, 15, 123000, tzinfo=datetime.timezone.utc)
+    rows = [(f"id={i:06d};", base + datetime.timedelta(seconds=i) if i % 3 else None) for i in range(9)]
+    started = int(time.time() * 1000)
+    (spark.createDataFrame(rows, "value string, timestamp timestamp")
+     .write.mode("append").format("sluice").option("kafka.bootstrap.servers", kafka)
+     .option("topic", topic).save())
+    with Client(kafka) as client:
+        records = client.fetch_records(topic, 0, 0, max_wait_ms=0, isolation_level=READ_COMMITTED).records
+    got = {record_id(r.value): r.timestamp for r in records}
+    assert len(got) == 9
+    for i in range(9):
+        if i % 3:
+            assert got[f"{i:06d}"] == int((base.timestamp() + i) * 1000)
+        else:  # a null timestamp: the time of writing, as Kafka's producer does
+            assert started <= got[f"{i:06d}"] <= int(time.time() * 1000)
 
 
 def test_failed_stream_batch_commits_nothing_and_the_restart_recovers(spark, kafka, tmp_path):
