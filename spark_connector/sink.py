@@ -381,14 +381,12 @@ def last_intent(client: Client, query: str) -> Intent | None:
     written in the driver's transactions, so a read_committed view skips any a fenced
     driver left behind."""
     topic = _intent_topic(query)
-    try:
-        answer = client.list_offsets(topic, [0], -1, isolation_level=READ_COMMITTED)[0]
-        start = client.list_offsets(topic, [0], -2)[0].offset
-    except KafkaError as exc:
-        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            return None
-        raise
-    end = answer.offset
+    # One Metadata request tells a new query (no intent topic yet) without retries.
+    known = client.metadata([topic]).topics.get(topic)
+    if known is None or known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return None
+    end = client.list_offsets(topic, [0], -1, isolation_level=READ_COMMITTED)[0].offset
+    start = client.list_offsets(topic, [0], -2)[0].offset
     lookback = _INTENT_LOOKBACK
     while end > start:
         offset, found = max(start, end - lookback), None
