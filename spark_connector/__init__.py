@@ -7,18 +7,30 @@
           .option("subscribe", "events").load())
 
 Options and the row schema follow Spark's built-in Kafka source and sink, so switching
-is a change of format name; see `spark_connector.source` and `spark_connector.sink`
-(exactly-once writes by default).
+is a change of format name; see `spark_connector.options`, `spark_connector.source` and
+`spark_connector.sink` (exactly-once writes by default). Options that have no effect
+are logged as warnings by the `spark_connector` logger, in the Python worker that reads
+them: on the driver's stderr, or in `spark.tvf.python_worker_logs()` when
+`spark.sql.pyspark.worker.logging.enabled` is true.
 """
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql.datasource import DataSource
 
 from spark_connector.arrow import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
-from spark_connector.options import SluiceOptionError, parse_source_options
+from spark_connector.options import SluiceOptionError, parse_sink_options, parse_source_options
 
 __all__ = ["SluiceDataSource", "SluiceOptionError", "register"]
+
+log = logging.getLogger("spark_connector")
+
+
+def _warn(messages) -> None:
+    for message in messages:
+        log.warning("sluice: %s", message)
 
 
 class SluiceDataSource(DataSource):
@@ -27,26 +39,36 @@ class SluiceDataSource(DataSource):
         return "sluice"
 
     def schema(self) -> str:
-        include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false")))
-        return SPARK_SCHEMA_WITH_HEADERS if include.lower() == "true" else SPARK_SCHEMA
+        """Spark calls this at load(), so option mistakes surface there. Whether the query
+        is batch or streaming is not known yet: the few checks that depend on it (e.g.
+        endingOffsets in a stream) wait for reader() or streamReader()."""
+        options = parse_source_options(self.options, batch=None)
+        _warn(options.warnings)
+        return SPARK_SCHEMA_WITH_HEADERS if options.include_headers else SPARK_SCHEMA
 
     def reader(self, schema):
         from spark_connector.source import SluiceBatchReader
-        return SluiceBatchReader(parse_source_options(self.options, batch=True))
+        options = parse_source_options(self.options, batch=True)
+        if options.streaming_only:
+            _warn([f"option '{name}' applies to streaming queries only; this batch query ignores it"
+                   for name in options.streaming_only])
+        return SluiceBatchReader(options)
 
     def streamReader(self, schema):
         from spark_connector.source import SluiceStreamReader
         return SluiceStreamReader(parse_source_options(self.options, batch=False))
 
     def writer(self, schema, overwrite: bool):
-        from spark_connector.options import parse_sink_options
         from spark_connector.sink import SluiceBatchWriter
-        return SluiceBatchWriter(parse_sink_options(self.options, schema))
+        options = parse_sink_options(self.options, schema)
+        _warn(options.warnings)
+        return SluiceBatchWriter(options)
 
     def streamWriter(self, schema, overwrite: bool):
-        from spark_connector.options import parse_sink_options
         from spark_connector.sink import SluiceStreamWriter
-        return SluiceStreamWriter(parse_sink_options(self.options, schema))
+        options = parse_sink_options(self.options, schema)
+        _warn(options.warnings)
+        return SluiceStreamWriter(options)
 
 
 def register(spark) -> None:

@@ -1,9 +1,15 @@
 """The source's and sink's options, named and interpreted as by Spark's built-in Kafka connector.
 
 Every mistake is reported as `SluiceOptionError` naming the option, before any data is
-read. Differences from Spark's connector: `kafka.isolation.level` defaults to
-read_committed; `kafka.group.id` makes the query commit its progress to that consumer
-group; `startingOffsets` also accepts `group` (the group's committed offsets).
+read. Options Spark's connector documents either work as documented or are errors
+saying why not: TLS/SASL settings (never a silent plaintext connection) and the Kafka
+settings Spark itself forbids. Options the connector does not know are warnings, not
+errors, as in Spark (whose Kafka clients only log settings they do not know).
+
+Differences from Spark's connector: `kafka.isolation.level` defaults to read_committed;
+`kafka.group.id` makes the query commit its progress to that consumer group;
+`startingOffsets` also accepts `group` (the group's committed offsets); `groupIdPrefix`
+has no effect, because the source reads without consumer groups (see `_GROUP_ID_PREFIX`).
 """
 
 from __future__ import annotations
@@ -17,15 +23,79 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly_once", "at_least_once"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # index = Kafka's compression id
 
-# kafka.* settings handed to the wire client: option -> (keyword, conversion to its unit).
+# Spark's defaults: kafkaConsumer.pollTimeoutMs falls back to spark.network.timeout (120 s).
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+DEFAULT_FETCH_MAX_WAIT_MS = 500
+DEFAULT_MAX_PARTITION_FETCH_BYTES = 8 * 1024 * 1024  # Kafka's 1 MiB makes many small fetches
+DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024  # Kafka's default
+
+
+def _seconds(ms: int) -> float:
+    return ms / 1000
+
+
+# kafka.* settings the wire client takes, with Kafka's names:
+# option -> (client keyword, smallest allowed value, conversion to the client's unit).
 _CLIENT_SETTINGS = {
-    "kafka.client.id": ("client_id", str),
-    "kafka.request.timeout.ms": ("request_timeout", lambda v: int(v) / 1000),
+    "kafka.request.timeout.ms": ("request_timeout", 1, _seconds),
+    "kafka.socket.connection.setup.timeout.ms": ("connect_timeout", 1, _seconds),
+    "kafka.retries": ("retries", 0, int),
+    "kafka.retry.backoff.ms": ("retry_backoff", 0, _seconds),
+    "kafka.retry.backoff.max.ms": ("retry_backoff_max", 0, _seconds),
 }
+# The bound on one operation with its retries: a consumer's and a producer's name for it.
+_SOURCE_CLIENT_SETTINGS = {**_CLIENT_SETTINGS,
+                           "kafka.default.api.timeout.ms": ("retry_timeout", 1, _seconds)}
+_SINK_CLIENT_SETTINGS = {**_CLIENT_SETTINGS,
+                         "kafka.delivery.timeout.ms": ("retry_timeout", 1, _seconds)}
+
+# Kafka settings Spark's connector refuses, and why (the connector, not a Kafka client, owns these).
+_FORBIDDEN = {
+    "kafka.auto.offset.reset": "set the source option 'startingOffsets' (earliest, latest, or JSON "
+                               "offsets) instead; the query decides which offsets it reads and "
+                               "resumes from its checkpoint, not from a consumer's reset policy",
+    "kafka.key.deserializer": "keys are read as bytes; deserialize them with DataFrame operations",
+    "kafka.value.deserializer": "values are read as bytes; deserialize them with DataFrame operations",
+    "kafka.key.serializer": "keys are written from the binary or string 'key' column; serialize "
+                            "them with DataFrame operations",
+    "kafka.value.serializer": "values are written from the binary or string 'value' column; "
+                              "serialize them with DataFrame operations",
+    "kafka.enable.auto.commit": "the query tracks its offsets in its checkpoint (and commits them "
+                                "to kafka.group.id after each batch when that is set)",
+    "kafka.interceptor.classes": "interceptors could change records behind the query's back",
+}
+_NO_TLS = "the sluice connector does not support TLS/SASL yet; refusing to connect in plaintext"
+
+_SOURCE_OPTIONS = {name.lower(): name for name in (
+    "subscribe", "subscribePattern", "assign", "startingTimestamp", "startingOffsetsByTimestamp",
+    "startingOffsets", "startingOffsetsByTimestampStrategy", "endingTimestamp",
+    "endingOffsetsByTimestamp", "endingOffsets", "failOnDataLoss", "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
+    "groupIdPrefix", "includeHeaders")}
+_STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_SOURCE_KAFKA = {"kafka.bootstrap.servers", "kafka.security.protocol", "kafka.group.id",
+                 "kafka.isolation.level", "kafka.fetch.max.wait.ms", "kafka.max.partition.fetch.bytes",
+                 "kafka.fetch.max.bytes", "kafka.client.id", *_SOURCE_CLIENT_SETTINGS}
+# checkpointLocation and queryName are Spark's own, handed to every streaming sink.
+_SINK_KNOWN = {"topic", "includeheaders", "deliveryguarantee", "checkpointlocation", "queryname",
+               "kafka.bootstrap.servers", "kafka.security.protocol", "kafka.compression.type",
+               "kafka.transaction.timeout.ms", "kafka.client.id", *_SINK_CLIENT_SETTINGS}
+
+# Spark names the consumers it creates with group ids made from groupIdPrefix. Sluice's
+# source creates no consumers: it sends Metadata, ListOffsets and Fetch requests, which
+# carry no group id, so there is nothing for the prefix to name.
+_GROUP_ID_PREFIX = ("option 'groupIdPrefix' has no effect: the sluice source reads without consumer "
+                    "groups (no request it sends carries a group id); the only group it uses is "
+                    "'kafka.group.id', to commit the query's progress")
+
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
 
 
 class SluiceOptionError(ValueError):
-    """A source or sink option is missing, contradictory or malformed."""
+    """A source or sink option is missing, contradictory, malformed or cannot be honoured."""
 
 
 @dataclass(frozen=True)
@@ -63,14 +133,21 @@ class SourceOptions:
     starting: Position
     ending: Position
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     min_partitions: int | None
+    max_records_per_partition: int | None
     fail_on_data_loss: bool
     include_headers: bool
     isolation_level: int
     group_id: str | None
-    client: dict  # keyword arguments for wire.client
-    max_partition_fetch_bytes: int
+    client: dict  # wire client keywords from kafka.* settings, for the driver and the tasks
+    fetch_offset_retry: tuple[int, int] | None  # the driver's (retries, interval ms), if set
+    poll_timeout_ms: int
     fetch_max_wait_ms: int
+    fetch_bytes: int  # asked for per fetch: one partition per request, so the smaller limit
+    warnings: tuple[str, ...]  # options accepted but without effect
+    streaming_only: tuple[str, ...]  # given streaming-only options (a batch query ignores them)
 
 
 def _lower(options) -> dict[str, str]:
@@ -126,6 +203,57 @@ def _bool(options: dict, name: str, default: bool) -> bool:
     return text.lower() == "true"
 
 
+def _duration_ms(options: dict, name: str, default: str) -> int:
+    """A time as Spark writes it: an integer with an optional unit (us, ms, s, m, min, h, d;
+    none means ms), e.g. "15m"."""
+    text = options.get(name.lower(), default)
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise SluiceOptionError(f"option '{name}' must be a duration like 500ms, 30s, 15m or 1h, "
+                                f"got {text!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2) or "ms"))
+
+
+def _servers(options: dict) -> str:
+    servers = options.get("kafka.bootstrap.servers", "").strip()
+    if not servers:
+        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
+    for address in servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise SluiceOptionError(f"option 'kafka.bootstrap.servers': {address!r} is not host:port")
+    return servers
+
+
+def _check_kafka_settings(options: dict) -> None:
+    """Refuse what would connect less securely than asked, and what Spark's connector refuses."""
+    protocol = options.get("kafka.security.protocol", "PLAINTEXT")
+    if protocol.strip().upper() != "PLAINTEXT":
+        raise SluiceOptionError(f"option 'kafka.security.protocol' is {protocol!r}: {_NO_TLS}")
+    for name in sorted(options):
+        if name.startswith(("kafka.ssl.", "kafka.sasl.")):
+            raise SluiceOptionError(f"option '{name}': {_NO_TLS}")
+        if name in _FORBIDDEN:
+            raise SluiceOptionError(f"Kafka option '{name}' is not supported: {_FORBIDDEN[name]}")
+
+
+def _client_settings(options: dict, table: dict) -> dict:
+    client = {}
+    if "kafka.client.id" in options:
+        client["client_id"] = options["kafka.client.id"]
+    for name, (keyword, minimum, convert) in table.items():
+        value = _int(options, name, minimum)
+        if value is not None:
+            client[keyword] = convert(value)
+    return client
+
+
+def _unknown(options: dict, known) -> list[str]:
+    return [f"option '{name}' is not a Kafka setting the sluice connector applies; ignored"
+            if name.startswith("kafka.") else f"option '{name}' is unknown to the sluice connector; ignored"
+            for name in sorted(options) if name not in known]
+
+
 def _subscription(options: dict) -> Subscription:
     given = [name for name in ("subscribe", "subscribePattern", "assign") if name.lower() in options]
     if len(given) != 1:
@@ -171,10 +299,10 @@ def _starting(options: dict, batch: bool) -> Position:
         "startingOffsets", text, lambda v: v >= EARLIEST and (not batch or v != LATEST)))
 
 
-def _ending(options: dict, batch: bool) -> Position:
+def _ending(options: dict, streaming: bool) -> Position:
     names = [n for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
              if n.lower() in options]
-    if names and not batch:
+    if names and streaming:
         raise SluiceOptionError(f"option '{names[0]}' is for batch queries only")
     if "endingtimestamp" in options:
         return Position("timestamp", timestamp=_int(options, "endingTimestamp", 0), strategy="latest")
@@ -191,43 +319,68 @@ def _ending(options: dict, batch: bool) -> Position:
                                                       lambda v: v >= 0 or v == LATEST))
 
 
-def parse_source_options(raw, batch: bool) -> SourceOptions:
+def _fetch_offset_retry(options: dict) -> tuple[int, int] | None:
+    """fetchOffset.numRetries and fetchOffset.retryIntervalMs, with Spark's defaults (3 and
+    10 ms) for the one not given; None when neither is (the wire client's own retries)."""
+    retries = _int(options, "fetchOffset.numRetries", 0)
+    interval = _int(options, "fetchOffset.retryIntervalMs", 0)
+    if retries is None and interval is None:
+        return None
+    return (3 if retries is None else retries, 10 if interval is None else interval)
+
+
+def parse_source_options(raw, batch: bool | None) -> SourceOptions:
+    """The source's options for a batch (True) or streaming (False) query; with None, only
+    the checks that hold for both (Spark's schema() at load() does not say which it is)."""
     options = _lower(raw)
-    servers = options.get("kafka.bootstrap.servers", "").strip()
-    if not servers:
-        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
-    for address in servers.split(","):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise SluiceOptionError(f"option 'kafka.bootstrap.servers': {address!r} is not host:port")
+    _check_kafka_settings(options)
+    servers = _servers(options)
     level = options.get("kafka.isolation.level", "read_committed").lower()
     if level not in ("read_committed", "read_uncommitted"):
         raise SluiceOptionError("option 'kafka.isolation.level' must be read_committed or read_uncommitted")
-    starting = _starting(options, batch)
+    starting = _starting(options, batch is True)
     group_id = options.get("kafka.group.id") or None
     if starting.kind == "group" and group_id is None:
         raise SluiceOptionError("option 'startingOffsets' = group needs option 'kafka.group.id'")
-    client = {}
-    for name, (key, convert) in _CLIENT_SETTINGS.items():
-        if name in options:
-            try:
-                client[key] = convert(options[name])
-            except ValueError:
-                raise SluiceOptionError(f"option '{name}' is malformed: {options[name]!r}") from None
+    max_offsets = _int(options, "maxOffsetsPerTrigger", 1)
+    min_offsets = _int(options, "minOffsetsPerTrigger", 1)
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise SluiceOptionError(f"option 'minOffsetsPerTrigger' ({min_offsets}) is higher than "
+                                f"'maxOffsetsPerTrigger' ({max_offsets})")
+    poll_timeout = _int(options, "kafkaConsumer.pollTimeoutMs", 1) or DEFAULT_POLL_TIMEOUT_MS
+    fetch_wait = _int(options, "kafka.fetch.max.wait.ms", 0)
+    fetch_wait = DEFAULT_FETCH_MAX_WAIT_MS if fetch_wait is None else fetch_wait
+    if fetch_wait >= poll_timeout:
+        raise SluiceOptionError(f"option 'kafka.fetch.max.wait.ms' ({fetch_wait}) must be below "
+                                f"'kafkaConsumer.pollTimeoutMs' ({poll_timeout}): a fetch waiting that "
+                                "long at the end of a partition would count as a failed poll")
+    warnings = _unknown(options, set(_SOURCE_OPTIONS) | _SOURCE_KAFKA)
+    if "maxtriggerdelay" in options and min_offsets is None:
+        warnings.append("option 'maxTriggerDelay' has no effect without 'minOffsetsPerTrigger'")
+    if "groupidprefix" in options:
+        warnings.append(_GROUP_ID_PREFIX)
     return SourceOptions(
         bootstrap_servers=servers,
         subscription=_subscription(options),
         starting=starting,
-        ending=_ending(options, batch),
-        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", 1),
+        ending=_ending(options, streaming=batch is False),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         min_partitions=_int(options, "minPartitions", 1),
+        max_records_per_partition=_int(options, "maxRecordsPerPartition", 1),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         isolation_level=READ_COMMITTED if level == "read_committed" else READ_UNCOMMITTED,
         group_id=group_id,
-        client=client,
-        max_partition_fetch_bytes=_int(options, "kafka.max.partition.fetch.bytes", 1) or 8 * 1024 * 1024,
-        fetch_max_wait_ms=_int(options, "kafka.fetch.max.wait.ms", 0) or 500,
+        client=_client_settings(options, _SOURCE_CLIENT_SETTINGS),
+        fetch_offset_retry=_fetch_offset_retry(options),
+        poll_timeout_ms=poll_timeout,
+        fetch_max_wait_ms=fetch_wait,
+        fetch_bytes=min(_int(options, "kafka.max.partition.fetch.bytes", 1) or DEFAULT_MAX_PARTITION_FETCH_BYTES,
+                        _int(options, "kafka.fetch.max.bytes", 1) or DEFAULT_FETCH_MAX_BYTES),
+        warnings=tuple(warnings),
+        streaming_only=tuple(name for name in _STREAMING_ONLY if name.lower() in options),
     )
 
 
@@ -238,27 +391,26 @@ class SinkOptions:
     guarantee: str
     compression: str
     transaction_timeout_ms: int
-    client: tuple
+    client: tuple  # wire client keywords, as pairs
+    warnings: tuple[str, ...] = ()  # options accepted but without effect
 
 
 def parse_sink_options(raw, schema) -> SinkOptions:
-    options = {k.lower(): v for k, v in dict(raw).items()}
-    servers = options.get("kafka.bootstrap.servers", "").strip()
-    if not servers:
-        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
+    options = _lower(raw)
+    _check_kafka_settings(options)
+    servers = _servers(options)
     guarantee = options.get("deliveryguarantee", EXACTLY_ONCE).lower()
     if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
         raise SluiceOptionError("option 'deliveryGuarantee' must be exactly_once or at_least_once")
     compression = options.get("kafka.compression.type", "none").lower()
     if compression not in CODECS:
         raise SluiceOptionError(f"option 'kafka.compression.type' must be one of {', '.join(CODECS)}")
-    try:
-        timeout = int(options.get("kafka.transaction.timeout.ms", 900_000))
-    except ValueError:
-        raise SluiceOptionError("option 'kafka.transaction.timeout.ms' must be an integer") from None
+    timeout = _int(options, "kafka.transaction.timeout.ms", 1) or 900_000
+    _bool(options, "includeHeaders", False)  # as in Spark's sink: a headers column is always written
     _check_columns(schema, options.get("topic"))
-    client = (("client_id", options.get("kafka.client.id", "sluice-spark-sink")),)
-    return SinkOptions(servers, options.get("topic"), guarantee, compression, timeout, client)
+    client = {"client_id": "sluice-spark-sink", **_client_settings(options, _SINK_CLIENT_SETTINGS)}
+    return SinkOptions(servers, options.get("topic"), guarantee, compression, timeout,
+                       tuple(sorted(client.items())), tuple(_unknown(options, _SINK_KNOWN)))
 
 
 def _check_columns(schema, topic_option) -> None:
@@ -267,7 +419,8 @@ def _check_columns(schema, topic_option) -> None:
         raise SluiceOptionError("the sink needs a 'value' column (binary or string)")
     for column, allowed in (("value", ("binary", "string")), ("key", ("binary", "string")),
                             ("topic", ("string",)), ("partition", ("int",)),
-                            ("headers", ("array<struct<key:string,value:binary>>",))):
+                            ("headers", ("array<struct<key:string,value:binary>>",)),
+                            ("timestamp", ("timestamp", "timestamp_ntz"))):
         if column in types and types[column] not in allowed:
             raise SluiceOptionError(f"column '{column}' must be {' or '.join(allowed)}, not {types[column]}")
     if "topic" not in types and not topic_option:

@@ -37,12 +37,15 @@ from spark_connector.arrow import arrow_schema, columns_to_batch
 from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
 from wire.client import Client, ClientError
 from wire.client.client import visible_batches
+from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES
 from wire.columns import decode_batch_columns
 from wire.errors import ErrorCode, KafkaError
 
 _MAX_DECOMPRESSED = 256 * 1024 * 1024
-_STALLED_FETCHES = 20
-_MIN_ARROW_ROWS = 4096  # smaller Kafka batches are merged before Spark sees them  # empty fetches in a row before a task gives up on its range
+_MIN_ARROW_ROWS = 4096  # smaller Kafka batches are merged before Spark sees them
+_STALL_PAUSE = 0.05  # seconds between fetches that brought none of a task's records
+_RESPONSE_OVERHEAD = 1024 * 1024  # room for a Fetch response's headers around its records
+_DRIVER_RETRY_TIMEOUT = 20.0  # seconds the driver retries one query, unless told otherwise
 
 
 class SluiceDataLossError(RuntimeError):
@@ -59,8 +62,9 @@ class OffsetRange(InputPartition):
     isolation_level: int
     include_headers: bool
     fail_on_data_loss: bool
-    max_partition_fetch_bytes: int
+    fetch_bytes: int
     fetch_max_wait_ms: int
+    poll_timeout_ms: int
     client: tuple  # wire client keyword arguments, as pairs (hashable, picklable)
 
 
@@ -75,8 +79,15 @@ def from_json_offsets(offsets: dict) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
 
 
-def _client(options: SourceOptions) -> Client:
-    settings = {"client_id": "sluice-spark", "retry_timeout": 20.0, **options.client}
+def _driver_client(options: SourceOptions) -> Client:
+    """The driver's client. With fetchOffset.* set, its queries retry as Spark's do (that
+    many times, a fixed interval apart), the time bound widened by those intervals so
+    that every retry can happen."""
+    settings = {"client_id": "sluice-spark", "retry_timeout": _DRIVER_RETRY_TIMEOUT, **options.client}
+    if options.fetch_offset_retry is not None:
+        retries, interval_ms = options.fetch_offset_retry
+        settings.update(retries=retries, retry_backoff=interval_ms / 1000, retry_backoff_max=interval_ms / 1000,
+                        retry_timeout=settings["retry_timeout"] + retries * interval_ms / 1000)
     return Client(options.bootstrap_servers, **settings)
 
 
@@ -90,7 +101,7 @@ class _Planner:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = _client(self.options)
+            self._client = _driver_client(self.options)
         return self._client
 
     def close(self) -> None:
@@ -199,12 +210,12 @@ class _Planner:
     def plan(self, start: dict[tuple[str, int], int], end: dict[tuple[str, int], int]) -> list[OffsetRange]:
         ranges = [(tp, start.get(tp, 0), until) for tp, until in sorted(end.items())
                   if until > start.get(tp, 0)]
-        ranges = _split(ranges, self.options.min_partitions)
         o = self.options
+        ranges = _split(ranges, o.min_partitions)
         client = tuple(sorted(o.client.items()))
         return [OffsetRange(topic, partition, low, high, o.bootstrap_servers, o.isolation_level,
-                            o.include_headers, o.fail_on_data_loss, o.max_partition_fetch_bytes,
-                            o.fetch_max_wait_ms, client)
+                            o.include_headers, o.fail_on_data_loss, o.fetch_bytes,
+                            o.fetch_max_wait_ms, o.poll_timeout_ms, client)
                 for (topic, partition), low, high in ranges]
 
 
@@ -245,19 +256,36 @@ def _within(arrow: pa.RecordBatch, columns, low: int, high: int) -> pa.RecordBat
     return arrow.slice(start, max(stop - start, 0))
 
 
+def _poll_timeout(part: OffsetRange, offset: int, why: str) -> RuntimeError:
+    return RuntimeError(f"sluice: {part.topic}-{part.partition}: no records from offset {offset} "
+                        f"(reading up to {part.until_offset}) within kafkaConsumer.pollTimeoutMs="
+                        f"{part.poll_timeout_ms}: {why}")
+
+
 def read_range(part: OffsetRange):
-    """Fetch [from_offset, until_offset) of one partition, as Arrow batches."""
+    """Fetch [from_offset, until_offset) of one partition, as Arrow batches.
+
+    kafkaConsumer.pollTimeoutMs bounds the wait for the next records the task needs:
+    each fetch (its retries included), and a run of fetches that bring none of them.
+    """
     schema = arrow_schema(part.include_headers)
-    client = Client(part.bootstrap_servers, **{"client_id": "sluice-spark-task", **dict(part.client)})
+    settings = {"client_id": "sluice-spark-task",
+                "max_response_bytes": max(DEFAULT_MAX_RESPONSE_BYTES, part.fetch_bytes + _RESPONSE_OVERHEAD),
+                **dict(part.client)}
+    client = Client(part.bootstrap_servers, call_timeout=part.poll_timeout_ms / 1000, **settings)
     try:
         offset = part.from_offset
-        stalled = 0
+        waiting_since = None  # monotonic time of the first fetch in a row that brought nothing
         while offset < part.until_offset:
             try:
                 result = client.fetch(part.topic, part.partition, offset,
                                       max_wait_ms=part.fetch_max_wait_ms,
-                                      max_bytes=part.max_partition_fetch_bytes,
+                                      max_bytes=part.fetch_bytes,
                                       isolation_level=part.isolation_level)
+            except TimeoutError as exc:
+                if isinstance(exc, ClientError):  # the client's own request timeout, retries spent
+                    raise
+                raise _poll_timeout(part, offset, "the broker did not answer") from None
             except KafkaError as exc:
                 if exc.code not in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                     raise
@@ -287,17 +315,18 @@ def read_range(part: OffsetRange):
                         small = []
             if small:
                 yield _merged(small, schema)
-            if next_offset <= offset:
-                stalled += 1
-                if stalled > _STALLED_FETCHES or result.high_watermark <= offset:
-                    if result.last_stable_offset <= offset < part.until_offset and stalled <= _STALLED_FETCHES * 10:
-                        time.sleep(0.05)  # an open transaction holds the stable offset back
-                        continue
-                    raise RuntimeError(f"sluice: {part.topic}-{part.partition} stopped at offset {offset} "
-                                       f"before {part.until_offset} (high watermark {result.high_watermark})")
+            if next_offset > offset:
+                offset, waiting_since = next_offset, None
                 continue
-            stalled = 0
-            offset = next_offset
+            # Nothing readable yet, e.g. an open transaction holds the stable offset back.
+            # Every such round sleeps, so the time bound also bounds their number.
+            now = time.monotonic()
+            waiting_since = now if waiting_since is None else waiting_since
+            if now - waiting_since > part.poll_timeout_ms / 1000:
+                raise _poll_timeout(part, offset, f"fetches brought nothing (high watermark "
+                                                  f"{result.high_watermark}, last stable offset "
+                                                  f"{result.last_stable_offset})")
+            time.sleep(_STALL_PAUSE)
     finally:
         client.close()
 
@@ -409,7 +438,7 @@ class SluiceBatchReader(DataSourceReader):
                                             f"beyond the latest offset {latest[tp]}")
             ranges = planner.plan(start, end)
             return ranges or [OffsetRange("", 0, 0, 0, self.options.bootstrap_servers, 0,
-                                          self.options.include_headers, True, 1, 0, ())]
+                                          self.options.include_headers, True, 1, 0, 1, ())]
         finally:
             planner.close()
 
