@@ -14,8 +14,16 @@ Rules:
   when `failOnDataLoss` is true (the default); otherwise reading continues from the
   earliest available offset.
 - `maxOffsetsPerTrigger` is a read limit (admission control), spread over partitions
-  in proportion to their backlog; `trigger(availableNow=True)` fixes its target when
-  the query starts and honours the limit on the way there.
+  as Spark spreads it (see `_limit`); `trigger(availableNow=True)` fixes its target
+  when the query starts and honours the limit on the way there.
+- `minOffsetsPerTrigger` holds a trigger back while fewer records are new, until
+  `maxTriggerDelay` has passed since the last trigger that went ahead (Spark's rule).
+  The Python API has no composite read limit, so the source applies it itself, under
+  whichever limit Spark passes except ReadAllAvailable (Trigger.Once), as Spark's
+  source does; `trigger(availableNow=True)` does not wait for it (the run would end
+  with the last records unread).
+- `maxRecordsPerPartition` and `minPartitions` cut offset ranges into Spark partitions
+  (see `_split`).
 - With `kafka.group.id`, every offset Spark reports as processed (the start of each
   new `latestOffset` call, which Spark makes only after the previous batch committed)
   is committed to that consumer group, so the group tracks the query, including its
@@ -31,7 +39,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
 
 from spark_connector.arrow import arrow_schema, columns_to_batch
 from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
@@ -211,7 +220,7 @@ class _Planner:
         ranges = [(tp, start.get(tp, 0), until) for tp, until in sorted(end.items())
                   if until > start.get(tp, 0)]
         o = self.options
-        ranges = _split(ranges, o.min_partitions)
+        ranges = _split(ranges, o.min_partitions, o.max_records_per_partition)
         client = tuple(sorted(o.client.items()))
         return [OffsetRange(topic, partition, low, high, o.bootstrap_servers, o.isolation_level,
                             o.include_headers, o.fail_on_data_loss, o.fetch_bytes,
@@ -226,17 +235,25 @@ def _data_loss(fail: bool, message: str) -> None:
             "from the earliest available offset instead.")
 
 
-def _split(ranges: list, min_partitions: int | None) -> list:
-    """Split ranges so there are at least `min_partitions`, cutting big ones evenly."""
+def _cut(tp, low: int, high: int, parts: int) -> list:
+    """[low, high) in `parts` pieces whose sizes differ by at most one."""
+    bounds = [low + (high - low) * i // parts for i in range(parts + 1)]
+    return [(tp, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _split(ranges: list, min_partitions: int | None, max_records: int | None) -> list:
+    """Spark partitions for offset ranges, as Spark's Kafka source plans them: ranges of
+    more than `max_records` (maxRecordsPerPartition) are cut into equal pieces of at most
+    that many; then, if there are fewer than `min_partitions`, each range is cut into
+    pieces in proportion to its size, for about that many in all."""
+    if max_records:
+        ranges = [piece for tp, low, high in ranges
+                  for piece in _cut(tp, low, high, math.ceil((high - low) / max_records))]
     if not min_partitions or len(ranges) >= min_partitions or not ranges:
         return ranges
     total = sum(high - low for _, low, high in ranges)
-    result = []
-    for tp, low, high in ranges:
-        parts = max(1, math.ceil((high - low) * min_partitions / total))
-        step = math.ceil((high - low) / parts)
-        result += [(tp, a, min(a + step, high)) for a in range(low, high, step)]
-    return result
+    return [piece for tp, low, high in ranges
+            for piece in _cut(tp, low, high, max(1, math.ceil((high - low) * min_partitions / total)))]
 
 
 def _merged(batches: list, schema: pa.Schema) -> pa.RecordBatch:
@@ -336,6 +353,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.planner = _Planner(options)
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+        self._last_trigger: float | None = None  # when a trigger last went ahead (minOffsetsPerTrigger)
         self._committed: dict | None = None
 
     def initialOffset(self) -> dict:
@@ -347,23 +365,42 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.planner.offsets(partitions, LATEST)
 
     def getDefaultReadLimit(self):
+        """maxOffsetsPerTrigger, else minOffsetsPerTrigger (no composite limit exists in
+        Python: with both, the minimum is applied in latestOffset under the maximum)."""
         if self.options.max_offsets_per_trigger:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
         self._commit_to_group(start)
         begin = from_json_offsets(start)
         partitions = self.planner.partitions()
-        latest = self._target if self._target is not None else self.planner.offsets(partitions, LATEST)
+        latest = dict(self._target) if self._target is not None else self.planner.offsets(partitions, LATEST)
         for tp in partitions:  # partitions that appeared since: from their earliest offset
             if tp not in begin and (self._target is None or tp in self._target):
                 begin[tp] = self.planner.offsets([tp], EARLIEST)[tp]
                 latest.setdefault(tp, begin[tp])
         end = {tp: max(latest.get(tp, off), off) if tp in latest else off for tp, off in begin.items()}
+        if isinstance(limit, ReadAllAvailable):  # as in Spark, it overrides the source's limits
+            return to_json_offsets(end)
+        if self.options.min_offsets_per_trigger and self._target is None and self._holds_back(begin, end):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = _limit(begin, end, limit.max_rows)
         return to_json_offsets(end)
+
+    def _holds_back(self, begin: dict, end: dict) -> bool:
+        """Spark's rule for minOffsetsPerTrigger: skip this trigger while fewer records are
+        new, unless maxTriggerDelay has passed since the last trigger that went ahead."""
+        now = time.monotonic()
+        overdue = (self._last_trigger is None
+                   or (now - self._last_trigger) * 1000 >= self.options.max_trigger_delay_ms)
+        if not overdue and sum(end[tp] - begin[tp] for tp in end) < self.options.min_offsets_per_trigger:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self):
         partitions = self.planner.partitions()
@@ -401,16 +438,21 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _limit(begin: dict, end: dict, max_rows: int) -> dict:
-    """Spread `max_rows` over partitions in proportion to their backlog."""
-    backlog = {tp: end[tp] - begin[tp] for tp in end}
+    """maxOffsetsPerTrigger spread as Spark's Kafka source spreads it: each partition with
+    new records gets a share of `max_rows` in proportion to its backlog, rounded down but
+    at least one record, so a small partition beside a busy one advances every trigger.
+    Spark stops there; here the records rounding leaves over also go to the largest
+    backlogs, so that a trigger reads the whole limit. With more such partitions than
+    `max_rows`, their one record each takes a trigger past the limit, as in Spark."""
+    backlog = {tp: end[tp] - begin[tp] for tp in end if end[tp] > begin[tp]}
     total = sum(backlog.values())
     if total <= max_rows:
         return end
-    limited = {}
+    limited = dict(end)
     for tp, lag in backlog.items():
-        limited[tp] = begin[tp] + int(lag * max_rows / total)
-    spare = max_rows - sum(limited[tp] - begin[tp] for tp in limited)
-    for tp in sorted(backlog, key=lambda t: -backlog[t]):  # hand out rounding leftovers
+        limited[tp] = begin[tp] + min(lag, max(1, lag * max_rows // total))
+    spare = max_rows - sum(limited[tp] - begin[tp] for tp in backlog)
+    for tp in sorted(backlog, key=lambda t: -backlog[t]):
         if spare <= 0:
             break
         if limited[tp] < end[tp]:

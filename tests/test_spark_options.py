@@ -30,6 +30,7 @@ from tests.test_spark_source import (QUERY_TIMEOUT, _order, create_topic, make_r
 from wire.client import Client  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
+API_LIST_OFFSETS = 2
 NO_TLS = "the sluice connector does not support TLS/SASL yet; refusing to connect in plaintext"
 NOWHERE = "127.0.0.1:9"  # never connected to: these options fail before any connection
 
@@ -319,3 +320,106 @@ def test_poll_timeout_fails_a_task_whose_broker_stops_answering(spark, broker):
     assert stopped.is_set()
     assert f"{topic}-0" in str(info.value) and "kafkaConsumer.pollTimeoutMs=2000" in str(info.value)
     assert elapsed < 25, elapsed  # the request timeout alone is 30 s
+
+
+# -- how offsets are cut into batches and Spark partitions --------------------------------------
+
+def test_max_records_per_partition_splits_ranges(spark, kafka, tmp_path):
+    topic = create_topic(kafka, unique("max-records"), partitions=2)
+    expected = produce(kafka, topic, make_records({0: 20, 1: 9}), headers=False)
+
+    def sizes(df) -> list[int]:
+        return df.rdd.glom().map(len).collect()
+
+    df = source(spark, kafka, subscribe=topic, maxRecordsPerPartition="6")
+    assert rows_of(df) == expected
+    assert sorted(sizes(df)) == [4, 5, 5, 5, 5, 5]  # 20 in four pieces, 9 in two, none above 6
+    df = source(spark, kafka, subscribe=topic, maxRecordsPerPartition="6", minPartitions="10")
+    assert rows_of(df) == expected
+    assert len(sizes(df)) >= 10 and max(sizes(df)) <= 6
+
+    batches = []
+    query = (source(spark, kafka, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxRecordsPerPartition="4", maxOffsetsPerTrigger="15").writeStream
+             .foreachBatch(lambda batch, _: batches.append((rows_of(batch), sizes(batch))))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT)
+    assert sorted((row for rows, _ in batches for row in rows), key=_order) == expected
+    assert all(max(parts, default=0) <= 4 for _, parts in batches), batches
+    assert all(sum(parts) == len(rows) for rows, parts in batches)
+
+
+def test_max_offsets_per_trigger_never_starves_a_small_partition(spark, kafka, tmp_path):
+    topic = create_topic(kafka, unique("starve"), partitions=2)
+    expected = produce(kafka, topic, make_records({0: 600, 1: 3}), headers=False)
+    per_batch = []
+    query = (source(spark, kafka, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="100").writeStream
+             .foreachBatch(lambda batch, _: per_batch.append(rows_of(batch)))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT)
+    assert sorted((row for rows in per_batch for row in rows), key=_order) == expected
+    per_batch = [rows for rows in per_batch if rows]
+    # 600 beside 3: a proportional share of 100 would be 0 for the small partition; it gets
+    # one record in each of the first three triggers, which still read 100 records each.
+    assert [sum(1 for row in rows if row[3] == 1) for rows in per_batch[:3]] == [1, 1, 1]
+    assert [len(rows) for rows in per_batch] == [100] * 6 + [3]
+
+
+def append(bootstrap: str, topic: str, numbers) -> None:
+    """Values b"0", b"1", ... as one record batch: readers see all of them or none."""
+    with Client(bootstrap) as client:
+        client.produce(topic, 0, [(None, b"%d" % i, [], None) for i in numbers])
+
+
+def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, kafka, tmp_path):
+    def alive(query):
+        if not query.isActive:
+            raise AssertionError(f"query died: {query.exception()}")
+        return True
+
+    def start(topic, bootstrap, delay, seen, name):
+        df = source(spark, bootstrap, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    minOffsetsPerTrigger="50", maxTriggerDelay=delay)
+        query = (df.writeStream.foreachBatch(lambda batch, _: seen.append(rows_of(batch)))
+                 .option("checkpointLocation", str(tmp_path / name))
+                 .trigger(processingTime="200 milliseconds").start())
+        # A new query's first trigger goes ahead and Spark runs batch 0, here empty.
+        wait_for(lambda: alive(query) and seen, QUERY_TIMEOUT, "the query's first batch")
+        assert seen == [[]]
+        return query
+
+    # Held back: 10 records stay unread through triggers, until 55 make the minimum.
+    held = create_topic(kafka, unique("min-held"), partitions=1)
+    seen = []
+    with KafkaCaptureProxy(kafka) as proxy, running(start(held, proxy.bootstrap, "1h", seen, "held")) as query:
+        append(kafka, held, range(10))
+        asked = len(driver_requests(proxy, API_LIST_OFFSETS))
+        # Four more ListOffsets: a batch planned on the first (latestOffset, then two in
+        # partitions()) would have run before the fourth (the next trigger's latestOffset).
+        wait_for(lambda: alive(query) and len(driver_requests(proxy, API_LIST_OFFSETS)) >= asked + 4,
+                 QUERY_TIMEOUT, "triggers after the first records")
+        assert seen == [[]]
+        append(kafka, held, range(10, 55))
+        wait_for(lambda: alive(query) and len(seen) > 1, QUERY_TIMEOUT, "the held records")
+    assert [[(row[1], row[4]) for row in rows] for rows in seen[1:]] == [[(b"%d" % i, i) for i in range(55)]]
+
+    # Released: after maxTriggerDelay a trigger goes ahead with fewer records.
+    delayed = create_topic(kafka, unique("min-delay"), partitions=1)
+    seen = []
+    with running(start(delayed, kafka, "1s", seen, "delayed")) as query:
+        append(kafka, delayed, range(10))
+        wait_for(lambda: alive(query) and len(seen) > 1, QUERY_TIMEOUT, "the delayed batch")
+    assert [[(row[1], row[4]) for row in rows] for rows in seen[1:]] == [[(b"%d" % i, i) for i in range(10)]]
+
+
+def test_available_now_does_not_wait_for_min_offsets_per_trigger(spark, kafka, tmp_path):
+    topic = create_topic(kafka, unique("min-available-now"), partitions=2)
+    expected = produce(kafka, topic, make_records({0: 20, 1: 10}), headers=False)
+    seen = []
+    query = (source(spark, kafka, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    minOffsetsPerTrigger="1000", maxTriggerDelay="1h").writeStream
+             .foreachBatch(lambda batch, _: seen.extend(rows_of(batch)))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT)
+    assert sorted(seen, key=_order) == expected
