@@ -16,6 +16,7 @@ them: on the driver's stderr, or in `spark.tvf.python_worker_logs()` when
 
 from __future__ import annotations
 
+import json
 import logging
 
 from pyspark.sql.datasource import DataSource
@@ -23,7 +24,7 @@ from pyspark.sql.datasource import DataSource
 from spark_connector.arrow import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from spark_connector.options import SluiceOptionError, parse_sink_options, parse_source_options
 
-__all__ = ["SluiceDataSource", "SluiceOptionError", "register"]
+__all__ = ["SluiceDataSource", "SluiceOptionError", "offsets_behind_latest", "register"]
 
 log = logging.getLogger("spark_connector")
 
@@ -69,6 +70,29 @@ class SluiceDataSource(DataSource):
         options = parse_sink_options(self.options, schema)
         _warn(options.warnings)
         return SluiceStreamWriter(options)
+
+
+def offsets_behind_latest(source_progress: dict) -> dict[str, float]:
+    """Spark's Kafka source metrics `minOffsetsBehindLatest`, `maxOffsetsBehindLatest` and
+    `avgOffsetsBehindLatest`, from one source's entry of a streaming progress
+    (`query.lastProgress["sources"][0]`): per partition, the latest offset the source saw
+    minus the batch's end offset. Python sources cannot report metrics themselves (PySpark's
+    streaming source runner has no call for them). Empty when the progress has no
+    latestOffset yet."""
+    latest, end = (_offsets(source_progress.get(key)) for key in ("latestOffset", "endOffset"))
+    if not latest or not end:
+        return {}
+    behind = [offset - end.get(topic, {}).get(partition, 0)
+              for topic, partitions in latest.items() for partition, offset in partitions.items()]
+    if not behind:
+        return {}
+    return {"minOffsetsBehindLatest": min(behind), "maxOffsetsBehindLatest": max(behind),
+            "avgOffsetsBehindLatest": sum(behind) / len(behind)}
+
+
+def _offsets(value) -> dict | None:
+    """A progress offset: Spark gives JSON text, or the object when it parsed the text."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def register(spark) -> None:

@@ -24,10 +24,18 @@ Rules:
   with the last records unread).
 - `maxRecordsPerPartition` and `minPartitions` cut offset ranges into Spark partitions
   (see `_split`).
-- With `kafka.group.id`, every offset Spark reports as processed (the start of each
-  new `latestOffset` call, which Spark makes only after the previous batch committed)
-  is committed to that consumer group, so the group tracks the query, including its
-  final batch.
+- With `kafka.group.id`, every offset Spark reports as processed is committed to that
+  consumer group: the start of each `latestOffset` call (Spark makes it at every
+  trigger, after the previous batch committed) and each `commit(end)` (which Spark
+  makes only when the next batch starts). So the group is current after every batch
+  from the trigger that follows it on: `processAllAvailable()` and availableNow runs
+  end with it current; a query stopped between a batch and the next trigger leaves it
+  one batch behind until the query runs again.
+- Spark's Kafka source reports `minOffsetsBehindLatest`, `maxOffsetsBehindLatest` and
+  `avgOffsetsBehindLatest` as source metrics; Python sources cannot (PySpark's
+  streaming source runner has no metrics call). The source reports the latest offsets
+  it saw as the progress's `latestOffset` instead, and
+  `spark_connector.offsets_behind_latest` computes those three numbers from a progress.
 """
 
 from __future__ import annotations
@@ -353,6 +361,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.planner = _Planner(options)
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+        self._latest: dict[tuple[str, int], int] = {}  # the latest offsets seen, for progress
         self._last_trigger: float | None = None  # when a trigger last went ahead (minOffsetsPerTrigger)
         self._committed: dict | None = None
 
@@ -382,6 +391,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if tp not in begin and (self._target is None or tp in self._target):
                 begin[tp] = self.planner.offsets([tp], EARLIEST)[tp]
                 latest.setdefault(tp, begin[tp])
+        self._latest = latest
         end = {tp: max(latest.get(tp, off), off) if tp in latest else off for tp, off in begin.items()}
         if isinstance(limit, ReadAllAvailable):  # as in Spark, it overrides the source's limits
             return to_json_offsets(end)
@@ -403,8 +413,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def reportLatestOffset(self):
-        partitions = self.planner.partitions()
-        return to_json_offsets(self.planner.offsets(partitions, LATEST))
+        """The latest offsets the last latestOffset call saw (the progress's `latestOffset`)."""
+        return to_json_offsets(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict):
         begin, until = from_json_offsets(start), from_json_offsets(end)

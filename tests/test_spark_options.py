@@ -9,6 +9,7 @@ make a broker fall silent (SIGSTOP) get a broker of their own.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("confluent_kafka")
 
+from spark_connector import offsets_behind_latest  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import API_FETCH, API_METADATA, API_PRODUCE, KafkaCaptureProxy  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
@@ -66,12 +68,36 @@ def driver_requests(proxy: KafkaCaptureProxy, api_key: int, direction: str = "re
     return frames
 
 
+def offsets_json(value) -> dict:
+    return json.loads(value) if isinstance(value, str) else value
+
+
 @contextmanager
 def running(query):
     try:
         yield query
     finally:
         query.stop()
+
+
+def process_all_available(query, timeout: float = QUERY_TIMEOUT) -> None:
+    """query.processAllAvailable(), bounded: it has no timeout of its own."""
+    failure = []
+
+    def run():
+        try:
+            query.processAllAvailable()
+        except Exception as exc:  # noqa: BLE001 - handed to the test thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        query.stop()
+        raise AssertionError(f"processAllAvailable did not return within {timeout} s")
+    if failure:
+        raise failure[0]
 
 
 # -- mistakes are errors at load() -------------------------------------------------------------
@@ -423,3 +449,52 @@ def test_available_now_does_not_wait_for_min_offsets_per_trigger(spark, kafka, t
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     assert query.awaitTermination(QUERY_TIMEOUT)
     assert sorted(seen, key=_order) == expected
+
+
+# -- progress: how far behind, and the consumer group ------------------------------------------
+
+def test_progress_shows_offsets_behind_latest(spark, kafka, tmp_path):
+    topic = create_topic(kafka, unique("behind"), partitions=2)
+    produce(kafka, topic, make_records({0: 30, 1: 10}), headers=False)
+    query = (source(spark, kafka, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="20").writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT)
+    progress = [p["sources"][0] for p in query.recentProgress if p["numInputRows"] > 0]
+    assert [offsets_json(p["latestOffset"]) for p in progress] == [{topic: {"0": 30, "1": 10}}] * 2
+    assert [offsets_json(p["endOffset"]) for p in progress] == [{topic: {"0": 15, "1": 5}},
+                                                                 {topic: {"0": 30, "1": 10}}]
+    assert [offsets_behind_latest(p) for p in progress] == [
+        {"minOffsetsBehindLatest": 5, "maxOffsetsBehindLatest": 15, "avgOffsetsBehindLatest": 10.0},
+        {"minOffsetsBehindLatest": 0, "maxOffsetsBehindLatest": 0, "avgOffsetsBehindLatest": 0.0}]
+
+
+def test_group_matches_the_last_batch_when_the_query_stops(spark, kafka, tmp_path):
+    topic = create_topic(kafka, unique("group-stop"), partitions=4)
+    group = unique("group-stop")
+    partitions = [(topic, p) for p in range(4)]
+    checkpoint = str(tmp_path / "cp")
+
+    def run_until_caught_up() -> dict:
+        """Start, process what there is, stop between batches; the last batch's end."""
+        df = source(spark, kafka, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="30", **{"kafka.group.id": group})
+        with running(df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+                     .trigger(processingTime="300 milliseconds").start()) as query:
+            process_all_available(query)
+            return offsets_json(query.lastProgress["sources"][0]["endOffset"])
+
+    def committed() -> dict:
+        with Client(kafka) as client:
+            answers = client.fetch_offsets(group, partitions)
+        return {t: {str(p): answers[(t, p)].offset for (t, p) in partitions} for t in {topic}}
+
+    produce(kafka, topic, make_records({p: 25 for p in range(4)}), headers=False)
+    end = run_until_caught_up()
+    assert end == {topic: {str(p): 25 for p in range(4)}}
+    assert committed() == end
+
+    produce(kafka, topic, make_records({0: 7, 2: 40}, start=25), headers=False)
+    end = run_until_caught_up()
+    assert end == {topic: {"0": 32, "1": 25, "2": 65, "3": 25}}
+    assert committed() == end
