@@ -99,7 +99,6 @@ def test_executor_killed_mid_batch_exactly_once(kafka, cluster, tmp_path):
         # A task of micro-batch 2 (batches 0 and 1 done or in flight) has started.
         in_flight = wait_for(lambda: _alive(driver, cluster) and [m for m in markers.all() if m[0] >= 2],
                              90, "a task of micro-batch 2 to start")
-        assert_loopback_only(cluster.pids() + driver.pids())
         os.kill(first[0], signal.SIGKILL)
         killed.update(pid=first[0], tasks=in_flight, at=time.monotonic())
         print(f"SIGKILLed executor JVM {first[0]} of {app} while tasks {in_flight} ran")
@@ -107,6 +106,7 @@ def test_executor_killed_mid_batch_exactly_once(kafka, cluster, tmp_path):
                                [p for p in cluster.executors(app) if p != first[0]], 60,
                                "the Worker to start a new executor")
         print(f"new executor JVM {replacement} after {time.monotonic() - killed['at']:.1f} s")
+        assert_loopback_only(cluster.pids() + driver.pids())
 
     code = run_driver(driver, cluster, kill_an_executor)
     assert code == 0, f"driver exit {code}\n{driver.log()}\n{cluster.logs()}"
