@@ -13,7 +13,7 @@ from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
 from wire.primitives import DecodeError, EncodeError
 from wire.records import (
     CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, ControlRecord,
-    build_batch, build_control_batch, decode_batch, decode_control_record, has_valid_crc,
+    build_batch, build_batch_columns, build_control_batch, decode_batch, decode_control_record, has_valid_crc,
     iter_batches, parse_header, set_base_offset, set_log_append_time,
     set_partition_leader_epoch,
 )
@@ -159,6 +159,30 @@ def test_bytes_like_keys_and_values_are_accepted():
 def test_build_rejects_bad_records(bad_records):
     with pytest.raises(EncodeError):
         build_batch(bad_records)
+
+
+def test_columns_build_the_same_batch_as_tuples():
+    """build_batch_columns (what the sink writes with) encodes exactly what build_batch
+    does; headers may be None for the whole batch or for one record; bytes-like keys,
+    values and header values are accepted."""
+    keys = [b"k", None, bytearray(b"kk"), memoryview(b"k3")]
+    values = [b"v" * 300, b"", None, bytearray(b"v4")]
+    headers = [[("a", b"1"), ("b", None)], None, [], [("c", memoryview(b"3"))]]
+    timestamps = [5, 2**40, 5 - 2**40, 7]
+    records = [(k, v, h or (), t) for k, v, h, t in zip(keys, values, headers, timestamps)]
+    options = {"producer_id": 9, "producer_epoch": 2, "base_sequence": 40, "transactional": True}
+    assert build_batch_columns(keys, values, headers, timestamps, **options) == build_batch(records, **options)
+    assert (build_batch_columns(keys, values, None, timestamps) ==
+            build_batch([(k, v, (), t) for k, v, t in zip(keys, values, timestamps)]))
+    decoded = decode_batch(build_batch_columns(keys, values, headers, timestamps), MiB)
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in decoded] == [
+        (None if k is None else bytes(k), None if v is None else bytes(v),
+         tuple((n, None if x is None else bytes(x)) for n, x in h or ()), t)
+        for k, v, h, t in zip(keys, values, headers, timestamps)]
+    with pytest.raises(EncodeError):
+        build_batch_columns([b"k"], [b"v", b"w"], None, [1])  # columns of different lengths
+    with pytest.raises(EncodeError):
+        build_batch_columns([b"k"], [b"v"], [[("h", "str")]], [1])
 
 
 @pytest.mark.parametrize("options", [

@@ -1,5 +1,5 @@
 /*
- * Columnar decoding of a RecordBatch v2's records section (already decompressed).
+ * Columnar decoding and encoding of a RecordBatch v2's records section (uncompressed).
  *
  * decode_columns(data, count, base_offset, base_timestamp, with_headers) returns the
  * records as column buffers in Arrow's layouts, so that a reader can build Arrow
@@ -12,6 +12,12 @@
  * The header buffers are empty unless with_headers is true. Bitmaps are LSB-first, a
  * set bit meaning "not null". Malformed input raises ValueError; nothing is read
  * outside `data`, and no allocation exceeds a small multiple of len(data).
+ *
+ * encode_records(keys, values, headers, timestamps, base_timestamp) is the reverse for
+ * producers: equal-length sequences of keys and values (bytes-like or None), headers
+ * (None, or per record None or a sequence of (str, bytes-like or None) pairs) and
+ * timestamps (ints), to (records section, largest timestamp). Wrong types raise
+ * TypeError naming the record.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -216,15 +222,181 @@ static PyObject *murmur2_positive(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(h & 0x7fffffff);
 }
 
+/* Zigzag varlong (Kafka's signed varint for int64), at most 10 bytes. */
+static void put_varlong(growbuf *b, int64_t value) {
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (v >= 0x80) { b->data[b->len++] = (uint8_t)(v | 0x80); v >>= 7; }
+    b->data[b->len++] = (uint8_t)v;
+}
+
+static int varlong_size(int64_t value) {
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int n = 1;
+    while (v >= 0x80) { v >>= 7; n++; }
+    return n;
+}
+
+/* A key, value or header value: (pointer, length), length -1 for None. */
+typedef struct { const char *p; Py_ssize_t n; PyObject *owner; } blob;
+
+static int as_blob(PyObject *o, blob *out, Py_ssize_t record, const char *what) {
+    out->owner = NULL;
+    if (o == Py_None) { out->p = NULL; out->n = -1; return 0; }
+    if (PyBytes_Check(o)) { out->p = PyBytes_AS_STRING(o); out->n = PyBytes_GET_SIZE(o); return 0; }
+    if (PyByteArray_Check(o)) { out->p = PyByteArray_AS_STRING(o); out->n = PyByteArray_GET_SIZE(o); return 0; }
+    if (PyObject_CheckBuffer(o)) {  /* memoryview and friends: copied once */
+        out->owner = PyBytes_FromObject(o);
+        if (!out->owner) return -1;
+        out->p = PyBytes_AS_STRING(out->owner); out->n = PyBytes_GET_SIZE(out->owner);
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "record %zd: %s must be bytes or None, not %s", record, what,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static void put_blob(growbuf *b, const blob *x) {
+    put_varlong(b, x->n);
+    if (x->n > 0) { memcpy(b->data + b->len, x->p, x->n); b->len += x->n; }
+}
+
+static Py_ssize_t blob_size(const blob *x) { return varlong_size(x->n) + (x->n > 0 ? x->n : 0); }
+
+/* The headers of one record, encoded into `out` (cleared first). */
+static int encode_headers(PyObject *headers, growbuf *out, Py_ssize_t record) {
+    out->len = 0;
+    if (headers == Py_None) {
+        if (grow_reserve(out, 1) < 0) return -1;
+        put_varlong(out, 0);
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of (key, value) pairs");
+    if (!seq) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    int rc = -1;
+    if (grow_reserve(out, 10) < 0) goto done;
+    put_varlong(out, count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) && !PyList_Check(pair)) {
+            PyErr_Format(PyExc_TypeError, "record %zd: a header is not a (key, value) pair", record);
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "record %zd: a header is not a (key, value) pair", record);
+            goto done;
+        }
+        PyObject *name = PySequence_Fast_GET_ITEM(pair, 0);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "record %zd: header key %R is not a str", record, name);
+            goto done;
+        }
+        Py_ssize_t name_len;
+        const char *name_p = PyUnicode_AsUTF8AndSize(name, &name_len);
+        if (!name_p) goto done;
+        blob value;
+        if (as_blob(PySequence_Fast_GET_ITEM(pair, 1), &value, record, "a header value") < 0) goto done;
+        blob key = {name_p, name_len, NULL};
+        if (grow_reserve(out, blob_size(&key) + blob_size(&value)) == 0) {
+            put_blob(out, &key);
+            put_blob(out, &value);
+        }
+        Py_XDECREF(value.owner);
+        if (PyErr_Occurred()) goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    PyObject *keys_in, *values_in, *headers_in, *timestamps_in;
+    long long base_timestamp;
+    if (!PyArg_ParseTuple(args, "OOOOL", &keys_in, &values_in, &headers_in, &timestamps_in,
+                          &base_timestamp))
+        return NULL;
+    PyObject *keys = PySequence_Fast(keys_in, "keys must be a sequence");
+    PyObject *values = keys ? PySequence_Fast(values_in, "values must be a sequence") : NULL;
+    PyObject *timestamps = values ? PySequence_Fast(timestamps_in, "timestamps must be a sequence") : NULL;
+    PyObject *headers = NULL;
+    if (timestamps && headers_in != Py_None)
+        headers = PySequence_Fast(headers_in, "headers must be a sequence or None");
+    growbuf out = {0}, header_buf = {0};
+    PyObject *result = NULL;
+    if (!timestamps || (headers_in != Py_None && !headers)) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(values) != n || PySequence_Fast_GET_SIZE(timestamps) != n ||
+        (headers && PySequence_Fast_GET_SIZE(headers) != n)) {
+        PyErr_SetString(PyExc_ValueError, "keys, values, headers and timestamps differ in length");
+        goto done;
+    }
+    int64_t max_timestamp = base_timestamp;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        long long ts = PyLong_AsLongLongAndOverflow(PySequence_Fast_GET_ITEM(timestamps, i), &overflow);
+        if (ts == -1 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "record %zd: the timestamp is not an int", i);
+            goto done;
+        }
+        if (overflow) { PyErr_Format(PyExc_ValueError, "record %zd: timestamp out of range", i); goto done; }
+        if (ts > max_timestamp) max_timestamp = ts;
+        blob key, value;
+        if (as_blob(PySequence_Fast_GET_ITEM(keys, i), &key, i, "the key") < 0) goto done;
+        if (as_blob(PySequence_Fast_GET_ITEM(values, i), &value, i, "the value") < 0) {
+            Py_XDECREF(key.owner);
+            goto done;
+        }
+        int bad = encode_headers(headers ? PySequence_Fast_GET_ITEM(headers, i) : Py_None, &header_buf, i);
+        int64_t delta = 0;
+        if (bad == 0 && __builtin_sub_overflow((int64_t)ts, (int64_t)base_timestamp, &delta)) {
+            PyErr_Format(PyExc_ValueError, "record %zd: timestamp delta does not fit a varlong", i);
+            bad = -1;
+        }
+        if (bad == 0) {
+            Py_ssize_t body = 1 + varlong_size(delta) + varlong_size(i) + blob_size(&key) +
+                              blob_size(&value) + header_buf.len;
+            bad = grow_reserve(&out, varlong_size(body) + body);
+            if (bad == 0) {
+                put_varlong(&out, body);
+                out.data[out.len++] = 0;  /* attributes */
+                put_varlong(&out, delta);
+                put_varlong(&out, i);
+                put_blob(&out, &key);
+                put_blob(&out, &value);
+                memcpy(out.data + out.len, header_buf.data, header_buf.len);
+                out.len += header_buf.len;
+            }
+        }
+        Py_XDECREF(key.owner);
+        Py_XDECREF(value.owner);
+        if (bad) goto done;
+    }
+    PyObject *section = PyBytes_FromStringAndSize((const char *)out.data, out.len);
+    if (section) {
+        result = Py_BuildValue("(NL)", section, (long long)max_timestamp);
+    }
+done:
+    PyMem_Free(out.data);
+    PyMem_Free(header_buf.data);
+    Py_XDECREF(keys);
+    Py_XDECREF(values);
+    Py_XDECREF(timestamps);
+    Py_XDECREF(headers);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"murmur2_positive", murmur2_positive, METH_VARARGS,
      "murmur2_positive(key) -> Kafka's murmur2 hash of key, masked to 31 bits"},
     {"decode_columns", decode_columns, METH_VARARGS,
      "decode_columns(data, count, base_offset, base_timestamp, with_headers) -> column buffers"},
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(keys, values, headers, timestamps, base_timestamp) -> (section, max timestamp)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columns",
-                                    "Columnar decoding of Kafka record batches.", -1, methods};
+                                    "Columnar decoding and encoding of Kafka record batches.", -1, methods};
 
 PyMODINIT_FUNC PyInit__columns(void) { return PyModule_Create(&module); }

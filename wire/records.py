@@ -25,6 +25,7 @@ from typing import NamedTuple, Sequence
 
 from crc32c import crc32c
 
+from wire._columns import encode_records
 from wire.compression import NONE, compress, decompress
 from wire.primitives import DecodeError, EncodeError
 
@@ -37,7 +38,7 @@ __all__ = [
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
     "set_partition_leader_epoch", "set_log_append_time", "decode_batch",
-    "decode_control_record", "build_batch", "build_control_batch",
+    "decode_control_record", "build_batch", "build_batch_columns", "build_control_batch",
 ]
 
 HEADER_SIZE = 61
@@ -466,99 +467,18 @@ def decode_control_record(record: Record) -> ControlRecord:
     return ControlRecord(kind, version, _TXN_MARKER_VALUE.unpack_from(value)[1])
 
 
-def _zigzag_bytes(n: int) -> bytes:
-    """The zigzag varlong encoding of `n` (identical to the varint one within 32 bits)."""
-    if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
-        raise EncodeError(f"{n} does not fit a varlong")
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-# Encodings of 0 .. 8191 (at most two bytes each), looked up instead of computed for
-# the lengths, offset deltas and timestamp deltas of typical records.
-_SMALL_LIMIT = 8192
-_SMALL_VARINTS = tuple(_zigzag_bytes(n) for n in range(_SMALL_LIMIT))
-_NULL_LENGTH = _zigzag_bytes(-1)
-
-
-def _as_bytes(data) -> bytes:
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise EncodeError(f"{type(data).__name__} given where bytes are expected")
-
-
-def _encode_headers(headers) -> bytes:
-    small, limit, zigzag = _SMALL_VARINTS, _SMALL_LIMIT, _zigzag_bytes
-    parts = [zigzag(len(headers))]
-    for name, value in headers:
-        if name.__class__ is not str:
-            raise EncodeError(f"header key {name!r} is not a str")
-        name = name.encode("utf-8")
-        parts.append(small[len(name)] if len(name) < limit else zigzag(len(name)))
-        parts.append(name)
-        if value is None:
-            parts.append(_NULL_LENGTH)
-        else:
-            if value.__class__ is not bytes:
-                value = _as_bytes(value)
-            parts.append(small[len(value)] if len(value) < limit else zigzag(len(value)))
-            parts.append(value)
-    return b"".join(parts)
-
-
-def _encode_records(records, base_timestamp: int) -> tuple[bytearray, int]:
-    """The uncompressed records section and the largest timestamp in it."""
-    small, limit, zigzag, join = _SMALL_VARINTS, _SMALL_LIMIT, _zigzag_bytes, b"".join
-    null, no_headers, zero_attributes = _NULL_LENGTH, b"\x00", b"\x00"
-    out = bytearray()
-    max_timestamp = base_timestamp
-    offset_delta = 0
-    try:
-        for offset_delta, (key, value, headers, timestamp) in enumerate(records):
-            if timestamp > max_timestamp:
-                max_timestamp = timestamp
-            delta = timestamp - base_timestamp
-            if key is None:
-                key_length, key = null, b""
-            else:
-                if key.__class__ is not bytes:
-                    key = _as_bytes(key)
-                key_length = small[len(key)] if len(key) < limit else zigzag(len(key))
-            if value is None:
-                value_length, value = null, b""
-            else:
-                if value.__class__ is not bytes:
-                    value = _as_bytes(value)
-                value_length = small[len(value)] if len(value) < limit else zigzag(len(value))
-            body = join((
-                zero_attributes,
-                small[delta] if 0 <= delta < limit else zigzag(delta),
-                small[offset_delta] if offset_delta < limit else zigzag(offset_delta),
-                key_length, key, value_length, value,
-                _encode_headers(headers) if headers else no_headers,
-            ))
-            out += small[len(body)] if len(body) < limit else zigzag(len(body))
-            out += body
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(f"record {offset_delta}: {exc}") from None
-    return out, max_timestamp
-
-
-def _build(records, attributes: int, codec: int, base_offset: int, partition_leader_epoch: int,
-           producer_id: int, producer_epoch: int, base_sequence: int,
+def _build(keys, values, headers, timestamps, attributes: int, codec: int, base_offset: int,
+           partition_leader_epoch: int, producer_id: int, producer_epoch: int, base_sequence: int,
            log_append_time: int | None) -> bytes:
-    if not records:
+    if not keys:
         raise EncodeError("a record batch needs at least one record")
+    base_timestamp = timestamps[0]
+    if base_timestamp.__class__ is not int:
+        raise EncodeError("record 0: the timestamp is not an int")
     try:
-        base_timestamp = records[0][3]
-    except (IndexError, TypeError):
-        raise EncodeError("records are (key, value, headers, timestamp) tuples") from None
-    section, max_timestamp = _encode_records(records, base_timestamp)
+        section, max_timestamp = encode_records(keys, values, headers, timestamps, base_timestamp)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(str(exc)) from None
     if log_append_time is not None:
         attributes |= LOG_APPEND_TIME_BIT
         max_timestamp = log_append_time
@@ -566,8 +486,8 @@ def _build(records, attributes: int, codec: int, base_offset: int, partition_lea
         section = compress(codec, section)
     try:
         crc_range_header = _CRC_RANGE_HEADER.pack(
-            attributes | codec, len(records) - 1, base_timestamp, max_timestamp,
-            producer_id, producer_epoch, base_sequence, len(records))
+            attributes | codec, len(keys) - 1, base_timestamp, max_timestamp,
+            producer_id, producer_epoch, base_sequence, len(keys))
         crc = crc32c(section, crc32c(crc_range_header))
         before_crc_range = _BEFORE_CRC_RANGE.pack(
             base_offset, _MIN_BATCH_LENGTH + len(section), partition_leader_epoch, MAGIC, crc)
@@ -578,6 +498,22 @@ def _build(records, attributes: int, codec: int, base_offset: int, partition_lea
 
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    **options,
+) -> bytes:
+    """A complete batch, CRC set, from (key, value, headers, timestamp) tuples; the
+    options are those of `build_batch_columns`."""
+    try:
+        keys, values, headers, timestamps = zip(*records) if records else ((),) * 4
+    except (TypeError, ValueError):
+        raise EncodeError("records are (key, value, headers, timestamp) tuples") from None
+    return build_batch_columns(keys, values, headers, timestamps, **options)
+
+
+def build_batch_columns(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+    timestamps: Sequence[int],
     *,
     base_offset: int = 0,
     compression: int = NONE,
@@ -588,15 +524,16 @@ def build_batch(
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     log_append_time: int | None = None,
 ) -> bytes:
-    """A complete batch, CRC set, from (key, value, headers, timestamp) tuples.
+    """A complete batch, CRC set, from equal-length columns (`headers` None when no
+    record has any), encoded in C without a Python object per record.
 
     Records get consecutive offsets from `base_offset`; the first record's timestamp
     becomes the base timestamp, as Kafka's producers do. Giving `log_append_time`
     marks the batch LogAppendTime with that max timestamp, as a broker would.
     """
     attributes = TRANSACTIONAL_BIT if transactional else 0
-    return _build(records, attributes, compression, base_offset, partition_leader_epoch,
-                  producer_id, producer_epoch, base_sequence, log_append_time)
+    return _build(keys, values, headers, timestamps, attributes, compression, base_offset,
+                  partition_leader_epoch, producer_id, producer_epoch, base_sequence, log_append_time)
 
 
 def build_control_batch(kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -610,6 +547,6 @@ def build_control_batch(kind: int, producer_id: int, producer_epoch: int, coordi
         value = _TXN_MARKER_VALUE.pack(0, coordinator_epoch)
     except struct.error as exc:
         raise EncodeError(f"coordinator epoch {coordinator_epoch!r}: {exc}") from None
-    return _build([(key, value, (), timestamp)], TRANSACTIONAL_BIT | CONTROL_BIT, NONE,
+    return _build((key,), (value,), None, (timestamp,), TRANSACTIONAL_BIT | CONTROL_BIT, NONE,
                   base_offset, partition_leader_epoch, producer_id, producer_epoch, NO_SEQUENCE,
                   None)
