@@ -23,7 +23,9 @@ import contextlib
 import json
 import time
 import uuid
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
@@ -33,7 +35,8 @@ from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
 from wire._columns import murmur2_positive
 from wire.client import READ_COMMITTED, Client, ClientError, NewTopic
 from wire.errors import ErrorCode, KafkaError
-from wire.records import CONTROL_COMMIT, build_batch, decode_batch, decode_control_record, iter_batches
+from wire.records import (CONTROL_COMMIT, build_batch, build_batch_columns, decode_batch,
+                          decode_control_record, iter_batches)
 
 _BATCH_RECORDS = 5000
 _BATCH_BYTES = 900 * 1024
@@ -88,10 +91,12 @@ class TaskCommit(WriterCommitMessage):
 
 @dataclass
 class _Partitioner:
+    """Kafka's default partitioner: murmur2 of the key; keyless rows round-robin."""
+
     counts: dict = field(default_factory=dict)
     round_robin: dict = field(default_factory=dict)
 
-    def partition(self, client: Client, topic: str, key: bytes | None) -> int:
+    def partitions(self, client: Client, topic: str, keys: list) -> list[int]:
         count = self.counts.get(topic)
         if count is None:
             metadata = client.metadata([topic])
@@ -99,65 +104,107 @@ class _Partitioner:
             if info is None or info.error_code or not info.partitions:
                 raise SluiceSinkError(f"sluice sink: topic {topic!r} does not exist")
             count = self.counts[topic] = len(info.partitions)
-        if key is None:
-            nxt = self.round_robin.get(topic, 0)
-            self.round_robin[topic] = nxt + 1
-            return nxt % count
-        return murmur2_positive(key) % count
+        if None not in keys:
+            return [murmur2_positive(key) % count for key in keys]
+        start = self.round_robin.get(topic, 0)
+        self.round_robin[topic] = start + keys.count(None)
+        spread = iter(range(start, start + len(keys)))
+        return [next(spread) % count if key is None else murmur2_positive(key) % count for key in keys]
 
 
-def _bytes(value) -> bytes | None:
-    return value.encode() if isinstance(value, str) else value
+def _binary(column) -> list:
+    """A string or binary column as bytes (None where null)."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    return column.to_pylist()
 
 
-def _timestamps_ms(batch, n: int) -> list:
-    """The `timestamp` column in epoch milliseconds (None where null or absent)."""
-    names = [name.lower() for name in batch.schema.names]
-    if "timestamp" not in names:
-        return [None] * n
-    column = batch.column(names.index("timestamp"))
-    return column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64()).to_pylist()
+def _timestamps_ms(column, n: int) -> list[int]:
+    """The `timestamp` column in epoch milliseconds; the time of writing where it is
+    null or absent."""
+    now = _now()
+    if column is None:
+        return [now] * n
+    millis = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64()).to_pylist()
+    return [now if ms is None else ms for ms in millis]
+
+
+@dataclass
+class _Pending:
+    """Rows waiting for one topic-partition, as columns."""
+
+    keys: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    headers: list | None = None
+    timestamps: list = field(default_factory=list)
+    size: int = 0
 
 
 class _TaskWriter:
-    """Turns a task's Arrow batches into record batches, per topic-partition."""
+    """Turns a task's Arrow batches into record batches, per topic-partition, encoded
+    from columns (no Python object per record beyond the key and value bytes)."""
 
     def __init__(self, client: Client, options: SinkOptions, transaction: tuple | None):
         self.client = client
         self.options = options
         self.transaction = transaction  # (transactional id, producer id, epoch) or None
         self.partitioner = _Partitioner()
-        self.pending: dict[tuple[str, int], list] = {}
-        self.pending_bytes: dict[tuple[str, int], int] = {}
+        self.pending: dict[tuple[str, int], _Pending] = {}
         self.sequences: dict[tuple[str, int], int] = {}
         self.last_offsets: dict[tuple[str, int], int] = {}
         self.rows = 0
 
     def write(self, batch) -> None:
-        columns = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
         n = batch.num_rows
-        values = columns["value"]
-        keys = columns.get("key", [None] * n)
-        topics = columns.get("topic", [None] * n)
-        partitions = columns.get("partition", [None] * n)
-        headers = columns.get("headers", [None] * n)
-        timestamps = _timestamps_ms(batch, n)
-        for i in range(n):
-            topic = self.options.topic or topics[i]  # as Spark's Kafka sink: the option wins
-            if not topic:
+        columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        values = _binary(columns["value"])
+        keys = _binary(columns["key"]) if "key" in columns else [None] * n
+        headers = None
+        if "headers" in columns:
+            headers = [None if row is None else [(h["key"], h["value"]) for h in row]
+                       for row in columns["headers"].to_pylist()]
+        timestamps = _timestamps_ms(columns.get("timestamp"), n)
+        if self.options.topic:  # as Spark's Kafka sink: the option wins over the column
+            topics = [self.options.topic] * n
+        else:
+            topics = columns["topic"].to_pylist()
+            if None in topics:
                 raise SluiceSinkError("sluice sink: a row has a null topic and option 'topic' is not set")
-            key = _bytes(keys[i])
-            partition = partitions[i]
-            if partition is None:
-                partition = self.partitioner.partition(self.client, topic, key)
-            value = _bytes(values[i])
-            row_headers = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else ()
-            tp = (topic, partition)
-            self.pending.setdefault(tp, []).append((key, value, row_headers, timestamps[i]))
-            size = self.pending_bytes.get(tp, 0) + len(value or b"") + len(key or b"") + 16
-            self.pending_bytes[tp] = size
-            if len(self.pending[tp]) >= _BATCH_RECORDS or size >= _BATCH_BYTES:
-                self._send(tp)
+        partitions = columns["partition"].to_pylist() if "partition" in columns else [None] * n
+        if None in partitions:  # where no partition is given, Kafka's default partitioner
+            unplaced: dict[str, list[int]] = {}
+            for i, partition in enumerate(partitions):
+                if partition is None:
+                    unplaced.setdefault(topics[i], []).append(i)
+            for topic, rows in unplaced.items():
+                placed = self.partitioner.partitions(self.client, topic, [keys[i] for i in rows])
+                for i, partition in zip(rows, placed):
+                    partitions[i] = partition
+        rows_of: dict[tuple[str, int], list[int]] = {}
+        for i, target in enumerate(zip(topics, partitions)):
+            rows_of.setdefault(target, []).append(i)
+        for tp, rows in rows_of.items():
+            # Running byte counts of the group's rows, to cut it where a batch is full.
+            sizes = list(accumulate((0 if values[i] is None else len(values[i])) +
+                                    (0 if keys[i] is None else len(keys[i])) + 16 for i in rows))
+            start = 0
+            while start < len(rows):
+                pending = self.pending.get(tp)
+                if pending is None:
+                    pending = self.pending[tp] = _Pending(headers=[] if headers is not None else None)
+                before = sizes[start - 1] if start else 0
+                fits = bisect_right(sizes, before + _BATCH_BYTES - pending.size, start)
+                end = min(start + _BATCH_RECORDS - len(pending.keys), max(fits, start + 1))
+                chunk = rows[start:end]
+                pending.keys += [keys[i] for i in chunk]
+                pending.values += [values[i] for i in chunk]
+                pending.timestamps += [timestamps[i] for i in chunk]
+                if headers is not None:
+                    pending.headers += [headers[i] for i in chunk]
+                pending.size += sizes[end - 1] - before
+                start = end
+                if len(pending.keys) >= _BATCH_RECORDS or pending.size >= _BATCH_BYTES:
+                    self._send(tp)
         self.rows += n
 
     def flush(self) -> None:
@@ -166,23 +213,23 @@ class _TaskWriter:
 
     def _send(self, tp: tuple[str, int]) -> None:
         rows = self.pending.pop(tp)
-        self.pending_bytes.pop(tp, None)
         topic, partition = tp
         codec = CODECS.index(self.options.compression)
         if self.transaction is None:  # at least once: the client's idempotent producer
-            self.client.produce(topic, partition, rows, compression=codec)
+            headers = rows.headers if rows.headers is not None else [()] * len(rows.keys)
+            self.client.produce(topic, partition, list(zip(rows.keys, rows.values, headers, rows.timestamps)),
+                                compression=codec)
             return
         txn_id, pid, epoch = self.transaction
         if tp not in self.sequences:
             self.client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [partition]})
             self.sequences[tp] = 0
-        now = _now()
-        batch = build_batch([(k, v, h, now if ts is None else ts) for k, v, h, ts in rows],
-                            compression=codec, producer_id=pid, producer_epoch=epoch,
-                            base_sequence=self.sequences[tp], transactional=True)
+        batch = build_batch_columns(rows.keys, rows.values, rows.headers, rows.timestamps,
+                                    compression=codec, producer_id=pid, producer_epoch=epoch,
+                                    base_sequence=self.sequences[tp], transactional=True)
         result = self.client.produce_batch(topic, partition, batch, transactional_id=txn_id)
-        self.sequences[tp] += len(rows)
-        self.last_offsets[tp] = result.base_offset + len(rows) - 1
+        self.sequences[tp] += len(rows.keys)
+        self.last_offsets[tp] = result.base_offset + len(rows.keys) - 1
 
     def written(self) -> Txn | None:
         """The open transaction, with one partition it wrote; None if it wrote nothing."""
