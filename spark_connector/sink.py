@@ -263,11 +263,12 @@ def _task_context():
     return TaskContext.get()
 
 
-def _task_txn_id(query: str, slot: int, attempt: int) -> str:
-    """One transactional id per (query, write slot, attempt number): reused by every
-    batch, so the coordinator holds O(slots) ids; attempts of one slot never fence each
-    other (a speculative copy runs beside the first attempt)."""
-    return f"sluice-{query}-{slot}-{attempt}"
+def _task_txn_id(owner: str, slot: int, attempt: int) -> str:
+    """One transactional id per (query run or batch job, write slot, attempt number):
+    reused by every batch of the run, so the coordinator holds O(slots) ids, not
+    O(batches); attempts of one slot never fence each other (a speculative copy runs
+    beside the first attempt), nor do two drivers of one query (different runs)."""
+    return f"sluice-{owner}-{slot}-{attempt}"
 
 
 def _driver_txn_id(query: str) -> str:
@@ -360,13 +361,22 @@ def _settle(client: Client, txn: Txn) -> str:
                           f"(producer {txn.producer_id}, epoch {txn.producer_epoch}) committed")
 
 
-def _still_open(client: Client, txn: Txn) -> bool:
+def _closed_by(client: Client, txn: Txn) -> str | None:
+    """None while the transaction is open at its epoch; else "fenced" when another
+    producer of its id has initialised since, or "aborted" (the broker's timeout, which
+    bumps the epoch once)."""
     try:
         state = client.describe_transaction(txn.transactional_id)
     except KafkaError:
-        return False
-    return (state.state == "Ongoing" and state.producer_id == txn.producer_id
-            and state.producer_epoch == txn.producer_epoch)
+        return _ABORTED
+    if state.producer_id != txn.producer_id:
+        return "fenced"
+    if state.producer_epoch == txn.producer_epoch and state.state == "Ongoing":
+        return None
+    if state.producer_epoch > txn.producer_epoch + 1 or (
+            state.producer_epoch > txn.producer_epoch and state.state in ("Empty", "Ongoing")):
+        return "fenced"
+    return _ABORTED
 
 
 def _abort_quietly(client: Client, txns) -> None:
@@ -515,7 +525,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                     return TaskCommit(query, run, slot, None, replay=True)
                 # The decided transaction was aborted (it outlived transaction.timeout.ms
                 # while the driver was down): the slot's rows are written again.
-            txn_id = _task_txn_id(query, slot, ctx.attemptNumber())
+            txn_id = _task_txn_id(f"{query}-{run}", slot, ctx.attemptNumber())
             try:
                 writer = _write_slot(self.options, client, iterator, txn_id)
             except KafkaError as exc:
@@ -575,9 +585,14 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
     def _check_open(self, client: Client, query: str, batch_id: int, txns: list[Txn]) -> None:
         """Before deciding: every transaction must still be open, or the batch would be
         decided with rows the broker already threw away."""
-        closed = [t for t in txns if not _still_open(client, t)]
+        why = {t: _closed_by(client, t) for t in txns}
+        closed = [t for t in txns if why[t] is not None]
+        fenced = [t.transactional_id for t in closed if why[t] == "fenced"]
         if closed:
             _abort_quietly(client, txns)
+            if fenced:
+                raise _fenced(query, f"another producer took over the transactional ids {', '.join(fenced)} "
+                                     f"before batch {batch_id} was decided")
             raise SluiceSinkError(
                 f"sluice sink: batch {batch_id} of query {query} took longer than "
                 f"kafka.transaction.timeout.ms={self.options.transaction_timeout_ms}: the broker "
@@ -612,7 +627,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
         if self.options.guarantee == AT_LEAST_ONCE or not tasks:
             return
         query = tasks[0].query
-        with _naming_servers(self.options, "abort"), _client(self.options) as client:
+        with contextlib.suppress(ClientError), _client(self.options) as client:  # as above
             recorded = last_intent(client, query)
             decided = ({t.transactional_id for t in recorded.txns()}
                        if recorded is not None and recorded.batch == batchId else set())
@@ -645,7 +660,7 @@ class SluiceBatchWriter(DataSourceArrowWriter):
         if not txns:
             return
         with _naming_servers(self.options, "commit"), _client(self.options) as client:
-            closed = [t for t in txns if not _still_open(client, t)]
+            closed = [t for t in txns if _closed_by(client, t) is not None]
             if closed:
                 _abort_quietly(client, txns)
                 raise SluiceSinkError(
@@ -659,6 +674,9 @@ class SluiceBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages) -> None:
         tasks = _messages(messages)
-        with _naming_servers(self.options, "abort"), _client(self.options) as client:
+        if self.options.guarantee == AT_LEAST_ONCE:
+            return
+        # Best effort: with the broker out of reach, the transactions time out instead.
+        with contextlib.suppress(ClientError), _client(self.options) as client:
             _abort_quietly(client, [t.txn for t in tasks if t.txn is not None])
             _abort_leftovers(client, self.job, set(), self.options.transaction_timeout_ms)
