@@ -439,15 +439,8 @@ class AsyncClient:
         """The transactional ids of every broker (each lists those it coordinates), by
         id; only those in `states` ("Ongoing", "CompleteCommit", ...) when given."""
         wanted = [] if states is None else list(states)
-
-        async def attempt() -> list[ListedTransaction]:
-            brokers = (await self._refresh_metadata([])).brokers
-            answers = await asyncio.gather(*(self._list_transactions_at(node_id, wanted)
-                                             for node_id in sorted(brokers)))
-            return sorted((t for answer in answers for t in answer),
-                          key=lambda t: (t.transactional_id, t.coordinator_id))
-
-        return await self._retrying(attempt)
+        listed = await self._from_every_broker(lambda node_id: self._list_transactions_at(node_id, wanted))
+        return sorted(listed, key=lambda t: (t.transactional_id, t.coordinator_id))
 
     async def _list_transactions_at(self, node_id: int, states: list[str]) -> list[ListedTransaction]:
         connection = await self._node_connection(node_id)
@@ -701,13 +694,16 @@ class AsyncClient:
         """The groups of every broker (each lists the groups it coordinates), by group id;
         only those in `states` ("Stable", "Empty", ...) when given (ListGroups v4+)."""
         wanted = None if states is None else list(states)
+        listed = await self._from_every_broker(lambda node_id: self._list_groups_at(node_id, wanted))
+        return sorted(listed, key=lambda group: (group.group_id, group.coordinator_id))
 
-        async def attempt() -> list[ListedGroup]:
+    async def _from_every_broker(self, ask: Callable[[int], Awaitable[list[_T]]]) -> list[_T]:
+        """What `ask(node id)` lists at each broker of the cluster, together; retried
+        whole (the broker list is fetched again)."""
+        async def attempt() -> list[_T]:
             brokers = (await self._refresh_metadata([])).brokers
-            answers = await asyncio.gather(*(self._list_groups_at(node_id, wanted)
-                                             for node_id in sorted(brokers)))
-            return sorted((group for answer in answers for group in answer),
-                          key=lambda group: (group.group_id, group.coordinator_id))
+            answers = await asyncio.gather(*(ask(node_id) for node_id in sorted(brokers)))
+            return [item for answer in answers for item in answer]
 
         return await self._retrying(attempt)
 
