@@ -269,6 +269,18 @@ class Driver:
         return self.log_path.read_text()[-6000:]
 
 
+def stream_case(kafka: str, tmp_path, name: str, partitions: int, count: int,
+                guarantee: str = "exactly_once") -> tuple[Driver, str, dict, str]:
+    """Input topic NAME-in holding `count` records (see produce_input), an empty output
+    topic NAME-out, and a driver for the stream between them: (driver, output topic,
+    expected records, checkpoint)."""
+    source, output = unique(f"{name}-in"), unique(f"{name}-out")
+    create_topics(kafka, partitions, source, output)
+    expected = produce_input(kafka, source, partitions, count)
+    checkpoint = str(tmp_path / "checkpoint")
+    return Driver(tmp_path, kafka, source, output, checkpoint, guarantee), output, expected, checkpoint
+
+
 def next_batch(checkpoint: str) -> int:
     commits = numbered(os.path.join(checkpoint, "commits"))
     return commits[-1] + 1 if commits else 0
@@ -278,11 +290,7 @@ def next_batch(checkpoint: str) -> int:
 
 def test_exactly_once_survives_driver_kills_at_every_point(kafka, tmp_path):
     partitions, count = 3, 3000
-    source, output = unique("eos-in"), unique("eos-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "eos", partitions, count)
 
     left_open = 0  # records the killed attempts left in open transactions before any intent
     for n, point in enumerate(EOS_POINTS):
@@ -343,11 +351,7 @@ def test_exactly_once_survives_driver_kills_at_every_point(kafka, tmp_path):
 
 def test_at_least_once_survives_driver_kills_without_loss(kafka, tmp_path):
     partitions, count = 3, 2000
-    source, output = unique("alo-in"), unique("alo-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "at_least_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "alo", partitions, count, "at_least_once")
 
     replayed_whole = 0  # rows of batches killed after all their writes: written twice
     for n, point in enumerate(ALO_POINTS):
@@ -380,11 +384,8 @@ def test_at_least_once_survives_driver_kills_without_loss(kafka, tmp_path):
 
 def test_failed_first_attempts_are_fenced_and_aborted(kafka, tmp_path):
     partitions, count = 3, 900
-    source, output = unique("retry-in"), unique("retry-out")
-    create_topics(kafka, partitions, source, output, output + "-batch")
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "retry", partitions, count)
+    create_topics(kafka, partitions, output + "-batch")
     assert driver.run("fail-first-attempt", 450) == 0, driver.log()  # two micro-batches
 
     for topic in (output, output + "-batch"):

@@ -24,7 +24,7 @@ pytest.importorskip("pyspark")
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 from tests.test_spark_sink import (Driver, Output, create_topics, last_intent, next_batch,  # noqa: E402
-                                   produce_input, query_id, read_committed_wire, unique)
+                                   produce_input, query_id, read_committed_wire, stream_case, unique)
 from wire.client import TOPIC_RESOURCE, Client  # noqa: E402
 
 TIMEOUT_MS = 15_000  # above a normal batch on a loaded 2-core machine
@@ -74,11 +74,7 @@ def test_driver_down_past_the_transaction_timeout(kafka, tmp_path):
     aborted every transaction left open: the restarts write exactly the aborted tasks'
     rows again, and the output is whole."""
     partitions, count = 3, 900
-    source, output = unique("down-in"), unique("down-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "down", partitions, count)
 
     driver.crash("mid-commit", 1, **short_timeout())
     intent = last_intent(kafka, checkpoint)
@@ -101,11 +97,7 @@ def test_driver_down_past_the_transaction_timeout(kafka, tmp_path):
 
 def test_tasks_slower_than_the_transaction_timeout_fail_cleanly_and_replay(kafka, tmp_path):
     partitions, count = 3, 300
-    source, output = unique("slow-in"), unique("slow-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "slow", partitions, count)
 
     code = driver.run("available-now", 100, SLUICE_TEST_SINK_SLOW=f"1:{TIMEOUT_MS / 1000 + 3}",
                       **short_timeout())
@@ -124,11 +116,7 @@ def test_abort_after_a_failed_commit_keeps_the_decided_transactions(kafka, tmp_p
     """commit() fails after committing one of batch 1's transactions; Spark then calls
     abort(), which must leave the other decided ones open for the replay to commit."""
     partitions, count = 3, 300
-    source, output = unique("abort-in"), unique("abort-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, count)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "abort", partitions, count)
 
     code = driver.run("available-now", 100, SLUICE_TEST_SINK_CRASH="mid-commit",
                       SLUICE_TEST_SINK_CRASH_BATCH="1", SLUICE_TEST_SINK_FAULT="raise")
@@ -152,11 +140,7 @@ def test_transactional_ids_stay_bounded_over_many_batches(kafka, tmp_path):
     number of micro-batches (`make test-long` runs 1,000)."""
     batches = int(os.environ.get("SLUICE_SINK_BATCHES", "25"))
     partitions = 2
-    source, output = unique("many-in"), unique("many-out")
-    create_topics(kafka, partitions, source, output)
-    expected = produce_input(kafka, source, partitions, batches * partitions)
-    checkpoint = str(tmp_path / "checkpoint")
-    driver = Driver(tmp_path, kafka, source, output, checkpoint, "exactly_once")
+    driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "many", partitions, batches * partitions)
     driver.timeout = max(150, batches * 3)
 
     assert driver.run("available-now", partitions) == 0, driver.log()
