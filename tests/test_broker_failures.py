@@ -613,6 +613,23 @@ def test_bad_partition_does_not_spoil_the_others(target):
     assert target.victim_records() == before
 
 
+@pytest.mark.parametrize("version", [10, 11, 12])
+def test_metadata_for_an_unknown_topic_id(guarded, version):
+    """A topic asked for by an id the broker does not know (name null, v10+) gets
+    UNKNOWN_TOPIC_ID; below v12 the response cannot carry a null name, so it is ""."""
+    import uuid
+
+    unknown = uuid.uuid4()
+    body = METADATA.request(topics=[METADATA.request.MetadataRequestTopic(name=None, topic_id=unknown)],
+                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with connect(guarded.port) as sock:
+        response = roundtrip(sock, METADATA, version, body, 7)
+        [topic] = response.topics
+        assert (topic.error_code, topic.topic_id, topic.name) == (
+            ErrorCode.UNKNOWN_TOPIC_ID, unknown, None if version >= 12 else "")
+        assert roundtrip(sock, METADATA, version, metadata_body(), 8).brokers  # still served
+
+
 def test_fetch_out_of_range_offset(guarded):
     end = guarded.client.list_offsets(VICTIM, [1], -1)[1].offset
     with connect(guarded.port) as sock:

@@ -3,7 +3,8 @@
 - v0: an empty topic list means all topics; v1+: null means all, empty means none.
 - v4+: `allow_auto_topic_creation` (before v4 it is implicitly true); a topic is only
   auto-created when the broker's `auto.create.topics.enable` also allows it.
-- v10+: topic ids in responses; v12: topics may be requested by id (name null).
+- v10+: topic ids in responses, and topics may be requested by id (name null): an
+  unknown id is UNKNOWN_TOPIC_ID, its name "" below v12, where names cannot be null.
 - This broker is the only node, the controller and the leader of every partition.
 
 A topic's entry is encoded once per version and reused until its partitions' state changes:
@@ -19,6 +20,7 @@ from wire.primitives import ZERO_UUID
 from broker.topics import TopicError, validate_topic_name
 
 _Resp = METADATA.response
+_FIRST_NULLABLE_NAME = 12  # response topic names may be null from Metadata v12
 _UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 
 
@@ -64,8 +66,10 @@ def handle(broker, header, request, client_host):
             name = wanted.name
             if name is None:
                 topic = topics.by_id.get(wanted.topic_id)
+                # The response's name is nullable only from v12; below, an unknown id is "".
                 results.append(topic_metadata(broker, topic, version) if topic else
-                               _error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                               _error_topic(None if version >= _FIRST_NULLABLE_NAME else "",
+                                            ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                 continue
             topic = topics.topics.get(name)
             if topic is None and auto_create:
