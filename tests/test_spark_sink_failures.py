@@ -134,11 +134,15 @@ def test_abort_after_a_failed_commit_keeps_the_decided_transactions(kafka, tmp_p
     assert not out.aborted  # nothing decided was ever aborted
 
 
+SINK_BATCHES = int(os.environ.get("SLUICE_SINK_BATCHES", "25"))
+
+
+@pytest.mark.timeout(max(300, 4 * SINK_BATCHES))
 def test_transactional_ids_stay_bounded_over_many_batches(kafka, tmp_path):
     """One transactional id per write slot and attempt, reused by every batch; the intent
     log never expires by time and is bounded by size. SLUICE_SINK_BATCHES sets the
     number of micro-batches (`make test-long` runs 1,000)."""
-    batches = int(os.environ.get("SLUICE_SINK_BATCHES", "25"))
+    batches = SINK_BATCHES
     partitions = 2
     driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "many", partitions, batches * partitions)
     driver.timeout = max(150, batches * 3)
