@@ -1030,3 +1030,34 @@ def test_wire_client_describes_and_lists_transactions(broker):
         with pytest.raises(KafkaError) as missing:
             client.describe_transaction(unique("never-used"))
         assert missing.value.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_internal_topics_belong_to_the_broker(broker):
+    """Clients can neither produce to, delete nor add partitions to __consumer_offsets
+    and __transaction_state (INVALID_TOPIC_EXCEPTION); nothing changes on disk, and
+    Metadata still lists them as internal."""
+    from wire.client import Client, NewTopic
+    from wire.errors import KafkaError
+
+    data = broker.data_dir
+    with Client(broker.bootstrap_servers) as client:
+        client.create_topics({"plain": NewTopic(1)})
+        client.commit_offsets("internal-check", {("plain", 0): 0})  # creates __consumer_offsets
+        client.init_transactions(unique("internal"), 10_000)  # creates __transaction_state
+        internal = ("__consumer_offsets", "__transaction_state")
+        before = sorted(os.listdir(data))
+        for name in internal:
+            with pytest.raises(KafkaError) as refused:
+                client.produce(name, 0, [(b"k", b"forged", (), None)])
+            assert refused.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+            assert "internal" in str(refused.value)
+        deleted = client.delete_topics(internal)
+        assert {n: e.code for n, e in deleted.items()} == dict.fromkeys(internal, ErrorCode.INVALID_TOPIC_EXCEPTION)
+        grown = client.create_partitions({name: 80 for name in internal})
+        assert {n: e.code for n, e in grown.items()} == dict.fromkeys(internal, ErrorCode.INVALID_TOPIC_EXCEPTION)
+        metadata = client.metadata(list(internal))
+        assert all(metadata.topics[name].is_internal and metadata.topics[name].error_code == 0
+                   for name in internal)
+        assert sorted(os.listdir(data)) == before
+        client.commit_offsets("internal-check", {("plain", 0): 1})  # the broker's own writes go on
+        assert client.fetch_offsets("internal-check", [("plain", 0)])[("plain", 0)].offset == 1

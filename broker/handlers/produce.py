@@ -1,6 +1,8 @@
 """Produce v0–11.
 
 - acks must be -1 (all in-sync replicas), 0 or 1, else INVALID_REQUIRED_ACKS.
+- The internal topics (__consumer_offsets, __transaction_state) are the broker's:
+  clients get INVALID_TOPIC_EXCEPTION.
   acks=0 gets no response; if such a produce fails, the connection is closed, as
   Kafka does, so the producer notices.
 - Only record batches v2 (magic 2) are stored; older message formats get
@@ -34,7 +36,7 @@ from wire.records import MAGIC, has_valid_crc, iter_batches
 from broker.server import CloseConnection
 from broker.storage.log import LogError
 from broker.storage.producer_state import ProducerStateError
-from broker.topics import TopicError
+from broker.topics import INTERNAL_TOPICS, TopicError
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16
@@ -123,6 +125,9 @@ def handle(broker, header, request, client_host):
             try:
                 if acks not in (-1, 0, 1):
                     raise _Invalid(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
+                if topic_data.name in INTERNAL_TOPICS:
+                    raise _Invalid(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                   f"topic {topic_data.name} is internal: only the broker writes it")
                 log = broker.topics.log(topic_data.name, data.index)
                 records = data.records
                 if records is not None and isinstance(records, memoryview):

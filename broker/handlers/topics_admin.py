@@ -7,6 +7,7 @@
   topic's configs; v7+ the topic id. A name twice in one request is INVALID_REQUEST.
 - DeleteTopics: by name (v0–5) or by name or id (v6+).
 - CreatePartitions: the count may only grow.
+- The internal topics can be neither deleted nor given partitions: INVALID_TOPIC_EXCEPTION.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from wire.primitives import ZERO_UUID
 
 from broker.handlers.configs import topic_config_entries
-from broker.topics import TopicError
+from broker.topics import INTERNAL_TOPICS, TopicError
 
 
 def _check_replicas(broker, replication_factor: int, assignments) -> None:
@@ -65,6 +66,12 @@ def create_topics(broker, header, request, client_host):
     return Resp(topics=results, throttle_time_ms=0)
 
 
+def _refuse_internal(name: str, what: str) -> None:
+    if name in INTERNAL_TOPICS:
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"topic {name} is internal: it cannot be {what} by clients")
+
+
 def delete_topics(broker, header, request, client_host):
     Resp = DELETE_TOPICS.response
     if header.request_api_version >= 6:
@@ -84,6 +91,7 @@ def delete_topics(broker, header, request, client_host):
             topic = broker.topics.topics.get(name)
             if topic is not None:
                 out.topic_id = topic.topic_id
+            _refuse_internal(name, "deleted")
             broker.topics.delete(name)
         except TopicError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
@@ -100,6 +108,7 @@ def create_partitions(broker, header, request, client_host):
         try:
             if counts[wanted.name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            _refuse_internal(wanted.name, "given partitions")
             _check_replicas(broker, 1, wanted.assignments)
             broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only)
         except TopicError as exc:
