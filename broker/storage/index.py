@@ -76,9 +76,13 @@ class _SparseIndex:
         return bisect_right(self._keys, key) - 1
 
     def flush(self) -> None:
+        """Write the pending entries and fsync them: a segment flush makes its indexes
+        as durable as its data, so a power loss never leaves them behind the log."""
         if self._pending:
             with open(self.path, "ab") as f:
                 f.write(self._pending)
+                f.flush()
+                os.fsync(f.fileno())
             self._pending.clear()
 
     def reset(self) -> None:
@@ -191,6 +195,7 @@ class TransactionIndex:
     def __init__(self, path: str):
         self.path = path
         self._entries: list[AbortedTxn] | None = None
+        self._unsynced = False  # entries written since the last fsync
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -219,6 +224,7 @@ class TransactionIndex:
             os.write(fd, _TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *entry))
         finally:
             os.close(fd)
+        self._unsynced = True
 
     def reset(self) -> None:
         """Drop every entry (before rebuilding the index from the log)."""
@@ -239,7 +245,8 @@ class TransactionIndex:
                 self.delete()
 
     def flush(self) -> None:
-        if self._entries:
+        if self._unsynced:
+            self._unsynced = False
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:

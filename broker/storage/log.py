@@ -81,6 +81,9 @@ class PartitionLog:
         self._base_offsets: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        # Files created in the directory since its last fsync (the first flush after
+        # start-up syncs it once): a flushed segment must not vanish with its name.
+        self._directory_unsynced = True
         self._load(recovery_point)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.log_end_offset
@@ -274,18 +277,29 @@ class PartitionLog:
         # Create its file now: should retention delete every older segment, this empty
         # file is what keeps the log end offset across a restart.
         os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        self._directory_unsynced = True
         self.segments.append(segment)
         self._base_offsets.append(base)
 
     def flush_if_due(self) -> None:
-        """fsync when `flush.messages` or `flush.ms` says so (by default never: like
-        Kafka, durability against process crashes comes from the page cache)."""
+        """fsync when `flush.messages` or `flush.ms` says so. By default never, as in
+        Kafka: a process crash loses nothing (the page cache holds every acknowledged
+        write), a power loss may lose what the kernel had not yet written back."""
         if self._unflushed_messages >= self.config.flush_messages or \
                 now_ms() - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
     def flush(self) -> None:
+        """fsync the active segment (data, then indexes) and, when segments were
+        created since, the directory; older segments were flushed when rolled."""
         self.segments[-1].flush()
+        if self._directory_unsynced:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._directory_unsynced = False
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self.recovery_point = self.log_end_offset
