@@ -151,3 +151,15 @@ def test_fetch_timeline_from_librdkafka_protocol_log():
     assert round(timeline["data_ms"], 6) == 32.0 and timeline["waiting_ms"] == 11.0
     assert round(timeline["handling_ms"], 6) == 21.0
     assert "error" in fetch_timeline(log[:1])
+
+
+def test_durability_benchmark_runs_and_reports():
+    """bench.durability at a tiny size: both producer shapes get a rate per flush policy."""
+    from bench import durability
+
+    results = durability.run(records=2_000, repeats=1, mode="tiny", log=lambda line: None)
+    assert set(results["shapes"]) == {"batches", "single"}
+    for shape in results["shapes"].values():
+        assert all(rate > 0 for rate in shape["rec_per_s"].values())
+    report = durability.markdown_report(results)
+    assert "flush.messages=1" in report and results["file_system"] in report
