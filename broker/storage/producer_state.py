@@ -23,6 +23,7 @@ latest snapshot: transactional data batches open transactions, control batches c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -204,9 +205,11 @@ class ProducerStateManager:
                     entry.batches.extend(_Batch(*b) for b in item["batches"])
                     producers[entry.producer_id] = entry
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("producer-state snapshot %s is unreadable (%s: %s); ignoring it and "
+                log.warning("producer-state snapshot %s is unreadable (%s: %s); removing it and "
                             "replaying the log from an older snapshot or the start",
                             path, type(exc).__name__, exc)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
                 continue
             self.producers = producers
             self.ongoing = {e.producer_id: e.txn_first_offset for e in producers.values()

@@ -303,7 +303,7 @@ class LogSegment:
         index entries are at most one index interval apart; the indexes must be sane."""
         last = self.offset_index.last()
         position, after = (last[1], self.base_offset + last[0]) if last else (0, self.base_offset)
-        fd = self._reader().fd
+        fd = self._reader().fd if self.size else -1  # an empty segment may have no file yet
         while position < self.size:
             header, problem = self._check_batch(fd, position, self.size, max_batch_bytes, after)
             if problem is not None:
