@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from wire.error_codes import ErrorCode
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
 from broker.storage.log import PartitionLog
+from broker.storage.segment import READ_CACHE_FILES
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
@@ -29,6 +31,19 @@ HIGH_WATERMARKS = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 MAX_PARTITIONS = 100_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Descriptors kept for all but the active segments: client connections, index, checkpoint
+# and snapshot files opened for a moment, the interpreter's own (the read cache of sealed
+# segments, READ_CACHE_FILES, comes on top).
+FD_RESERVE = 256
+
+
+def partition_budget() -> tuple[int, int]:
+    """(how many partitions this process can keep open, its RLIMIT_NOFILE): each
+    partition's active segment holds one descriptor."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_PARTITIONS, soft
+    return max(0, soft - FD_RESERVE - READ_CACHE_FILES), soft
 
 
 class TopicError(Exception):
@@ -141,13 +156,12 @@ class TopicManager:
             overrides = parse_topic_configs(configs)
         except ConfigError as exc:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        self._check_budget(name, partitions)
         if validate_only:
             return None
         topic = Topic(name, uuid.uuid4(), overrides)
         log_config = self.config.log_config(overrides)
-        for p in range(partitions):
-            topic.logs.append(PartitionLog(self._partition_dir(name, p), name, p, log_config,
-                                           recovery_point=0))
+        self._open_new_logs(topic, log_config, partitions)
         self._register(topic)
         self._write_registry()
         return topic
@@ -173,14 +187,43 @@ class TopicManager:
                              f"topic {name!r} has {current} partitions; the new count must be larger, not {count}")
         if count > MAX_PARTITIONS:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
+        self._check_budget(name, count - current)
         if validate_only:
             return
-        log_config = self.config.log_config(topic.configs)
         for p in range(current, count):
-            directory = self._partition_dir(name, p)
-            shutil.rmtree(directory, ignore_errors=True)  # leftovers of a deleted topic
-            topic.logs.append(PartitionLog(directory, name, p, log_config, recovery_point=0))
+            shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)  # leftovers of a deleted topic
+        self._open_new_logs(topic, self.config.log_config(topic.configs), count)
         self._write_registry()
+
+    def _check_budget(self, name: str, adding: int) -> None:
+        """Refuse partitions beyond what the process can keep open, before any directory
+        exists. The internal topics' partitions count before they are created."""
+        budget, limit = partition_budget()
+        internal = {"__consumer_offsets": self.config.offsets_topic_num_partitions,
+                    "__transaction_state": self.config.transaction_state_log_num_partitions}
+        reserved = sum(n for topic, n in internal.items() if topic not in self.topics and topic != name)
+        total = sum(len(t.logs) for t in self.topics.values()) + reserved + adding
+        if total > budget:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"{adding} more partition(s) would make {total} (internal topics' "
+                             f"included), over the {budget} this broker can keep open: "
+                             f"RLIMIT_NOFILE {limit} less {FD_RESERVE + READ_CACHE_FILES} "
+                             f"descriptors for connections and other files")
+
+    def _open_new_logs(self, topic: Topic, log_config, count: int) -> None:
+        """Grow `topic.logs` to `count` new, empty logs, holding no descriptor; on an OS error
+        the new partitions' directories are removed again and the error is answered."""
+        current = len(topic.logs)
+        try:
+            for p in range(current, count):
+                topic.logs.append(PartitionLog(self._partition_dir(topic.name, p), topic.name, p,
+                                               log_config, recovery_point=None))
+        except OSError as exc:
+            del topic.logs[current:]
+            for p in range(current, count):
+                shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot create partitions of {topic.name!r}: {exc}") from None
 
     # -- persistence -----------------------------------------------------------------
     def _register(self, topic: Topic) -> None:

@@ -49,6 +49,17 @@ class _SparseIndex:
             values.append(value)
         self._keys, self._values = keys, values
 
+    def _entries_on_disk(self) -> list[tuple[int, int]] | str:
+        """Every entry in the file, or why they cannot be read."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if len(data) % self.entry.size:
+            return f"torn entry ({len(data)} bytes)"
+        return list(self.entry.iter_unpack(data))
+
     @property
     def entries(self) -> int:
         if self._keys is None:
@@ -148,6 +159,27 @@ class OffsetIndex(_SparseIndex):
             self.truncate_after(self._keys[keep - 1] if keep else -1)
 
 
+    def problem(self, log_size: int, end_offset: int | None) -> str | None:
+        """Why the file cannot index a log of `log_size` bytes with offsets below
+        `end_offset` (None: unbounded); None when it can. A log with data has an entry
+        at position 0."""
+        entries = self._entries_on_disk()
+        if isinstance(entries, str):
+            return entries
+        if log_size and (not entries or entries[0][1] != 0):
+            return "no entry for position 0"
+        previous_key = previous_position = -1
+        for key, position in entries:
+            if key <= previous_key or position <= previous_position:
+                return f"entry ({key}, {position}) does not ascend"
+            if position >= log_size:
+                return f"position {position} is past the log's {log_size} bytes"
+            if end_offset is not None and self.base_offset + key >= end_offset:
+                return f"offset {self.base_offset + key} is past the segment's end {end_offset}"
+            previous_key, previous_position = key, position
+        return None
+
+
 class TimeIndex(_SparseIndex):
     entry = _TIME_ENTRY
 
@@ -164,6 +196,25 @@ class TimeIndex(_SparseIndex):
         """(largest indexed timestamp, its offset), or None for an empty index."""
         last = self.last()
         return None if last is None else (last[0], self.base_offset + last[1])
+
+    def problem(self, log_size: int, end_offset: int | None) -> str | None:
+        """Why the file cannot index a log of `log_size` bytes with offsets below
+        `end_offset` (None: unbounded); None when it can. A log with data has an entry."""
+        entries = self._entries_on_disk()
+        if isinstance(entries, str):
+            return entries
+        if log_size and not entries:
+            return "no entries"
+        if not log_size and entries:
+            return "entries for an empty log"
+        previous_timestamp, previous_offset = -(1 << 63), 0
+        for timestamp, relative in entries:
+            if timestamp <= previous_timestamp or relative < previous_offset:
+                return f"entry ({timestamp}, {relative}) does not ascend"
+            if end_offset is not None and self.base_offset + relative >= end_offset:
+                return f"offset {self.base_offset + relative} is past the segment's end {end_offset}"
+            previous_timestamp, previous_offset = timestamp, relative
+        return None
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries for offsets >= `offset`."""

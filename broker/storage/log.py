@@ -22,6 +22,7 @@ regions, never decoded records.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from bisect import bisect_right
@@ -38,7 +39,11 @@ from broker.storage.index import AbortedTxn
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
 
+log = logging.getLogger("sluice.storage")
+
 _LOG_SUFFIX = ".log"
+# A stored batch's size beyond max.message.bytes: its own log overhead and header.
+_BATCH_OVERHEAD = 61 + 12
 # Decoding a stored batch (only to find a timestamp's exact offset) may inflate it this far.
 _MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
 
@@ -105,30 +110,50 @@ class PartitionLog:
                                     created) for base in bases]
         for segment, following in zip(self.segments, self.segments[1:]):
             segment.next_offset = following.base_offset
-        if recovery_point is None:  # a missing or torn index: rebuild from there, as after a crash
-            recovery_point = next((s.base_offset for s in self.segments
-                                   if s.size and not s.has_sane_indexes()), None)
-        if recovery_point is None:
-            self.segments[-1].load_next_offset()
-            self._load_producer_state(recover_from=None)
+        # Why each segment to re-validate must be: from the recovery point after an unclean
+        # shutdown, and wherever indexes or the tail after the last index entry look wrong.
+        reasons: dict[int, str] = {}
+        if recovery_point is not None:
+            first = max(0, bisect_right(bases, recovery_point) - 1)
+            reasons = {i: "unclean shutdown" for i in range(first, len(self.segments))}
+        max_batch_bytes = self.config.max_message_bytes + _BATCH_OVERHEAD
+        for i, segment in enumerate(self.segments):
+            if i in reasons:
+                continue
+            end = bases[i + 1] if i + 1 < len(bases) else None
+            problem = segment.index_problem(end) or segment.tail_problem(max_batch_bytes, end)
+            if problem is not None:
+                reasons[i] = problem
+        if reasons:
+            self._recover(reasons)
         else:
-            self._recover(recovery_point)
+            self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
 
-    def _recover(self, recovery_point: int) -> None:
-        """Re-validate every segment that may hold unflushed data, from the one holding
-        the recovery point; a bad batch truncates the log there and drops later segments."""
-        first = max(0, bisect_right([s.base_offset for s in self.segments], recovery_point) - 1)
-        for i in range(first, len(self.segments)):
+    def _recover(self, reasons: dict[int, str]) -> None:
+        """Re-validate the segments at these indexes, in order; the first bad batch
+        truncates the log there, dropping every later segment, as Kafka's recovery does."""
+        max_batch_bytes = self.config.max_message_bytes + _BATCH_OVERHEAD
+        first = min(reasons)
+        for i in sorted(reasons):
             segment = self.segments[i]
-            segment.recover(self.config.max_message_bytes + 61 + 12)
-            ends_early = i + 1 < len(self.segments) and \
-                segment.next_offset < self.segments[i + 1].base_offset
-            if ends_early:
-                for dropped in self.segments[i + 1:]:
-                    dropped.delete()
-                del self.segments[i + 1:]
-                break
+            size = os.path.getsize(segment.path) if os.path.exists(segment.path) else 0
+            problem = segment.recover(max_batch_bytes)
+            if problem is None:
+                if reasons[i] != "unclean shutdown":
+                    log.warning("%s-%d: segment %s re-validated and its indexes rebuilt (%s); "
+                                "no data dropped", self.topic, self.partition,
+                                os.path.basename(segment.path), reasons[i])
+                continue
+            dropped = self.segments[i + 1:]
+            log.warning("%s-%d: segment %s truncated at byte %d (%s): dropped %d byte(s) from it "
+                        "and %d later segment(s) of %d byte(s)", self.topic, self.partition,
+                        os.path.basename(segment.path), segment.size, problem, size - segment.size,
+                        len(dropped), sum(s.size for s in dropped))
+            for later in dropped:
+                later.delete()
+            del self.segments[i + 1:]
+            break
         self._load_producer_state(recover_from=self.segments[first].base_offset)
 
     def _load_producer_state(self, recover_from: int | None) -> None:
@@ -378,7 +403,7 @@ class PartitionLog:
                     return None
                 if header.max_timestamp < timestamp:
                     continue
-                batch = os.pread(segment.fd, header.size, pos)
+                batch = segment.region(pos, pos + header.size).read()
                 for record in decode_batch(batch, _MAX_DECOMPRESSED_BATCH):
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp

@@ -23,7 +23,9 @@ latest snapshot: transactional data batches open transactions, control batches c
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from wire.error_codes import ErrorCode
 from wire.records import NO_PRODUCER_ID, BatchHeader
 
 from broker.storage.checkpoint import write_atomically
+
+log = logging.getLogger("sluice.storage")
 
 CACHED_BATCHES = 5
 _SEQUENCE_WRAP = 1 << 31
@@ -200,7 +204,12 @@ class ProducerStateManager:
                                           coordinator_epoch=item.get("coordinator_epoch", -1))
                     entry.batches.extend(_Batch(*b) for b in item["batches"])
                     producers[entry.producer_id] = entry
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("producer-state snapshot %s is unreadable (%s: %s); removing it and "
+                            "replaying the log from an older snapshot or the start",
+                            path, type(exc).__name__, exc)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
                 continue
             self.producers = producers
             self.ongoing = {e.producer_id: e.txn_first_offset for e in producers.values()

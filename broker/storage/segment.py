@@ -10,26 +10,76 @@ short scan of headers) and to re-validate its tail after an unclean shutdown.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 
 from wire.primitives import DecodeError
-from wire.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, has_valid_crc, parse_header
+from wire.records import HEADER_SIZE, BatchHeader, has_valid_crc, parse_header
 
 from broker.storage.index import OffsetIndex, TimeIndex, TransactionIndex
 
 _NAME_DIGITS = 20
+# Descriptors the read cache keeps open for reading sealed segments, process-wide.
+READ_CACHE_FILES = 64
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:0{_NAME_DIGITS}d}{suffix}"
 
 
+class SegmentFile:
+    """An open descriptor of a `.log` file, closed when its last holder lets go of it
+    (the active segment, the read cache, a FileRegion whose sendfile is under way): a
+    descriptor is never closed, and its number reused, under a send."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str, flags: int):
+        self.fd = -1
+        self.fd = os.open(path, flags, 0o644)
+
+    def __del__(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+class _ReadCache:
+    """Descriptors for reading sealed segments, at most `capacity` of them, the least
+    recently used let go first: old segments hold no descriptor while nobody reads them."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._files: OrderedDict[str, SegmentFile] = OrderedDict()
+
+    def get(self, path: str) -> SegmentFile:
+        file = self._files.get(path)
+        if file is not None:
+            self._files.move_to_end(path)
+            return file
+        file = self._files[path] = SegmentFile(path, os.O_RDONLY)
+        if len(self._files) > self.capacity:
+            self._files.popitem(last=False)
+        return file
+
+    def discard(self, path: str) -> None:
+        """Forget a file being deleted, so that a new file at its path is not read through it."""
+        self._files.pop(path, None)
+
+
+READ_CACHE = _ReadCache(READ_CACHE_FILES)
+
+
 class FileRegion:
-    """Bytes `[position, position + length)` of an open file, to be sent with sendfile."""
+    """Bytes `[position, position + length)` of an open file, to be sent with sendfile.
+    It holds the file open until it is dropped."""
 
-    __slots__ = ("fd", "position", "length")
+    __slots__ = ("file", "position", "length")
 
-    def __init__(self, fd: int, position: int, length: int):
-        self.fd, self.position, self.length = fd, position, length
+    def __init__(self, file: SegmentFile, position: int, length: int):
+        self.file, self.position, self.length = file, position, length
+
+    @property
+    def fd(self) -> int:
+        return self.file.fd
 
     def __len__(self) -> int:
         return self.length
@@ -53,7 +103,7 @@ class LogSegment:
         self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex")),
                                     base_offset)
         self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
-        self._fd = -1
+        self._file: SegmentFile | None = None  # for appending, open while the segment is active
         self.size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
@@ -64,9 +114,13 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+        if self._file is None:
+            self._file = SegmentFile(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        return self._file.fd
+
+    def _reader(self) -> SegmentFile:
+        """The active segment reads through its own descriptor, sealed ones through the cache."""
+        return self._file if self._file is not None else READ_CACHE.get(self.path)
 
     # -- writing ---------------------------------------------------------------------
     def append(self, batch, header: BatchHeader) -> None:
@@ -94,31 +148,30 @@ class LogSegment:
         self.next_offset = header.last_offset + 1
 
     def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        if self._file is not None:
+            os.fsync(self._file.fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
 
     def seal(self) -> None:
-        """Make the time index hold the segment's true maximum before it stops growing."""
+        """The segment stops growing: the time index gets its true maximum, everything is
+        flushed and the append descriptor let go (reads go through the read cache), so
+        that only active segments hold a descriptor each."""
         current = self.max_timestamp()
         last = self.time_index.max_timestamp()
         if current is not None and (last is None or current[0] > last[0]):
             self.time_index.append(*current)
-        self.offset_index.flush()
-        self.time_index.flush()
+        self.flush()
+        self._file = None
 
     def close(self) -> None:
         self.seal()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        READ_CACHE.discard(self.path)
 
     def delete(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file = None
+        READ_CACHE.discard(self.path)
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -129,7 +182,7 @@ class LogSegment:
 
     # -- reading ---------------------------------------------------------------------
     def header_at(self, position: int) -> BatchHeader:
-        data = os.pread(self.fd, HEADER_SIZE, position)
+        data = os.pread(self._reader().fd, HEADER_SIZE, position)
         return parse_header(data)
 
     def max_timestamp(self) -> tuple[int, int] | None:
@@ -173,7 +226,7 @@ class LogSegment:
         return at
 
     def region(self, start: int, end: int) -> FileRegion:
-        return FileRegion(self.fd, start, end - start)
+        return FileRegion(self._reader(), start, end - start)
 
     def batches_from(self, position: int):
         """(position, header) of each batch from `position` to the end of the segment."""
@@ -183,52 +236,85 @@ class LogSegment:
             position += header.size
 
     # -- recovery --------------------------------------------------------------------
-    def recover(self, max_batch_bytes: int) -> list[BatchHeader]:
+    def _check_batch(self, fd: int, position: int, size: int, max_batch_bytes: int,
+                     after: int) -> tuple[BatchHeader | None, str | None]:
+        """(header, None) for a whole, CRC-valid batch at `position` whose offsets start at
+        or after `after`; (None, why not) otherwise."""
+        data = os.pread(fd, HEADER_SIZE, position)
+        if len(data) < HEADER_SIZE:
+            return None, f"torn batch: {size - position} bytes, less than a batch header"
+        try:
+            header = parse_header(data)
+        except DecodeError as exc:
+            return None, f"bad batch header: {exc}"
+        if header.size > max_batch_bytes:
+            return None, f"batch of {header.size} bytes is over the {max_batch_bytes}-byte limit"
+        if position + header.size > size:
+            return None, f"torn batch: {size - position} of its {header.size} bytes"
+        batch = os.pread(fd, header.size, position)
+        if len(batch) != header.size or not has_valid_crc(batch):
+            return None, "bad CRC"
+        if header.base_offset < after or header.last_offset_delta < 0:
+            return None, f"offsets {header.base_offset}..{header.last_offset} do not follow {after - 1}"
+        return header, None
+
+    def recover(self, max_batch_bytes: int) -> str | None:
         """Re-validate every batch (CRC included), truncate at the first bad or torn
-        one, rebuild both indexes; returns the headers of the valid batches. The
-        transaction index is emptied: the log rebuilds it with the producer state."""
+        one, rebuild both indexes; returns why it truncated (None when nothing was
+        wrong). The transaction index is emptied: the log rebuilds it with the
+        producer state."""
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
         self._max_timestamp = None
         self._bytes_since_index_entry = 0
-        headers: list[BatchHeader] = []
-        position = 0
-        size = os.fstat(self.fd).st_size
-        self.size = 0
-        while position + LOG_OVERHEAD <= size:
-            try:
-                header = self.header_at(position)
-            except DecodeError:
-                break
-            if header.size > max_batch_bytes or position + header.size > size:
-                break
-            batch = os.pread(self.fd, header.size, position)
-            if len(batch) != header.size or not has_valid_crc(batch):
-                break
-            if headers and header.base_offset < headers[-1].last_offset + 1:
+        fd = self.fd
+        size = os.fstat(fd).st_size
+        position, after, problem = 0, self.base_offset, None
+        while position < size:
+            header, problem = self._check_batch(fd, position, size, max_batch_bytes, after)
+            if problem is not None:
                 break
             self._track(header, position)
             position += header.size
-            headers.append(header)
-            self.size = position
+            after = header.last_offset + 1
         if position < size:
-            os.ftruncate(self.fd, position)
-        self.next_offset = headers[-1].last_offset + 1 if headers else self.base_offset
+            os.ftruncate(fd, position)
+        self.size = position
+        self.next_offset = after
         self.seal()
-        return headers
+        return problem
 
-    def has_sane_indexes(self) -> bool:
-        """Whether both index files exist and hold whole entries, judged by their sizes
-        alone. After a clean shutdown a segment with data has at least one entry in each."""
+    def index_problem(self, end_offset: int | None) -> str | None:
+        """Why the indexes cannot be trusted for this log (None when they can): torn or
+        missing entries, entries not ascending, positions past the log, offsets past
+        `end_offset` (the next segment's base, None for the active segment). A garbage
+        entry would send reads into the middle of a batch."""
         for index in (self.offset_index, self.time_index):
-            try:
-                size = os.path.getsize(index.path)
-            except FileNotFoundError:
-                return False
-            if size == 0 or size % index.entry.size:
-                return False
-        return True
+            problem = index.problem(self.size, end_offset)
+            if problem is not None:
+                return f"{os.path.basename(index.path)}: {problem}"
+        return None
+
+    def tail_problem(self, max_batch_bytes: int, end_offset: int | None) -> str | None:
+        """Why the batches from the last offset-index entry to the end are not whole,
+        CRC-valid and below `end_offset` (None when they are; then the active segment's
+        `next_offset` is set). The check of every segment at every start, cheap since
+        index entries are at most one index interval apart; the indexes must be sane."""
+        last = self.offset_index.last()
+        position, after = (last[1], self.base_offset + last[0]) if last else (0, self.base_offset)
+        fd = self._reader().fd if self.size else -1  # an empty segment may have no file yet
+        while position < self.size:
+            header, problem = self._check_batch(fd, position, self.size, max_batch_bytes, after)
+            if problem is not None:
+                return f"at byte {position}: {problem}"
+            position += header.size
+            after = header.last_offset + 1
+        if end_offset is None:
+            self.next_offset = after
+        elif after > end_offset:
+            return f"offsets up to {after - 1} overlap the next segment at {end_offset}"
+        return None
 
     def load_next_offset(self) -> int:
         """The offset after this segment's last batch, by scanning from the last index
