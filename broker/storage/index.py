@@ -22,6 +22,28 @@ _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
+def _append_whole(path: str, data: bytes, size_before: int) -> None:
+    """Append `data` to the file that should be `size_before` bytes long. A failed write
+    (a full disk) is cut off again, and the bytes an earlier failed one left are cut off
+    first, so the file only ever holds whole entries."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        if os.fstat(fd).st_size != size_before:
+            os.ftruncate(fd, size_before)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+    except OSError:
+        try:
+            os.ftruncate(fd, size_before)
+        except OSError:
+            pass  # the next append cuts it off
+        raise
+    finally:
+        os.close(fd)
+
+
 class _SparseIndex:
     """An append-only file of fixed-size (key, value) entries with keys ascending."""
 
@@ -76,9 +98,9 @@ class _SparseIndex:
         return bisect_right(self._keys, key) - 1
 
     def flush(self) -> None:
+        """Append the pending entries; after a failed write they stay pending."""
         if self._pending:
-            with open(self.path, "ab") as f:
-                f.write(self._pending)
+            _append_whole(self.path, self._pending, len(self._keys) * self.entry.size - len(self._pending))
             self._pending.clear()
 
     def reset(self) -> None:
@@ -191,6 +213,7 @@ class TransactionIndex:
     def __init__(self, path: str):
         self.path = path
         self._entries: list[AbortedTxn] | None = None
+        self._written = 0  # how many of the entries the file holds
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -207,22 +230,32 @@ class TransactionIndex:
                     break
                 entries.append(AbortedTxn(*fields))
             self._entries = entries
+            self._written = len(entries)
         return self._entries
 
     def append(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction. Fetches see it at once; should the write fail
+        (a full disk), `flush` writes it later, and fails until it can."""
         entries = self.entries
         if entries and entry.last_offset <= entries[-1].last_offset:
             return  # already indexed (a replay of what is on disk)
         entries.append(entry)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, _TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *entry))
-        finally:
-            os.close(fd)
+            self._write_unwritten()
+        except OSError:
+            pass  # its marker is in the log already: the entry waits for flush
+
+    def _write_unwritten(self) -> None:
+        if self._written < len(self.entries):
+            _append_whole(self.path, b"".join(_TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *e)
+                                              for e in self._entries[self._written:]),
+                          self._written * _TXN_ENTRY.size)
+            self._written = len(self._entries)
 
     def reset(self) -> None:
         """Drop every entry (before rebuilding the index from the log)."""
         self._entries = []
+        self._written = 0
         self.delete()
 
     def truncate_to_offset(self, offset: int) -> None:
@@ -233,13 +266,15 @@ class TransactionIndex:
             keep -= 1
         if keep < len(entries):
             del entries[keep:]
-            if keep:
-                os.truncate(self.path, keep * _TXN_ENTRY.size)
+            self._written = min(self._written, keep)
+            if self._written:
+                os.truncate(self.path, self._written * _TXN_ENTRY.size)
             else:
                 self.delete()
 
     def flush(self) -> None:
         if self._entries:
+            self._write_unwritten()
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
