@@ -492,9 +492,12 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self.producer_state.write_snapshot(self.log_end_offset)
 
-    def delete(self) -> None:
+    def delete(self, renamed_to: str) -> None:
+        """Move the log's directory to `renamed_to` (one rename, which needs no space),
+        then remove its files, freeing their space even on a full disk. The emptied
+        directory is left for the caller to remove."""
+        os.rename(self.directory, renamed_to)
         for segment in self.segments:
-            segment.delete()
-        for name in os.listdir(self.directory):
-            os.unlink(os.path.join(self.directory, name))
-        os.rmdir(self.directory)
+            segment.delete()  # closes its files; their names are gone with the rename
+        for name in os.listdir(renamed_to):
+            os.unlink(os.path.join(renamed_to, name))
