@@ -194,16 +194,21 @@ class TopicManager:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         del self.topics[name]
         del self.by_id[topic.topic_id]
+        renamed = [f"{partition_log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+                   for partition_log in topic.logs]
+        self._deleted_dirs += renamed
         try:
-            for partition_log in topic.logs:
-                renamed_to = f"{partition_log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+            for partition_log, renamed_to in zip(topic.logs, renamed):
                 partition_log.delete(renamed_to)
-                self._deleted_dirs.append(renamed_to)
-        except OSError as exc:  # the deletion ends at the next start
+        except OSError as exc:
+            if not any(os.path.exists(directory) for directory in renamed):
+                self._register(topic)  # nothing was renamed: the topic stays
+            # else a renamed directory says it is deleted: the next start finishes the job
             raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete topic {name}: {exc}") from None
         try:
+            self._write_registry()
             self.write_checkpoints()
-        except OSError as exc:
+        except OSError as exc:  # the checkpoint job tries again
             log.warning("deleted topic %s; the registry and checkpoints are written once the "
                         "disk has space (%s)", name, exc)
 

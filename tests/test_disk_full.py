@@ -77,7 +77,7 @@ def fill(path) -> None:
     with open(path, "ab", buffering=0) as f:
         for size in (4096, 512, 64, 1):
             try:
-                while True:
+                for _ in range(FILLER_CHUNK // size):
                     f.write(b"\0" * size)
             except OSError:
                 continue
