@@ -21,7 +21,6 @@ import collections
 import errno
 import os
 import subprocess
-import time
 
 import pytest
 

@@ -461,7 +461,10 @@ class PartitionLog:
         if deletable == 0:
             return 0
         if deletable >= len(self.segments):
-            self.roll()
+            try:
+                self.roll()
+            except LogError:
+                pass  # a full disk (warned of): deleting the older segments frees space
             deletable = len(self.segments) - 1
         # Never delete past the high watermark: consumers must be able to read it.
         while deletable and self.segments[deletable].base_offset > self.high_watermark:
