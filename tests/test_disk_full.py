@@ -264,3 +264,65 @@ def test_a_start_finishes_a_deletion_the_registry_did_not_record(tmp_path):
         ["stays-0", "topics.json", "recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
          "replication-offset-checkpoint"])
     restarted.close()
+
+
+class FailingDisk:
+    """`os.write` for files under `root` as when the disk fills up part way through a
+    write: half of what is given is written, the next call fails with ENOSPC."""
+
+    def __init__(self, root: str, real_write):
+        self.root = root
+        self.real_write = real_write
+        self.partly_written: set[int] = set()
+        self.failures = 0
+
+    def write(self, fd: int, data) -> int:
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
+        if not path.startswith(self.root):
+            return self.real_write(fd, data)
+        if fd in self.partly_written or len(data) < 2:
+            self.partly_written.discard(fd)
+            self.failures += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        self.partly_written.add(fd)
+        return self.real_write(fd, memoryview(data)[:len(data) // 2])
+
+
+def test_a_write_failing_part_way_leaves_whole_batches_and_index_entries(tmp_path, monkeypatch):
+    """Without a tmpfs: the failure injected at the OS-call boundary."""
+    from broker.config import LogConfig
+    from broker.storage.log import LogError, PartitionLog
+    from wire.records import build_batch, parse_header
+
+    def append(log, n: int):
+        batch = bytearray(build_batch([(b"k", b"%d" % n * 300, [], 1_700_000_000_000 + n)]))
+        return log.append(parse_header(batch), memoryview(batch))
+
+    directory = tmp_path / "t-0"
+    config = LogConfig(index_interval_bytes=1)  # an index entry for every batch
+    log = PartitionLog(str(directory), "t", 0, config, recovery_point=0)
+    for n in range(3):
+        append(log, n)
+    disk = FailingDisk(str(tmp_path), os.write)
+    monkeypatch.setattr(os, "write", disk.write)
+    with pytest.raises(LogError) as refused:
+        append(log, 3)
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    with pytest.raises(LogError) as refused:
+        log.flush()  # the indexes' pending entries
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert disk.failures == 2
+    assert log.log_end_offset == 3
+    monkeypatch.undo()
+
+    assert [append(log, n).first_offset for n in (3, 4)] == [3, 4]
+    log.close()
+    index_size = os.path.getsize(directory / f"{0:020d}.index")
+    assert index_size == 5 * 8, f"{index_size} bytes of offset index for 5 batches"
+    reopened = PartitionLog(str(directory), "t", 0, config, recovery_point=0)  # re-validates all
+    assert reopened.log_end_offset == 5
+    assert reopened.segments[0].size == log.segments[0].size
+    reopened.close()

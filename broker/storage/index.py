@@ -100,7 +100,10 @@ class _SparseIndex:
     def flush(self) -> None:
         """Append the pending entries; after a failed write they stay pending."""
         if self._pending:
-            _append_whole(self.path, self._pending, len(self._keys) * self.entry.size - len(self._pending))
+            # A copy: a view of `_pending` kept by the exception of a failed write would
+            # stop it from growing.
+            _append_whole(self.path, bytes(self._pending),
+                          len(self._keys) * self.entry.size - len(self._pending))
             self._pending.clear()
 
     def reset(self) -> None:
