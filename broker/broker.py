@@ -17,7 +17,6 @@ import os
 import uuid
 from collections import defaultdict
 
-from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS
 from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
@@ -28,6 +27,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer
 from broker.storage.checkpoint import write_atomically
+from broker.storage.log import LogError, RateLimitedWarning
 from broker.topics import TopicManager
 from broker.transactions.coordinator import TransactionCoordinator
 
@@ -107,10 +107,13 @@ class Broker:
         return props["cluster.id"]
 
     async def _every(self, seconds: float, job) -> None:
+        write_failures = RateLimitedWarning(log, 60.0)
         while True:
             await asyncio.sleep(seconds)
             try:
                 job()
+            except (OSError, LogError) as exc:  # e.g. a full disk: the next run tries again
+                write_failures.warn(f"background job {job.__name__} failed: {exc}")
             except Exception:
                 log.exception("background job %s failed", job.__name__)
 

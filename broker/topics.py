@@ -3,11 +3,18 @@
 The registry is `topics.json` in the data directory, rewritten atomically on every
 change; each partition's log lives in `<topic>-<partition>/`, as in Kafka. Recovery
 points, log start offsets and high watermarks go to Kafka-style checkpoint files.
+
+Deleting a topic frees its space before anything needs space (the disk may be full):
+each partition directory is renamed `<topic>-<partition>.<topic id>-delete`, as Kafka
+names it, and emptied; then the registry is written and those directories removed.
+Until then (a crash, or still no space for the registry) such a directory says the
+topic is deleted: a start finishes the deletion, so it never comes back.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import resource
@@ -22,6 +29,8 @@ from broker.storage.checkpoint import read_checkpoint, write_atomically, write_c
 from broker.storage.log import PartitionLog
 from broker.storage.segment import READ_CACHE_FILES
 
+log = logging.getLogger("sluice.topics")
+
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 REGISTRY = "topics.json"
@@ -31,6 +40,8 @@ HIGH_WATERMARKS = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 MAX_PARTITIONS = 100_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+DELETED_SUFFIX = "-delete"
+
 # Descriptors kept for all but the active segments: client connections, index, checkpoint
 # and snapshot files opened for a moment, the interpreter's own (the read cache of sealed
 # segments, READ_CACHE_FILES, comes on top).
@@ -87,6 +98,8 @@ class TopicManager:
         self.data_dir = config.data_dir
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        # Emptied directories of deleted topics, removed once the registry no longer lists them.
+        self._deleted_dirs: list[str] = []
 
     # -- startup and shutdown --------------------------------------------------------
     def load(self) -> bool:
@@ -95,6 +108,7 @@ class TopicManager:
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN)
         clean = os.path.exists(marker) or not os.path.exists(os.path.join(self.data_dir, REGISTRY))
         registry = self._read_registry()
+        self._finish_deletions(registry)
         recovery = read_checkpoint(os.path.join(self.data_dir, RECOVERY_POINTS))
         starts = read_checkpoint(os.path.join(self.data_dir, LOG_START_OFFSETS))
         for name, entry in registry.items():
@@ -108,18 +122,41 @@ class TopicManager:
             self._register(topic)
         if os.path.exists(marker):
             os.unlink(marker)  # from now on, a crash leaves no marker
-        self.write_checkpoints()
+        try:
+            self.write_checkpoints()
+        except OSError as exc:  # a full disk: the checkpoint job tries again
+            log.warning("cannot write checkpoints at start-up: %s", exc)
         return clean
 
+    def _finish_deletions(self, registry: dict) -> None:
+        """Drop from `registry` the topics whose deletion was interrupted (a renamed
+        partition directory carries their topic id) and remove what is left of their logs."""
+        deleted = [name for name in os.listdir(self.data_dir) if name.endswith(DELETED_SUFFIX)
+                   and os.path.isdir(os.path.join(self.data_dir, name))]
+        deleted_ids = {name[:-len(DELETED_SUFFIX)].rpartition(".")[2] for name in deleted}
+        for name, entry in list(registry.items()):
+            if uuid.UUID(entry["id"]).hex in deleted_ids:
+                del registry[name]
+                for p in range(entry["partitions"]):
+                    shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)
+                log.info("finished deleting topic %s", name)
+        self._deleted_dirs = [os.path.join(self.data_dir, name) for name in deleted]
+
     def close(self) -> None:
-        """Flush and close every log, then mark the shutdown clean."""
-        for topic in self.topics.values():
-            for log in topic.logs:
-                log.close()
-        self.write_checkpoints()
-        write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
+        """Flush and close every log, then mark the shutdown clean. When a write fails
+        (a full disk) the shutdown is not clean: the next start recovers the logs."""
+        try:
+            for topic in self.topics.values():
+                for partition_log in topic.logs:
+                    partition_log.close()
+            self.write_checkpoints()
+            write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
+        except OSError as exc:
+            log.warning("shutdown is not clean, the next start recovers the logs: %s", exc)
 
     def write_checkpoints(self) -> None:
+        if self._deleted_dirs:
+            self._write_registry()  # the one a full disk refused when a topic was deleted
         logs = [log for topic in self.topics.values() for log in topic.logs]
         for filename, attr in ((RECOVERY_POINTS, "recovery_point"),
                                (LOG_START_OFFSETS, "log_start_offset"),
@@ -172,10 +209,23 @@ class TopicManager:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         del self.topics[name]
         del self.by_id[topic.topic_id]
-        self._write_registry()
-        for log in topic.logs:
-            log.delete()
-        self.write_checkpoints()
+        renamed = [f"{partition_log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+                   for partition_log in topic.logs]
+        self._deleted_dirs += renamed
+        try:
+            for partition_log, renamed_to in zip(topic.logs, renamed):
+                partition_log.delete(renamed_to)
+        except OSError as exc:
+            if not any(os.path.exists(directory) for directory in renamed):
+                self._register(topic)  # nothing was renamed: the topic stays
+            # else a renamed directory says it is deleted: the next start finishes the job
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete topic {name}: {exc}") from None
+        try:
+            self._write_registry()
+            self.write_checkpoints()
+        except OSError as exc:  # the checkpoint job tries again
+            log.warning("deleted topic %s; the registry and checkpoints are written once the "
+                        "disk has space (%s)", name, exc)
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
@@ -248,3 +298,6 @@ class TopicManager:
                     for t in self.topics.values()}
         write_atomically(os.path.join(self.data_dir, REGISTRY),
                          json.dumps(registry, indent=1, sort_keys=True).encode())
+        for directory in self._deleted_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._deleted_dirs.clear()

@@ -280,8 +280,16 @@ class Target:
                 sizes[f"{p}/{name}"] = os.path.getsize(os.path.join(directory, name))
         return sizes
 
-    def open_fds(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
+    def open_sockets(self) -> int:
+        """The broker's open sockets (its files come and go with the segment read cache)."""
+        fds = f"/proc/{self.pid}/fd"
+        count = 0
+        for name in os.listdir(fds):
+            try:
+                count += os.readlink(os.path.join(fds, name)).startswith("socket:")
+            except FileNotFoundError:
+                continue
+        return count
 
     def internal_errors(self) -> list[str]:
         return [line for line in self.proc.output if "internal error" in line or "Traceback" in line]
@@ -333,16 +341,16 @@ def guarded(target):
     stays bounded, and the victim topic's records and files are unchanged."""
     target.assert_serving()
     records, files = target.victim_records(), target.victim_files()
-    rss_before, fds_before = rss_kb(target.pid), target.open_fds()
+    rss_before, sockets_before = rss_kb(target.pid), target.open_sockets()
     yield target
     target.assert_serving()
     assert rss_kb(target.pid) - rss_before < MAX_RSS_GROWTH_KB
     assert target.victim_files() == files
     assert target.victim_records() == records
     deadline = time.monotonic() + 10  # every connection the case opened is closed again
-    while target.open_fds() > fds_before and time.monotonic() < deadline:
+    while target.open_sockets() > sockets_before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert target.open_fds() <= fds_before, "the broker kept connections of a finished case"
+    assert target.open_sockets() <= sockets_before, "the broker kept connections of a finished case"
     assert not target.internal_errors(), "".join(target.internal_errors())
 
 
@@ -451,7 +459,7 @@ def test_abandoned_long_polls_release_their_connections(guarded):
     whose clients leave, by FIN or by RST: the broker lets go of the connections at
     once rather than when the wait would end."""
     end = guarded.client.list_offsets(VICTIM, [0], -1)[0].offset
-    fds_before = guarded.open_fds()
+    sockets_before = guarded.open_sockets()
     body = fetch_body([(VICTIM, 0, end)], max_wait_ms=0x7FFFFFFF)
     body.min_bytes = 0x7FFFFFFF
     for i in range(40):
@@ -462,9 +470,9 @@ def test_abandoned_long_polls_release_their_connections(guarded):
         time.sleep(0.005)
         sock.close()
     deadline = time.monotonic() + 5
-    while guarded.open_fds() > fds_before and time.monotonic() < deadline:
+    while guarded.open_sockets() > sockets_before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert guarded.open_fds() <= fds_before, f"{guarded.open_fds() - fds_before} connections held"
+    assert guarded.open_sockets() <= sockets_before, f"{guarded.open_sockets() - sockets_before} connections held"
     # A long poll on a live connection still waits, and is answered when data arrives.
     with connect(guarded.port) as sock:
         body = fetch_body([(CANARY, 0, guarded.client.list_offsets(CANARY, [0], -1)[0].offset)],

@@ -164,8 +164,7 @@ class GroupCoordinator:
         """Append to the group's offsets partition; raises GroupError if that fails."""
         try:
             offsets_log.append_records(self._log_for(group_id), records)
-        except OSError as exc:
-            log.error("cannot write to %s: %s", offsets_log.TOPIC, exc)
+        except LogError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
             raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
 
     def load(self) -> None:
@@ -575,11 +574,11 @@ class GroupCoordinator:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
             try:
                 offsets_log.append_records(self._log_for(group_id), records, producer_id, producer_epoch)
-            except OSError as exc:
-                log.error("cannot write to %s: %s", offsets_log.TOPIC, exc)
-                raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
             except (LogError, ProducerStateError) as exc:  # e.g. a stale producer epoch
-                raise GroupError(exc.code, str(exc)) from None
+                code = exc.code
+                if code == ErrorCode.KAFKA_STORAGE_ERROR:  # not a TxnOffsetCommit error code
+                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                raise GroupError(code, str(exc)) from None
             group.pending_txn.setdefault(producer_id, {}).update(accepted)
         return codes
 

@@ -36,12 +36,20 @@ def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves either the old or the new file."""
+    """Replace `path` with `data` so that a crash leaves either the old or the new file.
+    A failed write (a full disk) removes the partial temporary file and raises OSError."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:

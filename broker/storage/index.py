@@ -22,6 +22,30 @@ _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
+def _append_whole(path: str, data: bytes, size_before: int, sync: bool = False) -> None:
+    """Append `data` to the file that should be `size_before` bytes long (and fsync it
+    when `sync`). A failed write (a full disk) is cut off again, and the bytes an earlier
+    failed one left are cut off first, so the file only ever holds whole entries."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        if os.fstat(fd).st_size != size_before:
+            os.ftruncate(fd, size_before)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(fd, view[written:])
+        if sync:
+            os.fsync(fd)
+    except OSError:
+        try:
+            os.ftruncate(fd, size_before)
+        except OSError:
+            pass  # the next append cuts it off
+        raise
+    finally:
+        os.close(fd)
+
+
 class _SparseIndex:
     """An append-only file of fixed-size (key, value) entries with keys ascending."""
 
@@ -87,13 +111,13 @@ class _SparseIndex:
         return bisect_right(self._keys, key) - 1
 
     def flush(self) -> None:
-        """Write the pending entries and fsync them: a segment flush makes its indexes
-        as durable as its data, so a power loss never leaves them behind the log."""
+        """Append the pending entries and fsync them (a segment flush makes its indexes
+        as durable as its data); after a failed write they stay pending."""
         if self._pending:
-            with open(self.path, "ab") as f:
-                f.write(self._pending)
-                f.flush()
-                os.fsync(f.fileno())
+            # A copy: a view of `_pending` kept by the exception of a failed write would
+            # stop it from growing.
+            _append_whole(self.path, bytes(self._pending),
+                          len(self._keys) * self.entry.size - len(self._pending), sync=True)
             self._pending.clear()
 
     def reset(self) -> None:
@@ -246,7 +270,8 @@ class TransactionIndex:
     def __init__(self, path: str):
         self.path = path
         self._entries: list[AbortedTxn] | None = None
-        self._unsynced = False  # entries written since the last fsync
+        self._written = 0  # how many of the entries the file holds
+        self._synced = 0  # how many of them were fsynced
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -263,23 +288,32 @@ class TransactionIndex:
                     break
                 entries.append(AbortedTxn(*fields))
             self._entries = entries
+            self._written = self._synced = len(entries)
         return self._entries
 
     def append(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction. Fetches see it at once; should the write fail
+        (a full disk), `flush` writes it later, and fails until it can."""
         entries = self.entries
         if entries and entry.last_offset <= entries[-1].last_offset:
             return  # already indexed (a replay of what is on disk)
         entries.append(entry)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, _TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *entry))
-        finally:
-            os.close(fd)
-        self._unsynced = True
+            self._write_unwritten()
+        except OSError:
+            pass  # its marker is in the log already: the entry waits for flush
+
+    def _write_unwritten(self) -> None:
+        if self._written < len(self.entries):
+            _append_whole(self.path, b"".join(_TXN_ENTRY.pack(_TXN_ENTRY_VERSION, *e)
+                                              for e in self._entries[self._written:]),
+                          self._written * _TXN_ENTRY.size)
+            self._written = len(self._entries)
 
     def reset(self) -> None:
         """Drop every entry (before rebuilding the index from the log)."""
         self._entries = []
+        self._written = self._synced = 0
         self.delete()
 
     def truncate_to_offset(self, offset: int) -> None:
@@ -290,22 +324,23 @@ class TransactionIndex:
             keep -= 1
         if keep < len(entries):
             del entries[keep:]
-            if keep:
-                os.truncate(self.path, keep * _TXN_ENTRY.size)
+            self._written = min(self._written, keep)
+            self._synced = min(self._synced, keep)
+            if self._written:
+                os.truncate(self.path, self._written * _TXN_ENTRY.size)
             else:
                 self.delete()
 
     def flush(self) -> None:
-        if self._unsynced:
-            self._unsynced = False
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return
+        """Write the entries a failed write left behind and fsync the new ones."""
+        if self._entries and self._synced < len(self._entries):
+            self._write_unwritten()
+            fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            self._synced = self._written
 
     def delete(self) -> None:
         try:

@@ -56,6 +56,31 @@ class LogError(Exception):
         super().__init__(message)
 
 
+class RateLimitedWarning:
+    """Logs a warning at most once per `interval` seconds, counting the ones held back:
+    a full disk fails every produce, and a line for each would flood the log."""
+
+    def __init__(self, logger: logging.Logger, interval: float):
+        self.logger = logger
+        self.interval = interval
+        self._next_at = 0.0
+        self._held_back = 0
+
+    def warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now < self._next_at:
+            self._held_back += 1
+            return
+        if self._held_back:
+            message += f" ({self._held_back} more such failures since the last warning)"
+        self.logger.warning("%s", message)
+        self._next_at = now + self.interval
+        self._held_back = 0
+
+
+_write_failures = RateLimitedWarning(log, 10.0)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -192,6 +217,16 @@ class PartitionLog:
         return AbortedTxn(producer_id, first_offset, marker_offset,
                           marker_offset + 1 if following is None else following)
 
+    def _storage_error(self, what: str, exc: OSError) -> LogError:
+        """A failed write as the produce error Kafka gives for a failed log directory.
+        Unlike Kafka, the partition stays online: reads go on, and every later write
+        tries again, so writes resume once space returns."""
+        error = LogError(ErrorCode.KAFKA_STORAGE_ERROR,
+                         f"cannot {what} {self.topic}-{self.partition} in {self.directory}: "
+                         f"{exc.strerror or exc}")
+        _write_failures.warn(str(error))
+        return error
+
     def _segment_index(self, offset: int) -> int:
         bases = self._base_offsets or [s.base_offset for s in self.segments]
         return bisect_right(bases, offset) - 1
@@ -236,7 +271,10 @@ class PartitionLog:
             header = header._replace(max_timestamp=append_time,
                                      attributes=header.attributes | LOG_APPEND_TIME_BIT)
         header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
-        self.segments[-1].append(batch, header)
+        try:
+            self.segments[-1].append(batch, header)
+        except OSError as exc:
+            raise self._storage_error("append to", exc) from None
         self.producer_state.update(header)
         self._unflushed_messages += header.last_offset_delta + 1
         self.high_watermark = self.log_end_offset
@@ -268,7 +306,10 @@ class PartitionLog:
         set_partition_leader_epoch(batch, self.leader_epoch)
         header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
         segment = self.segments[-1]
-        segment.append(batch, header)
+        try:
+            segment.append(batch, header)
+        except OSError as exc:
+            raise self._storage_error("append a transaction marker to", exc) from None
         first = self.producer_state.update(header, coordinator_epoch)
         if first is not None and not commit:
             segment.txn_index.append(self._aborted_entry(producer_id, first, base))
@@ -288,20 +329,23 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> None:
-        """Seal the active segment (flushed) and start a new one at the log end."""
+        """Seal the active segment (flushed) and start a new one at the log end. Should a
+        write fail (LogError), the active segment stays the active one."""
         active = self.segments[-1]
         if active.size == 0:
             return
         base = self.log_end_offset
-        active.seal()
-        active.flush()
-        self.recovery_point = base
-        self.producer_state.write_snapshot(base)
-        segment = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms())
-        segment.next_offset = base
-        # Create its file now: should retention delete every older segment, this empty
-        # file is what keeps the log end offset across a restart.
-        os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        try:
+            active.seal()  # flushed, its descriptor let go
+            self.recovery_point = base
+            self.producer_state.write_snapshot(base)
+            segment = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms())
+            segment.next_offset = base
+            # Create its file now: should retention delete every older segment, this empty
+            # file is what keeps the log end offset across a restart.
+            os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise self._storage_error("roll a new segment of", exc) from None
         self._directory_unsynced = True
         self.segments.append(segment)
         self._base_offsets.append(base)
@@ -317,14 +361,17 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync the active segment (data, then indexes) and, when segments were
         created since, the directory; older segments were flushed when rolled."""
-        self.segments[-1].flush()
-        if self._directory_unsynced:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._directory_unsynced = False
+        try:
+            self.segments[-1].flush()
+            if self._directory_unsynced:
+                fd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._directory_unsynced = False
+        except OSError as exc:
+            raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self.recovery_point = self.log_end_offset
@@ -449,7 +496,10 @@ class PartitionLog:
         if deletable == 0:
             return 0
         if deletable >= len(self.segments):
-            self.roll()
+            try:
+                self.roll()
+            except LogError:
+                pass  # a full disk (warned of): deleting the older segments frees space
             deletable = len(self.segments) - 1
         # Never delete past the high watermark: consumers must be able to read it.
         while deletable and self.segments[deletable].base_offset > self.high_watermark:
@@ -480,9 +530,12 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self.producer_state.write_snapshot(self.log_end_offset)
 
-    def delete(self) -> None:
+    def delete(self, renamed_to: str) -> None:
+        """Move the log's directory to `renamed_to` (one rename, which needs no space),
+        then remove its files, freeing their space even on a full disk. The emptied
+        directory is left for the caller to remove."""
+        os.rename(self.directory, renamed_to)
         for segment in self.segments:
-            segment.delete()
-        for name in os.listdir(self.directory):
-            os.unlink(os.path.join(self.directory, name))
-        os.rmdir(self.directory)
+            segment.delete()  # closes its files; their names are gone with the rename
+        for name in os.listdir(renamed_to):
+            os.unlink(os.path.join(renamed_to, name))

@@ -104,6 +104,7 @@ class LogSegment:
                                     base_offset)
         self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
         self._file: SegmentFile | None = None  # for appending, open while the segment is active
+        self._torn_tail = False  # bytes of a failed write may follow `size` in the file
         self.size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
@@ -124,15 +125,34 @@ class LogSegment:
 
     # -- writing ---------------------------------------------------------------------
     def append(self, batch, header: BatchHeader) -> None:
-        """Append one batch whose offsets are already assigned."""
+        """Append one batch whose offsets are already assigned. A write that fails
+        (a full disk, an I/O error) raises OSError and leaves the segment as before:
+        its bytes are cut off again, so the file never holds a torn batch."""
         position = self.size
         view = memoryview(batch)
-        fd = self.fd
-        written = 0
-        while written < len(view):
-            written += os.write(fd, view[written:])
+        try:
+            fd = self.fd
+            if self._torn_tail:
+                os.ftruncate(fd, position)
+                self._torn_tail = False
+            written = 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+        except OSError:
+            self._cut_back(position)
+            raise
         self._track(header, position)
         self.size += written
+
+    def _cut_back(self, position: int) -> None:
+        """Truncate the file to `position` after a failed write; should even that fail,
+        the next append truncates first (appends are O_APPEND: they go to the file's end)."""
+        self._torn_tail = True
+        try:
+            os.ftruncate(self.fd, position)
+        except OSError:
+            return
+        self._torn_tail = False
 
     def _track(self, header: BatchHeader, position: int) -> None:
         """Account for a batch now stored at `position`: next offset, max timestamp,

@@ -139,7 +139,7 @@ class TransactionCoordinator:
         partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
         try:
             txn_log.append_records(partition_log, [record])
-        except (OSError, LogError, ProducerStateError) as exc:
+        except (LogError, ProducerStateError) as exc:
             log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
             raise TxnError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
         for name, value in changes.items():
@@ -338,11 +338,10 @@ class TransactionCoordinator:
             except TopicError:
                 log.warning("%s-%d is gone; no marker for producer %d", topic, partition, meta.producer_id)
             except LogError as exc:
+                if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:  # the log has warned
+                    return  # retried by the background task
                 log.warning("marker for producer %d refused by %s-%d: %s", meta.producer_id,
                             topic, partition, exc)
-            except OSError as exc:
-                log.error("cannot write a marker to %s-%d: %s (will retry)", topic, partition, exc)
-                return
             else:
                 if topic == offsets_log.TOPIC:
                     groups.end_transaction(meta.producer_id, partition, commit)
@@ -386,8 +385,7 @@ class TransactionCoordinator:
                 partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
                 try:
                     txn_log.append_records(partition_log, [txn_log.tombstone(meta.transactional_id)])
-                except OSError as exc:
-                    log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
+                except LogError:  # KAFKA_STORAGE_ERROR: the log has warned
                     continue
                 del self.txns[meta.transactional_id]
                 log.info("transactional id %s expired", meta.transactional_id)
