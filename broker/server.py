@@ -17,6 +17,31 @@ the client is not reading its responses. A request waiting in a long poll is can
 when its client leaves or ends its input, freeing the connection at once.
 Response chunks that are file regions go out with sendfile (zero copy) when large,
 with pread when small.
+
+Limits (Kafka's config names and defaults):
+- max.connections (2147483647): at the limit the server stops accepting; new clients
+  wait in the listen backlog until a connection closes, as Kafka's acceptor waits.
+- max.connections.per.ip (2147483647), max.connections.per.ip.overrides ("host:count,
+  ..."): a connection over its host's limit is closed as soon as it is accepted.
+- connections.max.idle.ms (600000): a connection that for that long has read nothing,
+  had no response taken by its client and no request waiting in a long poll is closed
+  without flushing (so also one whose client stopped reading, or stopped mid-request);
+  a sweep runs every quarter of it (at most every 30 s).
+- queued.max.requests (500): Kafka bounds the requests waiting for a handler thread;
+  here the handler runs at once unless a connection is blocked (a request waiting, or
+  its client not reading), so the bound is on requests read but not yet answered across
+  all connections. At the bound, connections holding such requests stop reading until
+  half are answered; the others read on, as what they send is answered at once (so a
+  few clients that never read cannot stall the rest).
+- Per connection: reading pauses at 8 unanswered requests or 1 MiB of them; responses
+  are written every 64 KiB, and the transport's write buffer pauses answering above
+  asyncio's high-water mark (64 KiB) until the client reads. A connection thus holds at
+  most its 64 KiB read buffer, about 1 MiB of requests plus one request of up to
+  socket.request.max.bytes (100 MiB; pages exist only as bytes arrive), and its write
+  buffer plus one response.
+- Accepting: out of descriptors (EMFILE and the like), accepting stops for 50 ms,
+  doubling to 1 s while it lasts; that, refused connections and connection-closing
+  warnings are logged at most 5 times per 10 s each, with a count of the rest.
 """
 
 from __future__ import annotations
@@ -252,9 +277,10 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def idle(self, now: float, idle_seconds: float) -> bool:
-        """Nothing read, and no request queued or being answered, for idle_seconds."""
-        return (now - self.last_active >= idle_seconds and self._task is None
-                and not self._frames and self._frame is None)
+        """For idle_seconds nothing read, no response finished or taken by the client,
+        and no request being answered by a task (a long poll, a sendfile). Requests
+        queued without a task wait for a client that does not read: they do not count."""
+        return now - self.last_active >= idle_seconds and self._task is None
 
     # -- answering -------------------------------------------------------------------
     def _answer(self) -> None:
@@ -367,6 +393,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.last_active = time.monotonic()  # the client has read
         self._writable.set()
         if self._task is None:
             self._answer()
@@ -382,6 +409,13 @@ class Connection(asyncio.BufferedProtocol):
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+        self._closed = True
+
+    def abort(self) -> None:
+        """Close without waiting for unsent responses (a client not reading them would
+        keep the connection open)."""
+        if self.transport is not None:
+            self.transport.abort()
         self._closed = True
 
 
@@ -532,7 +566,7 @@ class KafkaServer:
             now = time.monotonic()
             for conn in [c for c in self.connections if c.idle(now, idle_seconds)]:
                 log.debug("closing %s: idle for %.0f s", conn.peer, now - conn.last_active)
-                conn.close()
+                conn.abort()
 
     async def stop(self, grace_seconds: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (bounded), close connections."""

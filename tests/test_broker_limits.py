@@ -2,7 +2,8 @@
 
 - max.connections.per.ip(.overrides): a client host over its limit is closed at once.
 - max.connections: a new connection waits (unanswered) until another one closes.
-- connections.max.idle.ms: an idle connection is closed; one in a long poll is not.
+- connections.max.idle.ms: an idle connection is closed (also one stopped mid-request
+  or not reading its responses); one in a long poll is not.
 - Memory: a client that never reads its responses, pipelines large requests behind a
   waiting one, or (with queued.max.requests) many clients doing the latter cannot grow
   the broker's RSS past a bound.
@@ -23,8 +24,8 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.test_broker_failures import (API_VERSIONS, FETCH, FETCH_VERSION, api_versions_body,
-                                        connect, fetch_body, frame, records_of, recv_frame,
-                                        roundtrip, rss_kb)
+                                        connect, drain_until_closed, fetch_body, frame,
+                                        records_of, recv_frame, roundtrip, rss_kb)
 from wire.client import Client, NewTopic
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,13 +123,20 @@ def test_max_connections_makes_new_connections_wait(tmp_path):
 
 def test_idle_connections_are_closed_but_not_long_polls(tmp_path):
     with start_broker(tmp_path, **{"connections.max.idle.ms": 1000}) as broker:
-        create_topic_with_records(broker.port, count=1)
+        create_topic_with_records(broker.port)  # ~50 KB: the answers to `stuck` pile up
+        fds = len(os.listdir(f"/proc/{broker.proc.pid}/fd"))
         silent, used, polling = connect(broker.port), connect(broker.port), connect(broker.port)
+        stuck, partial = connect(broker.port), connect(broker.port)
         api_versions(used)
-        polling.sendall(frame(FETCH, FETCH_VERSION, fetch_body([(TOPIC, 0, 1)], max_wait_ms=2500), 9))
+        send_for(stuck, frame(FETCH, FETCH_VERSION, fetch_body([(TOPIC, 0, 0)]), 1) * 3000, 0.5)
+        partial.sendall(garbage_frame(200_000)[:100_000])
+        polling.sendall(frame(FETCH, FETCH_VERSION, fetch_body([(TOPIC, 0, 25)], max_wait_ms=2500), 9))
         started = time.monotonic()
-        assert closed_within(silent, 5) and closed_within(used, 5)
+        assert closed_within(silent, 5) and closed_within(used, 5) and closed_within(partial, 5)
         assert time.monotonic() - started >= 0.9
+        time.sleep(0.5)  # `stuck` never read: closed too, its unsent answers dropped
+        assert len(os.listdir(f"/proc/{broker.proc.pid}/fd")) == fds + 1  # `polling`
+        drain_until_closed(stuck)
         polling.settimeout(5)
         assert recv_frame(polling) is not None, "a long poll was closed as idle"
         assert time.monotonic() - started >= 2.4
