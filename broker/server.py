@@ -1,7 +1,9 @@
 """The network layer: moves frames between sockets and the broker; no protocol logic.
 
-Reading: bytes arrive in a read buffer of the connection's own, from which every
-complete small frame is cut (several per read when a client pipelines). A frame too
+Reading: bytes arrive in a read buffer, from which every complete small frame is cut
+(several per read when a client pipelines). The server lends read buffers from a small
+pool and a connection gives its own back once it holds no partial frame, so an idle
+connection holds none. A frame too
 large for that buffer is read straight into a buffer of its own (so the broker may
 patch record batches in place): an anonymous private mapping of the frame's size, whose
 pages the kernel provides as bytes actually arrive, so a forged size prefix costs
@@ -36,7 +38,7 @@ Limits (Kafka's config names and defaults):
 - Per connection: reading pauses at 8 unanswered requests or 1 MiB of them; responses
   are written every 64 KiB, and the transport's write buffer pauses answering above
   asyncio's high-water mark (64 KiB) until the client reads. A connection thus holds at
-  most its 64 KiB read buffer, about 1 MiB of requests plus one request of up to
+  most a 64 KiB read buffer, about 1 MiB of requests plus one request of up to
   socket.request.max.bytes (100 MiB; pages exist only as bytes arrive), and its write
   buffer plus one response.
 - Accepting: out of descriptors (EMFILE and the like), accepting stops for 50 ms,
@@ -65,6 +67,7 @@ log = logging.getLogger("sluice.broker")
 _SIZE = struct.Struct(">i")
 _SENDFILE_MIN = 64 * 1024
 _READ_BUFFER = 64 * 1024
+_POOLED_READ_BUFFERS = 16
 _MAX_QUEUED = 8                    # frames read but not yet answered, per connection
 _MAX_QUEUED_BYTES = 1 << 20        # and their bytes: reading pauses at either
 _MAX_OUT_BYTES = 64 * 1024         # responses gathered before a write (which may pause writing)
@@ -149,7 +152,7 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.client_host = client_host
         self.last_active = time.monotonic()  # of the last bytes read or response finished
-        self._buf = bytearray(_READ_BUFFER)
+        self._buf: bytearray | None = None  # lent by the server while reading
         self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
         self._frame: mmap.mmap | None = None  # a large frame being read in place
         self._expected = self._filled = 0
@@ -178,7 +181,9 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
             return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._buf):  # a partial frame at the end: move it to the front
+        if self._buf is None:
+            self._buf = self.server.lend_read_buffer()
+        elif self._end == len(self._buf):  # a partial frame at the end: move it to the front
             rest = self._end - self._start
             self._buf[:rest] = self._buf[self._start:self._end]
             self._start, self._end = 0, rest
@@ -221,6 +226,8 @@ class Connection(asyncio.BufferedProtocol):
                 start = end
             break
         if start == end:
+            self.server.return_read_buffer(buf)
+            self._buf = None
             start = end = 0
         self._start, self._end = start, end
         return True
@@ -244,6 +251,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if self._buf is not None:
+            self.server.return_read_buffer(self._buf)
+            self._buf = None
         self.server.connection_closed(self)
         self.server.requests_queued(-len(self._frames))
         self._frames.clear()
@@ -445,6 +455,15 @@ class KafkaServer:
         self._retry_delay = _ACCEPT_RETRY_MIN
         self._sweeper: asyncio.Task | None = None
         self._closing = False
+        self._read_buffers: list[bytearray] = []
+
+    def lend_read_buffer(self) -> bytearray:
+        return self._read_buffers.pop() if self._read_buffers else bytearray(_READ_BUFFER)
+
+    def return_read_buffer(self, buf: bytearray) -> None:
+        """Keep a few for reuse: one connection is read at a time, so few are lent at once."""
+        if len(self._read_buffers) < _POOLED_READ_BUFFERS:
+            self._read_buffers.append(buf)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
