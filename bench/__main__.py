@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import broker, codec, spark_write
+from bench import broker, codec, connections, spark_write
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -10,3 +10,5 @@ print()
 spark_write.main(["--quick"] if quick else [])  # the sink against confluent-kafka, and reads
 print()
 broker.main(["--quick"] if quick else [])
+print()
+connections.main([])  # RSS per idle connection
