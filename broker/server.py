@@ -474,7 +474,10 @@ class KafkaServer:
                                        flags=socket.AI_PASSIVE)
         try:
             for family, kind, proto, _, address in dict.fromkeys(infos):
-                sock = socket.socket(family, kind, proto)
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # a family this host lacks (IPv6): skipped, as asyncio does
+                    continue
                 self._sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
@@ -482,9 +485,12 @@ class KafkaServer:
                 sock.bind(address)
                 sock.listen(_BACKLOG)
                 sock.setblocking(False)
+            if not self._sockets:
+                raise OSError(f"no address to listen on for {self.host!r}")
         except OSError:
             for sock in self._sockets:
                 sock.close()
+            self._sockets = []
             raise
         self.port = self._sockets[0].getsockname()[1]
         self._start_accepting()
