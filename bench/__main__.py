@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import broker, codec, durability, spark_write
+from bench import broker, codec, connections, durability, spark_write
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -12,3 +12,5 @@ print()
 broker.main(["--quick"] if quick else [])
 print()
 durability.main(["--quick"] if quick else [])
+print()
+connections.main([])  # RSS per idle connection

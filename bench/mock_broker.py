@@ -30,7 +30,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
 

@@ -25,7 +25,7 @@ from broker import handlers
 from broker.config import BrokerConfig
 from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
-from broker.server import CloseConnection, KafkaServer
+from broker.server import CloseConnection, KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
 from broker.storage.log import LogError, RateLimitedWarning
 from broker.topics import TopicManager
@@ -48,8 +48,13 @@ class Broker:
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
         self.cluster_id = ""
-        self.server = KafkaServer(self.handle_frame, config.host, config.port,
-                                  config.socket_request_max_bytes)
+        self.server = KafkaServer(self.handle_frame, config.host, config.port, Limits(
+            max_request_bytes=config.socket_request_max_bytes,
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
+            per_ip_overrides=config.max_connections_per_ip_overrides,
+            idle_ms=config.connections_max_idle_ms,
+            queued_max_requests=config.queued_max_requests))
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future]] = defaultdict(set)
         self._tasks: list[asyncio.Task] = []
         self.clean_start = False

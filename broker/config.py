@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
 
 
 class ConfigError(ValueError):
@@ -124,6 +125,12 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # Connection limits (broker.server.Limits).
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600_000
+    queued_max_requests: int = 500
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -195,6 +202,28 @@ _GROUP_KEYS = {
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1),
 }
 
+# Connection limits: key -> (BrokerConfig attribute, minimum).
+_CONNECTION_KEYS = {
+    "max.connections": ("max_connections", 0),
+    "max.connections.per.ip": ("max_connections_per_ip", 0),
+    "connections.max.idle.ms": ("connections_max_idle_ms", 1),
+    "queued.max.requests": ("queued_max_requests", 1),
+}
+
+
+def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
+    """Kafka's "host:count,host:count" (an IPv6 host keeps its colons: the last one counts)."""
+    overrides = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip():
+            raise ConfigError(f"{key}: {item!r} is not host:count")
+        overrides[host.strip().strip("[]")] = _int(key, count, 0)
+    return overrides
+
+
 _COARSE_UNITS = {
     "log.retention.minutes": ("retention_ms", 60_000),
     "log.retention.hours": ("retention_ms", 3_600_000),
@@ -242,6 +271,11 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
         elif key in _GROUP_KEYS:
             attr, minimum = _GROUP_KEYS[key]
             setattr(config, attr, _int(key, value, minimum))
+        elif key in _CONNECTION_KEYS:
+            attr, minimum = _CONNECTION_KEYS[key]
+            setattr(config, attr, _int(key, value, minimum))
+        elif key == "max.connections.per.ip.overrides":
+            config.max_connections_per_ip_overrides = _per_ip_overrides(key, value)
         else:
             warnings.append(f"unknown config key {key!r} ignored")
             continue
@@ -253,6 +287,9 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
         if key in coarse:
             log_changes.setdefault(attr, coarse[key])
     config.log = dataclasses.replace(config.log, **log_changes)
+    if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+        raise ConfigError("max.connections.per.ip: 0 is allowed only with "
+                          "max.connections.per.ip.overrides (as in Kafka)")
     if not config.data_dir:
         raise ConfigError("no data directory: pass --data-dir or set log.dirs")
     return config, warnings

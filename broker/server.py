@@ -1,7 +1,9 @@
 """The network layer: moves frames between sockets and the broker; no protocol logic.
 
-Reading: bytes arrive in a read buffer of the connection's own, from which every
-complete small frame is cut (several per read when a client pipelines). A frame too
+Reading: bytes arrive in a read buffer, from which every complete small frame is cut
+(several per read when a client pipelines). The server lends read buffers from a small
+pool and a connection gives its own back once it holds no partial frame, so an idle
+connection holds none. A frame too
 large for that buffer is read straight into a buffer of its own (so the broker may
 patch record batches in place): an anonymous private mapping of the frame's size, whose
 pages the kernel provides as bytes actually arrive, so a forged size prefix costs
@@ -17,17 +19,45 @@ the client is not reading its responses. A request waiting in a long poll is can
 when its client leaves or ends its input, freeing the connection at once.
 Response chunks that are file regions go out with sendfile (zero copy) when large,
 with pread when small.
+
+Limits (Kafka's config names and defaults):
+- max.connections (2147483647): at the limit the server stops accepting; new clients
+  wait in the listen backlog until a connection closes, as Kafka's acceptor waits.
+- max.connections.per.ip (2147483647), max.connections.per.ip.overrides ("host:count,
+  ..."): a connection over its host's limit is closed as soon as it is accepted.
+- connections.max.idle.ms (600000): a connection that for that long has read nothing,
+  had no response taken by its client and no request waiting in a long poll is closed
+  without flushing (so also one whose client stopped reading, or stopped mid-request);
+  a sweep runs every quarter of it (at most every 30 s).
+- queued.max.requests (500): Kafka bounds the requests waiting for a handler thread;
+  here the handler runs at once unless a connection is blocked (a request waiting, or
+  its client not reading), so the bound is on requests read but not yet answered across
+  all connections. At the bound, connections holding such requests stop reading until
+  half are answered; the others read on, as what they send is answered at once (so a
+  few clients that never read cannot stall the rest).
+- Per connection: reading pauses at 8 unanswered requests or 1 MiB of them; responses
+  are written every 64 KiB, and the transport's write buffer pauses answering above
+  asyncio's high-water mark (64 KiB) until the client reads. A connection thus holds at
+  most a 64 KiB read buffer, about 1 MiB of requests plus one request of up to
+  socket.request.max.bytes (100 MiB; pages exist only as bytes arrive), and its write
+  buffer plus one response.
+- Accepting: out of descriptors (EMFILE and the like), accepting stops for 50 ms,
+  doubling to 1 s while it lasts; that, refused connections and connection-closing
+  warnings are logged at most 5 times per 10 s each, with a count of the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import errno
 import inspect
 import logging
 import mmap
 import socket
 import struct
+import time
 from typing import Awaitable, Callable, Union
 
 from broker.storage.segment import FileRegion
@@ -37,11 +67,60 @@ log = logging.getLogger("sluice.broker")
 _SIZE = struct.Struct(">i")
 _SENDFILE_MIN = 64 * 1024
 _READ_BUFFER = 64 * 1024
-_MAX_QUEUED = 8
+_POOLED_READ_BUFFERS = 16
+_MAX_QUEUED = 8                    # frames read but not yet answered, per connection
+_MAX_QUEUED_BYTES = 1 << 20        # and their bytes: reading pauses at either
+_MAX_OUT_BYTES = 64 * 1024         # responses gathered before a write (which may pause writing)
+_BACKLOG = 1024
+_ACCEPTS_PER_WAKE = 64
+_ACCEPT_RETRY_MIN, _ACCEPT_RETRY_MAX = 0.05, 1.0  # seconds: back-off while descriptors run out
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 Chunks = Union[list, None]  # response chunks (bytes-like or FileRegion), or None: no response
 # handler(frame, client_host) -> chunks, or an awaitable of them when the request must wait
 Handler = Callable[[bytearray, str], Union[Chunks, Awaitable[Chunks]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits of one listener, under Kafka's names (see the module docstring)."""
+
+    max_request_bytes: int = 100 * 1024 * 1024        # socket.request.max.bytes
+    max_connections: int = (1 << 31) - 1               # max.connections
+    max_connections_per_ip: int = (1 << 31) - 1        # max.connections.per.ip
+    per_ip_overrides: dict = dataclasses.field(default_factory=dict)  # host -> count
+    idle_ms: int = 600_000                              # connections.max.idle.ms
+    queued_max_requests: int = 500                      # queued.max.requests
+
+
+class _Throttled:
+    """A log call that lets `burst` messages through per `window` seconds and counts the
+    rest: a storm of one event (descriptors exhausted, a client reconnecting in a loop)
+    must not fill the disk, as 100 MB of accept errors in 20 s once did."""
+
+    def __init__(self, level: int, burst: int = 5, window: float = 10.0):
+        self.level, self.burst, self.window = level, burst, window
+        self._window_end = 0.0
+        self._logged = self._suppressed = 0
+
+    def __call__(self, message: str, *args, exc_info=None) -> None:
+        now = time.monotonic()
+        if now >= self._window_end:
+            if self._suppressed:
+                log.log(self.level, "(%d more like this in %.0f s: %s)", self._suppressed,
+                        self.window, message % args)
+            self._window_end, self._logged, self._suppressed = now + self.window, 0, 0
+        if self._logged >= self.burst:
+            self._suppressed += 1
+            return
+        self._logged += 1
+        log.log(self.level, message, *args, exc_info=exc_info)
+
+
+_log_closing = _Throttled(logging.WARNING)
+_log_internal_error = _Throttled(logging.ERROR)
+_log_refused = _Throttled(logging.WARNING)
+_log_accept_error = _Throttled(logging.ERROR)
 
 
 class CloseConnection(Exception):
@@ -65,19 +144,22 @@ def _size_of(chunks: list) -> int:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, handler: Handler, max_request_bytes: int, connections: set):
-        self.handler = handler
-        self.max_request_bytes = max_request_bytes
-        self.connections = connections
+    def __init__(self, server: "KafkaServer", client_host: str):
+        self.server = server
+        self.handler = server.handler
+        self.max_request_bytes = server.limits.max_request_bytes
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.client_host = ""
-        self._buf = bytearray(_READ_BUFFER)
+        self.client_host = client_host
+        self.last_active = time.monotonic()  # of the last bytes read or response finished
+        self._buf: bytearray | None = None  # lent by the server while reading
         self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
         self._frame: mmap.mmap | None = None  # a large frame being read in place
         self._expected = self._filled = 0
         self._frames: collections.deque = collections.deque()  # bytearray or mmap
+        self._queued_bytes = 0            # of _frames
         self._out: list = []              # response bytes for the next write
+        self._out_bytes = 0
         self._task: asyncio.Task | None = None  # awaits a waiting request or a sendfile
         self._waiting = False             # the task is inside a handler's wait
         self._writable = asyncio.Event()
@@ -91,27 +173,29 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.client_host = peer[0] if peer else ""
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.connections.add(self)
+        self.server.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
             return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._buf):  # a partial frame at the end: move it to the front
+        if self._buf is None:
+            self._buf = self.server.lend_read_buffer()
+        elif self._end == len(self._buf):  # a partial frame at the end: move it to the front
             rest = self._end - self._start
             self._buf[:rest] = self._buf[self._start:self._end]
             self._start, self._end = 0, rest
         return memoryview(self._buf)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < self._expected:
                 return
-            self._frames.append(self._frame)
+            self._queue(self._frame)
             self._frame = None
         else:
             self._end += nbytes
@@ -126,12 +210,12 @@ class Connection(asyncio.BufferedProtocol):
         while end - start >= 4:
             size = _SIZE.unpack_from(buf, start)[0]
             if size < 4 or size > self.max_request_bytes:
-                log.warning("closing %s: request size %d outside [4, %d]", self.peer, size,
-                            self.max_request_bytes)
+                _log_closing("closing %s: request size %d outside [4, %d]", self.peer, size,
+                             self.max_request_bytes)
                 self.close()
                 return False
             if end - start - 4 >= size:
-                self._frames.append(buf[start + 4:start + 4 + size])
+                self._queue(buf[start + 4:start + 4 + size])
                 start += 4 + size
                 continue
             if 4 + size > len(buf):
@@ -142,9 +226,22 @@ class Connection(asyncio.BufferedProtocol):
                 start = end
             break
         if start == end:
+            self.server.return_read_buffer(buf)
+            self._buf = None
             start = end = 0
         self._start, self._end = start, end
         return True
+
+    def _queue(self, frame) -> None:
+        self._frames.append(frame)
+        self._queued_bytes += len(frame)
+        self.server.requests_queued(1)
+
+    def _take(self):
+        frame = self._frames.popleft()
+        self._queued_bytes -= len(frame)
+        self.server.requests_queued(-1)
+        return frame
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -154,8 +251,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
-        self.connections.discard(self)
+        if self._buf is not None:
+            self.server.return_read_buffer(self._buf)
+            self._buf = None
+        self.server.connection_closed(self)
+        self.server.requests_queued(-len(self._frames))
         self._frames.clear()
+        self._queued_bytes = 0
         self._writable.set()
         self._stop_waiting()
 
@@ -167,12 +269,35 @@ class Connection(asyncio.BufferedProtocol):
         if self._waiting and self._task is not None:
             self._task.cancel()
 
+    def update_reading(self) -> None:
+        """Pause reading while this connection holds a few unanswered frames or a
+        megabyte of them, or holds any while the broker holds queued.max.requests;
+        resume at half of each."""
+        if self._closed:
+            return
+        queued = len(self._frames)
+        if not self._reading_paused:
+            if (queued >= _MAX_QUEUED or self._queued_bytes >= _MAX_QUEUED_BYTES
+                    or (queued and self.server.intake_full)):
+                self._reading_paused = True
+                self.transport.pause_reading()
+        elif (queued < _MAX_QUEUED // 2 and self._queued_bytes < _MAX_QUEUED_BYTES // 2
+              and not (queued and self.server.intake_full)):
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def idle(self, now: float, idle_seconds: float) -> bool:
+        """For idle_seconds nothing read, no response finished or taken by the client,
+        and no request being answered by a task (a long poll, a sendfile). Requests
+        queued without a task wait for a client that does not read: they do not count."""
+        return now - self.last_active >= idle_seconds and self._task is None
+
     # -- answering -------------------------------------------------------------------
     def _answer(self) -> None:
         """Answer queued requests in order until one must wait, then write."""
         while self._frames and self._task is None and not self._closed and self._writable.is_set():
             try:
-                result = self.handler(self._frames.popleft(), self.client_host)
+                result = self.handler(self._take(), self.client_host)
                 if inspect.isawaitable(result):
                     self._start_task(result, None)
                 elif result is not None:
@@ -186,23 +311,23 @@ class Connection(asyncio.BufferedProtocol):
         if self._eof and not self._frames and self._task is None:
             self.close()
             return
-        queued = len(self._frames)
-        if queued >= _MAX_QUEUED and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
-        elif self._reading_paused and queued < _MAX_QUEUED // 2:
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self.update_reading()
 
     def _add_response(self, chunks: list) -> None:
         """Queue a response for the next write; one holding a large file region is
-        sent by a task, with sendfile."""
+        sent by a task, with sendfile. Gathered responses are written once they reach
+        _MAX_OUT_BYTES, so that a client not reading pauses writing (and answering)
+        before many responses pile up in memory."""
         if any(isinstance(c, FileRegion) and c.length >= _SENDFILE_MIN for c in chunks):
             self._start_task(None, chunks)
             return
-        self._out.append(_SIZE.pack(_size_of(chunks)))
+        size = _size_of(chunks)
+        self._out.append(_SIZE.pack(size))
         for chunk in chunks:
             self._out.append(self._file_bytes(chunk) if isinstance(chunk, FileRegion) else chunk)
+        self._out_bytes += size
+        if self._out_bytes >= _MAX_OUT_BYTES:
+            self._flush()
 
     @staticmethod
     def _file_bytes(region: FileRegion) -> bytes:
@@ -215,13 +340,14 @@ class Connection(asyncio.BufferedProtocol):
         if self._out and not self._closed:
             self.transport.writelines(self._out)
         self._out = []
+        self._out_bytes = 0
 
     def _close_after(self, exc: Exception) -> None:
         """A request could not be answered: write what is ready, then close."""
         if isinstance(exc, CloseConnection):
-            log.warning("closing %s: %s", self.peer, exc)
+            _log_closing("closing %s: %s", self.peer, exc)
         elif not isinstance(exc, (ConnectionError, asyncio.CancelledError)):
-            log.error("closing %s after an internal error", self.peer, exc_info=exc)
+            _log_internal_error("closing %s after an internal error", self.peer, exc_info=exc)
         self._flush()
         self.close()
 
@@ -249,6 +375,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         finally:
             self._task = None
+            self.last_active = time.monotonic()
         self._answer()
 
     async def _send(self, chunks: list) -> None:
@@ -276,6 +403,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.last_active = time.monotonic()  # the client has read
         self._writable.set()
         if self._task is None:
             self._answer()
@@ -293,32 +421,193 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
         self._closed = True
 
+    def abort(self) -> None:
+        """Close without waiting for unsent responses (a client not reading them would
+        keep the connection open)."""
+        if self.transport is not None:
+            self.transport.abort()
+        self._closed = True
+
+
+
 
 class KafkaServer:
-    """Accepts connections on host:port and feeds their frames to `handler`."""
+    """Accepts connections on host:port within `limits` and feeds their frames to `handler`.
 
-    def __init__(self, handler: Handler, host: str, port: int, max_request_bytes: int):
+    Its own accept loop (not asyncio's create_server) so that limits apply before a
+    connection costs anything, and so that running out of descriptors backs off quietly:
+    asyncio 3.11's loop retries accept up to `backlog` times per wake-up on EMFILE,
+    logging a traceback and scheduling a restart each time."""
+
+    def __init__(self, handler: Handler, host: str, port: int, limits: Limits):
         self.handler = handler
         self.host, self.port = host, port
-        self.max_request_bytes = max_request_bytes
+        self.limits = limits
         self.connections: set[Connection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self.queued_requests = 0      # frames read and not yet answered, all connections
+        self.intake_full = False      # queued.max.requests reached: see Connection.update_reading
+        self._open = 0                # accepted, not yet closed
+        self._per_host: collections.Counter = collections.Counter()  # of those, per client host
+        self._per_ip_limits: dict[str, int] = {}
+        self._sockets: list[socket.socket] = []
+        self._accepting = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._retry_delay = _ACCEPT_RETRY_MIN
+        self._sweeper: asyncio.Task | None = None
+        self._closing = False
+        self._read_buffers: list[bytearray] = []
+
+    def lend_read_buffer(self) -> bytearray:
+        return self._read_buffers.pop() if self._read_buffers else bytearray(_READ_BUFFER)
+
+    def return_read_buffer(self, buf: bytearray) -> None:
+        """Keep a few for reuse: one connection is read at a time, so few are lent at once."""
+        if len(self._read_buffers) < _POOLED_READ_BUFFERS:
+            self._read_buffers.append(buf)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self.handler, self.max_request_bytes, self.connections),
-            self.host, self.port, reuse_address=True, backlog=1024)
-        self.port = self._server.sockets[0].getsockname()[1]
+        for host, count in self.limits.per_ip_overrides.items():
+            for info in await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM):
+                self._per_ip_limits[info[4][0]] = count
+        infos = await loop.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # a family this host lacks (IPv6): skipped, as asyncio does
+                    continue
+                self._sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(_BACKLOG)
+                sock.setblocking(False)
+            if not self._sockets:
+                raise OSError(f"no address to listen on for {self.host!r}")
+        except OSError:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets = []
+            raise
+        self.port = self._sockets[0].getsockname()[1]
+        self._start_accepting()
+        self._sweeper = loop.create_task(self._close_idle())
+
+    # -- accepting -------------------------------------------------------------------
+    def _start_accepting(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._retry = None
+        if not self._accepting and not self._closing:
+            self._accepting = True
+            for sock in self._sockets:
+                loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _stop_accepting(self) -> None:
+        if self._accepting:
+            self._accepting = False
+            loop = asyncio.get_running_loop()
+            for sock in self._sockets:
+                loop.remove_reader(sock.fileno())
+
+    def _accept(self, listener: socket.socket) -> None:
+        """Accept what is waiting. At max.connections, stop accepting until one closes
+        (new clients wait in the backlog, as Kafka's acceptor waits for a slot); out of
+        descriptors, stop for a growing while (logged at a bounded rate)."""
+        for _ in range(_ACCEPTS_PER_WAKE):
+            if self._open >= self.limits.max_connections:
+                _log_refused("max.connections (%d) reached: new connections wait",
+                             self.limits.max_connections)
+                self._stop_accepting()
+                return
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                self._stop_accepting()
+                self._retry = asyncio.get_running_loop().call_later(self._retry_delay,
+                                                                    self._start_accepting)
+                _log_accept_error("cannot accept connections (%s): retrying in %.2f s",
+                                  exc.strerror, self._retry_delay)
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._retry_delay = min(2 * self._retry_delay, _ACCEPT_RETRY_MAX)
+                return
+            self._retry_delay = _ACCEPT_RETRY_MIN
+            self._admit(sock, address[0])
+
+    def _admit(self, sock: socket.socket, host: str) -> None:
+        limit = self._per_ip_limits.get(host, self.limits.max_connections_per_ip)
+        if self._per_host[host] >= limit:
+            _log_refused("refusing a connection from %s: it has max.connections.per.ip (%d)",
+                         host, limit)
+            sock.close()
+            return
+        self._per_host[host] += 1
+        self._open += 1
+        asyncio.get_running_loop().create_task(self._connect(sock, host))
+
+    async def _connect(self, sock: socket.socket, host: str) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Connection(self, host), sock)
+        except Exception as exc:
+            sock.close()
+            self._release(host)
+            _log_accept_error("cannot set up a connection from %s: %s", host, exc)
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._release(conn.client_host)
+
+    def _release(self, host: str) -> None:
+        self._open -= 1
+        self._per_host[host] -= 1
+        if not self._per_host[host]:
+            del self._per_host[host]
+        if not self._accepting and self._retry is None:
+            self._start_accepting()
+
+    # -- limits on open connections --------------------------------------------------
+    def requests_queued(self, change: int) -> None:
+        """Count frames read but not answered; at queued.max.requests, connections
+        holding any stop reading until the count is down to half."""
+        self.queued_requests += change
+        limit = self.limits.queued_max_requests
+        if self.intake_full != (self.queued_requests >= limit):
+            if not self.intake_full or self.queued_requests <= limit // 2:
+                self.intake_full = not self.intake_full
+                for conn in list(self.connections):
+                    conn.update_reading()
+
+    async def _close_idle(self) -> None:
+        """Close connections idle for connections.max.idle.ms, sweeping every quarter
+        of that, or every 30 s when longer."""
+        idle_seconds = self.limits.idle_ms / 1000
+        while True:
+            await asyncio.sleep(min(idle_seconds / 4, 30.0))
+            now = time.monotonic()
+            for conn in [c for c in self.connections if c.idle(now, idle_seconds)]:
+                log.debug("closing %s: idle for %.0f s", conn.peer, now - conn.last_active)
+                conn.abort()
 
     async def stop(self, grace_seconds: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (bounded), close connections."""
-        if self._server is None:
+        if not self._sockets:
             return
-        self._server.close()
+        self._closing = True
+        self._stop_accepting()
+        if self._retry is not None:
+            self._retry.cancel()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         tasks = [task for conn in list(self.connections) if (task := conn.shutdown()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_seconds)
         for conn in list(self.connections):
             conn.close()
-        await self._server.wait_closed()

@@ -165,6 +165,29 @@ def test_invalid_values_name_the_key(tmp_path, line):
     assert key in str(info.value)
 
 
+def test_connection_limits(tmp_path):
+    config, _ = config_from(tmp_path, "")
+    assert config.max_connections == config.max_connections_per_ip == (1 << 31) - 1
+    assert config.max_connections_per_ip_overrides == {}
+    assert (config.connections_max_idle_ms, config.queued_max_requests) == (600_000, 500)
+    config, warnings = config_from(tmp_path, """
+max.connections=10
+max.connections.per.ip=0
+max.connections.per.ip.overrides=127.0.0.1:5, ::1:2,[fe80::1]:3
+connections.max.idle.ms=1000
+queued.max.requests=7
+""")
+    assert warnings == []
+    assert (config.max_connections, config.max_connections_per_ip) == (10, 0)
+    assert config.max_connections_per_ip_overrides == {"127.0.0.1": 5, "::1": 2, "fe80::1": 3}
+    assert (config.connections_max_idle_ms, config.queued_max_requests) == (1000, 7)
+    for line in ("max.connections=-1", "max.connections.per.ip=0",
+                 "max.connections.per.ip.overrides=host", "max.connections.per.ip.overrides=h:x",
+                 "connections.max.idle.ms=0", "queued.max.requests=0"):
+        with pytest.raises(ConfigError, match=line.split("=")[0]):
+            config_from(tmp_path, line)
+
+
 def test_malformed_lines_and_missing_files(tmp_path):
     with pytest.raises(ConfigError, match=r"server.properties:2: expected key=value"):
         config_from(tmp_path, "num.partitions=1\njust some words\n")
