@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 
@@ -44,6 +45,24 @@ async def serve(config) -> None:
     await broker.stop()
 
 
+def raise_open_files_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard limit, as the JVM does for Kafka: every
+    partition's active segment and every connection holds a descriptor, and the common
+    soft default (1024) would cap the broker far below what the system allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                hard = int(f.read())
+        except (OSError, ValueError):
+            return
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError) as exc:
+            logging.getLogger("sluice.broker").warning("open files limit stays %d: %s", soft, exc)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -55,6 +74,7 @@ def main(argv=None) -> int:
         return 2
     for warning in warnings:
         logging.getLogger("sluice.broker").warning(warning)
+    raise_open_files_limit()
     try:
         asyncio.run(serve(config))
     except OSError as exc:

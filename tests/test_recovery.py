@@ -12,7 +12,6 @@ directory is made; sealed segments read by consumers do not each keep a descript
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import struct
@@ -183,15 +182,28 @@ def test_damaged_tails_are_truncated_at_start(tmp_path, shutdown):
 FD_LIMIT = 512
 
 
-@contextlib.contextmanager
-def fd_limit(soft: int):
-    """Lower this process's soft RLIMIT_NOFILE while a broker is started (it inherits it)."""
-    old_soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+def start_with_fd_limit(proc: BrokerProcess) -> None:
+    """Start the broker, then lower its RLIMIT_NOFILE (soft and hard: at start-up it
+    lifts the soft limit to the hard one)."""
+    proc.start()
+    resource.prlimit(proc.proc.pid, resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def test_the_broker_lifts_its_soft_open_files_limit(tmp_path):
+    """Started with a soft limit of 512 (the hard one unchanged), the broker runs with
+    soft = hard, as Kafka's JVM does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard RLIMIT_NOFILE to lift the soft one to")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(FD_LIMIT, hard), hard))
     try:
-        yield
+        proc = BrokerProcess(tmp_path / "data").start()
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (old_soft, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert resource.prlimit(proc.proc.pid, resource.RLIMIT_NOFILE) == (hard, hard)
+    finally:
+        proc.kill()
 
 
 def open_fds(proc: BrokerProcess) -> int:
@@ -204,8 +216,7 @@ def topic_dirs(proc: BrokerProcess, topic: str) -> list[str]:
 
 def test_partitions_beyond_the_descriptor_budget_are_refused(tmp_path):
     proc = BrokerProcess(tmp_path / "data", config_file=config_file(tmp_path))
-    with fd_limit(FD_LIMIT):
-        proc.start()
+    start_with_fd_limit(proc)
     try:
         with Client(proc.bootstrap_servers) as client:
             for validate_only in (True, False):
@@ -234,8 +245,7 @@ def test_partitions_beyond_the_descriptor_budget_are_refused(tmp_path):
 
 def test_sealed_segments_read_by_consumers_hold_no_descriptor_each(tmp_path):
     proc = BrokerProcess(tmp_path / "data", config_file=config_file(tmp_path))
-    with fd_limit(FD_LIMIT):
-        proc.start()
+    start_with_fd_limit(proc)
     segments = 200
     try:
         with Client(proc.bootstrap_servers) as client:
