@@ -200,7 +200,12 @@ class TopicManager:
         log_config = self.config.log_config(overrides)
         self._open_new_logs(topic, log_config, partitions)
         self._register(topic)
-        self._write_registry()
+        try:
+            self._write_registry()
+        except OSError as exc:  # a full disk: the topic was never created
+            del self.topics[name], self.by_id[topic.topic_id]
+            self._remove_new_logs(topic, 0)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name!r}: {exc}") from None
         return topic
 
     def delete(self, name: str) -> None:
@@ -243,7 +248,12 @@ class TopicManager:
         for p in range(current, count):
             shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)  # leftovers of a deleted topic
         self._open_new_logs(topic, self.config.log_config(topic.configs), count)
-        self._write_registry()
+        try:
+            self._write_registry()
+        except OSError as exc:  # a full disk: the partitions were never added
+            self._remove_new_logs(topic, current)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot add partitions to {name!r}: {exc}") from None
 
     def _check_budget(self, name: str, adding: int) -> None:
         """Refuse partitions beyond what the process can keep open, before any directory
@@ -269,11 +279,16 @@ class TopicManager:
                 topic.logs.append(PartitionLog(self._partition_dir(topic.name, p), topic.name, p,
                                                log_config, recovery_point=None))
         except OSError as exc:
-            del topic.logs[current:]
-            for p in range(current, count):
-                shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
+            self._remove_new_logs(topic, current, count)
             raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"cannot create partitions of {topic.name!r}: {exc}") from None
+
+    def _remove_new_logs(self, topic: Topic, first: int, end: int | None = None) -> None:
+        """Forget partitions `first`.. of `topic` (up to `end`) and remove their directories."""
+        end = len(topic.logs) if end is None else end
+        del topic.logs[first:]
+        for p in range(first, end):
+            shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
 
     # -- persistence -----------------------------------------------------------------
     def _register(self, topic: Topic) -> None:

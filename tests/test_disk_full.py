@@ -212,6 +212,11 @@ def test_delete_topics_on_a_full_disk_frees_the_space(small_disk):
                     for n in range(5)]
             fill(filler)
 
+            # Creating a topic needs space: it is refused, leaving nothing behind.
+            error = client.create_topics({"unborn": NewTopic(partitions=2)})["unborn"].error
+            assert error is not None and error.code == ErrorCode.KAFKA_STORAGE_ERROR, error
+            assert not [name for name in os.listdir(data_dir) if name.startswith("unborn")]
+
             # Deleting nothing but an empty log frees no space: the registry cannot be
             # written yet, and the deletion still holds.
             assert client.delete_topics(["empty"]) == {"empty": None}
