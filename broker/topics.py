@@ -144,10 +144,8 @@ class TopicManager:
         if validate_only:
             return None
         topic = Topic(name, uuid.uuid4(), overrides)
-        log_config = self.config.log_config(overrides)
-        for p in range(partitions):
-            topic.logs.append(PartitionLog(self._partition_dir(name, p), name, p, log_config,
-                                           recovery_point=0))
+        topic.logs = self._open_new_partitions(name, range(partitions),
+                                               self.config.log_config(overrides))
         self._register(topic)
         self._write_registry()
         return topic
@@ -175,12 +173,29 @@ class TopicManager:
             raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
         if validate_only:
             return
-        log_config = self.config.log_config(topic.configs)
         for p in range(current, count):
-            directory = self._partition_dir(name, p)
-            shutil.rmtree(directory, ignore_errors=True)  # leftovers of a deleted topic
-            topic.logs.append(PartitionLog(directory, name, p, log_config, recovery_point=0))
+            shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)  # a deleted topic's leftovers
+        topic.logs += self._open_new_partitions(name, range(current, count),
+                                                self.config.log_config(topic.configs))
         self._write_registry()
+
+    def _open_new_partitions(self, name: str, partitions: range, log_config) -> list[PartitionLog]:
+        """The new partitions' logs, or none: a failure half way (such as running out of
+        file descriptors with thousands of partitions) removes those already made, which
+        would otherwise hold their files open forever, and is KAFKA_STORAGE_ERROR."""
+        logs = []
+        try:
+            for p in partitions:
+                logs.append(PartitionLog(self._partition_dir(name, p), name, p, log_config,
+                                         recovery_point=0))
+        except OSError as exc:
+            for log in logs:
+                log.delete()
+            failed = partitions.start + len(logs)
+            shutil.rmtree(self._partition_dir(name, failed), ignore_errors=True)
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create partition {failed} "
+                             f"of topic {name!r}: {exc.strerror or exc}") from None
+        return logs
 
     # -- persistence -----------------------------------------------------------------
     def _register(self, topic: Topic) -> None:
