@@ -2,10 +2,11 @@
 
 The seeds are request frames captured from confluent-kafka, kafka-python and aiokafka
 (tests/fuzz_corpus.json, written by tools/capture_fuzz_corpus.py). Each case sends one
-frame, unmutated or mutated with a seeded RNG (bit flips, interesting bytes, int16 /
+frame, unmutated or mutated with a seeded RNG: bit flips, interesting bytes, int16 /
 int32 / varint boundary values written anywhere or over what looks like a string's
-length prefix, truncation, extension, duplicated sections, frames cut short), on a
-connection of its own. Every case must end in a response with the frame's
+length prefix, truncation, extension, duplicated sections, frames cut short, and one
+decoded field set to an odd value of its type (well-formed requests with values
+clients never send). Each case has a connection of its own. Every case must end in a response with the frame's
 correlation id or a closed connection, within a bounded wait; only
 requests that may legitimately wait (Fetch, JoinGroup, SyncGroup, acks=0 Produce) may
 stay silent. Throughout, the broker stays up, logs no internal error or traceback,
@@ -22,6 +23,7 @@ import os
 import random
 import struct
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,9 @@ import pytest
 from tests.broker_process import BrokerProcess
 from wire.client import Client, NewTopic
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, FETCH, JOIN_GROUP, PRODUCE, SYNC_GROUP
-from wire.primitives import DecodeError
-from wire.protocol import decode_request
+from wire.primitives import ZERO_UUID, DecodeError
+from wire.protocol import decode_request, encode_request
+from wire.schema import Struct
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,7 +52,59 @@ _INT16 = [-1, 0, 1, 0x7FFF, -0x8000]
 _VARINTS = [b"\x00", b"\x01", b"\x7f", b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\xff"]
 _BYTES = [0x00, 0x01, 0x7F, 0x80, 0xFF]
 _MUTATIONS = ["bitflip", "byte", "int32", "int16", "varint", "length", "truncate", "extend",
-              "duplicate", "short"]
+              "duplicate", "short", "field", "field"]
+_FIELD_INTS = [-1, 0, 1, -2, 0x7F, 0x7FFF, 0xFFFF, 0x7FFFFFFF, -0x80000000, (1 << 63) - 1,
+               -(1 << 63)]
+_FIELD_STRINGS = ["", None, "x" * 300, "fuzz", "\x00", "__consumer_offsets"]
+
+
+def field_values(value) -> list:
+    """Odd but well-typed replacements for a decoded field's value."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return _FIELD_INTS
+    if isinstance(value, str) or value is None:
+        return _FIELD_STRINGS
+    if isinstance(value, list):
+        return [[], None, value * 2, value[:1] * 3]
+    if isinstance(value, (bytes, memoryview)):
+        return [b"", None, bytes(value)[:len(value) // 2]]
+    if isinstance(value, uuid.UUID):
+        return [ZERO_UUID, uuid.UUID(int=1)]
+    return []
+
+
+def mutate_field(frame: bytes, rng: random.Random) -> bytes | None:
+    """The frame decoded, one field set to an odd value of its type, encoded again:
+    well-formed requests with values clients never send (None: no value encodes)."""
+    try:
+        header, body = decode_request(frame)
+    except DecodeError:
+        return None
+    fields = []
+
+    def walk(struct_value: Struct) -> None:
+        for name in struct_value._fields:
+            fields.append((struct_value, name))
+            value = getattr(struct_value, name)
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, Struct):
+                    walk(item)
+
+    walk(body)
+    for _ in range(10):
+        holder, name = rng.choice(fields)
+        old = getattr(holder, name)
+        choices = field_values(old)
+        if not choices:
+            continue
+        setattr(holder, name, rng.choice(choices))
+        try:
+            return encode_request(header, body)
+        except Exception:  # the value does not fit this field's type or version
+            setattr(holder, name, old)
+    return None
 
 
 def string_lengths(frame: bytes) -> list[tuple[int, int]]:
@@ -81,6 +136,11 @@ def mutate(frame: bytes, rng: random.Random) -> tuple[bytes, str, bool]:
     kind = rng.choice(_MUTATIONS)
     if kind == "length" and not string_lengths(frame):
         kind = "int16"
+    if kind == "field":
+        mutated = mutate_field(frame, rng)
+        if mutated is not None:
+            return mutated, kind, True
+        kind = "bitflip"
     if kind == "bitflip":
         for _ in range(rng.randint(1, 4)):
             data[min(position(), len(data) - 1)] ^= 1 << rng.randrange(8)
