@@ -6,11 +6,12 @@ frame, unmutated or mutated with a seeded RNG: bit flips, interesting bytes, int
 int32 / varint boundary values written anywhere or over what looks like a string's
 length prefix, truncation, extension, duplicated sections, frames cut short, and one
 decoded field set to an odd value of its type (well-formed requests with values
-clients never send). Each case has a connection of its own. Every case must end in a response with the frame's
-correlation id or a closed connection, within a bounded wait; only
-requests that may legitimately wait (Fetch, JoinGroup, SyncGroup, acks=0 Produce) may
-stay silent. Throughout, the broker stays up, logs no internal error or traceback,
-and a canary topic the corpus never names keeps its records.
+clients never send). Each case has a connection of its own and must end, within a
+bounded wait, in a response with the frame's correlation id (decodable at the
+request's version when the request parses) or a closed connection; only requests that
+may legitimately wait (Fetch, JoinGroup, SyncGroup, acks=0 Produce) may stay silent.
+Throughout, the broker stays up, logs no internal error or traceback, and a canary
+topic the corpus never names keeps its records.
 
 SLUICE_FUZZ_SEED replays a run (the seed is printed); SLUICE_FUZZ_CASES sets the count.
 """
@@ -32,7 +33,7 @@ from tests.broker_process import BrokerProcess
 from wire.client import Client, NewTopic
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, FETCH, JOIN_GROUP, PRODUCE, SYNC_GROUP
 from wire.primitives import ZERO_UUID, DecodeError
-from wire.protocol import decode_request, encode_request
+from wire.protocol import decode_request, decode_response, encode_request
 from wire.schema import Struct
 
 pytestmark = pytest.mark.timeout(120)
@@ -206,6 +207,18 @@ def asks_for_many_partitions(payload: bytes) -> bool:
     return False
 
 
+def assert_decodable(payload: bytes, response: bytes) -> None:
+    """The answer to a request that parses is a valid response of its API and version."""
+    try:
+        header, _ = decode_request(payload, allow_trailing_bytes=True)
+    except DecodeError:
+        return
+    try:
+        decode_response(header.request_api_key, header.request_api_version, response)
+    except DecodeError as exc:
+        raise AssertionError(f"undecodable response {response.hex()}: {exc}") from None
+
+
 async def send_case(port: int, payload: bytes, whole: bool) -> str:
     """Send one frame; 'answered', 'closed' or 'silent' (no answer within the wait)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -227,6 +240,7 @@ async def send_case(port: int, payload: bytes, whole: bool) -> str:
             raise AssertionError(f"no answer and no close within {timeout} s") from None
         expected = correlation_id(payload)
         assert struct.unpack_from(">i", response)[0] == expected, "wrong correlation id"
+        assert_decodable(payload, response)
         return "answered"
     finally:
         writer.close()
