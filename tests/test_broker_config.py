@@ -232,11 +232,11 @@ def test_topic_configs_by_kafka_types(configs, accepted):
 
 
 def test_create_topics_refuses_out_of_range_configs(broker):
+    topics = {"too-big-segments": {"segment.bytes": "2147483648"},
+              "underscored": {"retention.ms": "1_000"}, "fine": {"retention.bytes": "-7"}}
     with wire_client.Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({
-            "too-big-segments": wire_client.NewTopic(partitions=1, configs={"segment.bytes": "2147483648"}),
-            "underscored": wire_client.NewTopic(partitions=1, configs={"retention.ms": "1_000"}),
-            "fine": wire_client.NewTopic(partitions=1, configs={"retention.bytes": "-7"})})
+        created = client.create_topics({name: wire_client.NewTopic(partitions=1, configs=configs)
+                                        for name, configs in topics.items()})
         for name, key in (("too-big-segments", "segment.bytes"), ("underscored", "retention.ms")):
             error = created[name].error
             assert error is not None and error.code == ErrorCode.INVALID_CONFIG, created[name]
