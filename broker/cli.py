@@ -12,10 +12,21 @@ import sys
 from broker.config import ConfigError, build_config, read_properties
 
 
+def _port(text: str) -> int:
+    """A TCP port, checked here: a bind outside 0-65535 fails with a traceback."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 0-65535")
+    return port
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sluice broker", description="Run a Sluice broker.")
     p.add_argument("--data-dir", help="directory for logs and metadata (Kafka: log.dirs)")
-    p.add_argument("--port", type=int, help="port to listen on (0: any free port)")
+    p.add_argument("--port", type=_port, help="port to listen on (0: any free port)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--node-id", type=int, help="this broker's id (Kafka: node.id / broker.id)")
     p.add_argument("--config", help="a Kafka-style server.properties file; flags override it")

@@ -10,24 +10,36 @@ Kafka's topic-level key names (`retention.ms`, `segment.bytes`, ...).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
-LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+_JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class ConfigError(ValueError):
     pass
 
 
-def _int(key: str, text: str, minimum: int | None = None) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ConfigError(f"{key}: {text!r} is not an integer") from None
-    if minimum is not None and value < minimum:
+def _int(key: str, text: str, minimum: int = -INT_MAX - 1, maximum: int = INT_MAX) -> int:
+    """An INT key's value, parsed as Kafka does (Java's parseInt after trim): an optional
+    sign and ASCII digits. Python's int() would also take '1_000' and '１２'."""
+    digits = text.strip(_JAVA_WHITESPACE)
+    if not _JAVA_INTEGER.fullmatch(digits):
+        raise ConfigError(f"{key}: {text!r} is not an integer")
+    value = int(digits)
+    if value < minimum:
         raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
+    if value > maximum:
+        raise ConfigError(f"{key}: {value} is above the maximum {maximum}")
     return value
+
+
+def _long(key: str, text: str, minimum: int = -LONG_MAX - 1) -> int:
+    """A LONG key's value: as `_int`, in 64 bits."""
+    return _int(key, text, minimum, LONG_MAX)
 
 
 def _bool(key: str, text: str) -> bool:
@@ -67,19 +79,22 @@ class LogConfig:
     cleanup_policy: str = "delete"
 
 
-# Topic-level key -> (LogConfig attribute, broker-level key, parser).
+# Topic-level key -> (LogConfig attribute, broker-level key, parser). Types and minimums
+# are Kafka 3.9's: INT keys are 32-bit, LONG keys 64-bit. Kafka 4 raised segment.bytes'
+# minimum to 1 MiB; 14 (one empty v0 record) is kept so that tests can use tiny segments.
 TOPIC_CONFIGS = {
     "segment.bytes": ("segment_bytes", "log.segment.bytes", lambda k, v: _int(k, v, 14)),
-    "segment.ms": ("segment_ms", "log.roll.ms", lambda k, v: _int(k, v, 1)),
-    "retention.ms": ("retention_ms", "log.retention.ms", lambda k, v: _int(k, v, -1)),
-    "retention.bytes": ("retention_bytes", "log.retention.bytes", lambda k, v: _int(k, v, -1)),
+    "segment.ms": ("segment_ms", "log.roll.ms", lambda k, v: _long(k, v, 1)),
+    "retention.ms": ("retention_ms", "log.retention.ms", lambda k, v: _long(k, v, -1)),
+    "retention.bytes": ("retention_bytes", "log.retention.bytes", _long),  # negative: no limit
     "index.interval.bytes": ("index_interval_bytes", "log.index.interval.bytes",
                              lambda k, v: _int(k, v, 0)),
     "max.message.bytes": ("max_message_bytes", "message.max.bytes", lambda k, v: _int(k, v, 0)),
     "message.timestamp.type": ("message_timestamp_type", "log.message.timestamp.type",
                                _timestamp_type),
-    "flush.messages": ("flush_messages", "log.flush.interval.messages", lambda k, v: _int(k, v, 1)),
-    "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _int(k, v, 0)),
+    "flush.messages": ("flush_messages", "log.flush.interval.messages",
+                       lambda k, v: _long(k, v, 1)),
+    "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _long(k, v, 0)),
     "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", _cleanup_policy),
 }
 
@@ -177,37 +192,38 @@ def _listener(key: str, value: str) -> tuple[str, int]:
         if name.upper() != "PLAINTEXT":
             continue
         host, _, port = rest.rpartition(":")
-        return host.strip("[]"), _int(key, port, 0)
+        return host.strip("[]"), _int(key, port, 0, 65535)
     raise ConfigError(f"{key}: no PLAINTEXT listener in {value!r} (only PLAINTEXT is supported)")
 
 
-# Group and transaction coordinator settings: key -> (BrokerConfig attribute, minimum).
+# Group and transaction coordinator settings: key -> (BrokerConfig attribute, minimum,
+# maximum: Kafka's type, INT or LONG).
 _GROUP_KEYS = {
-    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0),
-    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1),
-    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1),
-    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1),
-    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14),
-    "offsets.retention.minutes": ("offsets_retention_minutes", 1),
-    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1),
-    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1, INT_MAX),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1, INT_MAX),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14, INT_MAX),
+    "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1, LONG_MAX),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0, INT_MAX),
     # Transaction coordinator settings.
-    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1),
-    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1),
-    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 14),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1, INT_MAX),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 14, INT_MAX),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms":
-        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1),
+        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1, INT_MAX),
     "transaction.remove.expired.transaction.cleanup.interval.ms":
-        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1),
-    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1),
+        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, INT_MAX),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, INT_MAX),
 }
 
-# Connection limits: key -> (BrokerConfig attribute, minimum).
+# Connection limits: key -> (BrokerConfig attribute, minimum, maximum).
 _CONNECTION_KEYS = {
-    "max.connections": ("max_connections", 0),
-    "max.connections.per.ip": ("max_connections_per_ip", 0),
-    "connections.max.idle.ms": ("connections_max_idle_ms", 1),
-    "queued.max.requests": ("queued_max_requests", 1),
+    "max.connections": ("max_connections", 0, INT_MAX),
+    "max.connections.per.ip": ("max_connections_per_ip", 0, INT_MAX),
+    "connections.max.idle.ms": ("connections_max_idle_ms", 1, LONG_MAX),
+    "queued.max.requests": ("queued_max_requests", 1, INT_MAX),
 }
 
 
@@ -224,10 +240,11 @@ def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
     return overrides
 
 
+# INT keys in coarser units: key -> (LogConfig attribute, milliseconds per unit, minimum).
 _COARSE_UNITS = {
-    "log.retention.minutes": ("retention_ms", 60_000),
-    "log.retention.hours": ("retention_ms", 3_600_000),
-    "log.roll.hours": ("segment_ms", 3_600_000),
+    "log.retention.minutes": ("retention_ms", 60_000, -1),
+    "log.retention.hours": ("retention_ms", 3_600_000, -1),
+    "log.roll.hours": ("segment_ms", 3_600_000, 1),
 }
 
 
@@ -243,7 +260,7 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             attr, parse = broker_keys[key]
             log_changes[attr] = parse(key, value)
         elif key in _COARSE_UNITS:
-            amount = _int(key, value, -1)
+            amount = _int(key, value, _COARSE_UNITS[key][2])
             coarse[key] = -1 if amount < 0 else amount * _COARSE_UNITS[key][1]
         elif key in ("broker.id", "node.id"):
             config.node_id = _int(key, value, 0)
@@ -265,15 +282,15 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
         elif key == "socket.request.max.bytes":
             config.socket_request_max_bytes = _int(key, value, 1)
         elif key == "log.retention.check.interval.ms":
-            config.retention_check_interval_ms = _int(key, value, 1)
+            config.retention_check_interval_ms = _long(key, value, 1)
         elif key == "producer.id.expiration.ms":
             config.producer_id_expiration_ms = _int(key, value, 1)
         elif key in _GROUP_KEYS:
-            attr, minimum = _GROUP_KEYS[key]
-            setattr(config, attr, _int(key, value, minimum))
+            attr, minimum, maximum = _GROUP_KEYS[key]
+            setattr(config, attr, _int(key, value, minimum, maximum))
         elif key in _CONNECTION_KEYS:
-            attr, minimum = _CONNECTION_KEYS[key]
-            setattr(config, attr, _int(key, value, minimum))
+            attr, minimum, maximum = _CONNECTION_KEYS[key]
+            setattr(config, attr, _int(key, value, minimum, maximum))
         elif key == "max.connections.per.ip.overrides":
             config.max_connections_per_ip_overrides = _per_ip_overrides(key, value)
         else:
@@ -283,7 +300,7 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     for name, value in overrides.items():
         if value is not None:
             setattr(config, name, value)
-    for key, (attr, _) in _COARSE_UNITS.items():  # minutes before hours: the finer one wins
+    for key, (attr, _, _) in _COARSE_UNITS.items():  # minutes before hours: the finer one wins
         if key in coarse:
             log_changes.setdefault(attr, coarse[key])
     config.log = dataclasses.replace(config.log, **log_changes)

@@ -17,9 +17,11 @@ import uuid
 import pytest
 
 from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, build_config,
-                           read_properties)
+                           parse_topic_configs, read_properties)
 from broker.topics import CLEAN_SHUTDOWN
 from tests.broker_process import BrokerProcess
+from wire import client as wire_client
+from wire.error_codes import ErrorCode
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)
@@ -188,6 +190,84 @@ queued.max.requests=7
             config_from(tmp_path, line)
 
 
+# Kafka's types: INT keys are 32-bit, LONG keys 64-bit, parsed as Java's parseInt /
+# parseLong after trim (a sign and ASCII digits; Python's int() takes more).
+@pytest.mark.parametrize("key, value", [
+    ("log.segment.bytes", "2147483648"), ("log.index.interval.bytes", "2147483648"),
+    ("message.max.bytes", "99999999999"), ("num.partitions", "2147483648"),
+    ("socket.request.max.bytes", "4294967296"), ("offsets.topic.num.partitions", "2147483648"),
+    ("transaction.state.log.num.partitions", "2147483648"), ("node.id", "2147483648"),
+    ("log.retention.ms", "9223372036854775808"), ("log.retention.bytes", "-9223372036854775809"),
+    ("log.flush.interval.messages", "9223372036854775808"), ("log.roll.hours", "0"),
+    ("log.roll.hours", "-1"), ("log.retention.hours", "2147483648"),
+    ("offsets.retention.check.interval.ms", "9223372036854775808"),
+    ("listeners", "PLAINTEXT://127.0.0.1:70000"), ("listeners", "PLAINTEXT://127.0.0.1:-1"),
+    ("advertised.listeners", "PLAINTEXT://example.com:65536"),
+    ("num.partitions", "1_000"), ("num.partitions", "\uff11\uff12"), ("num.partitions", "\u0663"),
+    ("num.partitions", ""), ("num.partitions", "   "), ("num.partitions", "1.0"),
+    ("num.partitions", "12abc"), ("num.partitions", "0x10"), ("num.partitions", "1e3"),
+    ("num.partitions", "++1"), ("num.partitions", "+-1"), ("num.partitions", "1 2"),
+    ("num.partitions", "\u00a012"), ("log.retention.ms", "-2"), ("log.segment.bytes", "13"),
+])
+def test_out_of_range_and_malformed_numbers_name_the_key(tmp_path, key, value):
+    with pytest.raises(ConfigError) as info:
+        build_config({key: value}, {"data_dir": str(tmp_path)})
+    assert str(info.value).startswith(key + ":")
+
+
+@pytest.mark.parametrize("key, value, attribute, expected", [
+    ("num.partitions", "+3", "num_partitions", 3),
+    ("num.partitions", "\t 007 \n", "num_partitions", 7),
+    ("log.segment.bytes", "2147483647", "segment_bytes", 2147483647),
+    ("log.segment.bytes", "14", "segment_bytes", 14),
+    ("log.retention.ms", "9223372036854775807", "retention_ms", LONG_MAX),
+    ("log.retention.bytes", "-5", "retention_bytes", -5),  # Kafka allows any long
+    ("log.retention.bytes", "9223372036854775807", "retention_bytes", LONG_MAX),
+    ("log.flush.interval.messages", "1", "flush_messages", 1),
+    ("auto.create.topics.enable", "TRUE", "auto_create_topics", True),
+    ("auto.create.topics.enable", " False ", "auto_create_topics", False),
+    ("listeners", "PLAINTEXT://:65535", "port", 65535),
+    ("listeners", "PLAINTEXT://127.0.0.1:0", "port", 0),
+])
+def test_numbers_kafka_accepts(tmp_path, key, value, attribute, expected):
+    config, _ = build_config({key: value}, {"data_dir": str(tmp_path)})
+    holder = config.log if hasattr(config.log, attribute) else config
+    assert getattr(holder, attribute) == expected
+
+
+@pytest.mark.parametrize("configs, accepted", [
+    ({"segment.bytes": "2147483648"}, None), ({"segment.bytes": "13"}, None),
+    ({"segment.ms": "0"}, None), ({"retention.ms": "-2"}, None),
+    ({"index.interval.bytes": "-1"}, None), ({"max.message.bytes": "1_000"}, None),
+    ({"flush.messages": "0"}, None), ({"flush.ms": "-1"}, None),
+    ({"retention.ms": "\uff11"}, None), ({"retention.bytes": "9223372036854775808"}, None),
+    ({"retention.bytes": "-7"}, {"retention.bytes": "-7"}),
+    ({"retention.ms": "+5"}, {"retention.ms": "5"}),
+    ({"segment.bytes": "2147483647"}, {"segment.bytes": "2147483647"}),
+])
+def test_topic_configs_by_kafka_types(configs, accepted):
+    if accepted is not None:
+        assert parse_topic_configs(configs) == accepted
+        return
+    with pytest.raises(ConfigError) as info:
+        parse_topic_configs(configs)
+    assert str(info.value).startswith(next(iter(configs)) + ":")
+
+
+def test_create_topics_refuses_out_of_range_configs(broker):
+    topics = {"too-big-segments": {"segment.bytes": "2147483648"},
+              "underscored": {"retention.ms": "1_000"}, "fine": {"retention.bytes": "-7"}}
+    with wire_client.Client(broker.bootstrap_servers, call_timeout=30) as client:
+        created = client.create_topics({name: wire_client.NewTopic(partitions=1, configs=configs)
+                                        for name, configs in topics.items()})
+        for name, key in (("too-big-segments", "segment.bytes"), ("underscored", "retention.ms")):
+            error = created[name].error
+            assert error is not None and error.code == ErrorCode.INVALID_CONFIG, created[name]
+            assert key in str(error)
+        assert created["fine"].error is None
+        assert set(client.metadata().topics) == {"fine"}
+
+
 def test_malformed_lines_and_missing_files(tmp_path):
     with pytest.raises(ConfigError, match=r"server.properties:2: expected key=value"):
         config_from(tmp_path, "num.partitions=1\njust some words\n")
@@ -238,6 +318,9 @@ def test_sluice_usage():
 @pytest.mark.parametrize("content, needle", [
     ("num.partitions=zero\n", "num.partitions"),
     ("log.segment.bytes=-1\n", "log.segment.bytes"),
+    ("log.segment.bytes=2147483648\n", "log.segment.bytes"),
+    ("num.partitions=1_000\n", "num.partitions"),
+    ("listeners=PLAINTEXT://127.0.0.1:70000\n", "listeners"),
     ("log.retention.hours=forever\n", "log.retention.hours"),
     ("listeners=SSL://127.0.0.1:9093\n", "listeners"),
     ("auto.create.topics.enable=perhaps\n", "auto.create.topics.enable"),
@@ -266,6 +349,9 @@ def test_missing_config_file_and_bad_flags(tmp_path):
     assert "Traceback" not in result.stderr
     result = run([sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data"), "--port", "x"])
     assert result.returncode == 2 and "--port" in result.stderr and "Traceback" not in result.stderr
+    result = run([sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data"),
+                  "--port", "70000"])
+    assert result.returncode == 2 and "0-65535" in result.stderr and "Traceback" not in result.stderr
     result = run([sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "data"),
                   "--log-level", "LOUD"])
     assert result.returncode == 2 and "LOUD" in result.stderr and "Traceback" not in result.stderr

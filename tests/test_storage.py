@@ -7,6 +7,7 @@ rather than against the log's own indexes.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
@@ -21,10 +22,12 @@ from wire.records import (HEADER_SIZE, LOG_APPEND_TIME_BIT, build_batch, decode_
 
 import broker.storage.log as log_module
 import broker.storage.segment as segment_module
-from broker.config import LogConfig
+import broker.topics as topics_module
+from broker.config import BrokerConfig, LogConfig
 from broker.storage.log import LogError, PartitionLog
 from broker.storage.producer_state import CACHED_BATCHES, ProducerStateError
 from broker.storage.segment import segment_name
+from broker.topics import TopicError, TopicManager
 
 BASE_TS = 1_700_000_000_000
 PID = 4242
@@ -741,3 +744,32 @@ def test_producer_state_after_truncation(tmp_path):
     assert not result.duplicate and result.first_offset == first
     check_duplicates(log, sent)
     log.close()
+
+
+@pytest.mark.parametrize("grow", [False, True])
+def test_partitions_that_cannot_all_be_opened_are_not_created(tmp_path, monkeypatch, grow):
+    """Running out of file descriptors half way through thousands of new partitions is
+    KAFKA_STORAGE_ERROR, and the logs opened so far are gone (they held files open)."""
+    topics = TopicManager(BrokerConfig(data_dir=str(tmp_path)))
+    topics.load()
+    if grow:
+        topics.create("t", 1, {})
+    opened = []
+
+    def open_until_the_third(directory, *args, **kwargs):
+        if len(opened) == 2:
+            os.makedirs(directory)
+            raise OSError(errno.EMFILE, "Too many open files")
+        opened.append(PartitionLog(directory, *args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(topics_module, "PartitionLog", open_until_the_third)
+    with pytest.raises(TopicError) as info:
+        topics.add_partitions("t", 5) if grow else topics.create("t", 5, {})
+    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "Too many open files" in str(info.value)
+    assert len(topics.topics["t"].logs) == 1 if grow else "t" not in topics.topics
+    left = {name for name in os.listdir(tmp_path) if name.startswith("t-")}
+    assert left == ({"t-0"} if grow else set())
+    assert all(not os.path.exists(log.directory) for log in opened)
+    topics.close()

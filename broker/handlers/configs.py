@@ -28,7 +28,7 @@ def _broker_value(broker, key: str) -> tuple[str, int]:
     value = str(getattr(broker.config.log, attr))
     static = broker.config.static
     # log.retention.ms may have been set as log.retention.minutes or .hours instead.
-    configured = broker_key in static or any(k in static for k, (a, _) in _COARSE_UNITS.items() if a == attr)
+    configured = broker_key in static or any(k in static for k, (a, _, _) in _COARSE_UNITS.items() if a == attr)
     return value, STATIC_BROKER_CONFIG if configured else DEFAULT_CONFIG
 
 
