@@ -27,7 +27,8 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
-from broker.storage.log import LogError, RateLimitedWarning
+from broker.storage.log import LogError
+from broker.throttled_log import ThrottledLog
 from broker.topics import TopicManager
 from broker.transactions.coordinator import TransactionCoordinator
 
@@ -112,13 +113,13 @@ class Broker:
         return props["cluster.id"]
 
     async def _every(self, seconds: float, job) -> None:
-        write_failures = RateLimitedWarning(log, 60.0)
+        write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
         while True:
             await asyncio.sleep(seconds)
             try:
                 job()
             except (OSError, LogError) as exc:  # e.g. a full disk: the next run tries again
-                write_failures.warn(f"background job {job.__name__} failed: {exc}")
+                write_failures("background job %s failed: %s", job.__name__, exc)
             except Exception:
                 log.exception("background job %s failed", job.__name__)
 

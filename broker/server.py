@@ -61,6 +61,7 @@ import time
 from typing import Awaitable, Callable, Union
 
 from broker.storage.segment import FileRegion
+from broker.throttled_log import ThrottledLog
 
 log = logging.getLogger("sluice.broker")
 
@@ -93,34 +94,10 @@ class Limits:
     queued_max_requests: int = 500                      # queued.max.requests
 
 
-class _Throttled:
-    """A log call that lets `burst` messages through per `window` seconds and counts the
-    rest: a storm of one event (descriptors exhausted, a client reconnecting in a loop)
-    must not fill the disk, as 100 MB of accept errors in 20 s once did."""
-
-    def __init__(self, level: int, burst: int = 5, window: float = 10.0):
-        self.level, self.burst, self.window = level, burst, window
-        self._window_end = 0.0
-        self._logged = self._suppressed = 0
-
-    def __call__(self, message: str, *args, exc_info=None) -> None:
-        now = time.monotonic()
-        if now >= self._window_end:
-            if self._suppressed:
-                log.log(self.level, "(%d more like this in %.0f s: %s)", self._suppressed,
-                        self.window, message % args)
-            self._window_end, self._logged, self._suppressed = now + self.window, 0, 0
-        if self._logged >= self.burst:
-            self._suppressed += 1
-            return
-        self._logged += 1
-        log.log(self.level, message, *args, exc_info=exc_info)
-
-
-_log_closing = _Throttled(logging.WARNING)
-_log_internal_error = _Throttled(logging.ERROR)
-_log_refused = _Throttled(logging.WARNING)
-_log_accept_error = _Throttled(logging.ERROR)
+_log_closing = ThrottledLog(log, logging.WARNING)
+_log_internal_error = ThrottledLog(log, logging.ERROR)
+_log_refused = ThrottledLog(log, logging.WARNING)
+_log_accept_error = ThrottledLog(log, logging.ERROR)
 
 
 class CloseConnection(Exception):

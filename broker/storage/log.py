@@ -38,6 +38,7 @@ from broker.config import LogConfig
 from broker.storage.index import AbortedTxn
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
+from broker.throttled_log import ThrottledLog
 
 log = logging.getLogger("sluice.storage")
 
@@ -56,29 +57,7 @@ class LogError(Exception):
         super().__init__(message)
 
 
-class RateLimitedWarning:
-    """Logs a warning at most once per `interval` seconds, counting the ones held back:
-    a full disk fails every produce, and a line for each would flood the log."""
-
-    def __init__(self, logger: logging.Logger, interval: float):
-        self.logger = logger
-        self.interval = interval
-        self._next_at = 0.0
-        self._held_back = 0
-
-    def warn(self, message: str) -> None:
-        now = time.monotonic()
-        if now < self._next_at:
-            self._held_back += 1
-            return
-        if self._held_back:
-            message += f" ({self._held_back} more such failures since the last warning)"
-        self.logger.warning("%s", message)
-        self._next_at = now + self.interval
-        self._held_back = 0
-
-
-_write_failures = RateLimitedWarning(log, 10.0)
+_write_failures = ThrottledLog(log, logging.WARNING, burst=1)
 
 
 def now_ms() -> int:
@@ -224,7 +203,7 @@ class PartitionLog:
         error = LogError(ErrorCode.KAFKA_STORAGE_ERROR,
                          f"cannot {what} {self.topic}-{self.partition} in {self.directory}: "
                          f"{exc.strerror or exc}")
-        _write_failures.warn(str(error))
+        _write_failures("%s", error)
         return error
 
     def _segment_index(self, offset: int) -> int:
