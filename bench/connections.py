@@ -11,13 +11,15 @@ caches loaded by the first request are not charged to the N.
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import resource
 import socket
 import struct
 import tempfile
 import time
 
-from bench.broker import memory_kib
+from bench.broker import DEFAULT_OUT, _atomic_write, memory_kib
 from bench.machine import describe_machine
 
 _SIZE = struct.Struct(">i")
@@ -93,12 +95,21 @@ def measure(count: int, timeout: float = 30.0) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for the .md")
+    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     print(f"machine: {describe_machine()}")
     r = measure(args.connections)
-    print(f"idle connections: {r['connections']} (each after one ApiVersions), opened in "
-          f"{r['open_seconds']:.2f} s; broker RSS {r['rss_before_kib'] / 1024:.1f} -> "
-          f"{r['rss_after_kib'] / 1024:.1f} MiB: {r['kib_per_connection']:.1f} KiB per connection")
+    line = (f"idle connections: {r['connections']} (each after one ApiVersions), opened in "
+            f"{r['open_seconds']:.2f} s; broker RSS {r['rss_before_kib'] / 1024:.1f} -> "
+            f"{r['rss_after_kib'] / 1024:.1f} MiB: {r['kib_per_connection']:.1f} KiB per connection")
+    print(line)
+    if not args.no_write:
+        today = datetime.date.today().isoformat()
+        os.makedirs(args.out, exist_ok=True)
+        _atomic_write(os.path.join(args.out, f"connections-{today}.md"),
+                      f"# Memory per idle connection: {today}\n\n- machine: {describe_machine()}\n"
+                      f"- {line}\n")
 
 
 if __name__ == "__main__":

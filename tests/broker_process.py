@@ -15,12 +15,15 @@ import threading
 import time
 
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class BrokerProcess:
     def __init__(self, data_dir, *, port: int = 0, config_file: str | None = None,
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), source_dir: str = _REPO):
+        """`source_dir`: the tree whose broker runs (another checkout, to compare versions)."""
         self.data_dir = str(data_dir)
+        self.source_dir = source_dir
         self.port = port
         self.config_file = config_file
         self.extra_args = extra_args
@@ -37,7 +40,7 @@ class BrokerProcess:
         if self.config_file:
             args += ["--config", self.config_file]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+                                     text=True, cwd=self.source_dir)
         found = threading.Event()
 
         def pump(proc=self.proc):

@@ -163,3 +163,14 @@ def test_durability_benchmark_runs_and_reports():
         assert all(rate > 0 for rate in shape["rec_per_s"].values())
     report = durability.markdown_report(results)
     assert "flush.messages=1" in report and results["file_system"] in report
+
+
+def test_compare_benchmark_runs_two_trees_side_by_side():
+    """bench.compare at tiny sizes against HEAD's own tree (exported and compiled): every
+    produce and consume configuration gets a rate from each broker."""
+    from bench import broker, compare
+
+    results = compare.run("HEAD", records=300, repeats=1, log=lambda line: None, sizes=broker.TINY)
+    assert len(results["rows"]) == 16 + 3
+    assert all(row["base_rec_per_s"] > 0 and row["head_rec_per_s"] > 0 for row in results["rows"])
+    assert "| produce, kcat |" in compare.markdown_report(results)
