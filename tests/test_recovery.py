@@ -177,6 +177,47 @@ def test_damaged_tails_are_truncated_at_start(tmp_path, shutdown):
         proc.kill()
 
 
+def batch_ends(path: str) -> list[int]:
+    """The end position of each whole batch of a `.log` file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    ends, position = [], 0
+    for header, _ in iter_batches(data):
+        position += header.size
+        ends.append(position)
+    return ends
+
+
+def test_damage_inside_an_internal_segment_truncates_it_at_start(tmp_path):
+    """A bad CRC before a sealed segment's last index entry, after a clean shutdown, in
+    __consumer_offsets: the start-up checks do not read there, the group loader does. It
+    has the log truncated at the bad batch, as recovery would, and the broker starts."""
+    commits, damaged = 80, 10  # ~100-byte batches: index entries every 4096 bytes lie beyond
+    proc = BrokerProcess(tmp_path / "data", config_file=config_file(tmp_path)).start()
+    try:
+        with Client(proc.bootstrap_servers) as client:
+            assert client.create_topics({TOPIC: NewTopic(1)})[TOPIC].error is None
+            for n in range(commits):
+                client.commit_offsets("g", {(TOPIC, 0): n})
+        proc.stop()
+        log_file = segment_files(partition_dir(proc, "__consumer_offsets", 0), ".log")[0]
+        ends = batch_ends(log_file)
+        with open(log_file[:-len(".log")] + ".index", "rb") as f:
+            last_indexed = struct.unpack(">ii", f.read()[-8:])[1]
+        assert ends[damaged] < last_indexed, "the damage must lie before the last index entry"
+        flip_last_byte(log_file, ends[damaged])
+        del proc.output[:]
+        proc.start()
+        with Client(proc.bootstrap_servers) as client:
+            assert client.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == damaged - 1
+            client.commit_offsets("g", {(TOPIC, 0): 1000})
+            assert client.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == 1000
+        output = "".join(proc.output)
+        assert "__consumer_offsets-0: segment" in output and "bad CRC" in output, output[-2000:]
+    finally:
+        proc.kill()
+
+
 # -- descriptors -------------------------------------------------------------------------
 
 FD_LIMIT = 512

@@ -19,6 +19,8 @@ yields the current state, before, during and after a cleaning.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -29,6 +31,8 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_P
                           build_batch, decode_batch, decode_control_record, iter_batches)
 
 from broker.storage.log import now_ms
+
+_log = logging.getLogger("sluice.storage")
 
 TOPIC = "__consumer_offsets"
 _OFFSET_KEY_VERSION = 1
@@ -90,14 +94,27 @@ def batches_of(records: list[tuple[bytes, bytes | None]], producer_id: int = NO_
 def read_entries(log):
     """Everything stored in one partition log, in order: ("record", key, value,
     producer id) for each keyed record (producer id -1 unless the batch is
-    transactional) and ("marker", producer id, committed) for each transaction marker."""
+    transactional) and ("marker", producer id, committed) for each transaction marker.
+    A batch that cannot be read has the log re-validated from its segment, which
+    truncates it at the first invalid batch, as recovery does; a whole, CRC-valid batch
+    whose records cannot be decoded is skipped."""
     for segment in list(log.segments):
         position = 0
         while position < segment.size:
-            header = segment.header_at(position)
-            batch = segment.region(position, position + header.size).read()
+            try:
+                header = segment.header_at(position)
+                records = decode_batch(segment.region(position, position + header.size).read(),
+                                       _MAX_DECOMPRESSED)
+            except DecodeError as exc:
+                log.revalidate(segment, f"a batch at byte {position} cannot be read: {exc}")
+                if position >= segment.size:
+                    return  # truncated there, later segments dropped: the log ends here
+                _log.warning("%s-%d: skipping the batch at byte %d of %s: its records cannot be "
+                             "read (%s)", log.topic, log.partition, position,
+                             os.path.basename(segment.path), exc)
+                position += segment.header_at(position).size
+                continue
             position += header.size
-            records = decode_batch(batch, _MAX_DECOMPRESSED)
             if header.is_control:
                 try:
                     marker = decode_control_record(records[0]) if records else None

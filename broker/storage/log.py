@@ -160,6 +160,15 @@ class PartitionLog:
             break
         self._load_producer_state(recover_from=self.segments[first].base_offset)
 
+    def revalidate(self, segment: LogSegment, why: str) -> None:
+        """Re-validate `segment` as start-up recovery does, truncating the log at its first
+        invalid batch: for a reader that met a batch it cannot read where the start-up
+        checks do not look (before a sealed segment's last index entry)."""
+        self._recover({self.segments.index(segment): why})
+        self._base_offsets = [s.base_offset for s in self.segments]
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
     def _load_producer_state(self, recover_from: int | None) -> None:
         """Load the latest snapshot and replay the batch headers after it. With
         `recover_from` (the first re-validated segment's base offset), replay from a
