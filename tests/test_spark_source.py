@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("pyspark")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
@@ -432,12 +432,7 @@ def test_log_append_time_topic(spark, kafka):
 def test_read_committed_is_the_default_on_the_broker(spark, kafka):
     topic = create_topic(kafka, unique("txn"), partitions=1)
     producer = Producer({"bootstrap.servers": kafka, "transactional.id": unique("txn-id")})
-    try:
-        producer.init_transactions(10)
-    except KafkaException as exc:
-        del producer  # no client left retrying a broker that stops with the module
-        pytest.skip(f"the broker does not coordinate transactions yet (InitProducerId with a "
-                    f"transactional id fails: {exc}); test_read_committed_is_the_default_on_the_wire shows the default")
+    producer.init_transactions(10)
     _transactional_abort_checks(spark, kafka, topic, producer)
 
 

@@ -316,9 +316,9 @@ def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> t
         env[f"_unpack{i}"], env[f"_pack{i}"], env[f"_run{i}"] = layout.unpack_from, layout.pack, run
         targets = ", ".join(f"obj.{name}" for name, *_ in run)
         read_lines.append(f"    {targets} = _unpack{i}(r.buf, r._advance({layout.size}))")
-        write_lines += [f"        try:",
+        write_lines += ["        try:",
                         f"            w.buf += _pack{i}({targets})",
-                        f"        except (StructError, TypeError):",
+                        "        except (StructError, TypeError):",
                         f"            _explain(obj, _run{i})"]
     read_lines.append("    obj.unknown_tags = _read_tags(r, obj, _tagged)" if flexible else
                       "    obj.unknown_tags = None")
