@@ -19,9 +19,9 @@ API_NAMES = [
     "FindCoordinator", "JoinGroup", "Heartbeat", "LeaveGroup", "SyncGroup", "DescribeGroups",
     "ListGroups", "SaslHandshake", "ApiVersions", "CreateTopics", "DeleteTopics", "DeleteRecords",
     "InitProducerId", "OffsetForLeaderEpoch", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
-    "WriteTxnMarkers", "TxnOffsetCommit", "DescribeConfigs", "SaslAuthenticate",
-    "CreatePartitions", "DeleteGroups", "DescribeCluster", "DescribeProducers",
-    "DescribeTransactions", "ListTransactions",
+    "WriteTxnMarkers", "TxnOffsetCommit", "DescribeConfigs", "AlterConfigs", "SaslAuthenticate",
+    "CreatePartitions", "DeleteGroups", "IncrementalAlterConfigs", "DescribeCluster",
+    "DescribeProducers", "DescribeTransactions", "ListTransactions",
 ]
 DATA_NAMES = [
     "RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription",

@@ -755,6 +755,29 @@ DESCRIBE_CONFIGS = Api(32, 'DescribeConfigs', '0-4', flexible='4+',
     ),
 )
 
+ALTER_CONFIGS = Api(33, 'AlterConfigs', '0-2', flexible='2+',
+    request=(
+        F('resources', '[]AlterConfigsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('configs', '[]AlterableConfig', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        F('validate_only', 'bool', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+        )),
+    ),
+)
+
 SASL_AUTHENTICATE = Api(36, 'SaslAuthenticate', '0-2', flexible='2+',
     request=(
         F('auth_bytes', 'bytes', '0+'),
@@ -798,6 +821,30 @@ DELETE_GROUPS = Api(42, 'DeleteGroups', '0-2', flexible='2+',
         F('results', '[]DeletableGroupResult', '0+', fields=(
             F('group_id', 'string', '0+'),
             F('error_code', 'int16', '0+'),
+        )),
+    ),
+)
+
+INCREMENTAL_ALTER_CONFIGS = Api(44, 'IncrementalAlterConfigs', '0-1', flexible='1+',
+    request=(
+        F('resources', '[]AlterConfigsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('configs', '[]AlterableConfig', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('config_operation', 'int8', '0+'),
+                F('value', 'string', '0+', nullable='0+'),
+            )),
+        )),
+        F('validate_only', 'bool', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('responses', '[]AlterConfigsResourceResponse', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
         )),
     ),
 )
@@ -1005,9 +1052,11 @@ APIS = {api.key: api for api in (
     WRITE_TXN_MARKERS,
     TXN_OFFSET_COMMIT,
     DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
     SASL_AUTHENTICATE,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
+    INCREMENTAL_ALTER_CONFIGS,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
