@@ -23,6 +23,7 @@ from wire.protocol import UnsupportedRequest, decode_request, encode_response_wr
 
 from broker import handlers
 from broker.config import BrokerConfig
+from broker.dynamic_configs import DynamicBrokerConfigs
 from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer, Limits
@@ -44,6 +45,7 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.node_id = config.node_id
+        self.dynamic_configs = DynamicBrokerConfigs(config)
         self.topics = TopicManager(config)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
@@ -62,6 +64,7 @@ class Broker:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
+        self.dynamic_configs.load()  # the topic defaults the logs open with
         self.clean_start = self.topics.load()
         self.groups.load()
         self.transactions.load()  # after the groups: completing transactions commits their offsets

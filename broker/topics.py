@@ -40,6 +40,8 @@ HIGH_WATERMARKS = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 MAX_PARTITIONS = 100_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# What the internal topics' owners rely on (they compact, nothing expires their records).
+INTERNAL_REQUIRED_CONFIGS = {"cleanup.policy": "compact"}
 DELETED_SUFFIX = "-delete"
 
 # Descriptors kept for all but the active segments: client connections, index, checkpoint
@@ -254,6 +256,44 @@ class TopicManager:
             self._remove_new_logs(topic, current)
             raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"cannot add partitions to {name!r}: {exc}") from None
+
+    def set_configs(self, name: str, configs: dict[str, str | None], validate_only: bool = False) -> None:
+        """Replace a topic's overrides with `configs` and swap every log's config at once,
+        so that retention, rolling, flushing and the size limit follow from the next use.
+        An internal topic keeps its required settings: one left out is put back, one
+        changed is refused."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        try:
+            overrides = parse_topic_configs(configs)
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if topic.internal:
+            for key, required in INTERNAL_REQUIRED_CONFIGS.items():
+                if overrides.setdefault(key, required) != required:
+                    raise TopicError(ErrorCode.INVALID_CONFIG,
+                                     f"{key}: internal topic {name!r} must keep {required!r}")
+        if validate_only:
+            return
+        previous, topic.configs = topic.configs, overrides
+        try:
+            self._write_registry()
+        except OSError as exc:  # a full disk: nothing changed
+            topic.configs = previous
+            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"cannot change the configs of {name!r}: {exc}") from None
+        self._apply_log_config(topic)
+
+    def apply_broker_defaults(self) -> None:
+        """Re-derive every log's config after the broker's defaults changed."""
+        for topic in self.topics.values():
+            self._apply_log_config(topic)
+
+    def _apply_log_config(self, topic: Topic) -> None:
+        log_config = self.config.log_config(topic.configs)
+        for partition_log in topic.logs:
+            partition_log.config = log_config
 
     def _check_budget(self, name: str, adding: int) -> None:
         """Refuse partitions beyond what the process can keep open, before any directory

@@ -6,16 +6,16 @@ join) returns an awaitable of the body instead, so that everything else is answe
 without a trip through the event loop.
 """
 
-from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, APIS, API_VERSIONS,
-                           CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_TOPICS,
-                           DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_TRANSACTIONS,
-                           END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT, INIT_PRODUCER_ID, JOIN_GROUP,
-                           LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
-                           OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT,
-                           WRITE_TXN_MARKERS)
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
+                           API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
+                           DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
+                           INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
+                           LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
+                           OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 
-from broker.handlers import (api_versions, cluster, configs, fetch, groups, list_offsets, metadata,
-                             offsets, produce, topics_admin, transactions)
+from broker.handlers import (alter_configs, api_versions, cluster, configs, fetch, groups,
+                             list_offsets, metadata, offsets, produce, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -27,6 +27,8 @@ HANDLERS = {
     DELETE_TOPICS.key: topics_admin.delete_topics,
     CREATE_PARTITIONS.key: topics_admin.create_partitions,
     DESCRIBE_CONFIGS.key: configs.handle,
+    ALTER_CONFIGS.key: alter_configs.alter_configs,
+    INCREMENTAL_ALTER_CONFIGS.key: alter_configs.incremental_alter_configs,
     DESCRIBE_CLUSTER.key: cluster.describe_cluster,
     INIT_PRODUCER_ID.key: cluster.init_producer_id,
     FIND_COORDINATOR.key: groups.find_coordinator,

@@ -1,8 +1,9 @@
 """DescribeConfigs v0–4 for topics (resource type 2) and this broker (type 4).
 
 - A topic's configs are its overrides (source DYNAMIC_TOPIC_CONFIG) and, for every
-  other topic-level key, the broker's value (STATIC_BROKER_CONFIG when set in
-  server.properties, else DEFAULT_CONFIG). v0 reports `is_default` instead of a source.
+  other topic-level key, the broker's value (DYNAMIC_BROKER_CONFIG or
+  DYNAMIC_DEFAULT_BROKER_CONFIG when altered at runtime for this broker or the cluster,
+  STATIC_BROKER_CONFIG when set in server.properties, else DEFAULT_CONFIG). v0 reports `is_default` instead of a source.
 - `configuration_keys` null means all keys. v1+ synonyms list the topic override and
   the broker-level key behind it when `include_synonyms` is set. v3+ adds the type.
 """
@@ -13,19 +14,25 @@ from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
 from broker.config import _COARSE_UNITS, TOPIC_CONFIGS
+from broker.dynamic_configs import CLUSTER_DEFAULT
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 2, 3, 5, 7
 _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
           "message.timestamp.type": _TYPE_STRING}
+LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
 
 
 def _broker_value(broker, key: str) -> tuple[str, int]:
     attr, broker_key, _ = TOPIC_CONFIGS[key]
     value = str(getattr(broker.config.log, attr))
+    level = broker.dynamic_configs.source(broker_key)
+    if level is not None:
+        return value, DYNAMIC_DEFAULT_BROKER_CONFIG if level == CLUSTER_DEFAULT else DYNAMIC_BROKER_CONFIG
     static = broker.config.static
     # log.retention.ms may have been set as log.retention.minutes or .hours instead.
     configured = broker_key in static or any(k in static for k, (a, _, _) in _COARSE_UNITS.items() if a == attr)

@@ -12,7 +12,8 @@ from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
 from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
                                 ResponseTooLarge, UnsupportedVersion)
-from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, DYNAMIC_BROKER_CONFIG,
+from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
+                               DYNAMIC_BROKER_CONFIG, SET_CONFIG, SUBTRACT_CONFIG,
                                DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
                                MAX_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
                                STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG,
@@ -33,7 +34,7 @@ __all__ = [
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_COMMITTED", "READ_UNCOMMITTED",
     "TOPIC_RESOURCE", "BROKER_RESOURCE", "UNKNOWN_CONFIG", "DYNAMIC_TOPIC_CONFIG",
     "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG",
-    "DEFAULT_CONFIG",
+    "DEFAULT_CONFIG", "SET_CONFIG", "DELETE_CONFIG", "APPEND_CONFIG", "SUBTRACT_CONFIG",
     "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
     "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
     "FetchedRecords", "FetchResult", "GroupDescription", "GroupMember", "ListedGroup",

@@ -32,10 +32,10 @@ from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (ADD_PARTITIONS_TO_TXN, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
                            DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
-                           DESCRIBE_TRANSACTIONS, FETCH,
-                           FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
+                           DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS,
+                           INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.primitives import ZERO_UUID
 from wire.records import CONTROL_ABORT, build_batch, decode_batch, decode_control_record, iter_batches
@@ -921,6 +921,58 @@ class AsyncClient:
                     tuple(ConfigSynonym(y.name, y.value, y.source) for y in config.synonyms or ()))
             described[(kind, name)] = entries
         return described
+
+    async def alter_configs(self, configs: Mapping[tuple[int, str], Mapping[str, str]], *,
+                            validate_only: bool = False) -> dict[tuple[int, str], KafkaError | None]:
+        """Replace each `(resource type, name)`'s configs with `configs[resource]`: keys
+        left out go back to their defaults. Each resource's error (None on success)."""
+        Request = ALTER_CONFIGS.request
+        return await self._alter_configs(ALTER_CONFIGS, {
+            resource: [Request.AlterableConfig(name=key, value=value) for key, value in entries.items()]
+            for resource, entries in configs.items()}, validate_only)
+
+    async def incremental_alter_configs(
+            self, changes: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]], *,
+            validate_only: bool = False) -> dict[tuple[int, str], KafkaError | None]:
+        """Apply `(key, operation, value)` changes to each `(resource type, name)`; the
+        operations are SET_CONFIG, DELETE_CONFIG, APPEND_CONFIG and SUBTRACT_CONFIG.
+        Each resource's error (None on success)."""
+        Request = INCREMENTAL_ALTER_CONFIGS.request
+        return await self._alter_configs(INCREMENTAL_ALTER_CONFIGS, {
+            resource: [Request.AlterableConfig(name=key, config_operation=op, value=value)
+                       for key, op, value in entries]
+            for resource, entries in changes.items()}, validate_only)
+
+    async def _alter_configs(self, api, configs: dict[tuple[int, str], list], validate_only: bool,
+                             ) -> dict[tuple[int, str], KafkaError | None]:
+        """Broker resources go to that broker, the others (and the cluster default) anywhere."""
+        by_node: dict[int | None, list[tuple[int, str]]] = collections.defaultdict(list)
+        for kind, name in configs:
+            by_node[int(name) if kind == BROKER_RESOURCE and name.isdigit() else None].append((kind, name))
+
+        async def send(node_id: int | None, resources: list[tuple[int, str]]):
+            connection = await (self._any_connection() if node_id is None else self._node_connection(node_id))
+            body = api.request(validate_only=validate_only, resources=[
+                api.request.AlterConfigsResource(resource_type=kind, resource_name=name,
+                                                 configs=configs[(kind, name)])
+                for kind, name in resources])
+            response = await connection.request(api, connection.version(api), body)
+            results = {}
+            for kind, name in resources:
+                context = f"alter configs of {_RESOURCE_NAMES.get(kind, f'resource type {kind}')} {name!r}"
+                answer = next((r for r in response.responses
+                               if r.resource_type == kind and r.resource_name == name), None)
+                if answer is None:
+                    raise ProtocolViolation(f"{context}: the response has no entry for it")
+                results[(kind, name)] = KafkaError(answer.error_code, context, answer.error_message) \
+                    if answer.error_code else None
+            return results
+
+        async def attempt() -> dict[tuple[int, str], KafkaError | None]:
+            answers = await asyncio.gather(*(send(node_id, items) for node_id, items in by_node.items()))
+            return {resource: error for answer in answers for resource, error in answer.items()}
+
+        return await self._retrying(attempt)
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ __all__ = [
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_UNCOMMITTED", "READ_COMMITTED",
     "TOPIC_RESOURCE", "BROKER_RESOURCE", "DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG",
     "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG", "UNKNOWN_CONFIG",
+    "SET_CONFIG", "DELETE_CONFIG", "APPEND_CONFIG", "SUBTRACT_CONFIG",
     "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
     "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
     "FetchResult", "FetchedRecords", "GroupDescription", "GroupMember", "ListedGroup",
@@ -41,6 +42,13 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType); APPEND and SUBTRACT
+# are for list-typed configs.
+SET_CONFIG = 0
+DELETE_CONFIG = 1
+APPEND_CONFIG = 2
+SUBTRACT_CONFIG = 3
 
 
 class ProducerRecord(NamedTuple):

@@ -89,6 +89,8 @@ class Client:
     delete_topics = _blocking("delete_topics")
     create_partitions = _blocking("create_partitions")
     describe_configs = _blocking("describe_configs")
+    alter_configs = _blocking("alter_configs")
+    incremental_alter_configs = _blocking("incremental_alter_configs")
     describe_cluster = _blocking("describe_cluster")
     describe_groups = _blocking("describe_groups")
     list_groups = _blocking("list_groups")

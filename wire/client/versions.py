@@ -12,9 +12,9 @@ the generation/retention layout, CreateTopics v0 has no validate_only.
 from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
-from wire.messages import (ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
-                           DESCRIBE_TRANSACTIONS, FETCH,
+                           DESCRIBE_TRANSACTIONS, FETCH, INCREMENTAL_ALTER_CONFIGS,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
                            METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
@@ -43,6 +43,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS.key: (0, 2),
     CREATE_PARTITIONS.key: (0, 3),
     DESCRIBE_CONFIGS.key: (0, 4),
+    ALTER_CONFIGS.key: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS.key: (0, 1),
     DESCRIBE_CLUSTER.key: (0, 1),
     DESCRIBE_TRANSACTIONS.key: (0, 0),
     LIST_TRANSACTIONS.key: (0, 1),

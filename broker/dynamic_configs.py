@@ -1,0 +1,86 @@
+"""Dynamic broker configs: the topic defaults (`log.*`, `message.max.bytes`) changed at
+runtime through AlterConfigs and IncrementalAlterConfigs.
+
+Kafka keeps them in its metadata log; here they are `dynamic-broker-configs.json` in
+the data directory, written atomically and read at start, on top of server.properties.
+Two levels, as in Kafka: the cluster default (resource name "") and this broker (its
+id), the broker's winning. Only the broker-level keys behind topic configs are dynamic:
+they are what topics without their own override run with, so a change is swapped into
+the live logs. Every other broker key needs a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS
+from broker.storage.checkpoint import write_atomically
+
+FILENAME = "dynamic-broker-configs.json"
+CLUSTER_DEFAULT = ""
+# Broker-level key -> topic-level key.
+DYNAMIC_KEYS = {broker_key: topic_key for topic_key, (_, broker_key, _) in TOPIC_CONFIGS.items()}
+
+
+class DynamicBrokerConfigs:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.static_log = config.log
+        self.path = os.path.join(config.data_dir, FILENAME)
+        # Level ("" or a broker id) -> broker key -> value; other brokers' levels are kept.
+        self.levels: dict[str, dict[str, str]] = {}
+
+    @property
+    def this_broker(self) -> str:
+        return str(self.config.node_id)
+
+    def load(self) -> None:
+        """Read the file and apply it to the broker's log defaults; an invalid file stops
+        the start, as a corrupt topic registry does."""
+        try:
+            with open(self.path, "rb") as f:
+                levels = json.loads(f.read())
+            for level, configs in levels.items():
+                levels[level] = self.parse(configs)
+        except FileNotFoundError:
+            return
+        except (ValueError, AttributeError) as exc:
+            raise RuntimeError(f"{self.path} is invalid ({exc}); refusing to start") from None
+        self.levels = levels
+        self._apply()
+
+    def parse(self, configs: dict[str, str | None]) -> dict[str, str]:
+        """Validate one level's configs; returns them normalised. Raises ConfigError."""
+        result = {}
+        for key, value in configs.items():
+            if key not in DYNAMIC_KEYS:
+                raise ConfigError(f"{key} cannot be updated dynamically")
+            if value is None:
+                raise ConfigError(f"{key}: a value is required")
+            result[key] = str(TOPIC_CONFIGS[DYNAMIC_KEYS[key]][2](key, value))
+        return result
+
+    def set_level(self, level: str, configs: dict[str, str]) -> None:
+        """Replace one level's (validated) configs, persist them and change the defaults.
+        On an OSError nothing changed."""
+        levels = {**self.levels, level: configs}
+        if not configs:
+            del levels[level]
+        write_atomically(self.path, json.dumps(levels, indent=1, sort_keys=True).encode())
+        self.levels = levels
+        self._apply()
+
+    def source(self, broker_key: str) -> str | None:
+        """Which level sets `broker_key`: this broker's, the cluster default, or None."""
+        for level in (self.this_broker, CLUSTER_DEFAULT):
+            if broker_key in self.levels.get(level, {}):
+                return level
+        return None
+
+    def _apply(self) -> None:
+        effective = {**self.levels.get(CLUSTER_DEFAULT, {}), **self.levels.get(self.this_broker, {})}
+        changes = {TOPIC_CONFIGS[DYNAMIC_KEYS[k]][0]: TOPIC_CONFIGS[DYNAMIC_KEYS[k]][2](k, v)
+                   for k, v in effective.items()}
+        self.config.log = dataclasses.replace(self.static_log, **changes)
