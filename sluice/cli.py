@@ -1,5 +1,5 @@
-"""The `sluice` command: `sluice broker …` runs a broker; `sluice topics …` and
-`sluice groups …` administer any Kafka-compatible cluster over the wire protocol.
+"""The `sluice` command: `sluice broker …` runs a broker; `sluice topics …`,
+`sluice groups …` and `sluice configs …` administer any Kafka-compatible cluster over the wire protocol.
 
 Each command's module is imported only when it runs: the admin commands never import
 `broker`.
@@ -15,6 +15,7 @@ commands:
   broker    run a broker (sluice broker --help)
   topics    create, list, describe, alter and delete topics (sluice topics --help)
   groups    list, describe and delete consumer groups, reset their offsets (sluice groups --help)
+  configs   describe and change topic and broker configs (sluice configs --help)
 """
 
 
@@ -33,6 +34,9 @@ def main(argv=None) -> int:
     if command == "groups":
         from sluice.groups import main as groups_main
         return groups_main(rest)
+    if command == "configs":
+        from sluice.configs import main as configs_main
+        return configs_main(rest)
     print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 
