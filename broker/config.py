@@ -63,6 +63,16 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+def _compression_type(key: str, text: str) -> str:
+    value = text.strip()
+    if value not in COMPRESSION_TYPES:
+        raise ConfigError(f"{key}: {text!r} is not one of {', '.join(COMPRESSION_TYPES)}")
+    return value
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """The configuration one partition log runs with."""
@@ -77,6 +87,7 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     cleanup_policy: str = "delete"
+    compression_type: str = "producer"  # "producer": keep the producer's codec
 
 
 # Topic-level key -> (LogConfig attribute, broker-level key, parser). Types and minimums
@@ -96,13 +107,19 @@ TOPIC_CONFIGS = {
                        lambda k, v: _long(k, v, 1)),
     "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _long(k, v, 0)),
     "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", _cleanup_policy),
+    "compression.type": ("compression_type", "compression.type", _compression_type),
 }
+# Kafka 3.8's per-codec levels: this broker compresses at the codecs' default levels.
+_UNSUPPORTED_TOPIC_CONFIGS = ("compression.gzip.level", "compression.lz4.level",
+                              "compression.zstd.level")
 
 
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
     result = {}
     for key, value in configs.items():
+        if key in _UNSUPPORTED_TOPIC_CONFIGS:
+            raise ConfigError(f"{key} is not supported (codecs compress at their default levels)")
         if key not in TOPIC_CONFIGS:
             raise ConfigError(f"unknown topic config {key!r}")
         if value is None:

@@ -38,7 +38,7 @@ __all__ = [
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
     "set_partition_leader_epoch", "set_log_append_time", "decode_batch",
-    "decode_control_record", "build_batch", "build_batch_columns", "build_control_batch",
+    "decode_control_record", "recompress_batch", "build_batch", "build_batch_columns", "build_control_batch",
 ]
 
 HEADER_SIZE = 61
@@ -482,18 +482,41 @@ def _build(keys, values, headers, timestamps, attributes: int, codec: int, base_
     if log_append_time is not None:
         attributes |= LOG_APPEND_TIME_BIT
         max_timestamp = log_append_time
+    return _assemble(BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC, 0, attributes | codec,
+                                 len(keys) - 1, base_timestamp, max_timestamp, producer_id,
+                                 producer_epoch, base_sequence, len(keys)),
+                     section)
+
+
+def _assemble(header: BatchHeader, section: bytes) -> bytes:
+    """A batch from its header fields (batchLength and CRC are computed, magic is 2) and
+    its uncompressed records section, compressed with the codec the attributes name."""
+    codec = header.attributes & COMPRESSION_MASK
     if codec != NONE:
         section = compress(codec, section)
     try:
-        crc_range_header = _CRC_RANGE_HEADER.pack(
-            attributes | codec, len(keys) - 1, base_timestamp, max_timestamp,
-            producer_id, producer_epoch, base_sequence, len(keys))
+        crc_range_header = _CRC_RANGE_HEADER.pack(*header[5:])
         crc = crc32c(section, crc32c(crc_range_header))
         before_crc_range = _BEFORE_CRC_RANGE.pack(
-            base_offset, _MIN_BATCH_LENGTH + len(section), partition_leader_epoch, MAGIC, crc)
+            header.base_offset, _MIN_BATCH_LENGTH + len(section), header.partition_leader_epoch,
+            MAGIC, crc)
     except struct.error as exc:
         raise EncodeError(f"batch header field out of range: {exc}") from None
     return b"".join((before_crc_range, crc_range_header, section))
+
+
+def recompress_batch(batch, codec: int, max_decompressed_size: int) -> bytes:
+    """One whole batch with its records section in `codec` instead, after checking its
+    CRC and that the records parse; every header field but the codec bits, batchLength
+    and CRC is kept, and the records themselves (offset and timestamp deltas, keys,
+    values, headers) byte for byte, as a broker recompressing to a topic's codec must.
+    `max_decompressed_size` bounds decompression."""
+    header, section = records_section(batch, max_decompressed_size)
+    if header.is_control:
+        raise EncodeError("control batches are never recompressed")
+    _decode_records(section, header.record_count, 0, 0, None)
+    return _assemble(header._replace(attributes=header.attributes & ~COMPRESSION_MASK | codec),
+                     section)
 
 
 def build_batch(

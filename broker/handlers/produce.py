@@ -10,7 +10,10 @@
   (INVALID_RECORD otherwise), validated from its header alone:
   whole (not truncated), CRC-32C, size within `max.message.bytes` (MESSAGE_TOO_LARGE),
   record count consistent with lastOffsetDelta, not a control batch (INVALID_RECORD),
-  timestamps not negative (INVALID_TIMESTAMP). Records are never decoded.
+  timestamps not negative (INVALID_TIMESTAMP). Records are not decoded, unless the
+  topic's `compression.type` names a codec other than the batch's: then the batch is
+  recompressed to it (records and producer fields kept; CORRUPT_MESSAGE if its records
+  do not parse or inflate too far) and checked against `max.message.bytes` again.
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
   A batch with a producer id but no sequence is INVALID_RECORD.
@@ -28,18 +31,21 @@
 
 from __future__ import annotations
 
+from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode
 from wire.messages import PRODUCE
 from wire.primitives import DecodeError
-from wire.records import MAGIC, has_valid_crc, iter_batches
+from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.server import CloseConnection
-from broker.storage.log import LogError
+from broker.storage.log import MAX_DECOMPRESSED_BATCH, LogError
 from broker.storage.producer_state import ProducerStateError
 from broker.topics import INTERNAL_TOPICS, TopicError
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16
+# compression.type -> codec id; "producer" (keep the batch's codec) is absent.
+_TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
 
 class _Invalid(Exception):
@@ -81,6 +87,24 @@ def validated_batch(records, max_message_bytes: int):
     if header.base_timestamp < -1 or header.max_timestamp < -1:
         raise _Invalid(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
     return header, view
+
+
+def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int):
+    """(header, batch) in the codec the topic's compression.type names, recompressed if
+    the batch is in another, as Kafka's LogValidator does; otherwise the batch itself."""
+    codec = _TOPIC_CODECS.get(compression_type)
+    if codec is None or codec == header.compression:
+        return header, batch
+    try:
+        batch = memoryview(bytearray(recompress_batch(batch, codec, MAX_DECOMPRESSED_BATCH)))
+    except DecodeError as exc:
+        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, f"cannot recompress to {compression_type}: {exc}") from None
+    header = parse_header(batch)
+    if header.size > max_message_bytes:
+        raise _Invalid(ErrorCode.MESSAGE_TOO_LARGE,
+                       f"batch of {header.size} bytes recompressed to {compression_type} exceeds "
+                       f"max.message.bytes {max_message_bytes}")
+    return header, batch
 
 
 def _check_transactional(broker, version: int, transactional_id: str | None, header,
@@ -135,6 +159,8 @@ def handle(broker, header, request, client_host):
                 batch_header, batch = validated_batch(records, log.config.max_message_bytes)
                 _check_transactional(broker, header.request_api_version, request.transactional_id,
                                      batch_header, topic_data.name, data.index)
+                batch_header, batch = _in_topic_codec(batch_header, batch, log.config.compression_type,
+                                                     log.config.max_message_bytes)
                 appended = log.append(batch_header, batch)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time

@@ -46,7 +46,7 @@ _LOG_SUFFIX = ".log"
 # A stored batch's size beyond max.message.bytes: its own log overhead and header.
 _BATCH_OVERHEAD = 61 + 12
 # Decoding a stored batch (only to find a timestamp's exact offset) may inflate it this far.
-_MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
+MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
 
 
 class LogError(Exception):
@@ -439,7 +439,7 @@ class PartitionLog:
                 if header.max_timestamp < timestamp:
                     continue
                 batch = segment.region(pos, pos + header.size).read()
-                for record in decode_batch(batch, _MAX_DECOMPRESSED_BATCH):
+                for record in decode_batch(batch, MAX_DECOMPRESSED_BATCH):
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
         return None
