@@ -62,6 +62,18 @@ _LIST_OFFSETS_MIN_VERSION = {MAX_TIMESTAMP: 7}
 _LIST_OFFSETS_MIN_VERSION_READ_COMMITTED = 2
 
 
+def _resource(kind: int, name: str) -> str:
+    return f"{_RESOURCE_NAMES.get(kind, f'resource type {kind}')} {name!r}"
+
+
+def _answer_for(answers, kind: int, name: str, context: str):
+    """The entry of one config resource in a response; a response without it breaks the protocol."""
+    answer = next((r for r in answers if r.resource_type == kind and r.resource_name == name), None)
+    if answer is None:
+        raise ProtocolViolation(f"{context}: the response has no entry for it")
+    return answer
+
+
 class _ProducerSession:
     """An idempotent producer id with the next sequence number of each partition."""
 
@@ -902,11 +914,8 @@ class AsyncClient:
         response = await connection.request(DESCRIBE_CONFIGS, version, body)
         described = {}
         for kind, name in resources:
-            context = f"describe configs of {_RESOURCE_NAMES.get(kind, f'resource type {kind}')} {name!r}"
-            answer = next((r for r in response.results
-                           if r.resource_type == kind and r.resource_name == name), None)
-            if answer is None:
-                raise ProtocolViolation(f"{context}: the response has no entry for it")
+            context = f"describe configs of {_resource(kind, name)}"
+            answer = _answer_for(response.results, kind, name, context)
             check(answer.error_code, context, answer.error_message)
             entries = {}
             for config in answer.configs:
@@ -959,11 +968,8 @@ class AsyncClient:
             response = await connection.request(api, connection.version(api), body)
             results = {}
             for kind, name in resources:
-                context = f"alter configs of {_RESOURCE_NAMES.get(kind, f'resource type {kind}')} {name!r}"
-                answer = next((r for r in response.responses
-                               if r.resource_type == kind and r.resource_name == name), None)
-                if answer is None:
-                    raise ProtocolViolation(f"{context}: the response has no entry for it")
+                context = f"alter configs of {_resource(kind, name)}"
+                answer = _answer_for(response.responses, kind, name, context)
                 results[(kind, name)] = KafkaError(answer.error_code, context, answer.error_message) \
                     if answer.error_code else None
             return results
