@@ -195,3 +195,27 @@ def test_sluice_configs_verb(broker):
     assert "log.retention.ms=4242" in ok("configs", *brokers, "--describe")
     assert "dynamically" in fails("configs", *brokers, "--alter", "--add-config", "num.partitions=2")
     fails("configs", *server, "--entity-type", "topics", "--describe", code=2)
+
+
+def test_a_resource_listed_twice_is_refused_each_time(broker):
+    """As Kafka answers: INVALID_REQUEST for every entry of a duplicated resource, the
+    others applied."""
+    from tests.test_broker_failures import connect, roundtrip
+    from wire.messages import INCREMENTAL_ALTER_CONFIGS
+
+    Request = INCREMENTAL_ALTER_CONFIGS.request
+    with Client(broker.bootstrap_servers) as client:
+        client.create_topics({"twice": NewTopic(1), "once": NewTopic(1)})
+
+        def resource(name: str, value: str):
+            return Request.AlterConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=name, configs=[
+                Request.AlterableConfig(name="retention.ms", config_operation=SET_CONFIG, value=value)])
+
+        body = Request(validate_only=False, resources=[resource("twice", "1000"), resource("once", "2000"),
+                                                       resource("twice", "3000")])
+        with connect(broker.port) as sock:
+            response = roundtrip(sock, INCREMENTAL_ALTER_CONFIGS, 1, body, 7)
+        assert [(r.resource_name, r.error_code) for r in response.responses] == [
+            ("twice", ErrorCode.INVALID_REQUEST), ("once", ErrorCode.NONE), ("twice", ErrorCode.INVALID_REQUEST)]
+        assert topic_configs(client, "once")["retention.ms"].value == "2000"
+        assert topic_configs(client, "twice")["retention.ms"].source == DEFAULT_CONFIG

@@ -11,11 +11,14 @@
   defaults are dynamic (broker.dynamic_configs); any other key is INVALID_REQUEST, as
   Kafka answers for a key it cannot update dynamically. AlterConfigs replaces the
   level's dynamic set, IncrementalAlterConfigs changes it per key.
-- Other resource types are INVALID_REQUEST. `validate_only` checks and changes nothing.
+- Other resource types are INVALID_REQUEST, and so is a resource listed twice (each
+  time), as Kafka answers. `validate_only` checks and changes nothing.
   Errors are per resource; one bad resource does not spoil the others.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
@@ -117,6 +120,7 @@ def _incremental(broker, resource) -> dict[str, str]:
 
 
 def _alter(broker, resources, new_configs, validate_only: bool, Response):
+    listed = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
         out = Response.AlterConfigsResourceResponse(
@@ -124,6 +128,9 @@ def _alter(broker, resources, new_configs, validate_only: bool, Response):
             resource_type=resource.resource_type, resource_name=resource.resource_name)
         results.append(out)
         try:
+            if listed[(resource.resource_type, resource.resource_name)] > 1:
+                raise TopicError(ErrorCode.INVALID_REQUEST,
+                                 f"resource {resource.resource_name!r} is listed more than once")
             if resource.resource_type not in (TOPIC, BROKER):
                 raise TopicError(ErrorCode.INVALID_REQUEST,
                                  f"resource type {resource.resource_type} cannot be altered here")
