@@ -30,8 +30,8 @@ from typing import Iterable
 
 from wire.error_codes import ErrorCode
 from wire.primitives import DecodeError
-from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, LOG_APPEND_TIME_BIT, BatchHeader,
-                          build_control_batch, decode_batch, decode_control_record, parse_header,
+from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND_TIME_BIT,
+                          LOG_OVERHEAD, BatchHeader, build_control_batch, decode_batch, decode_control_record, parse_header,
                           set_base_offset, set_log_append_time, set_partition_leader_epoch)
 
 from broker.config import LogConfig
@@ -43,8 +43,6 @@ from broker.throttled_log import ThrottledLog
 log = logging.getLogger("sluice.storage")
 
 _LOG_SUFFIX = ".log"
-# A stored batch's size beyond max.message.bytes: its own log overhead and header.
-_BATCH_OVERHEAD = 61 + 12
 # Decoding a stored batch (only to find a timestamp's exact offset) may inflate it this far.
 MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
 
@@ -120,7 +118,7 @@ class PartitionLog:
         if recovery_point is not None:
             first = max(0, bisect_right(bases, recovery_point) - 1)
             reasons = {i: "unclean shutdown" for i in range(first, len(self.segments))}
-        max_batch_bytes = self.config.max_message_bytes + _BATCH_OVERHEAD
+        max_batch_bytes = self._max_batch_bytes
         for i, segment in enumerate(self.segments):
             if i in reasons:
                 continue
@@ -134,10 +132,16 @@ class PartitionLog:
             self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
 
+    @property
+    def _max_batch_bytes(self) -> int:
+        """The largest stored batch recovery accepts: max.message.bytes of records plus the
+        batch's header and log overhead."""
+        return self.config.max_message_bytes + HEADER_SIZE + LOG_OVERHEAD
+
     def _recover(self, reasons: dict[int, str]) -> None:
         """Re-validate the segments at these indexes, in order; the first bad batch
         truncates the log there, dropping every later segment, as Kafka's recovery does."""
-        max_batch_bytes = self.config.max_message_bytes + _BATCH_OVERHEAD
+        max_batch_bytes = self._max_batch_bytes
         first = min(reasons)
         for i in sorted(reasons):
             segment = self.segments[i]
