@@ -45,9 +45,9 @@ def _run_maven(args: list[str], cwd: pathlib.Path, what: str) -> None:
     except subprocess.TimeoutExpired:
         raise MavenUnavailable(f"Maven took over {RESOLVE_TIMEOUT_S}s to {what}") from None
     if done.returncode != 0:
-        lines = [line for line in (done.stdout + done.stderr).splitlines()
-                 if ("ERROR" in line or "Could not" in line) and "-> [Help" not in line
-                 and line.strip() not in ("[ERROR]", "")][:3]
+        lines = [line.split(" -> [Help")[0] for line in (done.stdout + done.stderr).splitlines()
+                 if line.startswith("[ERROR] ") and line[8:].strip() and "-X switch" not in line and "-e switch" not in line
+                 and "possible solutions" not in line and "[Help " not in line[:20]][:3]
         reason = "\n".join(lines) or (done.stdout + done.stderr)[-2000:]
         raise MavenUnavailable(f"Maven could not {what} (is Maven Central reachable?):\n{reason}")
 
