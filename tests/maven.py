@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -40,15 +41,16 @@ def _mvn() -> str:
 
 def _run_maven(args: list[str], cwd: pathlib.Path, what: str) -> None:
     try:
-        done = subprocess.run([_mvn(), "-B", "-q", "-Dstyle.color=never", *args], cwd=cwd, capture_output=True,
+        done = subprocess.run([_mvn(), "-B", "-q", *args], cwd=cwd, capture_output=True,
                               text=True, timeout=RESOLVE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise MavenUnavailable(f"Maven took over {RESOLVE_TIMEOUT_S}s to {what}") from None
     if done.returncode != 0:
-        lines = [line.split(" -> [Help")[0] for line in (done.stdout + done.stderr).splitlines()
+        output = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+        lines = [line.split(" -> [Help")[0] for line in output.splitlines()
                  if line.startswith("[ERROR] ") and line[8:].strip() and "-X switch" not in line and "-e switch" not in line
                  and "possible solutions" not in line and "[Help " not in line[:20]][:3]
-        reason = "\n".join(lines) or (done.stdout + done.stderr)[-2000:]
+        reason = "\n".join(lines) or output[-2000:]
         raise MavenUnavailable(f"Maven could not {what} (is Maven Central reachable?):\n{reason}")
 
 
