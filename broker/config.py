@@ -88,6 +88,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     cleanup_policy: str = "delete"
     compression_type: str = "producer"  # "producer": keep the producer's codec
+    min_insync_replicas: int = 1
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000  # Kafka 4's default: one hour ahead
+    segment_index_bytes: int = 10 * 1024 * 1024
 
 
 # Topic-level key -> (LogConfig attribute, broker-level key, parser). Types and minimums
@@ -108,20 +112,56 @@ TOPIC_CONFIGS = {
     "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _long(k, v, 0)),
     "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", _cleanup_policy),
     "compression.type": ("compression_type", "compression.type", _compression_type),
+    "min.insync.replicas": ("min_insync_replicas", "min.insync.replicas", lambda k, v: _int(k, v, 1)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms",
+                                        "log.message.timestamp.before.max.ms", lambda k, v: _long(k, v, 0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms",
+                                       "log.message.timestamp.after.max.ms", lambda k, v: _long(k, v, 0)),
+    "segment.index.bytes": ("segment_index_bytes", "log.index.size.max.bytes", lambda k, v: _int(k, v, 4)),
 }
-# Kafka 3.8's per-codec levels: this broker compresses at the codecs' default levels.
-_UNSUPPORTED_TOPIC_CONFIGS = ("compression.gzip.level", "compression.lz4.level",
-                              "compression.zstd.level")
+# Kafka 4's other topic configs, which this broker does not implement: refused by name
+# (INVALID_CONFIG), never accepted and ignored. The README's "Topic configs" lists them.
+NOT_IMPLEMENTED_TOPIC_CONFIGS = {
+    "compression.gzip.level": "codecs compress at their default levels",
+    "compression.lz4.level": "codecs compress at their default levels",
+    "compression.zstd.level": "codecs compress at their default levels",
+    "delete.retention.ms": "log compaction is not implemented yet",
+    "min.compaction.lag.ms": "log compaction is not implemented yet",
+    "max.compaction.lag.ms": "log compaction is not implemented yet",
+    "min.cleanable.dirty.ratio": "log compaction is not implemented yet",
+    "segment.jitter.ms": "segments roll at segment.ms exactly",
+    "file.delete.delay.ms": "segments are deleted at once, not after a delay",
+    "preallocate": "segment files are not preallocated",
+    "unclean.leader.election.enable": "a single broker has no other replica to elect",
+    "max.decompressed.message.bytes": "the decompressed size of a batch has a fixed bound",
+    "message.downconversion.enable": "only record batches v2 are served; nothing is down-converted",
+    "remote.storage.enable": "tiered storage is not implemented",
+    "local.retention.ms": "tiered storage is not implemented",
+    "local.retention.bytes": "tiered storage is not implemented",
+    "remote.log.copy.disable": "tiered storage is not implemented",
+    "remote.log.delete.on.disable": "tiered storage is not implemented",
+    "remote.copy.lag.ms": "tiered storage is not implemented",
+    "remote.copy.lag.bytes": "tiered storage is not implemented",
+    "leader.replication.throttled.replicas": "replication throttles are not implemented",
+    "follower.replication.throttled.replicas": "replication throttles are not implemented",
+    "errors.deadletterqueue.group.enable": "share groups are not implemented",
+}
+
+
+def check_topic_config_key(key: str) -> None:
+    """Raise ConfigError unless `key` is a topic config this broker implements."""
+    if key in NOT_IMPLEMENTED_TOPIC_CONFIGS:
+        raise ConfigError(f"topic config {key!r} is not implemented by this broker "
+                          f"({NOT_IMPLEMENTED_TOPIC_CONFIGS[key]})")
+    if key not in TOPIC_CONFIGS:
+        raise ConfigError(f"unknown topic config {key!r}")
 
 
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
     result = {}
     for key, value in configs.items():
-        if key in _UNSUPPORTED_TOPIC_CONFIGS:
-            raise ConfigError(f"{key} is not supported (codecs compress at their default levels)")
-        if key not in TOPIC_CONFIGS:
-            raise ConfigError(f"unknown topic config {key!r}")
+        check_topic_config_key(key)
         if value is None:
             raise ConfigError(f"{key}: a value is required")
         parsed = TOPIC_CONFIGS[key][2](key, value)

@@ -23,7 +23,7 @@ from collections import Counter
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
-from broker.config import ConfigError, TOPIC_CONFIGS
+from broker.config import ConfigError, TOPIC_CONFIGS, check_topic_config_key
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
 from broker.topics import TopicError
@@ -46,9 +46,11 @@ def _broker_level(broker, name: str) -> str:
 
 def _check_keys(resource_type: int, keys) -> None:
     if resource_type == TOPIC:
-        unknown = sorted(k for k in keys if k not in TOPIC_CONFIGS)
-        if unknown:
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown[0]!r}")
+        for key in sorted(keys):
+            try:
+                check_topic_config_key(key)
+            except ConfigError as exc:
+                raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     else:
         static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
         if static:

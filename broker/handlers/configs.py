@@ -23,7 +23,8 @@ STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 2, 3, 5, 7
 _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
-          "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING}
+          "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
+          "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT}
 LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
 
 

@@ -10,10 +10,16 @@
   (INVALID_RECORD otherwise), validated from its header alone:
   whole (not truncated), CRC-32C, size within `max.message.bytes` (MESSAGE_TOO_LARGE),
   record count consistent with lastOffsetDelta, not a control batch (INVALID_RECORD),
-  timestamps not negative (INVALID_TIMESTAMP). Records are not decoded, unless the
+  timestamps not negative (INVALID_TIMESTAMP). On CreateTime topics the batch's base
+  and max timestamps (its header's) must lie within message.timestamp.before.max.ms
+  before and message.timestamp.after.max.ms after the broker's clock (INVALID_TIMESTAMP).
+  Records are not decoded, unless the
   topic's `compression.type` names a codec other than the batch's: then the batch is
   recompressed to it (records and producer fields kept; CORRUPT_MESSAGE if its records
   do not parse or inflate too far) and checked against `max.message.bytes` again.
+- acks=-1 needs min.insync.replicas in-sync replicas; a single broker has one, so a
+  topic with min.insync.replicas above 1 answers NOT_ENOUGH_REPLICAS, as Kafka's
+  leader does when its ISR is too small.
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
   A batch with a producer id but no sequence is INVALID_RECORD.
@@ -38,13 +44,15 @@ from wire.primitives import DecodeError
 from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.server import CloseConnection
-from broker.storage.log import MAX_DECOMPRESSED_BATCH, LogError
+from broker.storage.log import MAX_DECOMPRESSED_BATCH, LogError, now_ms
 from broker.storage.producer_state import ProducerStateError
 from broker.topics import INTERNAL_TOPICS, TopicError
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16
 # compression.type -> codec id; "producer" (keep the batch's codec) is absent.
+# This broker is each partition's only replica, so its only in-sync one.
+IN_SYNC_REPLICAS = 1
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
 
@@ -87,6 +95,24 @@ def validated_batch(records, max_message_bytes: int):
     if header.base_timestamp < -1 or header.max_timestamp < -1:
         raise _Invalid(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
     return header, view
+
+
+def _check_timestamps(header, config, now: int) -> None:
+    """Kafka's bounds on CreateTime timestamps, from the header's base and max timestamps;
+    -1 (no timestamp) passes."""
+    if config.message_timestamp_type != "CreateTime":
+        return
+    for timestamp in (header.base_timestamp, header.max_timestamp):
+        if timestamp == -1:
+            continue
+        if timestamp < now - config.message_timestamp_before_max_ms:
+            raise _Invalid(ErrorCode.INVALID_TIMESTAMP,
+                           f"timestamp {timestamp} is more than message.timestamp.before.max.ms "
+                           f"({config.message_timestamp_before_max_ms}) before the broker's time {now}")
+        if timestamp > now + config.message_timestamp_after_max_ms:
+            raise _Invalid(ErrorCode.INVALID_TIMESTAMP,
+                           f"timestamp {timestamp} is more than message.timestamp.after.max.ms "
+                           f"({config.message_timestamp_after_max_ms}) after the broker's time {now}")
 
 
 def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int):
@@ -156,7 +182,12 @@ def handle(broker, header, request, client_host):
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
                     records = _writable(records)
+                if acks == -1 and log.config.min_insync_replicas > IN_SYNC_REPLICAS:
+                    raise _Invalid(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                   f"{IN_SYNC_REPLICAS} in-sync replica is fewer than min.insync.replicas "
+                                   f"{log.config.min_insync_replicas} of {topic_data.name}-{data.index}")
                 batch_header, batch = validated_batch(records, log.config.max_message_bytes)
+                _check_timestamps(batch_header, log.config, now_ms())
                 _check_transactional(broker, header.request_api_version, request.transactional_id,
                                      batch_header, topic_data.name, data.index)
                 batch_header, batch = _in_topic_codec(batch_header, batch, log.config.compression_type,

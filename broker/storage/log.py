@@ -35,7 +35,7 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND
                           set_base_offset, set_log_append_time, set_partition_leader_epoch)
 
 from broker.config import LogConfig
-from broker.storage.index import AbortedTxn
+from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
 from broker.throttled_log import ThrottledLog
@@ -314,10 +314,14 @@ class PartitionLog:
         active = self.segments[-1]
         if active.size == 0:
             return
-        too_big = active.size + incoming > self.config.segment_bytes
-        too_old = now_ms() - active.created_ms >= self.config.segment_ms
+        cfg = self.config
+        too_big = active.size + incoming > cfg.segment_bytes
+        too_old = now_ms() - active.created_ms >= cfg.segment_ms
         offset_overflow = header.last_offset_delta + self.log_end_offset - active.base_offset > 0x7FFFFFFF
-        if too_big or too_old or offset_overflow:
+        # An index holds segment.index.bytes of entries, as Kafka's preallocated ones do.
+        index_full = (active.offset_index.entries >= cfg.segment_index_bytes // OffsetIndex.entry.size
+                      or active.time_index.entries >= cfg.segment_index_bytes // TimeIndex.entry.size)
+        if too_big or too_old or offset_overflow or index_full:
             self.roll()
 
     def roll(self) -> None:

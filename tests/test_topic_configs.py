@@ -1,0 +1,110 @@
+"""Kafka's topic configs against the real broker process: the ones implemented change
+behaviour, the ones not implemented are refused by name, never accepted and ignored.
+
+- min.insync.replicas above the one in-sync replica: acks=all is NOT_ENOUGH_REPLICAS,
+  acks=1 still writes (as Kafka's leader answers with a shrunken ISR).
+- message.timestamp.after.max.ms / before.max.ms: CreateTime records too far from the
+  broker's clock are INVALID_TIMESTAMP; LogAppendTime topics take any timestamp.
+- segment.index.bytes: a full offset index rolls the segment.
+- Every config of NOT_IMPLEMENTED_TOPIC_CONFIGS is INVALID_CONFIG naming it, at
+  CreateTopics and IncrementalAlterConfigs, and the README lists it.
+
+Servers bind to 127.0.0.1 only; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+
+import pytest
+
+from broker.config import NOT_IMPLEMENTED_TOPIC_CONFIGS
+from wire.client import SET_CONFIG, TOPIC_RESOURCE, Client, NewTopic
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
+
+pytestmark = pytest.mark.timeout(60)
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def produce_error(client: Client, topic: str, *, acks: int = -1, timestamp: int | None = None):
+    """The error code of producing one record, or None when it was written."""
+    try:
+        client.produce(topic, 0, [(b"k", b"v", (), timestamp)], acks=acks)
+    except KafkaError as exc:
+        return exc.code
+    return None
+
+
+def test_min_insync_replicas_refuses_acks_all(broker):
+    with Client(broker.bootstrap_servers, retries=0) as client:
+        client.create_topics({"strict": NewTopic(1, 1, {"min.insync.replicas": "2"})})
+        assert produce_error(client, "strict") == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert produce_error(client, "strict", acks=1) is None
+        errors = client.incremental_alter_configs(
+            {(TOPIC_RESOURCE, "strict"): [("min.insync.replicas", SET_CONFIG, "1")]})
+        assert errors[(TOPIC_RESOURCE, "strict")] is None
+        assert produce_error(client, "strict") is None
+        bad = client.create_topics({"zero": NewTopic(1, 1, {"min.insync.replicas": "0"})})["zero"]
+        assert bad.error.code == ErrorCode.INVALID_CONFIG
+
+
+def test_timestamp_bounds(broker):
+    hour = 3_600_000
+    with Client(broker.bootstrap_servers, retries=0) as client:
+        client.create_topics({
+            "default": NewTopic(1, 1, {}),
+            "loose": NewTopic(1, 1, {"message.timestamp.after.max.ms": str(3 * hour)}),
+            "recent": NewTopic(1, 1, {"message.timestamp.before.max.ms": "60000"}),
+            "appended": NewTopic(1, 1, {"message.timestamp.type": "LogAppendTime",
+                                        "message.timestamp.before.max.ms": "60000"})})
+        now = int(time.time() * 1000)
+        # Kafka 4's default: at most one hour ahead of the broker, any age behind.
+        assert produce_error(client, "default", timestamp=now + 2 * hour) == ErrorCode.INVALID_TIMESTAMP
+        assert produce_error(client, "default", timestamp=now + 60_000) is None
+        assert produce_error(client, "default", timestamp=1) is None
+        assert produce_error(client, "loose", timestamp=now + 2 * hour) is None
+        assert produce_error(client, "recent", timestamp=now - hour) == ErrorCode.INVALID_TIMESTAMP
+        assert produce_error(client, "recent", timestamp=now) is None
+        assert produce_error(client, "appended", timestamp=now - hour) is None
+        # Two written; the refused one was not.
+        assert client.list_offsets("default", [0], -1)[0].offset == 2
+
+
+def test_segment_index_bytes_rolls_full_index(broker):
+    with Client(broker.bootstrap_servers) as client:
+        # An index entry per batch (its timestamp grows too): 24 bytes hold two 12-byte
+        # time index entries, so each segment takes two batches.
+        client.create_topics({"small-index": NewTopic(1, 1, {"segment.index.bytes": "24",
+                                                             "index.interval.bytes": "0"})})
+        start = int(time.time() * 1000)
+        for i in range(6):
+            client.produce("small-index", 0, [(b"k", b"%d" % i, (), start + i)])
+        logs = sorted(name for name in os.listdir(os.path.join(broker.data_dir, "small-index-0"))
+                      if name.endswith(".log"))
+        assert logs == [f"{base:020d}.log" for base in (0, 2, 4)]
+
+
+@pytest.mark.parametrize("key", sorted(NOT_IMPLEMENTED_TOPIC_CONFIGS))
+def test_unimplemented_topic_config_is_refused_by_name(broker_once, key):
+    with Client(broker_once.bootstrap_servers) as client:
+        created = client.create_topics({f"t-{key}": NewTopic(1, 1, {key: "1"})})[f"t-{key}"]
+        assert created.error.code == ErrorCode.INVALID_CONFIG
+        assert key in str(created.error) and "not implemented" in str(created.error)
+        assert f"t-{key}" not in client.metadata().topics
+        client.create_topics({"plain": NewTopic(1, 1, {})})
+        errors = client.incremental_alter_configs({(TOPIC_RESOURCE, "plain"): [(key, SET_CONFIG, "1")]})
+        assert errors[(TOPIC_RESOURCE, "plain")].code == ErrorCode.INVALID_CONFIG
+        assert key in str(errors[(TOPIC_RESOURCE, "plain")])
+    assert f"`{key}`" in README.read_text(), f"README does not list {key}"
+
+
+@pytest.fixture(scope="module")
+def broker_once(tmp_path_factory):
+    """One broker for the many refusals, which change nothing."""
+    from tests.broker_process import BrokerProcess
+
+    with BrokerProcess(tmp_path_factory.mktemp("refusals") / "data") as proc:
+        yield proc
