@@ -305,6 +305,28 @@ _COARSE_UNITS = {
 }
 
 
+def static_broker_values(config: BrokerConfig) -> dict[str, str]:
+    """Every broker-level key (other than the topic defaults) understood here, with its
+    effective value as Kafka would print it: what DescribeConfigs reports for the broker."""
+    host, port = config.advertised
+    values = {
+        "node.id": config.node_id, "broker.id": config.node_id,
+        "listeners": f"PLAINTEXT://{config.host}:{config.port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "log.dirs": config.data_dir, "num.partitions": config.num_partitions,
+        "default.replication.factor": config.default_replication_factor,
+        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
+        "socket.request.max.bytes": config.socket_request_max_bytes,
+        "log.retention.check.interval.ms": config.retention_check_interval_ms,
+        "producer.id.expiration.ms": config.producer_id_expiration_ms,
+        "max.connections.per.ip.overrides": ",".join(
+            f"{ip}:{count}" for ip, count in sorted(config.max_connections_per_ip_overrides.items())),
+    }
+    for key, (attr, _, _) in {**_GROUP_KEYS, **_CONNECTION_KEYS}.items():
+        values[key] = getattr(config, attr)
+    return {key: str(value) for key, value in values.items()}
+
+
 def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[BrokerConfig, list[str]]:
     """A BrokerConfig from properties plus flag overrides; returns it and warnings."""
     config = BrokerConfig()

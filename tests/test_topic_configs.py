@@ -108,3 +108,23 @@ def broker_once(tmp_path_factory):
 
     with BrokerProcess(tmp_path_factory.mktemp("refusals") / "data") as proc:
         yield proc
+
+
+def test_broker_configs_are_described_with_source_and_read_only(tmp_path):
+    """Every broker key the broker understands is described: the topic defaults dynamic,
+    the others read-only, each with where its value came from."""
+    from tests.broker_process import BrokerProcess
+    from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, STATIC_BROKER_CONFIG
+
+    properties = tmp_path / "server.properties"
+    properties.write_text("group.initial.rebalance.delay.ms=0\nmin.insync.replicas=1\n")
+    with BrokerProcess(tmp_path / "data", config_file=str(properties)) as proc:
+        with Client(proc.bootstrap_servers) as client:
+            configs = client.describe_configs([(BROKER_RESOURCE, "")])[(BROKER_RESOURCE, "")]
+    delay = configs["group.initial.rebalance.delay.ms"]
+    assert (delay.value, delay.source, delay.read_only) == ("0", STATIC_BROKER_CONFIG, True)
+    isr = configs["min.insync.replicas"]
+    assert (isr.value, isr.source, isr.read_only) == ("1", STATIC_BROKER_CONFIG, False)
+    assert configs["log.retention.ms"].source == DEFAULT_CONFIG and not configs["log.retention.ms"].read_only
+    assert configs["listeners"].value == f"PLAINTEXT://127.0.0.1:{proc.port}"
+    assert configs["queued.max.requests"].read_only

@@ -4,6 +4,8 @@
   other topic-level key, the broker's value (DYNAMIC_BROKER_CONFIG or
   DYNAMIC_DEFAULT_BROKER_CONFIG when altered at runtime for this broker or the cluster,
   STATIC_BROKER_CONFIG when set in server.properties, else DEFAULT_CONFIG). v0 reports `is_default` instead of a source.
+- The broker's configs are those topic defaults (dynamic) and every other broker key it
+  understands (read-only: they change only with server.properties and a restart).
 - `configuration_keys` null means all keys. v1+ synonyms list the topic override and
   the broker-level key behind it when `include_synonyms` is set. v3+ adds the type.
 """
@@ -13,8 +15,8 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
-from broker.config import _COARSE_UNITS, TOPIC_CONFIGS
-from broker.dynamic_configs import CLUSTER_DEFAULT
+from broker.config import _COARSE_UNITS, TOPIC_CONFIGS, static_broker_values
+from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
@@ -57,17 +59,15 @@ def _broker_entries(broker):
         broker_key = TOPIC_CONFIGS[key][1]
         value, source = _broker_value(broker, key)
         entries.append((broker_key, value, source))
-    for key in ("num.partitions", "auto.create.topics.enable", "socket.request.max.bytes"):
-        value = {"num.partitions": broker.config.num_partitions,
-                 "auto.create.topics.enable": str(broker.config.auto_create_topics).lower(),
-                 "socket.request.max.bytes": broker.config.socket_request_max_bytes}[key]
-        entries.append((key, str(value), STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG))
+    for key, value in static_broker_values(broker.config).items():
+        entries.append((key, value, STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG))
     return sorted(entries)
 
 
-def _describe(broker, entries, keys, include_synonyms: bool, version: int):
+def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynamic_keys):
     configs = []
     for key, value, source in entries:
+        read_only = key not in dynamic_keys  # as Kafka: what cannot be altered at runtime
         if keys is not None and key not in keys:
             continue
         synonyms = []
@@ -79,7 +79,7 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int):
                 synonyms.append(_Resp.DescribeConfigsSynonym(name=broker_key, value=broker_value,
                                                              source=broker_source))
         configs.append(_Resp.DescribeConfigsResourceResult(
-            name=key, value=value, read_only=False, is_default=source == DEFAULT_CONFIG,
+            name=key, value=value, read_only=read_only, is_default=source == DEFAULT_CONFIG,
             config_source=source, is_sensitive=False, synonyms=synonyms,
             config_type=_TYPES.get(key, _TYPE_LONG), documentation=None))
     return configs
@@ -100,16 +100,17 @@ def handle(broker, header, request, client_host):
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"topic {resource.resource_name!r} does not exist"
                 continue
-            entries = topic_config_entries(broker, topic)
+            entries, dynamic_keys = topic_config_entries(broker, topic), TOPIC_CONFIGS
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 out.error_code = ErrorCode.INVALID_REQUEST
                 out.error_message = f"this is broker {broker.node_id}, not {resource.resource_name!r}"
                 continue
-            entries = _broker_entries(broker)
+            entries, dynamic_keys = _broker_entries(broker), DYNAMIC_KEYS
         else:
             out.error_code = ErrorCode.INVALID_REQUEST
             out.error_message = f"resource type {resource.resource_type} is not described here"
             continue
-        out.configs = _describe(broker, entries, keys, version >= 1 and request.include_synonyms, version)
+        out.configs = _describe(broker, entries, keys, version >= 1 and request.include_synonyms, version,
+                                dynamic_keys)
     return _Resp(results=results, throttle_time_ms=0)
