@@ -7,7 +7,8 @@
   member and of the same group once it left (current offset, log-end offset and lag per
   partition; the member's id, host and client id), `--reset-offsets --to-earliest
   --execute` (then the committed offsets read back by confluent-kafka are 0 and a consumer
-  of the group re-reads every record from the start).
+  of the group re-reads every record from the start), `--delete-offsets` (then the group
+  has no committed offsets).
 - kafka-console-producer with keys (`parse.key`, `key.separator`) from stdin, then
   kafka-console-consumer `--from-beginning --max-messages N` printing keys: the same lines;
   the keys and values checked independently with confluent-kafka.
@@ -92,6 +93,8 @@ def kafka_broker(tmp_path_factory):
     config.write_text("group.initial.rebalance.delay.ms=0\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         yield proc
+    output = "".join(proc.output)
+    assert "Traceback" not in output, output[-5000:]
 
 
 def _admin(bootstrap: str):
@@ -146,8 +149,8 @@ def test_topics_create_describe_list(kafka_broker):
     assert topic in listed.stdout.split()
 
 
-def test_consumer_groups_list_describe_reset(kafka_broker):
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def test_consumer_groups_list_describe_reset_delete_offsets(kafka_broker):
+    from confluent_kafka import OFFSET_INVALID, Consumer, Producer, TopicPartition
 
     bootstrap = kafka_broker.bootstrap_servers
     topic, group = unique("tools-groups"), unique("tools-group")
@@ -228,6 +231,20 @@ def test_consumer_groups_list_describe_reset(kafka_broker):
         rereader.close()
     assert sorted(reread) == ([(0, i, f"a{i}".encode()) for i in range(5)]
                               + [(1, i, f"b{i}".encode()) for i in range(5)])
+
+    deleted = tool(GROUPS, "--bootstrap-server", bootstrap, "--delete-offsets",
+                   "--group", group, "--topic", topic)
+    assert f"Request succeeded for deleting offsets from group {group}." in deleted.stdout
+    assert sorted((r["TOPIC"], r["PARTITION"], r["STATUS"])
+                  for r in table(deleted.stdout, first_column="TOPIC")) == [
+        (topic, "0", "Successful"), (topic, "1", "Successful")]
+    checker = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = checker.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)],
+                                      timeout=10)
+    finally:
+        checker.close()
+    assert [tp.offset for tp in committed] == [OFFSET_INVALID, OFFSET_INVALID]
 
 
 def test_console_producer_then_console_consumer(kafka_broker):
