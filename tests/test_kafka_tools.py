@@ -16,7 +16,7 @@
   log-end offsets the broker reports.
 
 One broker for the module (every test uses its own topics and groups), with
-`group.initial.rebalance.delay.ms=0` as Kafka's own tool tests run, so that no JVM waits
+`group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
 three seconds for a group's first rebalance. The classpath is resolved once by
 `tests/maven.py`; if it cannot be, every test fails with Maven's reason. The tools log
 through slf4j 1.7, which has no binding on this classpath: all they log is slf4j's
@@ -35,6 +35,8 @@ import pytest
 from tests import maven
 from tests.broker_process import BrokerProcess
 
+pytestmark = pytest.mark.timeout(180)
+
 TOOL_TIMEOUT_S = 60
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
@@ -49,16 +51,19 @@ def _resolve():
     return maven.classpath(["org.apache.kafka:kafka-tools:" + maven.KAFKA_VERSION])
 
 
-def tool(main_class: str, *args: str, stdin: str | None = None,
-         expect_rc: int = 0) -> subprocess.CompletedProcess:
-    """Run one of Kafka's tools; fails the test if it cannot be found or exits otherwise."""
+def tool(main_class: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run one of Kafka's tools; fails the test if it cannot be found or does not exit 0."""
     try:
         command = maven.java_command(_resolve(), main_class, *args)
     except maven.MavenUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
+        unavailable = str(exc)
+    else:
+        unavailable = None
+    if unavailable is not None:  # failed outside the except block: no chained traceback
+        pytest.fail(unavailable, pytrace=False)
     done = subprocess.run(command, input=stdin, capture_output=True, text=True,
                           timeout=TOOL_TIMEOUT_S)
-    assert done.returncode == expect_rc, (
+    assert done.returncode == 0, (
         f"{main_class.rsplit('.', 1)[-1]} {' '.join(args)} exited {done.returncode}\n"
         f"stdout:\n{done.stdout}\nstderr:\n{_without_slf4j(done.stderr)}")
     return done
