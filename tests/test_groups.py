@@ -220,7 +220,7 @@ from wire.messages import (API_VERSIONS, CONSUMER_PROTOCOL_ASSIGNMENT,  # noqa: 
                            CONSUMER_PROTOCOL_SUBSCRIPTION, DELETE_GROUPS, DESCRIBE_GROUPS,
                            GROUP_METADATA_KEY, GROUP_METADATA_VALUE, HEARTBEAT, JOIN_GROUP,
                            LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_COMMIT_KEY,
-                           OFFSET_COMMIT_VALUE, OFFSET_FETCH, SYNC_GROUP)
+                           OFFSET_COMMIT_VALUE, OFFSET_DELETE, OFFSET_FETCH, SYNC_GROUP)
 from wire.protocol import RequestHeader, decode_response, encode_request  # noqa: E402
 
 ck = pytest.importorskip("confluent_kafka")
@@ -967,6 +967,65 @@ def test_member_commits_while_the_group_rebalances(start_broker):
     finally:
         one.close()
         two.close()
+
+
+def _delete_offsets(raw, group, partitions):
+    """OffsetDelete v0 -> (top-level error, {(topic, partition): error code})"""
+    R = OFFSET_DELETE.request
+    by_topic = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(R.OffsetDeleteRequestPartition(partition_index=p))
+    body = raw(OFFSET_DELETE, 0, group_id=group,
+               topics=[R.OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+    return body.error_code, {(t.name, p.partition_index): p.error_code
+                             for t in body.topics for p in t.partitions}
+
+
+def test_offset_delete(start_broker):
+    """OffsetDelete (kafka-consumer-groups --delete-offsets), Kafka's rules: a live consumer
+    group keeps the offsets of topics a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and
+    loses the others; once empty, any; a group with members of another protocol type is
+    NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. Deletions survive a restart."""
+    E = ErrorCode
+    broker = start_broker()
+    group, subscribed, other = "od-group", "od-subscribed", "od-other"
+    with Client(broker.bootstrap_servers) as client:
+        client.create_topics({subscribed: NewTopic(partitions=2, replication_factor=1),
+                              other: NewTopic(partitions=1, replication_factor=1)})
+    subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.encode_versioned(1, CONSUMER_PROTOCOL_SUBSCRIPTION(
+        topics=[subscribed], user_data=None, owned_partitions=[]))
+    raw = Raw(broker.port)
+    try:
+        member = _join(raw, group, protocols=(("range", subscription),)).member_id
+        assert _join(raw, group, member=member, protocols=(("range", subscription),)).generation_id == 1
+        assert _sync(raw, group, 1, member, {member: b""}).error_code == 0
+        offsets = {(subscribed, 0): (5, ""), (subscribed, 1): (6, ""), (other, 0): (7, "")}
+        assert set(_commit(raw, group, 1, member, offsets).values()) == {0}
+
+        assert _delete_offsets(raw, group, [(subscribed, 0), (other, 0), ("od-never", 0)]) == (0, {
+            (subscribed, 0): E.GROUP_SUBSCRIBED_TO_TOPIC, (other, 0): 0, ("od-never", 0): 0})
+        assert _fetch_v8(raw, {group: None}) == {group: {(subscribed, 0): (5, ""), (subscribed, 1): (6, "")}}
+
+        assert _delete_offsets(raw, "od-unknown", [(other, 0)]) == (E.GROUP_ID_NOT_FOUND, {})
+        assert _delete_offsets(raw, "", [(other, 0)]) == (E.INVALID_GROUP_ID, {})
+        connect = _join(raw, "od-connect", protocol_type="connect").member_id
+        assert _join(raw, "od-connect", member=connect, protocol_type="connect").generation_id == 1
+        assert _delete_offsets(raw, "od-connect", [(other, 0)]) == (E.NON_EMPTY_GROUP, {})
+
+        left = raw(LEAVE_GROUP, 3, group_id=group,
+                   members=[LEAVE_GROUP.request.MemberIdentity(member_id=member)])
+        assert left.error_code == 0 and _state(raw, group) == "Empty"
+        assert _delete_offsets(raw, group, [(subscribed, 0)]) == (0, {(subscribed, 0): 0})
+        assert _fetch_v8(raw, {group: None}) == {group: {(subscribed, 1): (6, "")}}
+    finally:
+        raw.close()
+
+    broker.restart()
+    raw = Raw(broker.port)
+    try:
+        assert _fetch_v8(raw, {group: None}) == {group: {(subscribed, 1): (6, "")}}
+    finally:
+        raw.close()
 
 
 # -- 5. the layout of __consumer_offsets ----------------------------------------------------------

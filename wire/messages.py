@@ -849,6 +849,29 @@ INCREMENTAL_ALTER_CONFIGS = Api(44, 'IncrementalAlterConfigs', '0-1', flexible='
     ),
 )
 
+OFFSET_DELETE = Api(47, 'OffsetDelete', '0', flexible='none',
+    request=(
+        F('group_id', 'string', '0+'),
+        F('topics', '[]OffsetDeleteRequestTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OffsetDeleteRequestPartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+            )),
+        )),
+    ),
+    response=(
+        F('error_code', 'int16', '0+'),
+        F('throttle_time_ms', 'int32', '0+'),
+        F('topics', '[]OffsetDeleteResponseTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
 DESCRIBE_CLUSTER = Api(60, 'DescribeCluster', '0-1', flexible='0+',
     request=(
         F('include_cluster_authorized_operations', 'bool', '0+'),
@@ -1057,6 +1080,7 @@ APIS = {api.key: api for api in (
     CREATE_PARTITIONS,
     DELETE_GROUPS,
     INCREMENTAL_ALTER_CONFIGS,
+    OFFSET_DELETE,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,

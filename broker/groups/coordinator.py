@@ -21,6 +21,10 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
 - Offsets and group metadata are written to `__consumer_offsets` before the request is
   answered; the state is replayed from there on start. Offsets of groups left empty
   for `offsets.retention.minutes` expire.
+- OffsetDelete removes offsets of a group that exists: any of an empty group's, and of a
+  consumer group with members those of topics no member subscribes to
+  (GROUP_SUBSCRIBED_TO_TOPIC for the others); a group with members of another protocol
+  type is NON_EMPTY_GROUP.
 - Transactional commits (TxnOffsetCommit) need no particular group state; a member id,
   instance id or generation, when given, must match as for OffsetCommit. Their offsets
   are written as the producer's transactional batch and stay pending, per producer,
@@ -40,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
-from wire.messages import GROUP_METADATA_VALUE
+from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
@@ -49,6 +53,8 @@ from broker.storage.producer_state import ProducerStateError
 from broker.topics import TopicError
 
 log = logging.getLogger("sluice.groups")
+
+CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of the consumer's group protocol
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
@@ -626,6 +632,51 @@ class GroupCoordinator:
         self._write(group_id, records)
         group.set_state(DEAD)
         del self.groups[group_id]
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """OffsetDelete: drop the group's committed offsets of `partitions`; returns an
+        error code per partition. Raises GroupError for whole-request errors: no such
+        group (GROUP_ID_NOT_FOUND), or a group with members that is not a consumer group
+        (NON_EMPTY_GROUP). A consumer group keeps the offsets of topics its members
+        subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition without an offset is no error."""
+        self._check_group_id(group_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        subscribed: set[str] = set()
+        if group.members:
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                raise GroupError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
+            subscribed = self._subscribed_topics(group)
+        codes, deleted = {}, []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                codes[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            codes[(topic, partition)] = ErrorCode.NONE
+            if (topic, partition) in group.offsets:
+                deleted.append((topic, partition))
+        if deleted:
+            self._write(group_id, [offsets_log.offset_record(group_id, t, p, None) for t, p in deleted])
+            for tp in deleted:
+                del group.offsets[tp]
+        return codes
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str]:
+        """The topics the members of a consumer-protocol group subscribe to (every member's
+        metadata for the group's protocol, or while none is chosen, for any protocol)."""
+        topics: set[str] = set()
+        for member in group.members.values():
+            for name, metadata in member.protocols:
+                if group.protocol_name and name != group.protocol_name:
+                    continue
+                try:
+                    _, subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.decode_versioned(metadata)
+                except ValueError:  # wire's DecodeError, or bytes that are not text
+                    continue
+                topics.update(subscription.topics)
+        return topics
 
     def expire_offsets(self) -> None:
         """Drop offsets of groups that have been empty longer than the retention."""

@@ -12,7 +12,8 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONF
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
                            LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
-                           OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
+                           OFFSET_DELETE, OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT,
+                           WRITE_TXN_MARKERS)
 
 from broker.handlers import (alter_configs, api_versions, cluster, configs, fetch, groups,
                              list_offsets, metadata, offsets, produce, topics_admin, transactions)
@@ -41,6 +42,7 @@ HANDLERS = {
     DELETE_GROUPS.key: groups.delete_groups,
     OFFSET_COMMIT.key: offsets.offset_commit,
     OFFSET_FETCH.key: offsets.offset_fetch,
+    OFFSET_DELETE.key: offsets.offset_delete,
     ADD_PARTITIONS_TO_TXN.key: transactions.add_partitions_to_txn,
     ADD_OFFSETS_TO_TXN.key: transactions.add_offsets_to_txn,
     END_TXN.key: transactions.end_txn,

@@ -1,4 +1,4 @@
-"""OffsetCommit v0–9 and OffsetFetch v0–9.
+"""OffsetCommit v0–9, OffsetFetch v0–9 and OffsetDelete v0.
 
 - OffsetCommit v1+ carries generation and member id (checked by the coordinator; -1
   and no member id for a group without members); v7+ the instance id; v6+ the
@@ -12,12 +12,15 @@
   offsets committed outside or by committed transactions are returned. As in Kafka,
   the error is the partition's only: a group-level UNSTABLE_OFFSET_COMMIT (v8+) would
   make the Java consumer and kafka-python give up instead of retrying.
+- OffsetDelete (kafka-consumer-groups --delete-offsets): a whole-request error
+  (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID) is the top-level error code
+  with no topics; otherwise an error per partition (see the coordinator's rules).
 """
 
 from __future__ import annotations
 
 from wire.error_codes import ErrorCode
-from wire.messages import OFFSET_COMMIT, OFFSET_FETCH
+from wire.messages import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 
 from broker.groups.coordinator import GroupError
 from broker.groups.offsets_log import CommittedOffset
@@ -89,3 +92,16 @@ def offset_fetch(broker, header, request, client_host):
     return Resp(error_code=0, topics=[Resp.OffsetFetchResponseTopic(name=topic, partitions=[
         Resp.OffsetFetchResponsePartition(partition_index=p, **_fields(c))
         for p, c in partitions]) for topic, partitions in found])
+
+
+def offset_delete(broker, header, request, client_host):
+    Resp = OFFSET_DELETE.response
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        codes = broker.groups.delete_offsets(request.group_id, partitions)
+    except GroupError as exc:
+        return Resp(error_code=exc.code, topics=[])
+    return Resp(error_code=0, topics=[Resp.OffsetDeleteResponseTopic(name=topic.name, partitions=[
+        Resp.OffsetDeleteResponsePartition(partition_index=p.partition_index,
+                                           error_code=codes[(topic.name, p.partition_index)])
+        for p in topic.partitions]) for topic in request.topics])
