@@ -313,3 +313,32 @@ def test_producer_perf_then_consumer_perf(kafka_broker):
     assert int(report["data.consumed.in.nMsg"]) == records
     assert float(report["data.consumed.in.MB"]) == pytest.approx(records * size / 2**20,
                                                                  abs=0.0001)
+
+
+def test_delete_records(kafka_broker, tmp_path):
+    """kafka-delete-records --offset-json-file: the log start offset moves up, reads below it
+    are out of range, and ListOffsets earliest reports it."""
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = unique("tools-delete")
+    _create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=i % 2)
+    assert producer.flush(15) == 0
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text('{"version": 1, "partitions": [{"topic": "%s", "partition": 0, "offset": 3},'
+                       ' {"topic": "%s", "partition": 1, "offset": -1}]}' % (topic, topic))
+    done = tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server", bootstrap,
+                "--offset-json-file", str(offsets))
+    assert re.search(rf"partition: {topic}-0\s+low_watermark: 3", done.stdout), done.stdout
+    assert re.search(rf"partition: {topic}-1\s+low_watermark: 5", done.stdout), done.stdout
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("low")})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (3, 5)
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 1), timeout=10) == (5, 5)
+    finally:
+        consumer.close()

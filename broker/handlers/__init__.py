@@ -8,6 +8,7 @@ without a trip through the event loop.
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+                           DELETE_RECORDS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
@@ -15,8 +16,9 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONF
                            OFFSET_DELETE, OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT,
                            WRITE_TXN_MARKERS)
 
-from broker.handlers import (alter_configs, api_versions, cluster, configs, fetch, groups,
-                             list_offsets, metadata, offsets, produce, topics_admin, transactions)
+from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, fetch,
+                             groups, list_offsets, metadata, offsets, produce, topics_admin,
+                             transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -26,6 +28,7 @@ HANDLERS = {
     LIST_OFFSETS.key: list_offsets.handle,
     CREATE_TOPICS.key: topics_admin.create_topics,
     DELETE_TOPICS.key: topics_admin.delete_topics,
+    DELETE_RECORDS.key: delete_records.handle,
     CREATE_PARTITIONS.key: topics_admin.create_partitions,
     DESCRIBE_CONFIGS.key: configs.handle,
     ALTER_CONFIGS.key: alter_configs.alter_configs,
