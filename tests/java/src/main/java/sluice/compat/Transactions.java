@@ -1,0 +1,90 @@
+package sluice.compat;
+
+import static sluice.compat.CompatSuite.*;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+
+/** Consume-transform-produce: one committed transaction, one aborted. */
+final class Transactions {
+    private Transactions() {}
+
+    static final int RECORDS = 10;
+
+    static Map<String, Object> consumeTransformProduce() throws Exception {
+        Map<String, Object> obs = new LinkedHashMap<>();
+        String in = name("txn-in");
+        String out = name("txn-out");
+        String group = name("txn-group");
+        try (Admin admin = admin()) {
+            createTopic(admin, in, 1);
+            createTopic(admin, out, 1);
+        }
+        try (KafkaProducer<String, String> producer = producer(props("acks", "all"))) {
+            for (int i = 0; i < RECORDS; i++) producer.send(new ProducerRecord<>(in, 0, "k" + i, "in-" + i));
+            producer.flush();
+        }
+        TopicPartition inTp = new TopicPartition(in, 0);
+        TopicPartition outTp = new TopicPartition(out, 0);
+        try (KafkaConsumer<String, String> consumer = consumer(group, props("isolation.level", "read_committed"));
+             KafkaProducer<String, String> producer = producer(props(
+                     "transactional.id", name("txn-id"), "enable.idempotence", "true", "acks", "all",
+                     "transaction.timeout.ms", "30000"))) {
+            consumer.subscribe(List.of(in));
+            List<ConsumerRecord<String, String>> input = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + 20_000;
+            while (input.size() < RECORDS && System.currentTimeMillis() < deadline) {
+                consumer.poll(Duration.ofMillis(200)).forEach(input::add);
+            }
+            obs.put("consumed_input", input.size());
+            if (input.size() < RECORDS) return obs;
+            obs.put("generation", consumer.groupMetadata().generationId());
+
+            producer.initTransactions();
+            for (int txn = 0; txn < 2; txn++) {
+                producer.beginTransaction();
+                List<ConsumerRecord<String, String>> batch = input.subList(txn * 5, txn * 5 + 5);
+                for (ConsumerRecord<String, String> record : batch) {
+                    producer.send(new ProducerRecord<>(out, 0, record.key(), "out-" + record.value()));
+                }
+                producer.flush();  // an abort drops what is still unsent: this one must abort written records
+                long next = batch.get(batch.size() - 1).offset() + 1;
+                producer.sendOffsetsToTransaction(Map.of(inTp, new OffsetAndMetadata(next)),
+                        consumer.groupMetadata());
+                if (txn == 0) {
+                    producer.commitTransaction();
+                    obs.put("sent_offset_committed_txn", next);
+                } else {
+                    producer.abortTransaction();
+                    obs.put("sent_offset_aborted_txn", next);
+                }
+            }
+            OffsetAndMetadata committed = consumer.committed(Set.of(inTp), Duration.ofSeconds(10)).get(inTp);
+            obs.put("group_committed_offset", committed == null ? null : committed.offset());
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            try (KafkaConsumer<String, String> reader = consumer(null, props("isolation.level", isolation))) {
+                List<String> values = new ArrayList<>();
+                for (ConsumerRecord<String, String> record : readAll(reader, List.of(outTp), 15_000)) {
+                    values.add(record.value());
+                }
+                obs.put(isolation, values);
+                obs.put(isolation + "_end_offset",
+                        reader.endOffsets(List.of(outTp), Duration.ofSeconds(10)).get(outTp));
+            }
+        }
+        return obs;
+    }
+}
