@@ -5,14 +5,17 @@ runs every scenario in one JVM against one broker process and prints what it obs
 JSON object per scenario; each test below asserts one outcome for each client version:
 
 - the idempotent producer (acks=all) with every codec: every record acknowledged at
-  consecutive offsets and read back with its key, value and headers;
+  consecutive offsets and read back with its key, value and headers (empty, null and
+  repeated keys among them); a record over the topic's max.message.bytes is refused;
 - consume-transform-produce transactions with `sendOffsetsToTransaction`: one committed,
   one aborted; read_committed sees the first only, read_uncommitted both, the group's
-  committed offset is the committed transaction's;
+  committed offset is the committed transaction's; while one is open the last stable
+  offset holds at its first record, and the admin describes and lists it; a second
+  producer with the same transactional id fences the first;
 - two consumers in a group (the eager RangeAssignor, then CooperativeStickyAssignor) share
   a 6-partition topic: each partition held once, each record consumed once; a static member
   (group.instance.id) that closes and comes back gets its partitions back without a
-  rebalance;
+  rebalance, and the admin removes static members by instance id;
 - `offsetsForTimes` on record timestamps set by the producer, and a seek to what it found;
 - the AdminClient: topics, partitions, configs (incremental, and the legacy AlterConfigs
   where the client still has it: 3.x), the cluster, ListOffsets by spec, consumer groups.
@@ -96,6 +99,12 @@ def test_idempotent_producer_round_trips_every_codec(suite, codec):
     assert (result["read"], result["missing"], result["mismatches"]) == (40, 0, [])
 
 
+def test_record_over_max_message_bytes_is_refused(suite):
+    result = scenario(suite, "record_too_large")
+    assert error_class(result["large"]) == "RecordTooLargeException"
+    assert ok(result["small_after"]) == 0  # nothing of the refused batch was written
+
+
 def test_offsets_for_times_finds_the_set_timestamps(suite):
     result = scenario(suite, "offsets_for_times")
     base = result["base"]
@@ -114,15 +123,44 @@ def test_offsets_for_times_finds_the_set_timestamps(suite):
 def test_transaction_read_committed_sees_only_the_committed_one(suite):
     result = scenario(suite, "transactions")
     assert result["consumed_input"] == 10
-    assert result["read_committed"] == [f"out-in-{i}" for i in range(5)]
-    # 10 records and two control records: the last stable offset is the log end.
-    assert result["read_committed_end_offset"] == 12
+    assert result["read_committed"] == [f"out-in-{i}" for i in range(5)] + ["from-the-successor"]
+    # 11 records and three control records: the last stable offset is the log end.
+    assert result["read_committed_end_offset"] == 14
 
 
 def test_transaction_read_uncommitted_sees_both(suite):
     result = scenario(suite, "transactions")
-    assert result["read_uncommitted"] == [f"out-in-{i}" for i in range(10)]
-    assert result["read_uncommitted_end_offset"] == 12
+    assert result["read_uncommitted"] == [f"out-in-{i}" for i in range(10)] + ["from-the-successor"]
+    assert result["read_uncommitted_end_offset"] == 14
+
+
+def test_transaction_open_holds_the_last_stable_offset(suite):
+    result = scenario(suite, "transactions")
+    # ListOffsets latest: read_committed stops at an open transaction's first record.
+    assert (ok(result["open_first_latest_committed"]), ok(result["open_first_latest_uncommitted"])) == (0, 5)
+    assert (ok(result["open_second_latest_committed"]), ok(result["open_second_latest_uncommitted"])) == (6, 11)
+
+
+def test_transaction_described_and_listed_by_the_admin(suite):
+    result = scenario(suite, "transactions")
+    for label in ("open_first", "open_second"):
+        described = ok(result[f"{label}_described"])
+        assert (described["state"], described["producer_id_set"], described["timeout_ms"]) == \
+            ("ONGOING", True, 30000)
+        # The output partition and the group's __consumer_offsets partition (AddOffsetsToTxn).
+        assert len(described["partitions"]) == 2, described
+        assert described["partitions"][0].startswith("__consumer_offsets-")
+        assert described["partitions"][1].startswith("jc-txn-out-")
+        assert ok(result[f"{label}_listed"]) == "ONGOING"
+    assert ok(result["committed_described"])["state"] == "COMPLETE_COMMIT"
+    assert ok(result["aborted_described"])["state"] == "COMPLETE_ABORT"
+    assert result["committed_described"]["partitions"] == result["aborted_described"]["partitions"] == []
+
+
+def test_transactional_producer_is_fenced_by_its_successor(suite):
+    result = scenario(suite, "transactions")
+    assert error_class(result["fenced"]) == "ProducerFencedException"
+    assert ok(result["successor_commits"]) == "ok"
 
 
 def test_transaction_commits_the_group_offset_it_sent(suite):
@@ -152,6 +190,13 @@ def test_static_member_gets_its_partitions_back_without_a_rebalance(suite):
     assert result["a_after"] == result["a_before"] and result["b_after"] == result["b_before"]
     # Kafka hands a returning static member its assignment in the same generation.
     assert result["generation_after"] == result["generation_before"]
+
+
+def test_admin_removes_static_members_by_instance_id(suite):
+    result = scenario(suite, "static_membership")
+    assert ok(result["remove_members"]) == "ok"
+    assert ok(result["after_remove"]) == "EMPTY/0"
+    assert error_class(result["remove_unknown"]) == "UnknownMemberIdException"
 
 
 # -- admin ---------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ public final class CompatSuite {
         scenarios.put("group_cooperative",
                 () -> Groups.shared("org.apache.kafka.clients.consumer.CooperativeStickyAssignor"));
         scenarios.put("static_membership", Groups::staticMembership);
+        scenarios.put("record_too_large", Producing::recordTooLarge);
         scenarios.put("offsets_for_times", Producing::offsetsForTimes);
         scenarios.put("admin_topics", AdminScenarios::topics);
         scenarios.put("admin_configs", AdminScenarios::configs);

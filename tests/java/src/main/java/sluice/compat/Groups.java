@@ -11,6 +11,9 @@ import java.util.Map;
 import java.util.Set;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.MemberToRemove;
+import org.apache.kafka.clients.admin.RemoveMembersFromConsumerGroupOptions;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -128,6 +131,24 @@ final class Groups {
                 obs.put("b_after", partitionNumbers(b.assignment()));
                 obs.put("generation_after", b.groupMetadata().generationId());
             }
+            b.close(Duration.ofSeconds(5));
+        }
+        // Both static members closed without leaving: the admin removes them by instance id.
+        try (Admin admin = admin()) {
+            step(obs, "remove_members", () -> {
+                admin.removeMembersFromConsumerGroup(group, new RemoveMembersFromConsumerGroupOptions(List.of(
+                        new MemberToRemove("member-a"), new MemberToRemove("member-b")))).all().get();
+                return "ok";
+            });
+            step(obs, "after_remove", () -> {
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+                return d.state().name() + "/" + d.members().size();
+            });
+            step(obs, "remove_unknown", () -> {
+                admin.removeMembersFromConsumerGroup(group, new RemoveMembersFromConsumerGroupOptions(List.of(
+                        new MemberToRemove("member-zzz")))).all().get();
+                return "ok";
+            });
         }
         return obs;
     }

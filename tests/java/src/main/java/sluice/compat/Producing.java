@@ -45,6 +45,8 @@ final class Producing {
                 record.headers().add("index", utf8(Integer.toString(i)));
                 record.headers().add("codec", utf8(codec));
                 if (i % 3 == 0) record.headers().add("empty", new byte[0]);
+                if (i % 4 == 0) record.headers().add("null", null);
+                if (i % 5 == 0) record.headers().add("index", utf8("repeated key"));
                 sent.add(record);
                 acks.add(producer.send(record));
             }
@@ -98,9 +100,28 @@ final class Producing {
         StringBuilder out = new StringBuilder();
         for (Header header : headers) {
             out.append(header.key()).append('=')
-                    .append(new String(header.value(), StandardCharsets.UTF_8)).append(';');
+                    .append(header.value() == null ? "<null>" : new String(header.value(), StandardCharsets.UTF_8))
+                    .append(';');
         }
         return out.toString();
+    }
+
+    /** A record over the topic's max.message.bytes is refused; the producer carries on. */
+    static Map<String, Object> recordTooLarge() throws Exception {
+        Map<String, Object> obs = new LinkedHashMap<>();
+        String topic = name("too-large");
+        try (Admin admin = admin()) {
+            admin.createTopics(List.of(new org.apache.kafka.clients.admin.NewTopic(topic, 1, (short) 1)
+                    .configs(Map.of("max.message.bytes", "2000")))).all().get(20, TimeUnit.SECONDS);
+        }
+        try (KafkaProducer<String, String> producer = producer(props(
+                "enable.idempotence", "true", "acks", "all", "compression.type", "none"))) {
+            step(obs, "large", () -> producer.send(new ProducerRecord<>(topic, 0, "k", "x".repeat(5000)))
+                    .get(15, TimeUnit.SECONDS).offset());
+            step(obs, "small_after", () -> producer.send(new ProducerRecord<>(topic, 0, "k", "small"))
+                    .get(15, TimeUnit.SECONDS).offset());
+        }
+        return obs;
     }
 
     /** Records with set timestamps, then `offsetsForTimes` and a seek to what it found. */

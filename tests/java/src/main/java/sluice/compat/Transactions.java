@@ -10,11 +10,16 @@ import java.util.Map;
 import java.util.Set;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 
 /** Consume-transform-produce: one committed transaction, one aborted. */
@@ -38,9 +43,11 @@ final class Transactions {
         }
         TopicPartition inTp = new TopicPartition(in, 0);
         TopicPartition outTp = new TopicPartition(out, 0);
-        try (KafkaConsumer<String, String> consumer = consumer(group, props("isolation.level", "read_committed"));
+        String transactionalId = name("txn-id");
+        try (Admin admin = admin();
+             KafkaConsumer<String, String> consumer = consumer(group, props("isolation.level", "read_committed"));
              KafkaProducer<String, String> producer = producer(props(
-                     "transactional.id", name("txn-id"), "enable.idempotence", "true", "acks", "all",
+                     "transactional.id", transactionalId, "enable.idempotence", "true", "acks", "all",
                      "transaction.timeout.ms", "30000"))) {
             consumer.subscribe(List.of(in));
             List<ConsumerRecord<String, String>> input = new ArrayList<>();
@@ -63,6 +70,14 @@ final class Transactions {
                 long next = batch.get(batch.size() - 1).offset() + 1;
                 producer.sendOffsetsToTransaction(Map.of(inTp, new OffsetAndMetadata(next)),
                         consumer.groupMetadata());
+                String label = txn == 0 ? "open_first" : "open_second";
+                // While it is open: the last stable offset stops at its first record.
+                step(obs, label + "_latest_committed", () -> admin.listOffsets(Map.of(outTp, OffsetSpec.latest()),
+                        new ListOffsetsOptions(IsolationLevel.READ_COMMITTED)).partitionResult(outTp).get().offset());
+                step(obs, label + "_latest_uncommitted", () -> admin.listOffsets(Map.of(outTp, OffsetSpec.latest()),
+                        new ListOffsetsOptions(IsolationLevel.READ_UNCOMMITTED)).partitionResult(outTp).get().offset());
+                step(obs, label + "_described", () -> describe(admin, transactionalId));
+                step(obs, label + "_listed", () -> listed(admin, transactionalId));
                 if (txn == 0) {
                     producer.commitTransaction();
                     obs.put("sent_offset_committed_txn", next);
@@ -70,6 +85,24 @@ final class Transactions {
                     producer.abortTransaction();
                     obs.put("sent_offset_aborted_txn", next);
                 }
+                step(obs, (txn == 0 ? "committed" : "aborted") + "_described", () -> describe(admin, transactionalId));
+            }
+            // A second producer with the same transactional id fences this one.
+            try (KafkaProducer<String, String> successor = producer(props(
+                    "transactional.id", transactionalId, "enable.idempotence", "true", "acks", "all"))) {
+                successor.initTransactions();
+                step(obs, "fenced", () -> {
+                    producer.beginTransaction();
+                    producer.send(new ProducerRecord<>(out, 0, "k", "from-the-fenced-producer")).get();
+                    producer.commitTransaction();
+                    return "ok";
+                });
+                step(obs, "successor_commits", () -> {
+                    successor.beginTransaction();
+                    successor.send(new ProducerRecord<>(out, 0, "k", "from-the-successor"));
+                    successor.commitTransaction();
+                    return "ok";
+                });
             }
             OffsetAndMetadata committed = consumer.committed(Set.of(inTp), Duration.ofSeconds(10)).get(inTp);
             obs.put("group_committed_offset", committed == null ? null : committed.offset());
@@ -86,5 +119,25 @@ final class Transactions {
             }
         }
         return obs;
+    }
+
+    static Map<String, Object> describe(Admin admin, String transactionalId) throws Exception {
+        TransactionDescription d = admin.describeTransactions(List.of(transactionalId)).all().get().get(transactionalId);
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("state", d.state().name());
+        out.put("producer_id_set", d.producerId() >= 0);
+        out.put("timeout_ms", d.transactionTimeoutMs());
+        List<String> partitions = new ArrayList<>();
+        for (TopicPartition tp : d.topicPartitions()) partitions.add(tp.toString());
+        partitions.sort(null);
+        out.put("partitions", partitions);
+        return out;
+    }
+
+    static String listed(Admin admin, String transactionalId) throws Exception {
+        for (TransactionListing listing : admin.listTransactions().all().get()) {
+            if (listing.transactionalId().equals(transactionalId)) return listing.state().name();
+        }
+        return null;
     }
 }
