@@ -13,12 +13,16 @@ JSON object per scenario; each test below asserts one outcome for each client ve
   offset holds at its first record, and the admin describes and lists it; a second
   producer with the same transactional id fences the first;
 - two consumers in a group (the eager RangeAssignor, then CooperativeStickyAssignor) share
-  a 6-partition topic: each partition held once, each record consumed once; a static member
+  a 6-partition topic: each partition held once, each record consumed once, and all of it
+  taken over by one when the other leaves; a static member
   (group.instance.id) that closes and comes back gets its partitions back without a
   rebalance, and the admin removes static members by instance id;
 - `offsetsForTimes` on record timestamps set by the producer, and a seek to what it found;
-- the AdminClient: topics, partitions, configs (incremental, and the legacy AlterConfigs
-  where the client still has it: 3.x), the cluster, ListOffsets by spec, consumer groups.
+  a member resuming from committed offsets; records larger than the fetch sizes; a
+  position out of range under each auto.offset.reset;
+- the AdminClient: topics (by name and by id, validate-only, refused ones), partitions,
+  configs (incremental, and the legacy AlterConfigs where the client still has it: 3.x),
+  the cluster, ListOffsets by spec, consumer groups.
 
 A Maven or Java failure fails these tests (never skips them) with Maven's reason.
 """
@@ -118,6 +122,27 @@ def test_offsets_for_times_finds_the_set_timestamps(suite):
     assert result["first_after_seek"] == [4, base + 4000, "v4"]
 
 
+# -- consuming -----------------------------------------------------------------------------
+
+def test_next_member_resumes_from_the_committed_offset(suite):
+    result = scenario(suite, "resume")
+    assert result["first_starts_at"] == 0
+    assert ok(result["never_committed"]) is None
+    assert ok(result["committed"])[:2] == [12, "twelve"]
+    assert result["next_starts_at"] == 12
+
+
+def test_records_larger_than_the_fetch_sizes_still_come(suite):
+    result = scenario(suite, "small_fetches")
+    assert result["offsets"] == list(range(12)) and result["intact_values"] == 12
+
+
+def test_position_out_of_range_follows_auto_offset_reset(suite):
+    result = scenario(suite, "out_of_range")
+    assert (ok(result["earliest"]), ok(result["latest"])) == ("record 0", "position 10")
+    assert error_class(result["none"]) == "OffsetOutOfRangeException"
+
+
 # -- transactions --------------------------------------------------------------------------
 
 def test_transaction_read_committed_sees_only_the_committed_one(suite):
@@ -181,6 +206,9 @@ def test_two_consumers_share_a_topic(suite, assignor):
     assert (result["final_assignment_a"], result["final_assignment_b"]) == (a, b)
     assert result["consumed_by_a"] == 10 * len(a) and result["consumed_by_b"] == 10 * len(b)
     assert (result["distinct"], result["duplicates"]) == (60, 0)
+    # a leaves (LeaveGroup): b takes every partition and, from the committed offsets, reads nothing again.
+    assert result["after_leave_b"] == list(range(6))
+    assert result["consumed_after_leave"] == 0
 
 
 def test_static_member_gets_its_partitions_back_without_a_rebalance(suite):
@@ -209,6 +237,11 @@ def test_admin_topics(suite):
     assert result["describe"] == {"name": topic, "partitions": 2, "leaders": [0, 0], "replicas": 1,
                                   "isr": 1, "internal": False, "topic_id_set": True}
     assert ok(result["listed"]) is True
+    assert ok(result["describe_by_id"]) is True
+    assert ok(result["create_validate_only"]) is False  # validated, not created
+    assert error_class(result["create_replication_3"]) == "InvalidReplicationFactorException"
+    assert error_class(result["create_bad_name"]) == "InvalidTopicException"
+    assert error_class(result["create_bad_config"]) == "InvalidConfigurationException"
     assert ok(result["create_partitions"]) == "ok" and ok(result["partitions_after"]) == 4
     assert error_class(result["create_partitions_fewer"]) == "InvalidPartitionsException"
     assert ok(result["delete"]) == "ok" and ok(result["listed_after_delete"]) is False

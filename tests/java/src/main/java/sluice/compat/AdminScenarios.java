@@ -18,6 +18,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
+import org.apache.kafka.clients.admin.CreateTopicsOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.MemberDescription;
@@ -31,7 +32,9 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
 
 /** The AdminClient, one operation per step: a failing step is recorded and the rest go on. */
@@ -67,6 +70,31 @@ final class AdminScenarios {
                 return out;
             });
             step(obs, "listed", () -> get(admin.listTopics().names()).contains(topic));
+            step(obs, "describe_by_id", () -> {
+                TopicDescription byName = get(admin.describeTopics(List.of(topic)).allTopicNames()).get(topic);
+                Map<Uuid, TopicDescription> byId = get(admin.describeTopics(
+                        TopicCollection.ofTopicIds(List.of(byName.topicId()))).allTopicIds());
+                return byId.get(byName.topicId()).name().equals(topic);
+            });
+            step(obs, "create_validate_only", () -> {
+                String other = topic + "-validated";
+                get(admin.createTopics(List.of(new NewTopic(other, 3, (short) 1)),
+                        new CreateTopicsOptions().validateOnly(true)).all());
+                return get(admin.listTopics().names()).contains(other);
+            });
+            step(obs, "create_replication_3", () -> {
+                get(admin.createTopics(List.of(new NewTopic(topic + "-rf3", 1, (short) 3))).all());
+                return "ok";
+            });
+            step(obs, "create_bad_name", () -> {
+                get(admin.createTopics(List.of(new NewTopic("bad/name" + topic, 1, (short) 1))).all());
+                return "ok";
+            });
+            step(obs, "create_bad_config", () -> {
+                get(admin.createTopics(List.of(new NewTopic(topic + "-badcfg", 1, (short) 1)
+                        .configs(Map.of("retention.ms", "soon")))).all());
+                return "ok";
+            });
             step(obs, "create_partitions", () -> {
                 get(admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all());
                 return "ok";

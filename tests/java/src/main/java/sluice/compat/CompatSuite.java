@@ -64,6 +64,9 @@ public final class CompatSuite {
         scenarios.put("static_membership", Groups::staticMembership);
         scenarios.put("record_too_large", Producing::recordTooLarge);
         scenarios.put("offsets_for_times", Producing::offsetsForTimes);
+        scenarios.put("resume", Consuming::resume);
+        scenarios.put("small_fetches", Consuming::smallFetches);
+        scenarios.put("out_of_range", Consuming::outOfRange);
         scenarios.put("admin_topics", AdminScenarios::topics);
         scenarios.put("admin_configs", AdminScenarios::configs);
         scenarios.put("admin_cluster", AdminScenarios::cluster);

@@ -96,6 +96,18 @@ final class Groups {
             obs.put("duplicates", seen.values().stream().filter(n -> n > 1).count());
             obs.put("final_assignment_a", partitionNumbers(a.assignment()));
             obs.put("final_assignment_b", partitionNumbers(b.assignment()));
+            a.commitSync(Duration.ofSeconds(10));
+            b.commitSync(Duration.ofSeconds(10));
+            // a leaves (LeaveGroup): b takes every partition, from the committed offsets.
+            a.close(Duration.ofSeconds(10));
+            int after = 0;
+            deadline = System.currentTimeMillis() + 20_000;
+            while (b.assignment().size() < PARTITIONS && System.currentTimeMillis() < deadline) {
+                after += b.poll(Duration.ofMillis(100)).count();
+            }
+            after += b.poll(Duration.ofMillis(100)).count();
+            obs.put("after_leave_b", partitionNumbers(b.assignment()));
+            obs.put("consumed_after_leave", after);
         }
         return obs;
     }
