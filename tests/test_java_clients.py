@@ -6,7 +6,9 @@ JSON object per scenario; each test below asserts one outcome for each client ve
 
 - the idempotent producer (acks=all) with every codec: every record acknowledged at
   consecutive offsets and read back with its key, value and headers (empty, null and
-  repeated keys among them); a record over the topic's max.message.bytes is refused;
+  repeated keys among them), also recompressed by the broker to the topic's codec; a
+  record over the topic's max.message.bytes is refused (unless compression makes it fit);
+  acks=0 and acks=1 producers;
 - consume-transform-produce transactions with `sendOffsetsToTransaction`: one committed,
   one aborted; read_committed sees the first only, read_uncommitted both, the group's
   committed offset is the committed transaction's; while one is open the last stable
@@ -95,7 +97,8 @@ def error_class(step) -> str:
 
 # -- producing -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("codec", CODECS)
+# The producer's codec, and two where the topic's compression.type makes the broker recompress.
+@pytest.mark.parametrize("codec", CODECS + ["gzip_to_zstd", "none_to_lz4"])
 def test_idempotent_producer_round_trips_every_codec(suite, codec):
     result = scenario(suite, f"idempotent_{codec}")
     assert result["acked"] == result["sent"] == 40
@@ -107,6 +110,9 @@ def test_record_over_max_message_bytes_is_refused(suite):
     result = scenario(suite, "record_too_large")
     assert error_class(result["large"]) == "RecordTooLargeException"
     assert ok(result["small_after"]) == 0  # nothing of the refused batch was written
+    assert ok(result["large_compressible"]) == 1  # the limit is on the stored (compressed) batch
+    assert ok(result["acks_0"]) == -1 and ok(result["acks_1"]) == 3  # acks=0: no offset known
+    assert result["read"] == ["small", "5000 bytes", "acks=0", "acks=1"]
 
 
 def test_offsets_for_times_finds_the_set_timestamps(suite):

@@ -57,6 +57,8 @@ public final class CompatSuite {
         for (String codec : List.of("none", "gzip", "snappy", "lz4", "zstd")) {
             scenarios.put("idempotent_" + codec, () -> Producing.idempotent(codec));
         }
+        scenarios.put("idempotent_gzip_to_zstd", () -> Producing.idempotent("gzip", "zstd"));
+        scenarios.put("idempotent_none_to_lz4", () -> Producing.idempotent("none", "lz4"));
         scenarios.put("transactions", Transactions::consumeTransformProduce);
         scenarios.put("group_eager", () -> Groups.shared("org.apache.kafka.clients.consumer.RangeAssignor"));
         scenarios.put("group_cooperative",

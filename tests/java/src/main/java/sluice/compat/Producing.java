@@ -13,6 +13,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
@@ -29,10 +30,17 @@ final class Producing {
     static final int RECORDS = 40;
 
     static Map<String, Object> idempotent(String codec) throws Exception {
+        return idempotent(codec, null);
+    }
+
+    /** With `topicCodec`, the topic's compression.type differs: the broker recompresses. */
+    static Map<String, Object> idempotent(String codec, String topicCodec) throws Exception {
         Map<String, Object> obs = new LinkedHashMap<>();
-        String topic = name("idem-" + codec);
+        String topic = name("idem-" + codec + (topicCodec == null ? "" : "-to-" + topicCodec));
         try (Admin admin = admin()) {
-            createTopic(admin, topic, 2);
+            NewTopic newTopic = new NewTopic(topic, 2, (short) 1);
+            if (topicCodec != null) newTopic.configs(Map.of("compression.type", topicCodec));
+            admin.createTopics(List.of(newTopic)).all().get(20, TimeUnit.SECONDS);
         }
         List<ProducerRecord<String, String>> sent = new ArrayList<>();
         List<Future<RecordMetadata>> acks = new ArrayList<>();
@@ -111,7 +119,7 @@ final class Producing {
         Map<String, Object> obs = new LinkedHashMap<>();
         String topic = name("too-large");
         try (Admin admin = admin()) {
-            admin.createTopics(List.of(new org.apache.kafka.clients.admin.NewTopic(topic, 1, (short) 1)
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1)
                     .configs(Map.of("max.message.bytes", "2000")))).all().get(20, TimeUnit.SECONDS);
         }
         try (KafkaProducer<String, String> producer = producer(props(
@@ -120,6 +128,26 @@ final class Producing {
                     .get(15, TimeUnit.SECONDS).offset());
             step(obs, "small_after", () -> producer.send(new ProducerRecord<>(topic, 0, "k", "small"))
                     .get(15, TimeUnit.SECONDS).offset());
+        }
+        // The limit is on the batch as stored: compressed, 5000 bytes of one letter fit.
+        try (KafkaProducer<String, String> producer = producer(props(
+                "enable.idempotence", "true", "acks", "all", "compression.type", "gzip"))) {
+            step(obs, "large_compressible", () -> producer.send(new ProducerRecord<>(topic, 0, "k", "x".repeat(5000)))
+                    .get(15, TimeUnit.SECONDS).offset());
+        }
+        for (String acks : List.of("0", "1")) {
+            try (KafkaProducer<String, String> producer = producer(props(
+                    "enable.idempotence", "false", "acks", acks))) {
+                step(obs, "acks_" + acks, () -> producer.send(new ProducerRecord<>(topic, 0, "k", "acks=" + acks))
+                        .get(15, TimeUnit.SECONDS).offset());
+            }
+        }
+        try (KafkaConsumer<String, String> consumer = consumer(null, props())) {
+            List<String> values = new ArrayList<>();
+            for (ConsumerRecord<String, String> record : readAll(consumer, List.of(new TopicPartition(topic, 0)), 15_000)) {
+                values.add(record.value().length() > 20 ? record.value().length() + " bytes" : record.value());
+            }
+            obs.put("read", values);
         }
         return obs;
     }
