@@ -13,7 +13,8 @@ JSON object per scenario; each test below asserts one outcome for each client ve
   one aborted; read_committed sees the first only, read_uncommitted both, the group's
   committed offset is the committed transaction's; while one is open the last stable
   offset holds at its first record, and the admin describes and lists it; a second
-  producer with the same transactional id fences the first;
+  producer with the same transactional id fences the first, as does the admin's
+  fenceProducers; one left open past its timeout is aborted by the coordinator;
 - two consumers in a group (the eager RangeAssignor, then CooperativeStickyAssignor) share
   a 6-partition topic: each partition held once, each record consumed once, and all of it
   taken over by one when the other leaves; a static member
@@ -49,10 +50,12 @@ SUITE_TIMEOUT_S = 120  # the JVM bounds every scenario to 60 s itself
 @pytest.fixture(scope="module")
 def java_broker(tmp_path_factory):
     """One broker for both client versions (scenarios name their topics and groups apart).
-    Groups form without the initial rebalance delay, as a test broker should."""
+    Groups form without the initial rebalance delay, and timed-out transactions are looked
+    for twice a second, as a test broker should."""
     base = tmp_path_factory.mktemp("java-clients")
     config = base / "server.properties"
-    config.write_text("group.initial.rebalance.delay.ms=0\n")
+    config.write_text("group.initial.rebalance.delay.ms=0\n"
+                      "transaction.abort.timed.out.transaction.cleanup.interval.ms=500\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         yield proc
 
@@ -199,6 +202,20 @@ def test_transaction_commits_the_group_offset_it_sent(suite):
     assert result["generation"] >= 1  # sent with a subscribed member's group metadata
     assert result["sent_offset_committed_txn"] == 5 and result["sent_offset_aborted_txn"] == 10
     assert result["group_committed_offset"] == 5
+
+
+def test_timed_out_transaction_is_aborted_by_the_coordinator(suite):
+    result = scenario(suite, "transactions_aborted_for_them")
+    assert ok(result["timeout_state"]) == "COMPLETE_ABORT"
+    # The coordinator bumped the epoch when it aborted: the producer is fenced.
+    assert error_class(result["timeout_commit"]) in ("ProducerFencedException", "InvalidProducerEpochException")
+    assert result["read_committed"] == [] and result["read_uncommitted"] == ["timed-out"]
+
+
+def test_admin_fences_a_transactional_producer(suite):
+    result = scenario(suite, "transactions_aborted_for_them")
+    assert ok(result["fence_producers"]) == "ok"
+    assert error_class(result["fenced_commit"]) == "ProducerFencedException"
 
 
 # -- consumer groups -----------------------------------------------------------------------

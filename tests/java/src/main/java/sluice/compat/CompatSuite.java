@@ -60,6 +60,7 @@ public final class CompatSuite {
         scenarios.put("idempotent_gzip_to_zstd", () -> Producing.idempotent("gzip", "zstd"));
         scenarios.put("idempotent_none_to_lz4", () -> Producing.idempotent("none", "lz4"));
         scenarios.put("transactions", Transactions::consumeTransformProduce);
+        scenarios.put("transactions_aborted_for_them", Transactions::abortedForThem);
         scenarios.put("group_eager", () -> Groups.shared("org.apache.kafka.clients.consumer.RangeAssignor"));
         scenarios.put("group_cooperative",
                 () -> Groups.shared("org.apache.kafka.clients.consumer.CooperativeStickyAssignor"));

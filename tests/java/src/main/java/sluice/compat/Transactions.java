@@ -121,6 +121,62 @@ final class Transactions {
         return obs;
     }
 
+    /** A transaction left open past its timeout is aborted by the coordinator; a producer
+     * fenced by the admin (fenceProducers) cannot commit. Neither's records are visible. */
+    static Map<String, Object> abortedForThem() throws Exception {
+        Map<String, Object> obs = new LinkedHashMap<>();
+        String topic = name("txn-timeout");
+        TopicPartition tp = new TopicPartition(topic, 0);
+        String slow = name("txn-slow");
+        String fenced = name("txn-fenced");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+            try (KafkaProducer<String, String> producer = producer(props(
+                    "transactional.id", slow, "acks", "all", "transaction.timeout.ms", "1500"))) {
+                producer.initTransactions();
+                producer.beginTransaction();
+                producer.send(new ProducerRecord<>(topic, 0, "k", "timed-out"));
+                producer.flush();
+                step(obs, "timeout_state", () -> {
+                    long deadline = System.currentTimeMillis() + 20_000;
+                    String state = describe(admin, slow).get("state").toString();
+                    while (state.equals("ONGOING") && System.currentTimeMillis() < deadline) {
+                        Thread.sleep(100);  // polling the coordinator's state, bounded above
+                        state = describe(admin, slow).get("state").toString();
+                    }
+                    return state;
+                });
+                step(obs, "timeout_commit", () -> {
+                    producer.commitTransaction();
+                    return "ok";
+                });
+            }
+            try (KafkaProducer<String, String> producer = producer(props("transactional.id", fenced, "acks", "all"))) {
+                producer.initTransactions();
+                step(obs, "fence_producers", () -> {
+                    admin.fenceProducers(List.of(fenced)).all().get();
+                    return "ok";
+                });
+                step(obs, "fenced_commit", () -> {
+                    producer.beginTransaction();
+                    producer.send(new ProducerRecord<>(topic, 0, "k", "fenced")).get();
+                    producer.commitTransaction();
+                    return "ok";
+                });
+            }
+        }
+        for (String isolation : List.of("read_committed", "read_uncommitted")) {
+            try (KafkaConsumer<String, String> reader = consumer(null, props("isolation.level", isolation))) {
+                List<String> values = new ArrayList<>();
+                for (ConsumerRecord<String, String> record : readAll(reader, List.of(tp), 15_000)) {
+                    values.add(record.value());
+                }
+                obs.put(isolation, values);
+            }
+        }
+        return obs;
+    }
+
     static Map<String, Object> describe(Admin admin, String transactionalId) throws Exception {
         TransactionDescription d = admin.describeTransactions(List.of(transactionalId)).all().get().get(transactionalId);
         Map<String, Object> out = new LinkedHashMap<>();
