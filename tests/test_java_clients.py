@@ -61,26 +61,33 @@ def java_broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=lambda v: f"kafka-clients-{v}")
-def suite(request, java_broker) -> dict[str, dict]:
-    """Every scenario's observations, by scenario name, from one JVM run."""
+def suite(request, java_broker) -> dict[str, dict] | str:
+    """Every scenario's observations, by scenario name, from one JVM run; or why there are
+    none (Maven's reason, the JVM's failure), for each test to fail with, not skip on."""
     version = request.param
     try:
         entries = maven.build_project(PROJECT, {"kafka.version": version})
         command = maven.java_command(entries, "sluice.compat.CompatSuite", java_broker.bootstrap_servers)
     except maven.MavenUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+        return str(exc)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        return f"the Java suite ran over {SUITE_TIMEOUT_S} s; its output:\n{exc.stdout}\n{exc.stderr}"
     results = {}
     for line in done.stdout.splitlines():
         if line.startswith("{"):
             result = json.loads(line)
             results[result["scenario"]] = result
-    assert done.returncode == 0 and results, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+    if done.returncode != 0 or not results:
+        return f"the Java suite exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert {r["client_version"] for r in results.values()} == {version}
     return results
 
 
-def scenario(suite: dict, name: str) -> dict:
+def scenario(suite: dict | str, name: str) -> dict:
+    if isinstance(suite, str):
+        pytest.fail(suite, pytrace=False)
     result = suite.get(name)
     assert result is not None, f"scenario {name} reported nothing"
     assert "error" not in result, result

@@ -140,7 +140,8 @@ final class Transactions {
                 step(obs, "timeout_state", () -> {
                     long deadline = System.currentTimeMillis() + 20_000;
                     String state = describe(admin, slow).get("state").toString();
-                    while (state.equals("ONGOING") && System.currentTimeMillis() < deadline) {
+                    while ((state.equals("ONGOING") || state.equals("PREPARE_ABORT"))
+                            && System.currentTimeMillis() < deadline) {
                         Thread.sleep(100);  // polling the coordinator's state, bounded above
                         state = describe(admin, slow).get("state").toString();
                     }
