@@ -286,6 +286,13 @@ def test_admin_describe_and_incremental_alter_configs(suite):
         "max.message.bytes": ["500000", "DYNAMIC_TOPIC_CONFIG"],
         "retention.ms": ["3600000", "DYNAMIC_TOPIC_CONFIG"],
     }
+    synonyms = ok(result["synonyms"])
+    assert (synonyms["retention.ms.type"], synonyms["max.message.bytes.type"]) == ("LONG", "INT")
+    # The topic's override first, then the broker-level key it falls back to.
+    assert synonyms["max.message.bytes"] == ["max.message.bytes=500000 DYNAMIC_TOPIC_CONFIG",
+                                             "message.max.bytes=1048588 DEFAULT_CONFIG"]
+    assert synonyms["retention.ms"][0] == "retention.ms=3600000 DYNAMIC_TOPIC_CONFIG"
+    assert synonyms["retention.ms"][1].startswith("log.retention.")
     assert ok(result["describe_broker"]) is True
     assert ok(result["incremental_alter"]) == "ok"
     assert ok(result["after_incremental"]) == {  # SET, DELETE (back to the default), APPEND

@@ -19,6 +19,7 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.CreateTopicsOptions;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.MemberDescription;
@@ -150,6 +151,21 @@ final class AdminScenarios {
                 return "ok";
             });
             step(obs, "describe", () -> describeConfig(admin, resource, keys));
+            step(obs, "synonyms", () -> {
+                Config config = get(admin.describeConfigs(List.of(resource),
+                        new DescribeConfigsOptions().includeSynonyms(true).includeDocumentation(true)).all()).get(resource);
+                Map<String, Object> out = new TreeMap<>();
+                for (String key : List.of("retention.ms", "max.message.bytes")) {
+                    ConfigEntry entry = config.get(key);
+                    List<String> synonyms = new ArrayList<>();
+                    for (ConfigEntry.ConfigSynonym synonym : entry.synonyms()) {
+                        synonyms.add(synonym.name() + "=" + synonym.value() + " " + synonym.source().name());
+                    }
+                    out.put(key, synonyms);
+                    out.put(key + ".type", entry.type().name());
+                }
+                return out;
+            });
             step(obs, "describe_broker", () -> {
                 String node = String.valueOf(get(admin.describeCluster().nodes()).iterator().next().id());
                 Config config = get(admin.describeConfigs(List.of(
