@@ -180,7 +180,9 @@ class TopicManager:
 
     # -- changes ---------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
-               validate_only: bool = False) -> Topic | None:
+               validate_only: bool = False) -> Topic:
+        """The new topic; with `validate_only`, the topic it would be (no logs, the zero
+        id, registered nowhere), its configs for the CreateTopics answer."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -197,7 +199,7 @@ class TopicManager:
             raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         self._check_budget(name, partitions)
         if validate_only:
-            return None
+            return Topic(name, uuid.UUID(int=0), overrides)
         topic = Topic(name, uuid.uuid4(), overrides)
         log_config = self.config.log_config(overrides)
         self._open_new_logs(topic, log_config, partitions)

@@ -587,6 +587,40 @@ def test_metadata_request_with_librdkafkas_stray_bytes_is_answered(cluster):
     assert listed[topic] == [0, 1]  # the null array: every topic
 
 
+def test_create_topics_validate_only_answers_the_would_be_configs(cluster):
+    """CreateTopics v5+ with validate_only: as Kafka, the answer carries the partition count
+    and the configs the topic would have (the Java Admin reads them when no topic config
+    error is given, and failed with a NullPointerException on a null array); nothing is
+    created."""
+    from wire.messages import CREATE_TOPICS
+    from wire.protocol import encode_request
+
+    topic = _topic("validate-configs")
+    request = CREATE_TOPICS.request(timeout_ms=10_000, validate_only=True, topics=[
+        CREATE_TOPICS.request.CreatableTopic(
+            name=topic, num_partitions=3, replication_factor=1, assignments=[],
+            configs=[CREATE_TOPICS.request.CreatableTopicConfig(name="retention.ms", value="60000")])])
+    payload = encode_request(RequestHeader(request_api_key=CREATE_TOPICS.key, request_api_version=7,
+                                           correlation_id=3, client_id="validate"), request)
+    with socket.create_connection(("127.0.0.1", cluster.port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the broker closed the connection instead of answering"
+            data += chunk
+    _, response = decode_response(CREATE_TOPICS.key, 7, data[4:])
+    [answer] = response.topics
+    assert (answer.error_code, answer.num_partitions, answer.replication_factor) == (0, 3, 1)
+    assert answer.topic_id.int == 0  # no topic exists to name
+    configs = {c.name: (c.value, c.config_source) for c in answer.configs}
+    assert configs["retention.ms"] == ("60000", 1)  # DYNAMIC_TOPIC_CONFIG
+    assert configs["max.message.bytes"] == ("1048588", 5)  # DEFAULT_CONFIG
+    with Client(cluster.bootstrap_servers, call_timeout=30) as client:
+        assert client.metadata([topic], allow_auto_topic_creation=False).topics[topic].error_code == \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 def test_wire_client_creates_and_deletes_topics(broker):
     """Our own client's topic administration against the real broker, across a restart."""
     topic = _topic("wire-admin")

@@ -638,6 +638,25 @@ def test_metadata_for_an_unknown_topic_id(guarded, version):
         assert roundtrip(sock, METADATA, version, metadata_body(), 8).brokers  # still served
 
 
+@pytest.mark.parametrize("version", [10, 12])
+def test_metadata_by_topic_id_with_an_empty_name(guarded, version):
+    """The Java client asks for topics by id with the name left at its default, "" (not
+    null): as in Kafka, a non-zero id is looked up by id, known or not."""
+    import uuid
+
+    known = guarded.client.metadata([VICTIM], allow_auto_topic_creation=False).topics[VICTIM].topic_id
+    unknown = uuid.uuid4()
+    body = METADATA.request(topics=[METADATA.request.MetadataRequestTopic(name="", topic_id=known),
+                                    METADATA.request.MetadataRequestTopic(name="", topic_id=unknown)],
+                            allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    with connect(guarded.port) as sock:
+        response = roundtrip(sock, METADATA, version, body, 9)
+    found, missing = response.topics
+    assert (found.error_code, found.topic_id, found.name, len(found.partitions)) == (0, known, VICTIM, 2)
+    assert (missing.error_code, missing.topic_id, missing.name) == (
+        ErrorCode.UNKNOWN_TOPIC_ID, unknown, None if version >= 12 else "")
+
+
 def test_fetch_out_of_range_offset(guarded):
     end = guarded.client.list_offsets(VICTIM, [1], -1)[1].offset
     with connect(guarded.port) as sock:

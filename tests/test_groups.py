@@ -1266,3 +1266,51 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     restarted.expire_offsets()
     assert restarted.groups == {}
     topics.close()
+
+
+def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
+    """On the coordinator itself: a static member that restarts with different metadata
+    for the same protocol (the Java client sends its owned partitions and generation)
+    gets its assignment back in the same generation, and its JoinGroup names the leader
+    as it was (the old member id when it led), as Kafka answers."""
+    from broker.config import BrokerConfig
+    from broker.groups.coordinator import GroupCoordinator
+    from broker.topics import TopicManager
+
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
+                          group_initial_rebalance_delay_ms=0)
+    topics = TopicManager(config)
+    topics.load()
+    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics))
+
+    async def scenario():
+        def join(instance, metadata, member_id=""):
+            return groups.join("g", member_id, instance, instance, "host", 10_000, 10_000,
+                               "consumer", [("range", metadata), ("roundrobin", b"")],
+                               require_known_member_id=False)
+        first = await join("inst-a", b"a-fresh")
+        await groups.sync("g", first.generation, first.member_id, None, None, None,
+                          {first.member_id: b"all"})
+        b_joins = asyncio.ensure_future(join("inst-b", b"b-fresh"))
+        await asyncio.sleep(0)  # b's JoinGroup starts the rebalance a then rejoins
+        a, b = await asyncio.gather(join("inst-a", b"a-again", first.member_id), b_joins)
+        leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+        assert follower.leader == leader.member_id and leader.generation == follower.generation
+        plan = {leader.member_id: b"assigned-to-leader", follower.member_id: b"assigned-to-follower"}
+        await asyncio.gather(
+            groups.sync("g", leader.generation, leader.member_id, None, None, None, plan),
+            groups.sync("g", follower.generation, follower.member_id, None, None, None, {}))
+        assert groups.groups["g"].state == "Stable"
+        instance = "inst-a" if leader is a else "inst-b"
+        again = await join(instance, b"owned-partitions-and-generation")
+        assert again.error == 0 and again.member_id != leader.member_id
+        assert again.generation == leader.generation  # no rebalance
+        assert again.leader == leader.member_id and again.members == []
+        assert groups.groups["g"].state == "Stable"
+        _, _, assignment = await groups.sync("g", again.generation, again.member_id, instance,
+                                             None, None, {})
+        assert assignment == b"assigned-to-leader"
+        groups.heartbeat("g", follower.generation, follower.member_id, None)  # undisturbed
+
+    asyncio.run(scenario())
+    topics.close()

@@ -11,8 +11,10 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   leader (kept when it rejoins) receives every member's metadata and sends the
   assignment in SyncGroup; followers wait for it.
 - A static member (group.instance.id) that rejoins under a new member id replaces its
-  old id and, when the group is stable and its protocols are unchanged, gets its
-  assignment back without a rebalance; the replaced id is FENCED_INSTANCE_ID.
+  old id and, when the group is stable and the protocol it would select is unchanged
+  (the member's metadata may differ), gets its assignment back without a rebalance, its
+  JoinGroup naming the leader as it was before (a rejoining leader does not assign);
+  the replaced id is FENCED_INSTANCE_ID.
 - Members that miss heartbeats for their session timeout are removed (not while they
   wait in JoinGroup, which the rebalance timeout governs).
 - OffsetCommit needs the member and generation of a group that is Stable or preparing a
@@ -328,6 +330,7 @@ class GroupCoordinator:
                            protocol_type: str, protocols: list) -> JoinResult:
         old_id = group.static_members.get(instance_id)
         old = group.members.pop(old_id, None) if old_id else None
+        leader_before = group.leader
         member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms,
                         rebalance_timeout_ms, protocol_type, protocols)
         group.members[new_id] = member
@@ -339,9 +342,14 @@ class GroupCoordinator:
             for waiter in (old.join_waiter, old.sync_waiter):
                 if waiter is not None and not waiter.done():
                     waiter.set_exception(GroupError(ErrorCode.FENCED_INSTANCE_ID))
-            if group.state == STABLE and old.protocols == protocols:
+            # As in Kafka, only a change of the group's protocol rebalances: the metadata of
+            # a restarted member (the Java client's owned partitions, generation) may differ.
+            if group.state == STABLE and group.select_protocol() == group.protocol_name:
                 self._persist_group(group)
-                return self._join_result(group, member)
+                # The leader named is the one before the replacement, as Kafka answers: a
+                # rejoining leader must not assign again, a stable group would not share it.
+                return JoinResult(ErrorCode.NONE, group.generation, group.protocol_type,
+                                  group.protocol_name, leader_before or "", new_id)
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
         self._prepare_rebalance(group, new_member=old is None)
         self._maybe_complete_join(group)

@@ -3,8 +3,10 @@
 - v0: an empty topic list means all topics; v1+: null means all, empty means none.
 - v4+: `allow_auto_topic_creation` (before v4 it is implicitly true); a topic is only
   auto-created when the broker's `auto.create.topics.enable` also allows it.
-- v10+: topic ids in responses, and topics may be requested by id (name null): an
-  unknown id is UNKNOWN_TOPIC_ID, its name "" below v12, where names cannot be null.
+- v10+: topic ids in responses, and topics may be requested by id: a non-zero id is
+  looked up by id whatever the name says (null, or "" as the Java client leaves it, as
+  Kafka does); a null name with no id too. An unknown id is UNKNOWN_TOPIC_ID, its name
+  "" below v12, where names cannot be null.
 - This broker is the only node, the controller and the leader of every partition.
 
 A topic's entry is encoded once per version and reused until its partitions' state changes:
@@ -64,7 +66,7 @@ def handle(broker, header, request, client_host):
         results = []
         for wanted in requested:
             name = wanted.name
-            if name is None:
+            if name is None or wanted.topic_id != ZERO_UUID:
                 topic = topics.by_id.get(wanted.topic_id)
                 # The response's name is nullable only from v12; below, an unknown id is "".
                 results.append(topic_metadata(broker, topic, version) if topic else

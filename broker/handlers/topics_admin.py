@@ -4,7 +4,8 @@
   a replication factor above the number of brokers (one) is INVALID_REPLICATION_FACTOR;
   manual assignments must name this broker. `validate_only` (v1+) checks everything
   and creates nothing. v5+ returns the partition count, replication factor and the
-  topic's configs; v7+ the topic id. A name twice in one request is INVALID_REQUEST.
+  topic's configs (those it would have, when only validating); v7+ the topic id (zero
+  when only validating). A name twice in one request is INVALID_REQUEST.
 - DeleteTopics: by name (v0–5) or by name or id (v6+).
 - CreatePartitions: the count may only grow.
 - The internal topics can be neither deleted nor given partitions: INVALID_TOPIC_EXCEPTION.
@@ -56,11 +57,12 @@ def create_topics(broker, header, request, client_host):
             topic = broker.topics.create(wanted.name, partitions, configs,
                                          validate_only=request.validate_only)
             out.num_partitions, out.replication_factor = partitions, 1
-            if topic is not None:
-                out.topic_id = topic.topic_id
-                out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
-                                                          config_source=source, is_sensitive=False)
-                               for name, value, source in topic_config_entries(broker, topic)]
+            out.topic_id = topic.topic_id  # the zero id when only validating
+            # validate_only too: Kafka answers the would-be topic's configs, and the Java
+            # Admin reads them whenever no topic config error is given.
+            out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
+                                                      config_source=source, is_sensitive=False)
+                           for name, value, source in topic_config_entries(broker, topic)]
         except TopicError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(topics=results, throttle_time_ms=0)
