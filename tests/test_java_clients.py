@@ -25,7 +25,8 @@ JSON object per scenario; each test below asserts one outcome for each client ve
   position out of range under each auto.offset.reset;
 - the AdminClient: topics (by name and by id, validate-only, refused ones), partitions,
   configs (incremental, and the legacy AlterConfigs where the client still has it: 3.x),
-  the cluster, ListOffsets by spec, consumer groups.
+  the cluster, ListOffsets by spec, deleteRecords, consumer groups (their offsets
+  altered, listed and deleted).
 
 A Maven or Java failure fails these tests (never skips them) with Maven's reason.
 """
@@ -332,6 +333,8 @@ def test_admin_list_offsets_by_spec(suite):
     assert ok(result["for_timestamp_6s"]) == [2, base + 9000]
     assert ok(result["for_timestamp_first"]) == [0, base + 5000]
     assert ok(result["for_timestamp_after"]) == [-1, -1]
+    assert ok(result["delete_records"]) == 2 and ok(result["earliest_after_delete"]) == 2
+    assert error_class(result["delete_records_beyond_end"]) == "OffsetOutOfRangeException"
 
 
 def test_admin_consumer_groups(suite):
@@ -349,6 +352,7 @@ def test_admin_consumer_groups(suite):
     assert ok(result["alter_offsets"]) == "ok"
     offsets = ok(result["list_offsets"])
     assert sorted(offsets.values()) == [[0, ""], [0, "altered"]]
+    assert ok(result["delete_offsets"]) == {f"{result['topic']}-0": [0, "altered"]}
     assert ok(result["delete"]) == "ok" and ok(result["listed_after_delete"]) is False
     assert ok(result["list_offsets_after_delete"]) == {}
     assert error_class(result["delete_unknown"]) == "GroupIdNotFoundException"

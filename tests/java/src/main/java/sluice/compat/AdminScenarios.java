@@ -26,6 +26,7 @@ import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -258,6 +259,14 @@ final class AdminScenarios {
                     return List.of(info.offset(), info.timestamp());
                 });
             }
+            step(obs, "delete_records", () ->
+                    get(admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(2))).lowWatermarks().get(tp))
+                            .lowWatermark());
+            step(obs, "earliest_after_delete", () ->
+                    get(admin.listOffsets(Map.of(tp, OffsetSpec.earliest())).partitionResult(tp)).offset());
+            step(obs, "delete_records_beyond_end", () ->
+                    get(admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(99))).lowWatermarks().get(tp))
+                            .lowWatermark());
         }
         return obs;
     }
@@ -266,6 +275,7 @@ final class AdminScenarios {
         Map<String, Object> obs = new LinkedHashMap<>();
         String topic = name("admin-groups");
         String group = topic + "-g";
+        obs.put("topic", topic);
         TopicPartition tp0 = new TopicPartition(topic, 0);
         TopicPartition tp1 = new TopicPartition(topic, 1);
         try (Admin admin = admin()) {
@@ -300,6 +310,10 @@ final class AdminScenarios {
                 return "ok";
             });
             step(obs, "list_offsets", () -> groupOffsets(admin, group));
+            step(obs, "delete_offsets", () -> {
+                get(admin.deleteConsumerGroupOffsets(group, java.util.Set.of(tp1)).all());
+                return groupOffsets(admin, group);
+            });
             step(obs, "delete", () -> {
                 get(admin.deleteConsumerGroups(List.of(group)).all());
                 return "ok";
