@@ -14,6 +14,8 @@
   the keys and values checked independently with confluent-kafka.
 - kafka-producer-perf-test then kafka-consumer-perf-test: the counts each reports, and the
   log-end offsets the broker reports.
+- kafka-delete-records: the new low watermarks, as printed and as a client sees them.
+- kafka-transactions list, describe and describe-producers of an open transaction.
 
 One broker for the module (every test uses its own topics and groups), with
 `group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
@@ -342,3 +344,34 @@ def test_delete_records(kafka_broker, tmp_path):
         assert consumer.get_watermark_offsets(TopicPartition(topic, 1), timeout=10) == (5, 5)
     finally:
         consumer.close()
+
+
+def test_transactions_tool(kafka_broker):
+    """kafka-transactions: list, describe and describe-producers of an open transaction."""
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = unique("tools-txn")
+    transactional_id = unique("tools-txn-id")
+    _create_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(15) == 0
+    try:
+        command = "org.apache.kafka.tools.TransactionsCommand"
+        listed = table(tool(command, "--bootstrap-server", bootstrap, "list").stdout, "TransactionalId")
+        mine = [row for row in listed if row["TransactionalId"] == transactional_id]
+        assert len(mine) == 1 and mine[0]["TransactionState"] == "Ongoing", listed
+        described = table(tool(command, "--bootstrap-server", bootstrap, "describe", "--transactional-id",
+                               transactional_id).stdout, "CoordinatorId")
+        assert described and described[0]["TransactionState"] == "Ongoing", described
+        producers = table(tool(command, "--bootstrap-server", bootstrap, "describe-producers", "--topic", topic,
+                               "--partition", "0").stdout, "ProducerId")
+        assert len(producers) == 1, producers
+        assert producers[0]["ProducerId"] == mine[0]["ProducerId"]
+        assert producers[0]["CurrentTransactionStartOffset"] == "0"
+        assert producers[0]["LastSequence"] == "0"
+    finally:
+        producer.abort_transaction(15)

@@ -8,7 +8,7 @@ without a trip through the event loop.
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
-                           DELETE_RECORDS,
+                           DELETE_RECORDS, DESCRIBE_PRODUCERS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
@@ -53,6 +53,7 @@ HANDLERS = {
     TXN_OFFSET_COMMIT.key: transactions.txn_offset_commit,
     DESCRIBE_TRANSACTIONS.key: transactions.describe_transactions,
     LIST_TRANSACTIONS.key: transactions.list_transactions,
+    DESCRIBE_PRODUCERS.key: transactions.describe_producers,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.

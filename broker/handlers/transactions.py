@@ -1,5 +1,5 @@
 """AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–4,
-WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–1.
+WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–1, DescribeProducers v0.
 
 The transaction rules themselves live in `broker.transactions.coordinator`; here:
 - PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to AddPartitionsToTxn,
@@ -26,13 +26,18 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
 - DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an unknown id. ListTransactions
   filters by state names (unknown ones are listed back), producer ids and, v1+, by
   running longer than `duration_filter` ms.
+- DescribeProducers (kafka-transactions.sh describe-producers): each partition's
+  producers with state (epoch, last sequence and timestamp, the coordinator epoch of
+  their last marker, the first offset of their open transaction or -1);
+  UNKNOWN_TOPIC_OR_PARTITION for a partition this broker does not have.
 """
 
 from __future__ import annotations
 
 from wire.error_codes import ErrorCode
-from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS, END_TXN,
-                           LIST_TRANSACTIONS, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_PRODUCERS,
+                           DESCRIBE_TRANSACTIONS, END_TXN, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT,
+                           WRITE_TXN_MARKERS)
 
 from broker.groups import offsets_log
 from broker.groups.coordinator import GroupError
@@ -236,3 +241,26 @@ def list_transactions(broker, header, request, client_host):
                 transaction_states=[Resp.TransactionState(
                     transactional_id=m.transactional_id, producer_id=m.producer_id,
                     transaction_state=m.state_name) for m in listed])
+
+
+def describe_producers(broker, header, request, client_host):
+    Resp = DESCRIBE_PRODUCERS.response
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            out = Resp.PartitionResponse(partition_index=index, active_producers=[])
+            try:
+                log = broker.topics.log(topic.name, index)
+            except TopicError as exc:
+                out.error_code, out.error_message = exc.code, str(exc)
+            else:
+                out.active_producers = [
+                    Resp.ProducerState(producer_id=entry.producer_id, producer_epoch=entry.epoch,
+                                       last_sequence=entry.last_sequence, last_timestamp=entry.last_timestamp,
+                                       coordinator_epoch=entry.coordinator_epoch,
+                                       current_txn_start_offset=entry.txn_first_offset)
+                    for entry in log.producer_state.producers.values()]
+            partitions.append(out)
+        topics.append(Resp.TopicResponse(name=topic.name, partitions=partitions))
+    return Resp(throttle_time_ms=0, topics=topics)
