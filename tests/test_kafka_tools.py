@@ -16,6 +16,7 @@
   log-end offsets the broker reports.
 - kafka-delete-records: the new low watermarks, as printed and as a client sees them.
 - kafka-transactions list, describe and describe-producers of an open transaction.
+- kafka-log-dirs --describe: the log directory and each partition's size.
 
 One broker for the module (every test uses its own topics and groups), with
 `group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
@@ -28,6 +29,7 @@ three-line notice on stderr, which the tests read separately from stdout.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import subprocess
 import uuid
@@ -375,3 +377,26 @@ def test_transactions_tool(kafka_broker):
         assert producers[0]["LastSequence"] == "0"
     finally:
         producer.abort_transaction(15)
+
+
+def test_log_dirs(kafka_broker):
+    """kafka-log-dirs --describe: the broker's log directory with each partition's size."""
+    import json
+
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = unique("tools-dirs")
+    _create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"x" * 1000, partition=1)
+    assert producer.flush(15) == 0
+    done = tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", bootstrap, "--describe",
+                "--topic-list", topic)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    (only_broker,) = report["brokers"]
+    (log_dir,) = only_broker["logDirs"]
+    assert log_dir["logDir"] == os.path.abspath(kafka_broker.data_dir) and log_dir["error"] is None
+    sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+    assert sizes[f"{topic}-0"] == 0 and 1000 < sizes[f"{topic}-1"] < 1200, sizes
+    assert set(sizes) == {f"{topic}-0", f"{topic}-1"}

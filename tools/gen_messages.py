@@ -20,7 +20,8 @@ API_NAMES = [
     "ListGroups", "SaslHandshake", "ApiVersions", "CreateTopics", "DeleteTopics", "DeleteRecords",
     "InitProducerId", "OffsetForLeaderEpoch", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
     "WriteTxnMarkers", "TxnOffsetCommit", "DescribeConfigs", "AlterConfigs", "SaslAuthenticate",
-    "CreatePartitions", "DeleteGroups", "IncrementalAlterConfigs", "OffsetDelete", "DescribeCluster",
+    "DescribeLogDirs", "CreatePartitions", "DeleteGroups", "IncrementalAlterConfigs", "OffsetDelete",
+    "DescribeCluster",
     "DescribeProducers", "DescribeTransactions", "ListTransactions",
 ]
 DATA_NAMES = [

@@ -778,6 +778,34 @@ ALTER_CONFIGS = Api(33, 'AlterConfigs', '0-2', flexible='2+',
     ),
 )
 
+DESCRIBE_LOG_DIRS = Api(35, 'DescribeLogDirs', '0-4', flexible='2+',
+    request=(
+        F('topics', '[]DescribableLogDirTopic', '0+', nullable='0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '3+'),
+        F('results', '[]DescribeLogDirsResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('log_dir', 'string', '0+'),
+            F('topics', '[]DescribeLogDirsTopic', '0+', fields=(
+                F('name', 'string', '0+'),
+                F('partitions', '[]DescribeLogDirsPartition', '0+', fields=(
+                    F('partition_index', 'int32', '0+'),
+                    F('partition_size', 'int64', '0+'),
+                    F('offset_lag', 'int64', '0+'),
+                    F('is_future_key', 'bool', '0+'),
+                )),
+            )),
+            F('total_bytes', 'int64', '4+', default=-1),
+            F('usable_bytes', 'int64', '4+', default=-1),
+        )),
+    ),
+)
+
 SASL_AUTHENTICATE = Api(36, 'SaslAuthenticate', '0-2', flexible='2+',
     request=(
         F('auth_bytes', 'bytes', '0+'),
@@ -1076,6 +1104,7 @@ APIS = {api.key: api for api in (
     TXN_OFFSET_COMMIT,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     SASL_AUTHENTICATE,
     CREATE_PARTITIONS,
     DELETE_GROUPS,

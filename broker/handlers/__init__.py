@@ -8,7 +8,7 @@ without a trip through the event loop.
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
-                           DELETE_RECORDS, DESCRIBE_PRODUCERS,
+                           DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
@@ -34,6 +34,7 @@ HANDLERS = {
     ALTER_CONFIGS.key: alter_configs.alter_configs,
     INCREMENTAL_ALTER_CONFIGS.key: alter_configs.incremental_alter_configs,
     DESCRIBE_CLUSTER.key: cluster.describe_cluster,
+    DESCRIBE_LOG_DIRS.key: cluster.describe_log_dirs,
     INIT_PRODUCER_ID.key: cluster.init_producer_id,
     FIND_COORDINATOR.key: groups.find_coordinator,
     JOIN_GROUP.key: groups.join_group,

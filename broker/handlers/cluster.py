@@ -1,7 +1,11 @@
-"""DescribeCluster v0–1 and InitProducerId v0–5 (idempotent producers).
+"""DescribeCluster v0–1, DescribeLogDirs v0–4 and InitProducerId v0–5 (idempotent producers).
 
 - DescribeCluster: this broker is the cluster and its controller; v1 `endpoint_type`
   1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
+- DescribeLogDirs (kafka-log-dirs.sh): the one log directory, its absolute path, with
+  the size of each partition asked for (all when `topics` is null; partitions this
+  broker does not have are left out, as Kafka does), offset lag 0 (no future replicas)
+  and, v4+, the file system's total and usable bytes.
 - InitProducerId without a transactional id hands out a fresh producer id at epoch 0.
   v3+ may name the caller's current id and epoch (KIP-360): the epoch is bumped, or a
   new id is handed out when the epoch would overflow.
@@ -13,8 +17,10 @@
 
 from __future__ import annotations
 
+import os
+
 from wire.error_codes import ErrorCode
-from wire.messages import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
+from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, INIT_PRODUCER_ID
 
 from broker.transactions.coordinator import TxnError
 
@@ -56,3 +62,29 @@ def init_producer_id(broker, header, request, client_host):
         return Resp(error_code=0, producer_id=request.producer_id,
                     producer_epoch=request.producer_epoch + 1)
     return Resp(error_code=0, producer_id=broker.producer_ids.allocate(), producer_epoch=0)
+
+
+def describe_log_dirs(broker, header, request, client_host):
+    Resp = DESCRIBE_LOG_DIRS.response
+    topics = broker.topics.topics
+    if request.topics is None:
+        wanted = {name: range(len(topic.logs)) for name, topic in topics.items()}
+    else:
+        wanted = {}
+        for asked in request.topics:
+            if asked.topic in topics:
+                count = len(topics[asked.topic].logs)
+                wanted.setdefault(asked.topic, []).extend(p for p in asked.partitions if 0 <= p < count)
+    directory = os.path.abspath(broker.topics.data_dir)
+    result = Resp.DescribeLogDirsResult(log_dir=directory, topics=[
+        Resp.DescribeLogDirsTopic(name=name, partitions=[
+            Resp.DescribeLogDirsPartition(partition_index=p, partition_size=topics[name].logs[p].size_bytes,
+                                          offset_lag=0, is_future_key=False)
+            for p in sorted(set(partitions))])
+        for name, partitions in sorted(wanted.items()) if partitions])
+    try:
+        disk = os.statvfs(directory)
+        result.total_bytes, result.usable_bytes = disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
+    except OSError:
+        pass  # -1: unknown
+    return Resp(throttle_time_ms=0, results=[result])
