@@ -38,7 +38,6 @@ from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E4
 
 QUERY_TIMEOUT = 120  # seconds any one streaming query may take
 FORMATS = ("kafka", "sluice")
-LEVELS = ("read_committed", "read_uncommitted")
 
 
 @pytest.fixture(scope="module")
@@ -117,27 +116,25 @@ def read(spark, fmt: str, bootstrap: str, topic: str, level: str, streaming: boo
 
 # -- 1: batch reads -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("level", LEVELS)
-def test_batch_query_gives_the_same_rows(spark_kafka, kafka, topics, level):
+def test_batch_query_gives_the_same_rows(spark_kafka, kafka, topics):
     topic, expected = topics
-    frames = {fmt: read(spark_kafka, fmt, kafka, topic, level) for fmt in FORMATS}
+    frames = {fmt: read(spark_kafka, fmt, kafka, topic, "read_committed") for fmt in FORMATS}
     assert frames["kafka"].schema == frames["sluice"].schema
     rows = {fmt: rows_of(df) for fmt, df in frames.items()}
-    assert rows["kafka"] == expected[level]
+    assert rows["kafka"] == expected["read_committed"]
     assert rows["sluice"] == rows["kafka"]
     assert {row[6] for row in rows["kafka"]} == {0, 1}
 
 
-def test_default_isolation_levels_differ(spark_kafka, kafka, topics):
-    """The one deliberate difference: without kafka.isolation.level, Spark's Kafka source
+def test_read_uncommitted_and_the_default_isolation_levels(spark_kafka, kafka, topics):
+    """read_uncommitted gives the same rows with both formats, aborted records included.
+    The one deliberate difference: without kafka.isolation.level, Spark's Kafka source
     reads uncommitted (the Kafka consumer's default), Sluice's source read_committed."""
     topic, expected = topics
-
-    def rows(fmt):
-        return rows_of(read(spark_kafka, fmt, kafka, topic, "unset"), headers=False)
-    strip = [row[:7] for row in expected["read_committed"]]
-    assert rows("sluice") == strip
-    assert rows("kafka") == [row[:7] for row in expected["read_uncommitted"]] != strip
+    uncommitted = expected["read_uncommitted"]
+    assert rows_of(read(spark_kafka, "sluice", kafka, topic, "read_uncommitted")) == uncommitted
+    assert rows_of(read(spark_kafka, "kafka", kafka, topic, "unset")) == uncommitted
+    assert rows_of(read(spark_kafka, "sluice", kafka, topic, "unset")) == expected["read_committed"]
 
 
 def test_data_loss_after_retention_is_reported_alike(spark_kafka, kafka):
@@ -169,7 +166,7 @@ def test_streaming_query_gives_the_same_rows(spark_kafka, kafka, topics, tmp_pat
     for fmt in FORMATS:
         name = f"kafka_format_{fmt}_{unique('q').replace('-', '_')}"
         df = read(spark_kafka, fmt, kafka, topic, "read_committed", streaming=True,
-                  maxOffsetsPerTrigger="80")
+                  maxOffsetsPerTrigger="100")
         query = (df.writeStream.format("memory").queryName(name)
                  .option("checkpointLocation", str(tmp_path / f"cp-{fmt}"))
                  .trigger(availableNow=True).start())
@@ -237,24 +234,38 @@ def per_partition(rows) -> list[tuple]:
     return sorted(rows, key=lambda r: r[0])
 
 
-@pytest.mark.parametrize("codec", ["none", "zstd"])
-def test_batch_write_with_spark_kafka_sink(spark_kafka, kafka, codec):
-    topic = create_topic(kafka, unique(f"kafka-sink-{codec}"), partitions=3)
+def test_batch_write_with_spark_kafka_sink(spark_kafka, kafka):
     rows = sink_rows(60, 3)
     df = spark_kafka.createDataFrame(
         [(p, k, v, [{"key": hk, "value": hv} for hk, hv in h]) for p, k, v, h in rows],
         "partition int, key binary, value binary, headers array<struct<key: string, value: binary>>")
+    topic = create_topic(kafka, unique("kafka-sink"), partitions=3)
     (df.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", kafka).option("topic", topic)
-     .option("kafka.compression.type", codec).save())
+     .option("kafka.compression.type", "zstd").save())
     assert written(spark_kafka, kafka, topic, 3) == per_partition(rows)
+
+    # Without a partition column, both sinks put each keyed record in the same partition
+    # (murmur2 of the key, as Kafka's default partitioner).
+    keyed = df.where("key IS NOT NULL").drop("partition").coalesce(1)
+    placed = {}
+    for fmt in FORMATS:
+        target = create_topic(kafka, unique(f"{fmt}-keyed"), partitions=3)
+        # Append: the mode both take (Spark allows Python data sources no ErrorIfExists,
+        # the default, which Spark's Kafka sink takes to mean append).
+        (keyed.write.mode("append").format(fmt).option("kafka.bootstrap.servers", kafka)
+         .option("topic", target).save())
+        placed[fmt] = written(spark_kafka, kafka, target, 3)
+    assert placed["kafka"] == placed["sluice"]
+    assert sorted((r[1:] for r in placed["kafka"]), key=lambda r: r[0]) == sorted(
+        (r[1:] for r in rows if r[1] is not None), key=lambda r: r[0])
+    assert len({p for p, *_ in placed["kafka"]}) == 3
 
 
 def test_streaming_write_with_spark_kafka_sink(spark_kafka, kafka, tmp_path):
     source, target = (create_topic(kafka, unique(name), partitions=2) for name in ("from", "to"))
     rows = sink_rows(40, 2)
     expected = produce(kafka, source, [(p, k, v, list(h), None) for p, k, v, h in rows])
-    df = read(spark_kafka, "sluice", kafka, source, "read_committed", streaming=True,
-              maxOffsetsPerTrigger="15")
+    df = read(spark_kafka, "sluice", kafka, source, "read_committed", streaming=True)
     query = (df.select("partition", "key", "value", "headers").writeStream.format("kafka")
              .option("kafka.bootstrap.servers", kafka).option("topic", target)
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
