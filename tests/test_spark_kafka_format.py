@@ -50,60 +50,70 @@ def kafka(tmp_path_factory):
         yield proc.bootstrap_servers
 
 
-def transactions(bootstrap: str, topic: str, partitions: int) -> tuple[list, list]:
-    """Committed, aborted and committed transactions over partitions 0 to `partitions` - 1,
-    then one more aborted in the last of them only (keys and headers, zstd batches).
-    Returns (committed rows, aborted rows) as the producer's delivery reports give them
-    (rows as in tests/test_spark_source.py, headers included)."""
+def transactional_producer(bootstrap: str) -> Producer:
+    # A long transaction timeout: the open transaction stays open for the whole module.
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("txn"),
-                         "compression.type": "zstd", "linger.ms": 5})
+                         "compression.type": "zstd", "linger.ms": 5, "transaction.timeout.ms": 600_000})
     producer.init_transactions(10)
-    committed, aborted = [], []
-    for n, (commit, spread) in enumerate(((True, partitions), (False, partitions), (True, partitions), (False, 1))):
-        rows = []
-        producer.begin_transaction()
-        for i in range(12):
-            partition = partitions - 1 - i % spread
-            key, value = f"tk-{n}-{i}".encode(), f"tv-{n}-{i}".encode()
-            headers = [("txn", str(n).encode())] if i % 2 else []
+    return producer
 
-            def report(err, msg, key=key, value=value, headers=headers):
-                assert err is None, err
-                kind, stamp = msg.timestamp()
-                rows.append((key, value, msg.topic(), msg.partition(), msg.offset(), stamp * 1000,
-                             0 if kind == confluent_kafka.TIMESTAMP_CREATE_TIME else 1, tuple(headers)))
-            producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
-                             on_delivery=report)
-        assert producer.flush(10) == 0
-        (producer.commit_transaction if commit else producer.abort_transaction)(10)
-        (committed if commit else aborted).extend(rows)
-    return committed, aborted
+
+def transaction(producer: Producer, topic: str, tag: str, partitions: list[int], count: int) -> list[tuple]:
+    """Begin a transaction and write `count` records (keys, some headers) round-robin over
+    `partitions`; the rows as the delivery reports give them (rows as in
+    tests/test_spark_source.py, headers included). The caller ends the transaction."""
+    rows = []
+    producer.begin_transaction()
+    for i in range(count):
+        key, value = f"tk-{tag}-{i}".encode(), f"tv-{tag}-{i}".encode()
+        headers = [("txn", tag.encode())] if i % 2 else []
+
+        def report(err, msg, key=key, value=value, headers=headers):
+            assert err is None, err
+            kind, stamp = msg.timestamp()
+            rows.append((key, value, msg.topic(), msg.partition(), msg.offset(), stamp * 1000,
+                         0 if kind == confluent_kafka.TIMESTAMP_CREATE_TIME else 1, tuple(headers)))
+        producer.produce(topic, key=key, value=value, partition=partitions[i % len(partitions)],
+                         headers=headers or None, on_delivery=report)
+    assert producer.flush(10) == 0
+    return rows
 
 
 @pytest.fixture(scope="module")
 def topics(kafka):
-    """Two topics and the rows each isolation level should show for them. Of the first
-    topic's four partitions, 0 and 1 end with plain records, 2 with an aborted transaction
-    (its marker last), 3 is empty."""
+    """Two topics and the rows each isolation level should show for them. The first has
+    four partitions: plain records in gzip, lz4, snappy and zstd batches, then committed,
+    aborted and committed transactions over 0, 1 and 2, an aborted one in 2 only, plain
+    records in 0 and 1, and last a transaction left open in 1 for the whole module
+    (read_committed stops before it). Partition 2 ends with an abort marker, 3 is empty.
+    The second topic keeps LogAppendTime."""
     mixed = create_topic(kafka, unique("mixed"), partitions=4)
     plain = []
     for n, codec in enumerate(("gzip", "lz4", "snappy", "zstd")):
         plain += produce(kafka, mixed, make_records({0: 9, 1: 6, 2: 7}, start=n * 10, timestamps=n % 2 == 0,
                                                     tag=codec),
                          config={"compression.type": codec})
-    committed, aborted = transactions(kafka, mixed, 3)
+    producer = transactional_producer(kafka)
+    committed, aborted = [], []
+    for tag, commit, partitions in (("a", True, [0, 1, 2]), ("b", False, [0, 1, 2]),
+                                    ("c", True, [0, 1, 2]), ("d", False, [2])):
+        rows = transaction(producer, mixed, tag, partitions, 12)
+        (producer.commit_transaction if commit else producer.abort_transaction)(10)
+        (committed if commit else aborted).extend(rows)
     plain += produce(kafka, mixed, make_records({0: 3, 1: 3}, start=50, tag="after"))
+    pending = transaction(producer, mixed, "open", [1], 4)
     appended = create_topic(kafka, unique("append-time"), partitions=2,
                             config={"message.timestamp.type": "LogAppendTime"})
     plain += produce(kafka, appended, make_records({0: 5, 1: 4}, timestamps=True))
     rows = {"read_committed": sorted(plain + committed, key=_order),
-            "read_uncommitted": sorted(plain + committed + aborted, key=_order)}
-    return f"{mixed},{appended}", rows
+            "read_uncommitted": sorted(plain + committed + aborted + pending, key=_order)}
+    yield f"{mixed},{appended}", rows
+    producer.abort_transaction(10)
 
 
 def read(spark, fmt: str, bootstrap: str, topic: str, level: str, streaming: bool = False, **options):
-    reader = (spark.readStream if streaming else spark.read).format(fmt)
     """`level` "unset" leaves kafka.isolation.level to the format's default."""
+    reader = (spark.readStream if streaming else spark.read).format(fmt)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
                "includeHeaders": "true", **({} if level == "unset" else {"kafka.isolation.level": level}),
                **options}
