@@ -6,15 +6,17 @@ The connector is put on the shared session's classpath by tests/conftest.py (fix
 provide it these tests fail with Maven's reason; the other Spark tests run all the same.
 
 - Batch: the same query with both formats gives the same rows (key, value, topic,
-  partition, offset, timestamp, timestampType, headers) on two topics: three partitions
-  of keyed records with headers, written in gzip, lz4, snappy and zstd batches, plus
-  committed and aborted transactions; and a LogAppendTime topic. Compared under
-  read_committed and read_uncommitted, each set explicitly (the two formats' defaults
-  differ: Spark's Kafka source inherits the Kafka consumer's read_uncommitted).
+  partition, offset, timestamp, timestampType, headers) on two topics (fixture `topics`):
+  keyed records with headers in gzip, lz4, snappy and zstd batches, committed and
+  aborted transactions, one left open, an empty partition; and a LogAppendTime topic.
+  Compared under read_committed and read_uncommitted, each set explicitly: the two
+  formats' defaults differ (Spark's Kafka source inherits the Kafka consumer's
+  read_uncommitted), as a test shows. `failOnDataLoss` after retention, both ways.
 - Streaming: the same availableNow query (several micro-batches) with both formats into
   the memory sink gives the same rows.
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
-  with `format("sluice")` and with confluent-kafka, the same keys, values and headers.
+  with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
+  without a partition column, keyed records land where Sluice's sink puts them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ pytest.importorskip("pyspark")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
