@@ -27,23 +27,68 @@ def broker(tmp_path):
         yield proc
 
 
+# Why Spark's own Kafka connector is not on the shared session's classpath (Maven's
+# reason), or None when it is; `spark_kafka` fails with it.
+_spark_kafka_problem: str | None = None
+
+
+def spark_kafka_jars() -> list[str]:
+    """The jars Spark's Kafka connector (tests/maven.py's SPARK_KAFKA_CONNECTOR) needs beyond
+    what pyspark ships: its resolved runtime classpath less every artifact of which pyspark's
+    own jars directory already has a version (Spark, Scala, Hadoop, compression, logging).
+    Raises MavenUnavailable."""
+    import os
+    import re
+
+    import pyspark
+
+    from tests import maven
+
+    shipped = os.listdir(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+    jars = []
+    for path in maven.classpath([maven.SPARK_KAFKA_CONNECTOR]):
+        artifact = path.parent.parent.name  # .../<artifactId>/<version>/<file>.jar
+        pattern = re.compile(re.escape(artifact) + r"-\d")
+        if not any(pattern.match(name) for name in shipped):
+            jars.append(str(path))
+    return jars
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """One real Spark session (local[2]) for the whole test run, with `sluice` registered."""
+    """One real Spark session (local[2]) for the whole test run, with `sluice` registered
+    and Spark's own Kafka connector (`format("kafka")`) on the classpath when Maven can
+    provide it; when it cannot, the other Spark tests run all the same and `spark_kafka`
+    fails with Maven's reason."""
     import os
     import sys
 
+    global _spark_kafka_problem
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import spark_connector
+    from tests import maven
 
-    session = (SparkSession.builder.master("local[2]").appName("sluice-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("sluice-tests")
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
+               .config("spark.sql.shuffle.partitions", "2"))
+    try:
+        builder = builder.config("spark.jars", ",".join(spark_kafka_jars()))
+    except maven.MavenUnavailable as problem:
+        _spark_kafka_problem = str(problem)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     spark_connector.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark_kafka(spark):
+    """The shared Spark session, for tests of Spark's own `format("kafka")`: fails (never
+    skips) when its connector could not be put on the classpath."""
+    if _spark_kafka_problem is not None:
+        pytest.fail(f"Spark's Kafka connector is not on the classpath: {_spark_kafka_problem}")
+    return spark

@@ -1,0 +1,286 @@
+"""Spark's own Kafka connector (spark-sql-kafka-0-10, `format("kafka")`) against the real
+broker process, side by side with `format("sluice")`.
+
+The connector is put on the shared session's classpath by tests/conftest.py (fixture
+`spark_kafka`; the version is tests/maven.py's SPARK_KAFKA_CONNECTOR). When Maven cannot
+provide it these tests fail with Maven's reason; the other Spark tests run all the same.
+
+- Batch: the same query with both formats gives the same rows (key, value, topic,
+  partition, offset, timestamp, timestampType, headers) on two topics (fixture `topics`):
+  keyed records with headers in gzip, lz4, snappy and zstd batches, committed and
+  aborted transactions, one left open, an empty partition; and a LogAppendTime topic.
+  Compared under read_committed and read_uncommitted, each set explicitly: the two
+  formats' defaults differ (Spark's Kafka source inherits the Kafka consumer's
+  read_uncommitted), as a test shows. `failOnDataLoss` after retention, both ways.
+- Streaming: the same availableNow query (several micro-batches) with both formats into
+  the memory sink gives the same rows.
+- Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
+  with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
+  without a partition column, keyed records land where Sluice's sink puts them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.polling import wait_for  # noqa: E402
+from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
+                                     rows_of, unique)
+from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
+
+QUERY_TIMEOUT = 120  # seconds any one streaming query may take
+FORMATS = ("kafka", "sluice")
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    """One broker process for the module; retention checked often, for the data-loss test."""
+    directory = tmp_path_factory.mktemp("kafka-format-broker")
+    config = directory / "server.properties"
+    config.write_text("log.retention.check.interval.ms=200\n")
+    with BrokerProcess(directory / "data", config_file=str(config)) as proc:
+        yield proc.bootstrap_servers
+
+
+def transactional_producer(bootstrap: str) -> Producer:
+    # A long transaction timeout: the open transaction stays open for the whole module.
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("txn"),
+                         "compression.type": "zstd", "linger.ms": 5, "transaction.timeout.ms": 600_000})
+    producer.init_transactions(10)
+    return producer
+
+
+def transaction(producer: Producer, topic: str, tag: str, partitions: list[int], count: int) -> list[tuple]:
+    """Begin a transaction and write `count` records (keys, some headers) round-robin over
+    `partitions`; the rows as the delivery reports give them (rows as in
+    tests/test_spark_source.py, headers included). The caller ends the transaction."""
+    rows = []
+    producer.begin_transaction()
+    for i in range(count):
+        key, value = f"tk-{tag}-{i}".encode(), f"tv-{tag}-{i}".encode()
+        headers = [("txn", tag.encode())] if i % 2 else []
+
+        def report(err, msg, key=key, value=value, headers=headers):
+            assert err is None, err
+            kind, stamp = msg.timestamp()
+            rows.append((key, value, msg.topic(), msg.partition(), msg.offset(), stamp * 1000,
+                         0 if kind == confluent_kafka.TIMESTAMP_CREATE_TIME else 1, tuple(headers)))
+        producer.produce(topic, key=key, value=value, partition=partitions[i % len(partitions)],
+                         headers=headers or None, on_delivery=report)
+    assert producer.flush(10) == 0
+    return rows
+
+
+@pytest.fixture(scope="module")
+def topics(kafka):
+    """Two topics and the rows each isolation level should show for them. The first has
+    four partitions: plain records in gzip, lz4, snappy and zstd batches, then committed,
+    aborted and committed transactions over 0, 1 and 2, an aborted one in 2 only, plain
+    records in 0 and 1, and last a transaction left open in 1 for the whole module
+    (read_committed stops before it). Partition 2 ends with an abort marker, 3 is empty.
+    The second topic keeps LogAppendTime."""
+    mixed = create_topic(kafka, unique("mixed"), partitions=4)
+    plain = []
+    for n, codec in enumerate(("gzip", "lz4", "snappy", "zstd")):
+        plain += produce(kafka, mixed, make_records({0: 9, 1: 6, 2: 7}, start=n * 10, timestamps=n % 2 == 0,
+                                                    tag=codec),
+                         config={"compression.type": codec})
+    producer = transactional_producer(kafka)
+    committed, aborted = [], []
+    for tag, commit, partitions in (("a", True, [0, 1, 2]), ("b", False, [0, 1, 2]),
+                                    ("c", True, [0, 1, 2]), ("d", False, [2])):
+        rows = transaction(producer, mixed, tag, partitions, 12)
+        (producer.commit_transaction if commit else producer.abort_transaction)(10)
+        (committed if commit else aborted).extend(rows)
+    plain += produce(kafka, mixed, make_records({0: 3, 1: 3}, start=50, tag="after"))
+    pending = transaction(producer, mixed, "open", [1], 4)
+    appended = create_topic(kafka, unique("append-time"), partitions=2,
+                            config={"message.timestamp.type": "LogAppendTime"})
+    plain += produce(kafka, appended, make_records({0: 5, 1: 4}, timestamps=True))
+    rows = {"read_committed": sorted(plain + committed, key=_order),
+            "read_uncommitted": sorted(plain + committed + aborted + pending, key=_order)}
+    yield f"{mixed},{appended}", rows
+    producer.abort_transaction(10)
+
+
+def read(spark, fmt: str, bootstrap: str, topic: str, level: str, streaming: bool = False, **options):
+    """`level` "unset" leaves kafka.isolation.level to the format's default."""
+    reader = (spark.readStream if streaming else spark.read).format(fmt)
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
+               "includeHeaders": "true", **({} if level == "unset" else {"kafka.isolation.level": level}),
+               **options}
+    if not streaming:
+        options.setdefault("endingOffsets", "latest")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+# -- 1: batch reads -------------------------------------------------------------------------
+
+def test_batch_query_gives_the_same_rows(spark_kafka, kafka, topics):
+    topic, expected = topics
+    frames = {fmt: read(spark_kafka, fmt, kafka, topic, "read_committed") for fmt in FORMATS}
+    assert frames["kafka"].schema == frames["sluice"].schema
+    rows = {fmt: rows_of(df) for fmt, df in frames.items()}
+    assert rows["kafka"] == expected["read_committed"]
+    assert rows["sluice"] == rows["kafka"]
+    assert {row[6] for row in rows["kafka"]} == {0, 1}
+
+
+def test_read_uncommitted_and_the_default_isolation_levels(spark_kafka, kafka, topics):
+    """read_uncommitted gives the same rows with both formats, aborted records included.
+    The one deliberate difference: without kafka.isolation.level, Spark's Kafka source
+    reads uncommitted (the Kafka consumer's default), Sluice's source read_committed."""
+    topic, expected = topics
+    uncommitted = expected["read_uncommitted"]
+    assert rows_of(read(spark_kafka, "sluice", kafka, topic, "read_uncommitted")) == uncommitted
+    assert rows_of(read(spark_kafka, "kafka", kafka, topic, "unset")) == uncommitted
+    assert rows_of(read(spark_kafka, "sluice", kafka, topic, "unset")) == expected["read_committed"]
+
+
+def test_data_loss_after_retention_is_reported_alike(spark_kafka, kafka):
+    """startingOffsets below the log start: both formats fail by default and, with
+    failOnDataLoss=false, both give the records retention left."""
+    topic = create_topic(kafka, unique("retention"), partitions=1, config={"segment.bytes": "1024"})
+    expected = produce(kafka, topic, make_records({0: 60}), flush_every=4)
+    with Client(kafka) as client:  # one retention pass deletes what is over the limit, at once
+        resource = (TOPIC_RESOURCE, topic)
+        changed = client.incremental_alter_configs({resource: [("retention.bytes", SET_CONFIG, "2048")]})
+        assert changed[resource] is None, changed
+    start = wait_for(lambda: log_offsets(kafka, topic, [0], EARLIEST)[0], 20, "retention to delete segments")
+    survivors = [row for row in expected if row[4] >= start]
+    assert 0 < len(survivors) < len(expected)
+    below = json.dumps({topic: {"0": 0}})
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as info:
+            read(spark_kafka, fmt, kafka, topic, "read_committed", startingOffsets=below).collect()
+        assert "failOnDataLoss" in str(info.value) or "data loss" in str(info.value).lower(), (fmt, info.value)
+        assert rows_of(read(spark_kafka, fmt, kafka, topic, "read_committed", startingOffsets=below,
+                            failOnDataLoss="false")) == survivors, fmt
+
+
+# -- 2: streaming reads ---------------------------------------------------------------------
+
+def test_streaming_query_gives_the_same_rows(spark_kafka, kafka, topics, tmp_path):
+    topic, expected = topics
+    rows = {}
+    for fmt in FORMATS:
+        name = f"kafka_format_{fmt}_{unique('q').replace('-', '_')}"
+        df = read(spark_kafka, fmt, kafka, topic, "read_committed", streaming=True,
+                  maxOffsetsPerTrigger="100")
+        query = (df.writeStream.format("memory").queryName(name)
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(QUERY_TIMEOUT), f"{fmt}: availableNow query did not finish"
+        assert query.exception() is None, query.exception()
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        assert len(batches) >= 2, (fmt, batches)
+        rows[fmt] = rows_of(spark_kafka.table(name))
+        spark_kafka.catalog.dropTempView(name)
+    assert rows["kafka"] == expected["read_committed"]
+    assert rows["sluice"] == rows["kafka"]
+
+
+# -- 3: Spark's Kafka sink writes into the broker ---------------------------------------------
+
+def consume_all(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
+    """(partition, key, value, headers) as confluent-kafka's consumer sees them, in offset order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+    rows, done = [], set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, f"consuming {topic} did not reach the end"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, message.error()
+                done.add(message.partition())
+                continue
+            rows.append((message.partition(), message.offset(), message.key(), message.value(),
+                         tuple(message.headers() or ())))
+    finally:
+        consumer.close()
+    return [(p, k, v, h) for p, _, k, v, h in sorted(rows, key=lambda r: r[:2])]
+
+
+def written(spark, bootstrap: str, topic: str, partitions: int) -> list[tuple]:
+    """What format("sluice") and confluent-kafka both read back, as (partition, key, value,
+    headers) in partition and offset order."""
+    via_sluice = [(r[3], r[0], r[1], r[7]) for r in rows_of(read(spark, "sluice", bootstrap, topic,
+                                                                  "read_committed"))]
+    via_client = consume_all(bootstrap, topic, partitions)
+    assert via_sluice == via_client
+    return via_sluice
+
+
+def sink_rows(count: int, partitions: int) -> list[tuple]:
+    """(partition, key, value, headers) to write: null keys, empty and null values, several
+    headers with a repeated key and a null value."""
+    rows = []
+    for i in range(count):
+        key = None if i % 5 == 2 else f"sk-{i}".encode()
+        value = b"" if i % 9 == 4 else None if i % 11 == 6 else f"sv-{i}-".encode() + bytes([i % 256]) * (i % 20)
+        headers = (("h", str(i).encode()), ("n", None), ("h", b"again")) if i % 3 == 0 else \
+            (("only", b"\x00\xff"),) if i % 3 == 1 else ()
+        rows.append((i % partitions, key, value, headers))
+    return rows
+
+
+def per_partition(rows) -> list[tuple]:
+    """Rows in partition order, each partition's rows in the order written."""
+    return sorted(rows, key=lambda r: r[0])
+
+
+def test_batch_write_with_spark_kafka_sink(spark_kafka, kafka):
+    rows = sink_rows(60, 3)
+    df = spark_kafka.createDataFrame(
+        [(p, k, v, [{"key": hk, "value": hv} for hk, hv in h]) for p, k, v, h in rows],
+        "partition int, key binary, value binary, headers array<struct<key: string, value: binary>>")
+    topic = create_topic(kafka, unique("kafka-sink"), partitions=3)
+    (df.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", kafka).option("topic", topic)
+     .option("kafka.compression.type", "zstd").save())
+    assert written(spark_kafka, kafka, topic, 3) == per_partition(rows)
+
+    # Without a partition column, both sinks put each keyed record in the same partition
+    # (murmur2 of the key, as Kafka's default partitioner).
+    keyed = df.where("key IS NOT NULL").drop("partition").coalesce(1)
+    placed = {}
+    for fmt in FORMATS:
+        target = create_topic(kafka, unique(f"{fmt}-keyed"), partitions=3)
+        # Append: the mode both take (Spark allows Python data sources no ErrorIfExists,
+        # the default, which Spark's Kafka sink takes to mean append).
+        (keyed.write.mode("append").format(fmt).option("kafka.bootstrap.servers", kafka)
+         .option("topic", target).save())
+        placed[fmt] = written(spark_kafka, kafka, target, 3)
+    assert placed["kafka"] == placed["sluice"]
+    assert sorted((r[1:] for r in placed["kafka"]), key=lambda r: r[0]) == sorted(
+        (r[1:] for r in rows if r[1] is not None), key=lambda r: r[0])
+    assert len({p for p, *_ in placed["kafka"]}) == 3
+
+
+def test_streaming_write_with_spark_kafka_sink(spark_kafka, kafka, tmp_path):
+    source, target = (create_topic(kafka, unique(name), partitions=2) for name in ("from", "to"))
+    rows = sink_rows(40, 2)
+    expected = produce(kafka, source, [(p, k, v, list(h), None) for p, k, v, h in rows])
+    df = read(spark_kafka, "sluice", kafka, source, "read_committed", streaming=True)
+    query = (df.select("partition", "key", "value", "headers").writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", kafka).option("topic", target)
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    # Each partition's records go to the same partition of the target, in offset order.
+    assert written(spark_kafka, kafka, target, 2) == [(r[3], r[0], r[1], r[7]) for r in expected]
