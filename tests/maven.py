@@ -116,3 +116,12 @@ def java_command(entries: list[pathlib.Path], main_class: str, *args: str,
     tuning = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if quick_start else []
     return [java, f"-Xmx{heap}", *tuning,
             "-cp", os.pathsep.join(str(e) for e in entries), main_class, *args]
+
+
+if __name__ == "__main__":  # python -m tests.maven GROUP:ARTIFACT:VERSION...: print the classpath
+    import sys
+
+    try:
+        print(os.pathsep.join(str(entry) for entry in classpath(sys.argv[1:])))
+    except MavenUnavailable as exc:
+        sys.exit(f"tests.maven: {exc}")
