@@ -8,17 +8,17 @@ without a trip through the event loop.
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
-                           DELETE_RECORDS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
-                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
+                           DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
+                           DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
                            LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
-                           OFFSET_DELETE, OFFSET_FETCH, PRODUCE, SYNC_GROUP, TXN_OFFSET_COMMIT,
-                           WRITE_TXN_MARKERS)
+                           OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
+                           SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 
 from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, fetch,
-                             groups, list_offsets, metadata, offsets, produce, topics_admin,
-                             transactions)
+                             groups, list_offsets, metadata, offset_for_leader_epoch, offsets,
+                             produce, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -26,6 +26,7 @@ HANDLERS = {
     PRODUCE.key: produce.handle,
     FETCH.key: fetch.handle,
     LIST_OFFSETS.key: list_offsets.handle,
+    OFFSET_FOR_LEADER_EPOCH.key: offset_for_leader_epoch.handle,
     CREATE_TOPICS.key: topics_admin.create_topics,
     DELETE_TOPICS.key: topics_admin.delete_topics,
     DELETE_RECORDS.key: delete_records.handle,

@@ -7,7 +7,9 @@
 - timestamp >= 0: the first record whose timestamp is at or after it, found through
   the time index; offset -1 and timestamp -1 when there is none (or, for
   read_committed, when it lies at or beyond the last stable offset, as in Kafka).
-- v4+ checks `current_leader_epoch` and returns the leader epoch.
+- v4+ checks `current_leader_epoch` and returns the leader epoch, as Kafka does: the
+  current one for -1 (latest), else the epoch the returned offset was written under
+  (from the leader epoch history), -1 when no offset is found.
 """
 
 from __future__ import annotations
@@ -57,7 +59,10 @@ def handle(broker, header, request, client_host):
                     out.error_code = epoch_error
                     continue
                 out.offset, out.timestamp = _lookup(log, wanted.timestamp, committed)
-                out.leader_epoch = log.leader_epoch
+                if wanted.timestamp == LATEST:
+                    out.leader_epoch = log.leader_epoch
+                elif out.offset >= 0:
+                    out.leader_epoch = log.epochs.epoch_for(out.offset)
             except TopicError as exc:
                 out.error_code = exc.code
         topics.append(_Resp.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))

@@ -5,7 +5,11 @@ Three positions are kept distinct, as replication will need them:
 - `log_end_offset` (LEO): the offset the next appended record gets;
 - `high_watermark`: the offset below which records are acknowledged and visible to
   consumers. On a single broker it follows the LEO on every append.
-`leader_epoch` is stamped into every appended batch (partitionLeaderEpoch).
+`leader_epoch` is stamped into every appended batch (partitionLeaderEpoch); a start
+opens the partition one epoch past the last one it holds records of, as a Kafka
+leader's epoch moves on when its broker comes back. `epochs` (leader-epoch-checkpoint)
+records where each epoch's records begin: kept through truncation at either end, and
+rebuilt from the batches when the file is missing or unreadable.
 A fourth, `last_stable_offset` (LSO), is where read_committed consumers stop: the
 first offset of the oldest open transaction (from the producer state), else the high
 watermark. Transaction markers are appended by the coordinator (`append_marker`);
@@ -36,6 +40,7 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND
 
 from broker.config import LogConfig
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
+from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import FileRegion, LogSegment
 from broker.throttled_log import ThrottledLog
@@ -58,6 +63,9 @@ class LogError(Exception):
 _write_failures = ThrottledLog(log, logging.WARNING, burst=1)
 
 
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -76,12 +84,12 @@ class PartitionLog:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig, *,
                  recovery_point: int | None, log_start_offset: int = 0, leader_epoch: int = 0):
         """Open (or create) the log in `directory`. `recovery_point` is the offset up to
-        which data is known flushed, or None after a clean shutdown (nothing to check)."""
+        which data is known flushed, or None after a clean shutdown (nothing to check).
+        The leader epoch is at least `leader_epoch`, and past every epoch in the log."""
         self.directory = directory
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.leader_epoch = leader_epoch
         os.makedirs(directory, exist_ok=True)
         self.producer_state = ProducerStateManager(directory)
         self.segments: list[LogSegment] = []
@@ -94,6 +102,9 @@ class PartitionLog:
         self._load(recovery_point)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = self.log_end_offset
+        self.epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        self._load_epochs()
+        self.leader_epoch = max(leader_epoch, self.epochs.latest_epoch + 1)
         self.recovery_point = self.log_end_offset if recovery_point is None else \
             min(recovery_point, self.log_end_offset)
 
@@ -131,6 +142,37 @@ class PartitionLog:
         else:
             self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
+
+    def _load_epochs(self) -> None:
+        """The epoch history from its file, else from the batches; cut to the log's range."""
+        if not self.epochs.load():
+            for _, _, header in self._headers_from(self.log_start_offset):
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
+            if self.epochs.entries:
+                self._write_epochs(self.epochs.write)
+        self._write_epochs(lambda: self.epochs.truncate_from_end(self.log_end_offset))
+        self._write_epochs(lambda: self.epochs.truncate_from_start(self.log_start_offset))
+
+    def _write_epochs(self, change) -> None:
+        """Change the epoch history; a failed write (a full disk) is warned of and the file
+        rebuilt from the batches at the next start."""
+        try:
+            change()
+        except OSError as exc:
+            _write_failures("%s-%d: cannot write %s: %s", self.topic, self.partition,
+                            LEADER_EPOCH_CHECKPOINT, exc)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch. The current epoch ends at the log
+        end even before its first record (Kafka records it when leadership begins)."""
+        if epoch == self.leader_epoch:
+            return epoch, self.log_end_offset
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def _begin_epoch(self, base: int) -> None:
+        """The first append under the current leader epoch records where it begins."""
+        if self.leader_epoch > self.epochs.latest_epoch:
+            self._write_epochs(lambda: self.epochs.assign(self.leader_epoch, base))
 
     @property
     def _max_batch_bytes(self) -> int:
@@ -170,6 +212,7 @@ class PartitionLog:
         checks do not look (before a sealed segment's last index entry)."""
         self._recover({self.segments.index(segment): why})
         self._base_offsets = [s.base_offset for s in self.segments]
+        self._write_epochs(lambda: self.epochs.truncate_from_end(self.log_end_offset))
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
@@ -254,6 +297,7 @@ class PartitionLog:
             return AppendResult(duplicate[0], duplicate[1], -1, True)
         self._maybe_roll(header.size, header)
         base = self.log_end_offset
+        self._begin_epoch(base)
         set_base_offset(batch, base)
         set_partition_leader_epoch(batch, self.leader_epoch)
         append_time = -1
@@ -294,6 +338,7 @@ class PartitionLog:
         header = parse_header(batch)
         self._maybe_roll(header.size, header)
         base = self.log_end_offset
+        self._begin_epoch(base)
         set_base_offset(batch, base)
         set_partition_leader_epoch(batch, self.leader_epoch)
         header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
@@ -505,6 +550,7 @@ class PartitionLog:
         del self.segments[:deletable]
         self._base_offsets = [s.base_offset for s in self.segments]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._write_epochs(lambda: self.epochs.truncate_from_start(self.log_start_offset))
         return deletable
 
     def delete_records_before(self, offset: int) -> None:
@@ -516,6 +562,7 @@ class PartitionLog:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self.segments.pop(0).delete()
         self._base_offsets = [s.base_offset for s in self.segments]
+        self._write_epochs(lambda: self.epochs.truncate_from_start(self.log_start_offset))
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,42 @@
+"""OffsetForLeaderEpoch v0–4 (flexible from v4): where a leader epoch's records end.
+
+Consumers ask it after a leader epoch change to check that their position was not lost
+to truncation (KIP-320); followers ask it to find where their log diverges.
+- Per partition: the largest epoch at or below the one asked and the end offset of
+  that epoch (the log end offset for the latest epoch), by the rules of
+  `broker.storage.leader_epochs`; -1/-1 for an epoch above all known ones.
+- v2+ `current_leader_epoch` is checked as Fetch checks it (FENCED_LEADER_EPOCH for an
+  older one, UNKNOWN_LEADER_EPOCH for a newer one); an unknown topic or partition is
+  UNKNOWN_TOPIC_OR_PARTITION. v3+ `replica_id` (-1 consumers, -2 debugging, a broker id
+  for followers) changes nothing on a single broker.
+"""
+
+from __future__ import annotations
+
+from wire.messages import OFFSET_FOR_LEADER_EPOCH
+
+from broker.handlers.fetch import _leader_epoch_error
+from broker.topics import TopicError
+
+_Resp = OFFSET_FOR_LEADER_EPOCH.response
+
+
+def handle(broker, header, request, client_host):
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            out = _Resp.EpochEndOffset(partition=wanted.partition, leader_epoch=-1, end_offset=-1)
+            partitions.append(out)
+            try:
+                log = broker.topics.log(topic.topic, wanted.partition)
+            except TopicError as exc:
+                out.error_code = exc.code
+                continue
+            epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)
+            if epoch_error is not None:
+                out.error_code = epoch_error
+                continue
+            out.leader_epoch, out.end_offset = log.end_offset_for_epoch(wanted.leader_epoch)
+        topics.append(_Resp.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
+    return _Resp(throttle_time_ms=0, topics=topics)
