@@ -1486,7 +1486,8 @@ def cpu_per_record(results: dict) -> list[str]:
             k = _pick(rows, broker="kafka", **{key: s[key] for key in keys})
             if not k or s["records_per_s"] >= k["records_per_s"]:
                 continue
-            label = " ".join(str(s[key]) if key != "acks" else f"acks={s[key]}" for key in keys)
+            label = " ".join(f"acks={s[key]}" if key == "acks" else f"{s[key]}p" if key == "partitions"
+                             else str(s[key]) for key in keys)
             per = {r["broker"]: r["broker_cpu_s"] / r["records"] * 1e6 for r in (s, k)}
             lines.append(f"| {section} {label} | {1 - s['records_per_s'] / k['records_per_s']:.0%} | "
                          f"{s['seconds']:.2f} / {k['seconds']:.2f} | {s['broker_cpu_s']:.2f} / "
@@ -1637,7 +1638,7 @@ def chart(results: dict, path: str) -> None:
     panel(axes[0][0], pick("produce", "rec/s"), "produce (100-byte records)", "thousand records/s", 1e-3)
     panel(axes[1][0], pick("produce", "broker CPU s"), "produce: broker CPU", "CPU seconds")
     panel(axes[0][1], pick("consume", "rec/s"), "consume, cold start", "thousand records/s", 1e-3)
-    panel(axes[1][1], pick("e2e", "ms"), "end-to-end latency at 10,000 records/s", "ms (log scale)",
+    panel(axes[1][1], pick("e2e", "ms"), "end-to-end latency (producer paced)", "ms (log scale)",
           log_scale=True, limit=5.0)
     panel(axes[0][2], pick("startup") + pick("memory"), "start-up and memory", "s / MiB (log scale)",
           log_scale=True)
