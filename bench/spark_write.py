@@ -112,9 +112,10 @@ def session():
 
 
 def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, spark=None,
-        mode: str = "custom", log=lambda line: None) -> dict:
+        mode: str = "custom", log=lambda line: None, read_with_kafka: bool = True) -> dict:
     """Every writer `repeats` times (fastest kept), then the reads (skipped when read_rows
-    is 0); uses (and leaves running) `spark` when one is given. Writes no report."""
+    is 0; `read_with_kafka` adds the reads from an Apache Kafka broker); uses (and leaves
+    running) `spark` when one is given. Writes no report."""
     import confluent_kafka
     import pyspark
 
@@ -214,7 +215,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
                              "ratio": ratio, "limit": TARGET, "met": ratio >= TARGET}
         if read_rows:
             log(f"reads: {read_rows:,} rows, fastest of {read_repeats} (bench.spark_read)")
-            read = spark_read.run(read_rows, read_repeats, spark=spark)
+            read = spark_read.run(read_rows, read_repeats, spark=spark, with_kafka=read_with_kafka, log=log)
             read.pop("machine")
             results["read"] = read
     finally:
