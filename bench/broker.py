@@ -1852,8 +1852,10 @@ def main(argv=None) -> None:
     results = run(sizes, mode, sections, log, with_kafka=not args.no_kafka)
     print()
     print(text_table(results["table"], results["targets"]))
-    print("(broker CPU/RSS: /proc of each broker process, the mock's too; e2e: the mock never "
-          "ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    print("(broker CPU/RSS: /proc of each broker process, Kafka's JVM and the mock's too; e2e: the "
+          "mock never ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    if not results["kafka"]["included"]:
+        print(f"KAFKA NOT IN THIS RUN: {results['kafka']['unavailable'] or 'no section that uses it ran'}")
     print(f"({results['seconds']:.0f} s: {results['section_seconds']}; load average before "
           f"{_loads(results, 'before')}, after {_loads(results, 'after')} on "
           f"{results['machine']['cores']} cores)")
