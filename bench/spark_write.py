@@ -357,6 +357,12 @@ def main(argv=None) -> None:
         print(f"  reads: sluice {read['sluice_rows_per_s']:,.0f} rows/s, ceiling "
               f"{read['ceiling_rows_per_s']:,.0f} rows/s, ratio {read['ratio']:.2f} (target >= 0.6; "
               f"and >= 1,000,000 rows/s) -> {'met' if read['targets_met'] else 'NOT met'}")
+        others = [f"{label} {read[f'{key}_rows_per_s']:,.0f}" for key, label in spark_read.SOURCES[1:4]
+                  if read.get(f"{key}_rows_per_s")]
+        if others:
+            print("  reads, rows/s: " + "; ".join(others))
+        for key, why in (read.get("unavailable") or {}).items():
+            print(f"  reads, not measured ({key}): {why}")
     print(f"({results['seconds']:.0f} s; load average before {_loads(results, 'before')}, after "
           f"{_loads(results, 'after')} on {results['machine']['cores']} cores)")
     if paths:
