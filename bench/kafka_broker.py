@@ -186,7 +186,9 @@ class KafkaBrokerProcess:
 
     def format(self, timeout: float = 120.0) -> float:
         """`kafka-storage format --standalone` with a fresh cluster id: seconds taken."""
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id like "-x..." reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         started = time.perf_counter()
         try:
             done = subprocess.run(self._command("kafka.tools.StorageTool", "format", "-t", cluster_id,
@@ -195,8 +197,9 @@ class KafkaBrokerProcess:
         except subprocess.TimeoutExpired:
             raise KafkaUnavailable(f"formatting Kafka's storage took over {timeout:g} s") from None
         if done.returncode != 0:
+            output = "".join(line for line in (done.stdout + done.stderr).splitlines(True) if "SLF4J" not in line)
             raise KafkaUnavailable(f"kafka.tools.StorageTool format exited with {done.returncode}: "
-                                   f"{(done.stdout + done.stderr).strip()[-1500:]}")
+                                   f"{output.strip()[-1500:]}")
         self.format_s = time.perf_counter() - started
         return self.format_s
 
