@@ -41,6 +41,7 @@ JVM_FLAGS = ["-Xms1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
              "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
              "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
 PERF_HEAP = "512m"
+CREATE_BATCH = 5000  # partitions per CreateTopics request
 LOG4J2 = ("status = error\nappender.err.type = Console\nappender.err.name = ERR\n"
           "appender.err.target = SYSTEM_ERR\nappender.err.layout.type = PatternLayout\n"
           "appender.err.layout.pattern = %d %p %c: %m%n\nrootLogger.level = error\n"
@@ -294,17 +295,28 @@ class KafkaTarget:
         """Created, and every partition's leader known to the broker (bounded)."""
         from confluent_kafka.admin import NewTopic
 
-        futures = self.admin.create_topics(
-            [NewTopic(name, partitions, 1, config=dict(configs or {})) for name, partitions in topics.items()],
-            operation_timeout=self.timeout, request_timeout=self.timeout)
+        # Kafka's controller refuses one request writing more than 10,000 metadata records
+        # (one per partition, one per topic): requests of at most CREATE_BATCH partitions.
+        batches, batch, size = [], [], 0
+        for name, partitions in topics.items():
+            if batch and size + partitions > CREATE_BATCH:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(NewTopic(name, partitions, 1, config=dict(configs or {})))
+            size += partitions
+        batches.append(batch)
         failed = {}
-        for name, future in futures.items():
-            try:
-                future.result(self.timeout)
-            except Exception as e:  # noqa: BLE001 (KafkaException; reported below)
-                failed[name] = e
+        for batch in batches:
+            futures = self.admin.create_topics(batch, operation_timeout=self.timeout,
+                                               request_timeout=self.timeout)
+            for name, future in futures.items():
+                try:
+                    future.result(self.timeout)
+                except Exception as e:  # noqa: BLE001 (KafkaException; reported below)
+                    failed[name] = e
         if failed:
-            raise RuntimeError(f"kafka: create topics failed: {failed}")
+            raise RuntimeError(f"kafka: creating {len(failed)} topics failed, e.g. "
+                               f"{dict(list(failed.items())[:2])}")
         deadline = time.monotonic() + self.timeout
         waiting = dict(topics)
         while waiting:
