@@ -195,7 +195,7 @@ class Probe:
                                  + t.children_system - self.children0.children_system)}
 
 
-# -- the two brokers -----------------------------------------------------------------------
+# -- the brokers (Kafka's: bench.kafka_broker.KafkaTarget) -----------------------------------------------------------------------
 
 class SluiceTarget:
     name = "sluice"
@@ -446,7 +446,7 @@ def fill_consume_topic(target, topic: str, sizes: Sizes, pool) -> int:
 CONSUMER_QUEUE = {"queued.min.messages": 10_000_000, "queued.max.messages.kbytes": 1_048_576}
 # The consume clients: librdkafka's defaults (fetch.max.bytes 50 MB, 1 MB per partition:
 # Sluice answers with up to 8 MB here, the mock with one batch per partition, ~0.5 MB), and
-# kcat asking for at most 1 MiB per fetch from both brokers, which shows how much of the
+# kcat asking for at most 1 MiB per fetch from every broker, which shows how much of the
 # difference is the client's handling of large responses rather than the broker.
 CONSUME_CLIENTS = {"python": {}, "kcat": {}, "kcat fetch.max.bytes=1MiB": {"fetch.max.bytes": MIB}}
 
@@ -509,7 +509,7 @@ def fetch_timeline(lines) -> dict:
     """Where a kcat cold-start consume spent its time, from librdkafka's protocol debug log:
     librdkafka keeps one Fetch in flight per broker, so the run alternates between waiting
     for a response (the broker's work, the transfer and the client reading the socket) and
-    handling it before the next request (the client's alone). The last response, the end-of-topic poll that both brokers
+    handling it before the next request (the client's alone). The last response, the end-of-topic poll that every broker
     hold for fetch.wait.max.ms, is left out."""
     start, events = None, []
     for line in lines:
@@ -542,7 +542,7 @@ def consume_timeline(target, topic: str, count: int, timeout: float, workdir: st
 
 
 def bench_consume(targets, sizes: Sizes, pool, workdir: str, log) -> tuple[list[dict], list[dict]]:
-    """Cold starts alternate between the brokers (load drifts hit both); the median run
+    """Cold starts alternate between the brokers (load drifts hit all); the median run
     is kept. One more kcat run per broker, with librdkafka's protocol log, shows where
     the time goes (`fetch_timeline`)."""
     topics = {target.name: f"consume-{uuid.uuid4().hex[:6]}" for target in targets}
@@ -1441,7 +1441,7 @@ NOTES = [
     "median of the repeats leaves such runs out; all_seconds in the JSON shows them.",
     "End-to-end latency: records sent at a fixed rate by a producer in this process, received "
     "by a consumer in another (bench.e2e_consumer), both timed with CLOCK_MONOTONIC; the first "
-    "records (warm-up) are not counted. Four settings, identical for both brokers: producer "
+    "records (warm-up) are not counted. Four settings, identical for every broker: producer "
     "linger.ms 0 (the target's setting) or 1, consumer fetch.wait.max.ms 500 (librdkafka's "
     "default) or 1. The mock cluster does not answer a waiting fetch when data arrives (it "
     "always waits fetch.wait.max.ms on an empty fetch), so only fetch.wait.max.ms=1 compares "
@@ -1458,7 +1458,7 @@ NOTES = [
     "work on the machine can only lengthen one; the JSON has them all); the start "
     "after SIGKILL is the first start after killing the broker right after writing. The page "
     "cache is warm throughout (no cache dropping on a shared machine).",
-    "Both brokers, the clients and this harness share the machine's cores.",
+    "All three brokers, the clients and this harness share the machine's cores.",
 ]
 
 
