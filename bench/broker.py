@@ -195,7 +195,7 @@ class Probe:
                                  + t.children_system - self.children0.children_system)}
 
 
-# -- the brokers (Kafka's: bench.kafka_broker.KafkaTarget) -----------------------------------------------------------------------
+# -- the brokers (Kafka: bench.kafka_broker.KafkaTarget) ------------------------------------
 
 class SluiceTarget:
     name = "sluice"
