@@ -1352,7 +1352,9 @@ def _verdict(t) -> str:
 
 
 def _x(ratio) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x" if ratio >= 0.001 else f"{ratio:.1e}x"
 
 
 def text_table(rows: list[dict], targets: list[dict]) -> str:
