@@ -1,31 +1,42 @@
-"""Broker benchmarks: Sluice's broker process side by side with librdkafka's mock cluster.
+"""Broker benchmarks: Sluice's broker, Apache Kafka and librdkafka's mock cluster side by side.
 
-Both brokers run in the same benchmark run, each as a process of its own on 127.0.0.1:
+The three brokers run in the same benchmark run, each as a process of its own on 127.0.0.1:
 - sluice: `python -m broker` (tests.broker_process.BrokerProcess), durable on disk in a
   temporary directory;
+- kafka: Apache Kafka (tests.maven.KAFKA_VERSION, from Maven Central) as one KRaft node in
+  combined mode, in a JVM of its own with Kafka's default heap and GC settings, its log on
+  the same disk (bench.kafka_broker). When it cannot be resolved or started (no network, no
+  Java), the run says so and carries on with the other two;
 - mock: librdkafka's mock cluster, a C broker keeping its log in memory (bench.mock_broker:
   at most ~5 MB per partition, so consume comparisons stay below that).
 
-Benchmarks (same clients and settings against both brokers):
+Benchmarks (same clients and settings against every broker):
 1. produce: acks=all/1 x 1/8 partitions x none/lz4, with confluent-kafka's Producer
    (linger.ms=5, batch.size=1000000) and with kcat -P; 100-byte values. records/s, MB/s,
    broker CPU seconds (/proc/<pid>/stat) and peak broker RSS (VmHWM, reset per run).
+   Then Kafka's own producer benchmark (org.apache.kafka.tools.ProducerPerformance from
+   kafka-tools, acks=all, 1 and 8 partitions, the same record count and size).
 2. consume from a cold start: confluent-kafka Consumer (assign from the beginning) and
    kcat -C -e -o beginning (also asking for at most 1 MiB per fetch); then one kcat run
    per broker with librdkafka's protocol log, which splits the time between waiting for
    the broker and handling its responses.
 3. end-to-end latency at a fixed 10,000 records/s (linger.ms=0, acks=all): p50/p99/p99.9.
-4. log scaling (Sluice only): small fetch at the head vs the tail of a large partition;
+4. start-up and memory: a fresh broker per start, from starting its process to its first
+   Metadata answer (Kafka's storage formatted beforehand, not counted), and its RSS once
+   idle; the RSS under load is the produce runs' peak.
+5. log scaling (Sluice only): small fetch at the head vs the tail of a large partition;
    start-up after a clean shutdown and after SIGKILL, small log vs large log.
-5. many partitions: Metadata time, produce rate and broker RSS with N partitions.
-6. profile: py-spy samples of the Sluice broker while kcat produces (acks=all, one
-   partition): the share of samples per innermost Python function.
+6. many partitions: Metadata time, produce rate and broker RSS with N partitions.
+7. profile: py-spy samples of the Sluice broker while kcat produces (acks=all, one
+   partition) and while kcat consumes: the share of samples per innermost Python function.
 
-Results: a table on stdout; markdown, JSON and a PNG chart under bench/results/.
-Targets are stated and marked met / NOT met; nothing here asserts speed.
+Results: a table on stdout (Sluice/Kafka next to Sluice/mock); markdown, JSON and a PNG
+chart under bench/results/. Targets are stated and marked met / NOT met, and figures where
+Sluice is behind Kafka are listed with the gap; nothing here asserts speed.
 
     python -m bench.broker [--quick] [--records N] [--log-mb M] [--many-partitions P]
-                           [--only produce,consume,e2e,log,partitions,profile] [--out DIR]
+                           [--only produce,perftest,consume,e2e,startup,log,partitions,profile]
+                           [--no-kafka] [--out DIR]
 """
 
 from __future__ import annotations
@@ -59,7 +70,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "bench", "results")
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
-SECTIONS = ("produce", "consume", "e2e", "log", "partitions", "profile")
+SECTIONS = ("produce", "perftest", "consume", "e2e", "startup", "log", "partitions", "profile")
+BROKERS = ("sluice", "kafka", "mock")  # the order of every table
 MOCK_PARTITION_BYTES = 5 * MIB  # what the mock cluster keeps per partition
 
 
@@ -82,6 +94,8 @@ class Sizes:
     many_records_per_partition: int
     metadata_samples: int
     step_timeout: float          # seconds: no single step may take longer
+    cold_starts: int = 5         # fresh brokers started per broker (fastest kept)
+    idle_seconds: float = 5.0    # after the first answer, before reading the idle RSS
 
 
 FULL = Sizes(records=5_000_000, produce_repeats=1, consume_partitions=8, consume_per_partition=40_000,
@@ -94,14 +108,16 @@ QUICK = dataclasses.replace(FULL, records=200_000, produce_repeats=3, consume_pe
                             consume_repeats=5,
                             e2e_seconds=2.0, e2e_warmup_seconds=0.5, log_bytes=200 * MIB,
                             log_segment_bytes=64 * MIB, fetch_samples=200, startup_repeats=5,
-                            many_partitions=1_000, metadata_samples=5, step_timeout=300.0)
+                            many_partitions=1_000, metadata_samples=5, step_timeout=300.0,
+                            cold_starts=3, idle_seconds=2.0)
 # What the smoke test runs: every code path, a few seconds each.
 TINY = dataclasses.replace(QUICK, records=3_000, produce_repeats=1, consume_partitions=4, consume_per_partition=500,
                            consume_repeats=1,
                            e2e_rate=1_000, e2e_seconds=1.0, e2e_warmup_seconds=0.3,
                            log_bytes=3 * MIB, log_segment_bytes=1 * MIB, fetch_samples=5,
                            startup_repeats=1, many_partitions=20, many_partitions_per_topic=10,
-                           many_records_per_partition=2, metadata_samples=2, step_timeout=120.0)
+                           many_records_per_partition=2, metadata_samples=2, step_timeout=120.0,
+                           cold_starts=1, idle_seconds=0.5)
 
 
 # -- values ------------------------------------------------------------------------------
@@ -179,7 +195,7 @@ class Probe:
                                  + t.children_system - self.children0.children_system)}
 
 
-# -- the two brokers -----------------------------------------------------------------------
+# -- the brokers (Kafka: bench.kafka_broker.KafkaTarget) ------------------------------------
 
 class SluiceTarget:
     name = "sluice"
@@ -430,7 +446,7 @@ def fill_consume_topic(target, topic: str, sizes: Sizes, pool) -> int:
 CONSUMER_QUEUE = {"queued.min.messages": 10_000_000, "queued.max.messages.kbytes": 1_048_576}
 # The consume clients: librdkafka's defaults (fetch.max.bytes 50 MB, 1 MB per partition:
 # Sluice answers with up to 8 MB here, the mock with one batch per partition, ~0.5 MB), and
-# kcat asking for at most 1 MiB per fetch from both brokers, which shows how much of the
+# kcat asking for at most 1 MiB per fetch from every broker, which shows how much of the
 # difference is the client's handling of large responses rather than the broker.
 CONSUME_CLIENTS = {"python": {}, "kcat": {}, "kcat fetch.max.bytes=1MiB": {"fetch.max.bytes": MIB}}
 
@@ -493,7 +509,7 @@ def fetch_timeline(lines) -> dict:
     """Where a kcat cold-start consume spent its time, from librdkafka's protocol debug log:
     librdkafka keeps one Fetch in flight per broker, so the run alternates between waiting
     for a response (the broker's work, the transfer and the client reading the socket) and
-    handling it before the next request (the client's alone). The last response, the end-of-topic poll that both brokers
+    handling it before the next request (the client's alone). The last response, the end-of-topic poll that every broker
     hold for fetch.wait.max.ms, is left out."""
     start, events = None, []
     for line in lines:
@@ -526,7 +542,7 @@ def consume_timeline(target, topic: str, count: int, timeout: float, workdir: st
 
 
 def bench_consume(targets, sizes: Sizes, pool, workdir: str, log) -> tuple[list[dict], list[dict]]:
-    """Cold starts alternate between the brokers (load drifts hit both); the median run
+    """Cold starts alternate between the brokers (load drifts hit all); the median run
     is kept. One more kcat run per broker, with librdkafka's protocol log, shows where
     the time goes (`fetch_timeline`)."""
     topics = {target.name: f"consume-{uuid.uuid4().hex[:6]}" for target in targets}
@@ -651,6 +667,110 @@ def bench_e2e(targets, sizes: Sizes, log) -> list[dict]:
                 f"({row['measured']} records at {row['achieved_rate']:,.0f}/s"
                 + ("" if row["complete"] else ", INCOMPLETE")
                 + (f", {row['lost']} records never arrived" if row["lost"] else "") + ")")
+    return rows
+
+
+# -- 1b. Kafka's own producer benchmark --------------------------------------------------------------
+
+PERFTEST_PARTITIONS = (1, 8)
+# Kafka's Java client cannot use librdkafka's mock cluster: the mock answers its ApiVersions
+# v5 request with UNSUPPORTED_VERSION in a body the client reads as throttle_time_ms=1179648,
+# and the client then waits those 20 minutes before sending anything (seen with Kafka 4.4's
+# client and confluent-kafka 2.16's librdkafka).
+PERFTEST_SKIPPED = {"mock": "Kafka's Java client reads the mock's ApiVersions fallback answer as a "
+                            "20-minute throttle and never sends"}
+
+
+def bench_perftest(targets, sizes: Sizes, log) -> list[dict] | dict:
+    """org.apache.kafka.tools.ProducerPerformance against each broker: acks=all, the same
+    record count and size and the same batching settings as the other producers. Its rate
+    is its own (clock started at the first send); wall time includes the JVM's start."""
+    from bench.kafka_broker import KafkaUnavailable, producer_performance
+
+    props = {k: v for k, v in producer_config("", "all", "none").items() if k != "bootstrap.servers"}
+    props = {k: str(v).lower() for k, v in props.items()}
+    rows = []
+    for name, reason in PERFTEST_SKIPPED.items():
+        if any(t.name == name for t in targets):
+            log(f"  ProducerPerformance against {name}: not run ({reason})")
+    for partitions in PERFTEST_PARTITIONS:
+        for target in targets:
+            if target.name in PERFTEST_SKIPPED:
+                continue
+            topic = f"perftest-{partitions}-{uuid.uuid4().hex[:6]}"
+            target.create_topics({topic: partitions})
+            probe = Probe(target.pid)
+            try:
+                perf = producer_performance(target.bootstrap, topic, sizes.records, VALUE_SIZE, props,
+                                            sizes.step_timeout)
+            except KafkaUnavailable as e:
+                log(f"  Kafka's ProducerPerformance is unavailable: {e}")
+                return {"error": str(e)}
+            m = probe.stop()
+            written = sum(high for _, high in watermarks(target.bootstrap, topic, partitions))
+            target.delete_topic(topic)
+            row = {"client": "kafka-perf", "acks": "all", "partitions": partitions, "compression": "none",
+                   "broker": target.name, "written": written, **m, **perf,
+                   "wall_seconds": m["seconds"]}
+            rows.append(row)
+            log(f"  ProducerPerformance acks=all {partitions}p {target.name:6}: "
+                f"{row['records_per_s']:10,.0f} rec/s {row['mb_per_s']:6.1f} MB/s, avg latency "
+                f"{row['avg_latency_ms']:.0f} ms, broker cpu {m['broker_cpu_s']:5.2f}s rss "
+                f"{m['broker_peak_rss_mib']:6.0f} MiB"
+                + (f"  (high watermarks sum {written}, not {sizes.records})" if written != sizes.records else ""))
+    return rows
+
+
+# -- 3b. start-up and memory ------------------------------------------------------------------------
+
+def cold_start(make, workdir: str, sizes: Sizes) -> dict:
+    """One fresh broker: seconds from starting its process to its first Metadata answer
+    naming a broker (Kafka's storage formatted beforehand, outside the time), then its
+    RSS after `idle_seconds` of idleness."""
+    from bench.kafka_broker import KafkaTarget, wait_for_metadata
+
+    target = make(workdir, sizes)
+    try:
+        format_s = None
+        if isinstance(target, KafkaTarget):
+            format_s = target.process.format(sizes.step_timeout)
+            target.process.start(timeout=min(sizes.step_timeout, 180.0))
+            seconds = target.process.start_s
+        else:
+            started = time.perf_counter()
+            target.process.start(timeout=60) if isinstance(target, SluiceTarget) else target.process.start()
+            seconds = wait_for_metadata(target.bootstrap, time.monotonic() + 60) - started
+        rss_first = memory_kib(target.pid, "VmRSS")
+        time.sleep(sizes.idle_seconds)  # a measured idle period, not a wait for a condition
+        rss_idle = memory_kib(target.pid, "VmRSS")
+        threads = len(os.listdir(f"/proc/{target.pid}/task"))
+    finally:
+        target.stop()
+    return {"start_s": seconds, "format_s": format_s, "rss_at_first_answer_mib": rss_first / 1024,
+            "rss_idle_mib": rss_idle / 1024, "threads": threads}
+
+
+def bench_startup(makes, workdir: str, sizes: Sizes, log) -> list[dict]:
+    """`cold_starts` fresh brokers of each kind, taking turns; the fastest start is the
+    figure (other work on a shared machine can only lengthen one), the median is kept too."""
+    runs = {make.name: [] for make in makes}
+    for _ in range(sizes.cold_starts):
+        for make in makes:
+            runs[make.name].append(cold_start(make, workdir, sizes))
+    rows = []
+    for make in makes:
+        r = runs[make.name]
+        starts = [x["start_s"] for x in r]
+        row = {"broker": make.name, "start_s": min(starts), "start_median_s": statistics.median(starts),
+               "all_start_s": starts,
+               "rss_idle_mib": statistics.median(x["rss_idle_mib"] for x in r),
+               "rss_at_first_answer_mib": statistics.median(x["rss_at_first_answer_mib"] for x in r),
+               "threads": r[-1]["threads"], "idle_seconds": sizes.idle_seconds,
+               "format_s": min((x["format_s"] for x in r if x["format_s"] is not None), default=None)}
+        rows.append(row)
+        log(f"  start-up {make.name:6}: {row['start_s']:.2f} s to the first Metadata answer (fastest "
+            f"of {len(starts)}, median {row['start_median_s']:.2f} s); idle RSS {row['rss_idle_mib']:.0f} MiB "
+            f"after {sizes.idle_seconds:g} s, {row['threads']} threads")
     return rows
 
 
@@ -803,7 +923,7 @@ def dir_bytes(path: str) -> int:
 
 # -- 5. many partitions -----------------------------------------------------------------------------
 
-def bench_partitions(workdir: str, sizes: Sizes, log) -> list[dict]:
+def bench_partitions(makes, workdir: str, sizes: Sizes, log) -> list[dict]:
     from confluent_kafka import Consumer, Producer
 
     from wire.client import Client
@@ -812,8 +932,14 @@ def bench_partitions(workdir: str, sizes: Sizes, log) -> list[dict]:
     topics = {f"many-{t:04d}": per_topic for t in range(max(1, sizes.many_partitions // per_topic))}
     partitions = sum(topics.values())
     rows = []
-    for make in (SluiceTarget, MockTarget):
-        target = make(workdir, sizes).start()  # a fresh broker: its RSS is these partitions'
+    from bench.kafka_broker import KafkaUnavailable
+
+    for make in makes:
+        try:
+            target = make(workdir, sizes).start()  # a fresh broker: its RSS is these partitions'
+        except KafkaUnavailable as e:
+            log(f"  {make.name}: not measured, KAFKA UNAVAILABLE: {e}")
+            continue
         try:
             rss_before = memory_kib(target.pid, "VmRSS")
             started = time.perf_counter()
@@ -913,47 +1039,68 @@ def _stop_recorder(recorder: subprocess.Popen) -> str:
         return recorder.communicate()[1]
 
 
+def _recorded(spy: str, pid: int, out: str, work) -> tuple[dict, str, int]:
+    """py-spy recording broker `pid` while `work(round)` runs (again until PROFILE_MIN_SECONDS
+    have passed): (the Probe's figures, py-spy's stderr, rounds)."""
+    recorder = subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw",
+                                 "--output", out, "--rate", str(PROFILE_RATE_HZ), "--nonblocking"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # attached before the first record
+        probe = Probe(pid)
+        rounds = 0
+        while rounds < PROFILE_MAX_ROUNDS and (
+                rounds == 0 or time.perf_counter() - probe.t0 < PROFILE_MIN_SECONDS):
+            work(rounds)
+            rounds += 1
+        m = probe.stop()
+    finally:
+        err = _stop_recorder(recorder)
+    return m, err, rounds
+
+
 def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
+    """py-spy of the Sluice broker while kcat produces (acks=all, one partition), then while
+    kcat consumes that partition from the beginning (cold starts, as in 2.)."""
     spy = py_spy_path()
     if spy is None:
         log("  py-spy is not installed: no profile")
         return {"error": "py-spy is not installed"}
     path = os.path.join(workdir, "profile-records.txt")
     kcat_records_file(path, sizes.records, pool)
-    out = os.path.join(workdir, "profile.txt")
+    outs = {kind: os.path.join(workdir, f"profile-{kind}.txt") for kind in ("produce", "consume")}
     target = SluiceTarget(os.path.join(workdir, "profile"), sizes).start()
-    recorder = None
+    topic = f"profile-{uuid.uuid4().hex[:6]}"
     try:
-        topic = f"profile-{uuid.uuid4().hex[:6]}"
         target.create_topics({topic: 1})
-        recorder = subprocess.Popen([spy, "record", "--pid", str(target.pid), "--format", "raw",
-                                     "--output", out, "--rate", str(PROFILE_RATE_HZ), "--nonblocking"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)  # attached before the first record
-        probe = Probe(target.pid)
-        rounds = 0
-        while rounds < PROFILE_MAX_ROUNDS and (
-                rounds == 0 or time.perf_counter() - probe.t0 < PROFILE_MIN_SECONDS):
-            produce_kcat(target.bootstrap, topic, path, "all", "none", sizes.step_timeout)
-            rounds += 1
-        m = probe.stop()
+        m, err, rounds = _recorded(spy, target.pid, outs["produce"], lambda _: produce_kcat(
+            target.bootstrap, topic, path, "all", "none", sizes.step_timeout))
+        produced = rounds * sizes.records
+        cm, cerr, crounds = _recorded(spy, target.pid, outs["consume"], lambda _: consume_kcat(
+            target.bootstrap, topic, produced, sizes.step_timeout))
     finally:
-        err = _stop_recorder(recorder) if recorder is not None else ""
         target.stop()
         os.remove(path)
-    if not os.path.exists(out):
-        log(f"  py-spy recorded nothing: {err.strip()[-300:]}")
-        return {"error": f"py-spy recorded nothing: {err.strip()[-300:]}"}
-    with open(out) as f:
-        samples, top = leaf_shares(f)
-    records = rounds * sizes.records
-    log(f"  {samples} samples while kcat produced {records:,} records "
-        f"({records / m['seconds']:,.0f} rec/s, broker CPU {m['broker_cpu_s']:.2f} s):")
-    for entry in top:
-        log(f"    {entry['share']:6.1%}  {entry['function']}")
-    return {"client": "kcat", "acks": "all", "partitions": 1, "compression": "none",
-            "records": records, "records_per_s": records / m["seconds"],
-            "samples": samples, "rate_hz": PROFILE_RATE_HZ, "top": top, **m}
+    result = {}
+    for kind, figures, error, records in (("produce", m, err, produced),
+                                          ("consume", cm, cerr, crounds * produced)):
+        if not os.path.exists(outs[kind]):
+            log(f"  py-spy recorded nothing ({kind}): {error.strip()[-300:]}")
+            result[kind] = {"error": f"py-spy recorded nothing: {error.strip()[-300:]}"}
+            continue
+        with open(outs[kind]) as f:
+            samples, top = leaf_shares(f)
+        log(f"  {kind}: {samples} samples while kcat {kind}d {records:,} records "
+            f"({records / figures['seconds']:,.0f} rec/s, broker CPU {figures['broker_cpu_s']:.2f} s "
+            f"of {figures['seconds']:.2f} s):")
+        for entry in top:
+            log(f"    {entry['share']:6.1%}  {entry['function']}")
+        result[kind] = {"client": "kcat", "partitions": 1, "compression": "none", "records": records,
+                        "records_per_s": records / figures["seconds"], "samples": samples,
+                        "rate_hz": PROFILE_RATE_HZ, "top": top, **figures}
+    produce = result["produce"]
+    # the produce profile's figures stay at the top level, as before; the consume one beside them
+    return {**({"acks": "all"} if "error" not in produce else {}), **produce, "consume": result["consume"]}
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -963,42 +1110,69 @@ def _pick(rows, **match):
     return found[0] if found else None
 
 
+# Which way is better, per unit of the table (for "where Sluice is behind")
+HIGHER_IS_BETTER = {"rec/s": True, "MB/s": True}
+
+
 def comparison_rows(results: dict) -> list[dict]:
-    """One row per figure: sluice, mock and sluice/mock."""
+    """One row per figure: sluice, kafka, mock, sluice/kafka and sluice/mock."""
     out = []
 
-    def add(section, name, unit, sluice, mock=None):
-        ratio = sluice / mock if sluice is not None and mock else None
-        out.append({"section": section, "name": name, "unit": unit, "sluice": sluice,
-                    "mock": mock, "ratio": ratio})
+    def add(section, name, unit, sluice, mock=None, kafka=None):
+        def ratio(other):
+            return sluice / other if sluice is not None and other else None
 
-    for r in (results.get("produce") or []):
+        out.append({"section": section, "name": name, "unit": unit, "sluice": sluice,
+                    "kafka": kafka, "mock": mock, "ratio_kafka": ratio(kafka), "ratio": ratio(mock)})
+
+    def others(rows, key, **match):
+        k, m = _pick(rows, broker="kafka", **match), _pick(rows, broker="mock", **match)
+        return {"kafka": k and k[key], "mock": m and m[key]}
+
+    produce = results.get("produce") or []
+    for r in produce:
         if r["broker"] != "sluice":
             continue
-        m = _pick(results["produce"], broker="mock", client=r["client"], acks=r["acks"],
-                  partitions=r["partitions"], compression=r["compression"])
+        match = {k: r[k] for k in ("client", "acks", "partitions", "compression")}
         label = f"{r['client']} acks={r['acks']} {r['partitions']}p {r['compression']}"
-        add("produce", label, "rec/s", r["records_per_s"], m and m["records_per_s"])
-        add("produce", label, "MB/s", r["mb_per_s"], m and m["mb_per_s"])
-        add("produce", label, "broker CPU s", r["broker_cpu_s"], m and m["broker_cpu_s"])
-        add("produce", label, "broker peak RSS MiB", r["broker_peak_rss_mib"], m and m["broker_peak_rss_mib"])
-    for r in (results.get("consume") or []):
+        for key, unit in (("records_per_s", "rec/s"), ("mb_per_s", "MB/s"), ("broker_cpu_s", "broker CPU s"),
+                          ("broker_peak_rss_mib", "broker peak RSS MiB")):
+            add("produce", label, unit, r[key], **others(produce, key, **match))
+    perf = results.get("perftest") if isinstance(results.get("perftest"), list) else []
+    for r in perf:
         if r["broker"] != "sluice":
             continue
-        m = _pick(results["consume"], broker="mock", client=r["client"])
-        add("consume", f"{r['client']} cold start", "rec/s", r["records_per_s"], m and m["records_per_s"])
-        add("consume", f"{r['client']} cold start", "MB/s", r["mb_per_s"], m and m["mb_per_s"])
+        label = f"Kafka ProducerPerformance acks=all {r['partitions']}p"
+        for key, unit in (("records_per_s", "rec/s"), ("avg_latency_ms", "avg latency ms"),
+                          ("broker_cpu_s", "broker CPU s"), ("broker_peak_rss_mib", "broker peak RSS MiB")):
+            add("produce", label, unit, r[key], **others(perf, key, partitions=r["partitions"]))
+    consume = results.get("consume") or []
+    for r in consume:
+        if r["broker"] != "sluice":
+            continue
+        for key, unit in (("records_per_s", "rec/s"), ("mb_per_s", "MB/s")):
+            add("consume", f"{r['client']} cold start", unit, r[key], **others(consume, key, client=r["client"]))
     e2e = results.get("e2e") or []
     for linger, wait in E2E_VARIANTS:
         s = _pick(e2e, broker="sluice", linger_ms=linger, fetch_wait_max_ms=wait)
-        m = _pick(e2e, broker="mock", linger_ms=linger, fetch_wait_max_ms=wait)
         if s:
             for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
                 add("e2e", f"{s['rate']:,}/s linger {linger} fetch.wait {wait} {label}", "ms",
-                    s[key], m and m[key])
-            if s.get("lost") or (m and m.get("lost")):
+                    s[key], **others(e2e, key, linger_ms=linger, fetch_wait_max_ms=wait))
+            lost = others(e2e, "lost", linger_ms=linger, fetch_wait_max_ms=wait)
+            if s.get("lost") or any(lost.values()):
                 add("e2e", f"{s['rate']:,}/s linger {linger} fetch.wait {wait} lost", "records",
-                    s.get("lost"), m and m.get("lost"))
+                    s.get("lost"), **lost)
+    startup = results.get("startup") or []
+    s = _pick(startup, broker="sluice")
+    if s:
+        add("startup", "cold start to first Metadata answer (fastest)", "s", s["start_s"],
+            **others(startup, "start_s"))
+        add("memory", f"RSS idle ({s['idle_seconds']:g} s after start)", "MiB", s["rss_idle_mib"],
+            **others(startup, "rss_idle_mib"))
+    if peak_rss(results, "sluice"):
+        add("memory", "RSS under load (highest produce peak)", "MiB", peak_rss(results, "sluice"),
+            mock=peak_rss(results, "mock"), kafka=peak_rss(results, "kafka"))
     log_ = results.get("log")
     if log_:
         large, small = log_["large"], log_["small"]
@@ -1011,15 +1185,38 @@ def comparison_rows(results: dict) -> list[dict]:
         add("log", "start-up after SIGKILL, small log", "s", small["after_sigkill_s"])
         add("log", "start-up after SIGKILL, large log", "s", large["after_sigkill_s"])
     many = results.get("partitions") or []
-    s, m = _pick(many, broker="sluice"), _pick(many, broker="mock")
+    s = _pick(many, broker="sluice")
     if s:
         n = f"{s['partitions']:,} partitions"
-        add("partitions", f"{n}: metadata (confluent)", "ms", s["metadata_confluent_ms"], m and m["metadata_confluent_ms"])
-        add("partitions", f"{n}: metadata (wire client)", "ms", s["metadata_wire_ms"], m and m["metadata_wire_ms"])
-        add("partitions", f"{n}: produce", "rec/s", s["records_per_s"], m and m["records_per_s"])
-        add("partitions", f"{n}: broker RSS", "MiB", s["rss_after_mib"], m and m["rss_after_mib"])
-        add("partitions", f"{n}: create topics", "s", s["create_s"], m and m["create_s"])
+        for key, name, unit in (("metadata_confluent_ms", "metadata (confluent)", "ms"),
+                                ("metadata_wire_ms", "metadata (wire client)", "ms"),
+                                ("records_per_s", "produce", "rec/s"), ("rss_after_mib", "broker RSS", "MiB"),
+                                ("create_s", "create topics", "s")):
+            add("partitions", f"{n}: {name}", unit, s[key], **others(many, key))
     return out
+
+
+def peak_rss(results: dict, broker: str) -> float | None:
+    """The broker's highest peak RSS over the produce runs (kcat, Python, ProducerPerformance)."""
+    perf = results.get("perftest") if isinstance(results.get("perftest"), list) else []
+    values = [r["broker_peak_rss_mib"] for r in (results.get("produce") or []) + perf
+              if r["broker"] == broker and r.get("broker_peak_rss_mib") is not None]
+    return max(values) if values else None
+
+
+def behind_kafka(rows: list[dict]) -> list[dict]:
+    """The table's rows where Sluice does worse than Kafka, with the gap (Sluice's figure
+    as a share of Kafka's, or how many times Kafka's it is)."""
+    behind = []
+    for r in rows:
+        ratio = r.get("ratio_kafka")
+        if ratio is None or r["section"] == "e2e" and r["unit"] == "records":
+            continue
+        higher = HIGHER_IS_BETTER.get(r["unit"], False)
+        if (ratio < 1.0) if higher else (ratio > 1.0):
+            gap = f"{1 - ratio:.0%} slower" if higher else f"{ratio:.2f}x Kafka's"
+            behind.append({**r, "gap": gap})
+    return behind
 
 
 def evaluate_targets(results: dict) -> list[dict]:
@@ -1075,6 +1272,61 @@ def evaluate_targets(results: dict) -> list[dict]:
     else:
         add("head fetch within 1.2x of tail", None, 1.2, False, "not run")
         add("clean start-up independent of log size", None, 1.2, False, "not run")
+    if (results.get("kafka") or {}).get("included"):
+        targets += kafka_targets(results)
+    return targets
+
+
+def kafka_targets(results: dict) -> list[dict]:
+    """Sluice against Apache Kafka: produce and consume throughput >= 1.0x with the Python
+    and kcat clients (the worst configuration counts), e2e p99 <= Kafka's, a faster cold
+    start, a lower RSS idle and under load. Each met / NOT met, never asserted."""
+    targets = []
+
+    def add(name, ratio, limit, higher_is_better, detail):
+        met = None if ratio is None else ratio >= limit if higher_is_better else ratio <= limit
+        targets.append({"target": name, "ratio": ratio, "limit": limit, "vs": "kafka",
+                        "higher_is_better": higher_is_better, "met": met, "detail": detail})
+
+    produce = results.get("produce") or []
+    for client in ("python", "kcat"):
+        ratios = []
+        for r in produce:
+            if r["broker"] == "sluice" and r["client"] == client:
+                k = _pick(produce, broker="kafka", client=client, acks=r["acks"],
+                          partitions=r["partitions"], compression=r["compression"])
+                if k:
+                    ratios.append((r["records_per_s"] / k["records_per_s"],
+                                   f"acks={r['acks']} {r['partitions']}p {r['compression']}"))
+        worst = min(ratios) if ratios else None
+        add(f"produce >= 1.0x Kafka, {client}", worst and worst[0], 1.0, True,
+            f"worst of {len(ratios)} configurations: {worst[1]}" if worst else "not run")
+    consume = results.get("consume") or []
+    for client in ("python", "kcat"):
+        s, k = _pick(consume, broker="sluice", client=client), _pick(consume, broker="kafka", client=client)
+        add(f"consume >= 1.0x Kafka, {client}", s and k and s["records_per_s"] / k["records_per_s"], 1.0,
+            True, f"{s['records_per_s']:,.0f} vs {k['records_per_s']:,.0f} rec/s (cold start, median)"
+            if s and k else "not run")
+    linger, wait = E2E_VARIANTS[0]
+    e2e = results.get("e2e") or []
+    s = _pick(e2e, broker="sluice", linger_ms=linger, fetch_wait_max_ms=wait)
+    k = _pick(e2e, broker="kafka", linger_ms=linger, fetch_wait_max_ms=wait)
+    ok = s and k and s["p99_ms"] is not None and k["p99_ms"]
+    add(f"e2e p99 <= Kafka's at {s['rate'] if s else 10_000:,} rec/s", ok and s["p99_ms"] / k["p99_ms"], 1.0,
+        False, f"p99 {s['p99_ms']:.2f} ms vs {k['p99_ms']:.2f} ms, linger.ms={linger}, "
+        f"fetch.wait.max.ms={wait}" if ok else "not run")
+    startup = results.get("startup") or []
+    s, k = _pick(startup, broker="sluice"), _pick(startup, broker="kafka")
+    add("cold start faster than Kafka", s and k and s["start_s"] / k["start_s"], 1.0, False,
+        f"{s['start_s']:.2f} s vs {k['start_s']:.2f} s to the first Metadata answer (fastest of "
+        f"{len(s['all_start_s'])}; Kafka's storage formatted beforehand)" if s and k else "not run")
+    add("RSS idle lower than Kafka's", s and k and s["rss_idle_mib"] / k["rss_idle_mib"], 1.0, False,
+        f"{s['rss_idle_mib']:.0f} MiB vs {k['rss_idle_mib']:.0f} MiB" if s and k else "not run")
+    peaks = {b: peak_rss(results, b) for b in ("sluice", "kafka")}
+    add("RSS under load lower than Kafka's", peaks["kafka"] and peaks["sluice"] and peaks["sluice"] / peaks["kafka"],
+        1.0, False,
+        f"highest peak over the produce runs: {peaks['sluice']:.0f} MiB vs {peaks['kafka']:.0f} MiB "
+        f"(Kafka's heap is -Xmx1g -Xms1g)" if peaks["kafka"] and peaks["sluice"] else "not run")
     return targets
 
 
@@ -1099,14 +1351,21 @@ def _verdict(t) -> str:
     return "met" if t["met"] else "NOT met"
 
 
+def _x(ratio) -> str:
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3f}x" if ratio >= 0.001 else f"{ratio:.1e}x"
+
+
 def text_table(rows: list[dict], targets: list[dict]) -> str:
     width = max(len(f"{r['name']} [{r['unit']}]") for r in rows) if rows else 20
-    lines = [f"{'benchmark':11} {'figure':{width}} {'sluice':>12} {'mock':>12} {'sluice/mock':>11}"]
+    lines = [f"{'benchmark':11} {'figure':{width}} {'sluice':>12} {'kafka':>12} {'mock':>12} "
+             f"{'sluice/kafka':>12} {'sluice/mock':>11}"]
     lines.append("-" * len(lines[0]))
     for r in rows:
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(f"{r['section']:11} {r['name'] + ' [' + r['unit'] + ']':{width}} "
-                     f"{_fmt(r['sluice']):>12} {_fmt(r['mock']):>12} {ratio:>11}")
+                     f"{_fmt(r['sluice']):>12} {_fmt(r.get('kafka')):>12} {_fmt(r['mock']):>12} "
+                     f"{_x(r.get('ratio_kafka')):>12} {_x(r['ratio']):>11}")
     lines.append("")
     lines.append("targets:")
     for t in targets:
@@ -1116,50 +1375,52 @@ def text_table(rows: list[dict], targets: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# What the profile above showed when these results were written (the table is measured
-# each run; this reading of it is not).
-PROFILE_READING = (
-    "Reading: the broker never touches individual records, and the profile shows it: about "
-    "two thirds of the samples are `LogSegment.append`, i.e. the `write` system call that puts "
-    "each batch into the page cache. Its cost is the kernel's, and it varies with the disk: "
-    "the same 1 MiB appends measured 0.4 to 5 GB/s of CPU time on this VM, the slow end while "
-    "earlier writes are still being written back (the kernel makes writers share that work "
-    "once dirty pages pile up, and a produce benchmark writes gigabytes). Next come the "
-    "socket's `recv_into` (the kernel's copy, plus the page faults of each large request's "
-    "fresh buffer) and the responses' `send`; request decoding, validation (CRC-32C in C) and "
-    "response encoding are a few percent together. The mock cluster keeps ~5 MB per "
-    "partition in memory and writes nothing, so its CPU stays 5-10x lower. On two cores "
-    "shared by broker and client, the broker's CPU comes out of the client's share: that, "
-    "not request handling, is the produce gap. A broker that stores data durably on this "
-    "disk cannot close it; the records/s are well above the 1,000,000 the target names.")
-
-CONSUME_READING = (
-    "Reading: the broker is not what limits a cold-start consume. Its CPU is a few hundredths "
-    "of a second per run, and waiting for its fetch responses is a fraction of the data phase "
-    "(the table above); handling the records in the client is most of it, and most of each "
-    "run is the end-of-topic poll (kcat -e stops at the first empty fetch, which both brokers "
-    "hold for fetch.wait.max.ms, 500 ms). The brokers answer differently: Sluice as Kafka "
-    "does, with up to max.partition.fetch.bytes (1 MB) per partition, 8 MB per response here; "
-    "the mock with one batch per partition, about 0.5 MB. The `kcat fetch.max.bytes=1MiB` rows "
-    "show the same client with responses as small from both. What gap remains is a few "
-    "percent, within the spread of the repeats (all_seconds), and lies in the round trips of "
-    "the start (a Python event loop answers each small request in about twice the mock's "
-    "time) and in how librdkafka handles large responses, not in the broker's throughput.")
-
-
 def consume_figures(results: dict) -> str:
-    """This run's consume ratios and the broker's share of the time, for the reading."""
+    """This run's consume ratios and each broker's CPU share of the time."""
     consume = results.get("consume") or []
     parts = []
     for client in CONSUME_CLIENTS:
-        s, m = _pick(consume, broker="sluice", client=client), _pick(consume, broker="mock", client=client)
-        if s and m:
-            parts.append(f"{client} {s['records_per_s'] / m['records_per_s']:.2f}x the mock (broker "
-                         f"CPU {s['broker_cpu_s']:.2f} s of {s['seconds']:.2f} s)")
+        s = _pick(consume, broker="sluice", client=client)
+        if not s:
+            continue
+        vs = [f"{s['records_per_s'] / o['records_per_s']:.2f}x {name}" for name in ("kafka", "mock")
+              if (o := _pick(consume, broker=name, client=client))]
+        cpu = ", ".join(f"{name} {r['broker_cpu_s']:.2f} s of {r['seconds']:.2f} s" for name in BROKERS
+                        if (r := _pick(consume, broker=name, client=client)))
+        parts.append(f"{client}: Sluice {' and '.join(vs)} (broker CPU {cpu})")
     return "In this run: " + "; ".join(parts) + "." if parts else ""
 
 
+def profile_figures(profile: dict) -> str:
+    """What this run's profile says, in figures: the broker's CPU share of the wall time and
+    the leading functions."""
+    if "top" not in profile:
+        return ""
+    top = profile["top"][:3]
+    return (f"In this run the broker was busy {profile['broker_cpu_s']:.2f} CPU-s of {profile['seconds']:.2f} s "
+            f"({profile['broker_cpu_s'] / profile['seconds']:.0%} of one core); the leading functions: "
+            + ", ".join(f"`{e['function']}` {e['share']:.0%}" for e in top) + ".")
+
+
 NOTES = [
+    "Apache Kafka runs as it ships: one KRaft node in combined mode (broker and controller in "
+    "one JVM), Kafka's default heap and GC settings (-Xmx1g -Xms1g, G1, as bin/kafka-server-start.sh), "
+    "no fsync per write (Kafka's default, like Sluice's), its log in a temporary directory on the "
+    "same disk, num.partitions=4 and auto-created topics as for the other brokers, replication "
+    "factor 1, group.initial.rebalance.delay.ms=0; no SLF4J binding on the classpath, so it logs "
+    "nothing. Topics are created with the admin API and the benchmark waits until every "
+    "partition's leader is known before producing. Its JVM compiles as it goes: the first runs "
+    "against it run partly interpreted (no warm-up round is given to any broker).",
+    "Kafka's ProducerPerformance (kafka-tools, Java client) produces the same record count of "
+    "100-byte values (random letters, its default) with acks=all and the same batching as the "
+    "other producers (linger.ms=5, batch.size=1000000, idempotence off); its rate is its own, "
+    "clocked from the first send (the JVM's start is outside it). Its MB/s are converted from "
+    "MiB to MB.",
+    "Start-up: a fresh broker per start, from starting its process (`python -m broker`, the JVM, "
+    "the mock's process) to the first answer to a Metadata request naming a broker, polled every "
+    "20 ms on a new connection; Kafka's storage is formatted beforehand (kafka-storage format "
+    "--standalone, a JVM of its own) and that time is reported apart. Idle RSS is read after "
+    "idle_seconds without clients. RSS under load is the highest VmHWM over the produce runs.",
     "The mock cluster runs in a process of its own (bench.mock_broker, through librdkafka's C "
     "API), not inside the benchmark process, so its CPU and RSS are read from /proc/<pid> like "
     "Sluice's; that process also holds an idle Python interpreter (~10 MB RSS, no CPU). The "
@@ -1182,7 +1443,7 @@ NOTES = [
     "median of the repeats leaves such runs out; all_seconds in the JSON shows them.",
     "End-to-end latency: records sent at a fixed rate by a producer in this process, received "
     "by a consumer in another (bench.e2e_consumer), both timed with CLOCK_MONOTONIC; the first "
-    "records (warm-up) are not counted. Four settings, identical for both brokers: producer "
+    "records (warm-up) are not counted. Four settings, identical for every broker: producer "
     "linger.ms 0 (the target's setting) or 1, consumer fetch.wait.max.ms 500 (librdkafka's "
     "default) or 1. The mock cluster does not answer a waiting fetch when data arrives (it "
     "always waits fetch.wait.max.ms on an empty fetch), so only fetch.wait.max.ms=1 compares "
@@ -1199,7 +1460,7 @@ NOTES = [
     "work on the machine can only lengthen one; the JSON has them all); the start "
     "after SIGKILL is the first start after killing the broker right after writing. The page "
     "cache is warm throughout (no cache dropping on a shared machine).",
-    "Both brokers, the clients and this harness share the machine's cores.",
+    "All three brokers, the clients and this harness share the machine's cores.",
 ]
 
 
@@ -1207,16 +1468,75 @@ def _loads(results: dict, when: str) -> str:
     return "/".join(f"{v:.1f}" for v in results.get(f"load_average_{when}") or ())
 
 
+def _profile_section(kind: str, profile: dict) -> list[str]:
+    if "error" in profile:
+        return ["", f"Profile ({kind}): {profile['error']}"]
+    md = ["", f"### While kcat {kind}s", "",
+          f"{profile['samples']} samples at {profile['rate_hz']} Hz of the Sluice broker while kcat "
+          f"{kind}d {profile['records']:,} records (one partition, no compression"
+          + (", acks=all" if kind == "produce" else ", cold starts from the beginning")
+          + f") at {profile['records_per_s']:,.0f} records/s, broker CPU {profile['broker_cpu_s']:.2f} s "
+          f"of {profile['seconds']:.2f} s. Share of samples per innermost Python function (a system "
+          "call counts for the function that made it):", "", "| share | function |", "|---:|---|"]
+    md += [f"| {e['share']:.1%} | `{e['function']}` |" for e in profile["top"]]
+    return md + ["", profile_figures(profile)]
+
+
+def cpu_per_record(results: dict) -> list[str]:
+    """Broker CPU per million records for the produce and consume runs where Sluice is behind
+    Kafka: whether the gap is the broker's own work or elsewhere (client, waiting)."""
+    lines = []
+    for section, keys in (("produce", ("client", "acks", "partitions", "compression")),
+                          ("perftest", ("client", "partitions")), ("consume", ("client",))):
+        rows = results.get(section) if isinstance(results.get(section), list) else []
+        for s in rows:
+            if s["broker"] != "sluice":
+                continue
+            k = _pick(rows, broker="kafka", **{key: s[key] for key in keys})
+            if not k or s["records_per_s"] >= k["records_per_s"]:
+                continue
+            label = " ".join(f"acks={s[key]}" if key == "acks" else f"{s[key]}p" if key == "partitions"
+                             else str(s[key]) for key in keys)
+            per = {r["broker"]: r["broker_cpu_s"] / r["records"] * 1e6 for r in (s, k)}
+            if s["broker_cpu_s"] <= k["broker_cpu_s"]:
+                reading = ("Sluice's broker used no more CPU than Kafka's: the gap is not its computing "
+                           "(per-request latency, the client, or other load)")
+            else:
+                reading = (f"Sluice's broker used {s['broker_cpu_s'] - k['broker_cpu_s']:.2f} CPU-s more "
+                           f"({s['broker_cpu_s'] / max(k['broker_cpu_s'], 0.01):.1f}x): see the profile")
+            lines.append(f"| {section} {label} | {1 - s['records_per_s'] / k['records_per_s']:.0%} | "
+                         f"{s['seconds']:.2f} / {k['seconds']:.2f} | {s['broker_cpu_s']:.2f} / "
+                         f"{k['broker_cpu_s']:.2f} | {per['sluice']:.2f} / {per['kafka']:.2f} | "
+                         f"{s['client_cpu_s']:.2f} / {k['client_cpu_s']:.2f} | {reading} |")
+    if not lines:
+        return []
+    return ["", "Where the produce and consume time goes, per run where Sluice is behind (Sluice / "
+            "Kafka; broker CPU from /proc, client CPU this process's and kcat's; on a machine "
+            "whose cores broker and client share, a broker's CPU comes out of the client's):", "",
+            "| run | Sluice behind by | wall s | broker CPU s | broker CPU s per M records | client CPU s | this run says |",
+            "|---|---:|---:|---:|---:|---:|---|"] + lines
+
+
 def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_name: str | None) -> str:
-    md = [f"# Broker benchmarks: Sluice vs librdkafka's mock cluster ({results['mode']})", "",
+    kafka = results.get("kafka") or {}
+    if kafka.get("included"):
+        kafka_line = (f"- kafka: Apache Kafka {kafka['version']} (Maven Central's kafka_2.13), one KRaft node "
+                      "in combined mode (broker and controller), a JVM of its own with Kafka's default "
+                      "heap and GC flags (-Xmx1g -Xms1g, G1), log on the same disk as Sluice's "
+                      "(bench.kafka_broker).")
+    else:
+        kafka_line = f"- kafka: NOT IN THIS RUN: {kafka.get('unavailable') or 'no section that uses it ran'}"
+    md = [f"# Broker benchmarks: Sluice vs Apache Kafka vs librdkafka's mock cluster ({results['mode']})", "",
           f"- date: {results['date']}",
           f"- machine: {describe_machine()}",
           f"- clients: confluent-kafka {results['clients']['confluent_kafka']} "
-          f"(librdkafka {results['clients']['librdkafka']}), {results['clients']['kcat']}",
+          f"(librdkafka {results['clients']['librdkafka']}), {results['clients']['kcat']}"
+          + (f", Kafka's ProducerPerformance {kafka['version']}" if kafka.get("included") else ""),
           f"- sizes: {json.dumps(results['sizes'])}",
           "- sluice: `python -m broker` process, data on local disk (temporary directory);"
           " mock: librdkafka's mock cluster in a process of its own (bench.mock_broker), log"
           " in memory, ~5 MB kept per partition.",
+          kafka_line,
           f"- run time: {results['seconds']:.0f} s ({results.get('section_seconds', {})}); "
           f"load average (1/5/15 min) before {_loads(results, 'before')}, after "
           f"{_loads(results, 'after')} on {results['machine']['cores']} cores (other work on the "
@@ -1226,19 +1546,40 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
         ratio = _ratio(t["ratio"])
         sign = "≥" if t["higher_is_better"] else "≤"
         md.append(f"| {t['target']} | {ratio} | {sign} {t['limit']}x | {_verdict(t)} | {t['detail']} |")
-    md += ["", "## Figures", "", "| benchmark | figure | unit | sluice | mock | sluice/mock |",
-           "|---|---|---|---:|---:|---:|"]
+    md += ["", "## Figures", "", "| benchmark | figure | unit | sluice | kafka | mock | sluice/kafka | sluice/mock |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         md.append(f"| {r['section']} | {r['name']} | {r['unit']} | {_fmt(r['sluice'])} | "
-                  f"{_fmt(r['mock'])} | {ratio} |")
+                  f"{_fmt(r.get('kafka'))} | {_fmt(r['mock'])} | {_x(r.get('ratio_kafka'))} | {_x(r['ratio'])} |")
+    startup = results.get("startup") or []
+    if startup:
+        md += ["", "Start-up: a fresh broker per start, timed from starting its process to its first "
+                   "Metadata answer naming a broker (Kafka: the JVM's start, its storage formatted "
+                   "beforehand" + (f", which took {k['format_s']:.2f} s more"
+                                   if (k := _pick(startup, broker="kafka")) and k.get("format_s") else "")
+                   + "); all starts: " + "; ".join(
+                       f"{r['broker']} " + ", ".join(f"{x:.2f}" for x in r["all_start_s"]) + " s"
+                       for r in startup) + ". Threads once idle: " + ", ".join(
+                       f"{r['broker']} {r['threads']}" for r in startup) + "."]
     if results.get("log"):
         large = results["log"]["large"]
-        md += ["", f"Log scaling: {large['records']:,} records in {large['segments']} segments of "
+        md += ["", f"Log scaling (Sluice only): {large['records']:,} records in {large['segments']} segments of "
                    f"{large['segment_bytes'] // MIB} MiB, filled at {large['fill']['bulk_mb_per_s']:.0f} MB/s "
                    f"(wire client, 1 MiB batches, 4 in flight, acks=1). First fetch after a clean "
                    f"restart: head {large['first_fetch_after_restart_ms']['head']:.2f} ms, tail "
                    f"{large['first_fetch_after_restart_ms']['tail']:.2f} ms. Page cache warm throughout."]
+    behind = behind_kafka(rows)
+    if behind:
+        md += ["", "## Where Sluice is behind Kafka", "",
+               f"{len(behind)} of the {sum(1 for r in rows if r.get('ratio_kafka') is not None)} figures "
+               "measured on both:", "", "| benchmark | figure | unit | sluice | kafka | gap |", "|---|---|---|---:|---:|---|"]
+        md += [f"| {r['section']} | {r['name']} | {r['unit']} | {_fmt(r['sluice'])} | {_fmt(r['kafka'])} | "
+               f"{r['gap']} |" for r in behind]
+        md += cpu_per_record(results)
+        md += ["", "The consume time split (librdkafka's protocol log) and the broker's profile (py-spy) "
+                   "follow."]
+    elif kafka.get("included"):
+        md += ["", "## Where Sluice is behind Kafka", "", "Nowhere among the figures measured on both in this run."]
     fetches = [t for t in results.get("consume_fetches") or [] if "error" not in t]
     if fetches:
         md += ["", "## Where the consume time goes (librdkafka's protocol log)", "",
@@ -1247,26 +1588,19 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
                "sent to last data received) alternates between waiting for a response (the "
                "sum of the round trips: the broker's work, the transfer and the client reading "
                "the socket) and handling it before the next request (the client's work alone). "
-               "The end-of-topic poll, held "
-               "fetch.wait.max.ms by both brokers, is left out.", "",
+               "The end-of-topic poll, held fetch.wait.max.ms by every broker, is left out.", "",
                "| broker | run s | fetches | MB per fetch | first fetch after ms | data phase ms | "
                "waiting ms | handling ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         md += [f"| {t['broker']} | {t['seconds']:.2f} | {t['fetches']} | {t['mb_per_fetch']:.2f} | "
                f"{t['to_first_fetch_ms']:.0f} | {t['data_ms']:.0f} | {t['waiting_ms']:.0f} | "
                f"{t['handling_ms']:.0f} |" for t in fetches]
-        md += ["", consume_figures(results), "", CONSUME_READING]
+        md += ["", consume_figures(results)]
     profile = results.get("profile")
-    if profile and "top" in profile:
-        md += ["", "## Where the broker's time goes (py-spy)", "",
-               f"{profile['samples']} samples at {profile['rate_hz']} Hz of the Sluice broker while kcat "
-               f"produced {profile['records']:,} records (acks=all, one partition, no compression) at "
-               f"{profile['records_per_s']:,.0f} records/s, broker CPU {profile['broker_cpu_s']:.2f} s. "
-               "Share of samples per innermost Python function (a system call counts for the "
-               "function that made it):", "", "| share | function |", "|---:|---|"]
-        md += [f"| {e['share']:.1%} | `{e['function']}` |" for e in profile["top"]]
-        md += ["", PROFILE_READING]
-    elif profile:
-        md += ["", f"Profile: {profile['error']}"]
+    if profile:
+        md += ["", "## Where the broker's time goes (py-spy)"]
+        md += _profile_section("produce", profile)
+        if profile.get("consume"):
+            md += _profile_section("consume", profile["consume"])
     md += ["", "## Notes", ""] + [f"- {note}" for note in NOTES]
     if chart_name:
         md += ["", f"![chart]({chart_name})"]
@@ -1274,26 +1608,33 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
 
 
 def chart(results: dict, path: str) -> None:
+    """Six panels of the table's figures, one bar per broker measured."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
+    import numpy as np
 
-    colors = {"sluice": "#1f77b4", "mock": "#ff7f0e"}
-    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
-    fig.suptitle(f"Sluice vs librdkafka mock cluster ({results['mode']}, {results['date']})\n"
+    colors = {"sluice": "#1f77b4", "kafka": "#2ca02c", "mock": "#ff7f0e"}
+    rows = comparison_rows(results)
+    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
+    fig.suptitle(f"Sluice vs Apache Kafka vs librdkafka mock cluster ({results['mode']}, {results['date']})\n"
                  f"{describe_machine()}", fontsize=9)
 
-    def bars(ax, labels, sluice, mock, title, xlabel, log_scale=False):
-        import numpy as np
-
-        y = np.arange(len(labels))
-        h = 0.4
-        ax.barh(y - h / 2, [v or 0 for v in sluice], h, label="sluice", color=colors["sluice"])
-        if mock is not None:
-            ax.barh(y + h / 2, [v or 0 for v in mock], h, label="mock", color=colors["mock"])
-        ax.set_yticks(y, labels, fontsize=7)
+    def panel(ax, selected, title, xlabel, scale=1.0, log_scale=False, limit=None):
+        if not selected:
+            ax.set_title(title + " (not run)", fontsize=9)
+            ax.axis("off")
+            return
+        brokers = [b for b in BROKERS if any(r.get(b) is not None for r in selected)]
+        y = np.arange(len(selected))
+        h = 0.8 / len(brokers)
+        for i, broker in enumerate(brokers):
+            ax.barh(y - 0.4 + h * (i + 0.5), [(r.get(broker) or 0) * scale for r in selected], h,
+                    label=broker, color=colors[broker])
+        ax.set_yticks(y, [f"{r['name']} [{r['unit']}]" if r["unit"] not in ("rec/s", "ms", "broker CPU s")
+                          else r["name"] for r in selected], fontsize=6.5)
         ax.invert_yaxis()
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
@@ -1301,73 +1642,22 @@ def chart(results: dict, path: str) -> None:
         if log_scale:
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if limit:
+            ax.axvline(limit, color="red", linestyle="--", linewidth=0.8)
         ax.legend(fontsize=7)
 
-    def empty(ax, title):
-        ax.set_title(title + " (not run)", fontsize=9)
-        ax.axis("off")
+    def pick(section, unit=None, name=None):
+        return [r for r in rows if r["section"] == section and (unit is None or r["unit"] == unit)
+                and (name is None or name in r["name"])]
 
-    produce = results.get("produce") or []
-    s_rows = [r for r in produce if r["broker"] == "sluice"]
-    if s_rows:
-        labels = [f"{r['client']} a={r['acks']} {r['partitions']}p {r['compression']}" for r in s_rows]
-        mock = [(_pick(produce, broker="mock", client=r["client"], acks=r["acks"], partitions=r["partitions"],
-                       compression=r["compression"]) or {}).get("records_per_s") for r in s_rows]
-        bars(axes[0][0], labels, [r["records_per_s"] / 1e3 for r in s_rows],
-             [v and v / 1e3 for v in mock], f"produce, {s_rows[0]['records']:,} x 100 B", "thousand records/s")
-        cpu_mock = [(_pick(produce, broker="mock", client=r["client"], acks=r["acks"], partitions=r["partitions"],
-                           compression=r["compression"]) or {}).get("broker_cpu_s") for r in s_rows]
-        bars(axes[1][0], labels, [r["broker_cpu_s"] for r in s_rows], cpu_mock,
-             "produce: broker CPU", "CPU seconds")
-    else:
-        empty(axes[0][0], "produce")
-        empty(axes[1][0], "produce: broker CPU")
-    consume = results.get("consume") or []
-    if consume:
-        clients = [r["client"] for r in consume if r["broker"] == "sluice"]
-        bars(axes[0][1], clients,
-             [_pick(consume, broker="sluice", client=c)["records_per_s"] / 1e3 for c in clients],
-             [(_pick(consume, broker="mock", client=c) or {}).get("records_per_s", 0) / 1e3 for c in clients],
-             f"consume, cold start, {consume[0]['records']:,} records", "thousand records/s")
-    else:
-        empty(axes[0][1], "consume")
-    e2e = [r for r in (results.get("e2e") or []) if r["broker"] == "sluice"]
-    if e2e:
-        keys = [("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")]
-        labels, sv, mv = [], [], []
-        for s in e2e:
-            m = _pick(results["e2e"], broker="mock", linger_ms=s["linger_ms"],
-                      fetch_wait_max_ms=s["fetch_wait_max_ms"]) or {}
-            for key, name in keys:
-                labels.append(f"{name}, linger {s['linger_ms']}, fetch.wait {s['fetch_wait_max_ms']}")
-                sv.append(s[key])
-                mv.append(m.get(key))
-        bars(axes[1][1], labels, sv, mv,
-             f"end-to-end latency at {e2e[0]['rate']:,} records/s (target p99 5 ms)",
-             "ms (log scale)", log_scale=True)
-        axes[1][1].axvline(5.0, color="red", linestyle="--", linewidth=0.8)
-    else:
-        empty(axes[1][1], "end-to-end latency")
-    log_ = results.get("log")
-    if log_:
-        large, small = log_["large"], log_["small"]
-        labels = ["fetch head (ms)", "fetch tail (ms)", "clean start small (s)", "clean start large (s)",
-                  "start after kill small (s)", "start after kill large (s)"]
-        values = [large["fetch"]["head"]["median_ms"], large["fetch"]["tail"]["median_ms"],
-                  small["clean_s"], large["clean_s"], small["after_sigkill_s"], large["after_sigkill_s"]]
-        bars(axes[0][2], labels, values, None,
-             f"log scaling, sluice only ({large['log_bytes'] / MB:,.0f} MB log)", "ms / s")
-    else:
-        empty(axes[0][2], "log scaling")
-    many = results.get("partitions") or []
-    s, m = _pick(many, broker="sluice"), _pick(many, broker="mock")
-    if s:
-        labels = ["metadata confluent (ms)", "metadata wire (ms)", "RSS (MiB)", "produce (k rec/s)"]
-        sv = [s["metadata_confluent_ms"], s["metadata_wire_ms"], s["rss_after_mib"], s["records_per_s"] / 1e3]
-        mv = [m["metadata_confluent_ms"], m["metadata_wire_ms"], m["rss_after_mib"], m["records_per_s"] / 1e3] if m else None
-        bars(axes[1][2], labels, sv, mv, f"{s['partitions']:,} partitions", "value (log scale)", log_scale=True)
-    else:
-        empty(axes[1][2], "many partitions")
+    panel(axes[0][0], pick("produce", "rec/s"), "produce (100-byte records)", "thousand records/s", 1e-3)
+    panel(axes[1][0], pick("produce", "broker CPU s"), "produce: broker CPU", "CPU seconds")
+    panel(axes[0][1], pick("consume", "rec/s"), "consume, cold start", "thousand records/s", 1e-3)
+    panel(axes[1][1], pick("e2e", "ms"), "end-to-end latency (producer paced)", "ms (log scale)",
+          log_scale=True, limit=5.0)
+    panel(axes[0][2], pick("startup") + pick("memory"), "start-up and memory", "s / MiB (log scale)",
+          log_scale=True)
+    panel(axes[1][2], pick("partitions"), "many partitions", "value (log scale)", log_scale=True)
     fig.tight_layout()
     fig.savefig(path, dpi=72, format="png")
     plt.close(fig)
@@ -1426,8 +1716,29 @@ def client_versions() -> dict:
             "librdkafka": first(confluent_kafka.libversion()), "kcat": kcat}
 
 
-def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
-    """Every benchmark in `sections`; returns the results (nothing written)."""
+def start_kafka(workdir: str, sizes: Sizes, log):
+    """A started KafkaTarget, or (None, the reason) when Kafka cannot be had."""
+    from bench.kafka_broker import KafkaTarget, KafkaUnavailable, version
+
+    try:
+        target = KafkaTarget(workdir, sizes)
+    except Exception as e:  # noqa: BLE001 (reported, and the run carries on)
+        return None, f"{type(e).__name__}: {e}"
+    try:
+        target.start()
+    except KafkaUnavailable as e:
+        target.stop()
+        return None, str(e)
+    log(f"  Kafka {version()} started: storage formatted in {target.process.format_s:.1f} s, "
+        f"JVM start to first Metadata answer {target.process.start_s:.1f} s")
+    return target, None
+
+
+def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool = True) -> dict:
+    """Every benchmark in `sections`; returns the results (nothing written). Without
+    `with_kafka`, or when Kafka cannot be resolved or started, Sluice vs mock only."""
+    from bench.kafka_broker import KafkaTarget, KafkaUnavailable
+
     pool = value_pool()
     results = {"mode": mode, "date": datetime.date.today().isoformat(),
                "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -1437,6 +1748,8 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
     workdir = tempfile.mkdtemp(prefix="sluice-bench-broker-")
     started = time.perf_counter()
     results["section_seconds"] = {}
+    results["kafka"] = {"version": None, "included": False,
+                        "unavailable": None if with_kafka else "left out (--no-kafka)"}
 
     def timed(name, fn, *args):
         t0 = time.perf_counter()
@@ -1445,15 +1758,29 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
         finally:
             results["section_seconds"][name] = round(time.perf_counter() - t0, 1)
 
+    def kafka_missing(reason):
+        results["kafka"]["unavailable"] = reason
+        log(f"  KAFKA UNAVAILABLE: {reason}")
+        log("  (the benchmarks carry on with Sluice and the mock cluster only)")
+
     try:
-        if {"produce", "consume", "e2e"} & set(sections):
+        if {"produce", "perftest", "consume", "e2e"} & set(sections):
             targets = []
             try:
-                for make in (SluiceTarget, MockTarget):
-                    targets.append(make(workdir, sizes).start())
+                targets.append(SluiceTarget(workdir, sizes).start())
+                if with_kafka and not results["kafka"]["unavailable"]:
+                    kafka, reason = start_kafka(workdir, sizes, log)
+                    if kafka is None:
+                        kafka_missing(reason)
+                    else:
+                        targets.append(kafka)
+                targets.append(MockTarget(workdir, sizes).start())
                 if "produce" in sections:
                     log("1. produce")
                     results["produce"] = timed("produce", bench_produce, targets, sizes, pool, workdir, log)
+                if "perftest" in sections:
+                    log("1b. produce with Kafka's ProducerPerformance")
+                    results["perftest"] = timed("perftest", bench_perftest, targets, sizes, log)
                 if "consume" in sections:
                     log("2. consume")
                     results["consume"], results["consume_fetches"] = timed(
@@ -1464,17 +1791,36 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
             finally:
                 for target in targets:
                     target.stop()
+        kafka_ok = with_kafka and not results["kafka"]["unavailable"]
+        if "startup" in sections:
+            log("4. start-up and idle memory")
+            makes = [SluiceTarget] + ([KafkaTarget] if kafka_ok else []) + [MockTarget]
+            try:
+                results["startup"] = timed("startup", bench_startup, makes, workdir, sizes, log)
+            except KafkaUnavailable as e:  # reported, not fatal: the others are measured again
+                kafka_missing(f"in the start-up benchmark: {e}")
+                kafka_ok = False
+                results["startup"] = timed("startup", bench_startup, [SluiceTarget, MockTarget],
+                                           workdir, sizes, log)
         if "log" in sections:
-            log("4. log scaling (sluice only)")
+            log("5. log scaling (sluice only)")
             results["log"] = timed("log", bench_log, workdir, sizes, pool, log)
         if "partitions" in sections:
-            log("5. many partitions")
-            results["partitions"] = timed("partitions", bench_partitions, workdir, sizes, log)
+            log("6. many partitions")
+            makes = [SluiceTarget] + ([KafkaTarget] if kafka_ok else []) + [MockTarget]
+            results["partitions"] = timed("partitions", bench_partitions, makes, workdir, sizes, log)
         if "profile" in sections:
-            log("6. profile of the sluice broker (py-spy)")
+            log("7. profile of the sluice broker (py-spy)")
             results["profile"] = timed("profile", bench_profile, workdir, sizes, pool, log)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if with_kafka and not results["kafka"]["unavailable"]:
+            from bench.kafka_broker import version
+
+            results["kafka"]["version"] = version()
+    results["kafka"]["included"] = any(
+        isinstance(rows, list) and any(isinstance(r, dict) and r.get("broker") == "kafka" for r in rows)
+        for rows in results.values())
     results["seconds"] = time.perf_counter() - started
     results["load_average_after"] = os.getloadavg()
     results["table"] = comparison_rows(results)
@@ -1492,6 +1838,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json/.png")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--no-kafka", action="store_true", help="Sluice vs the mock cluster only")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
@@ -1509,17 +1856,19 @@ def main(argv=None) -> None:
     if sizes.consume_per_partition * (VALUE_SIZE + 12) > MOCK_PARTITION_BYTES:
         parser.error("consume_per_partition exceeds what the mock cluster keeps per partition")
     print(f"machine: {describe_machine()}")
-    print(f"broker benchmarks ({mode}): sluice (process, on disk) vs librdkafka mock cluster "
-          f"(process, in memory), 127.0.0.1", flush=True)
+    print(f"broker benchmarks ({mode}): sluice (process, on disk) vs Apache Kafka (JVM, KRaft, on "
+          f"disk) vs librdkafka mock cluster (process, in memory), 127.0.0.1", flush=True)
 
     def log(line):
         print(line, flush=True)
 
-    results = run(sizes, mode, sections, log)
+    results = run(sizes, mode, sections, log, with_kafka=not args.no_kafka)
     print()
     print(text_table(results["table"], results["targets"]))
-    print("(broker CPU/RSS: /proc of each broker process, the mock's too; e2e: the mock never "
-          "ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    print("(broker CPU/RSS: /proc of each broker process, Kafka's JVM and the mock's too; e2e: the "
+          "mock never ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    if not results["kafka"]["included"]:
+        print(f"KAFKA NOT IN THIS RUN: {results['kafka']['unavailable'] or 'no section that uses it ran'}")
     print(f"({results['seconds']:.0f} s: {results['section_seconds']}; load average before "
           f"{_loads(results, 'before')}, after {_loads(results, 'after')} on "
           f"{results['machine']['cores']} cores)")

@@ -102,18 +102,20 @@ def session():
 
     import spark_connector
 
-    spark = (SparkSession.builder.master("local[2]").appName("sluice-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    builder, _ = spark_read.with_kafka_connector(  # for the reads' format("kafka") rows
+        SparkSession.builder.master("local[2]").appName("sluice-bench")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark_connector.register(spark)
     return spark
 
 
 def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, spark=None,
-        mode: str = "custom", log=lambda line: None) -> dict:
+        mode: str = "custom", log=lambda line: None, read_with_kafka: bool = True) -> dict:
     """Every writer `repeats` times (fastest kept), then the reads (skipped when read_rows
-    is 0); uses (and leaves running) `spark` when one is given. Writes no report."""
+    is 0; `read_with_kafka` adds the reads from an Apache Kafka broker); uses (and leaves
+    running) `spark` when one is given. Writes no report."""
     import confluent_kafka
     import pyspark
 
@@ -213,7 +215,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
                              "ratio": ratio, "limit": TARGET, "met": ratio >= TARGET}
         if read_rows:
             log(f"reads: {read_rows:,} rows, fastest of {read_repeats} (bench.spark_read)")
-            read = spark_read.run(read_rows, read_repeats, spark=spark)
+            read = spark_read.run(read_rows, read_repeats, spark=spark, with_kafka=read_with_kafka, log=log)
             read.pop("machine")
             results["read"] = read
     finally:
@@ -248,7 +250,10 @@ NOTES = [
     "A small write of each kind runs first and is not measured (the first transactions create "
     "__transaction_state, Spark starts its Python workers).",
     "Reads: bench.spark_read as it runs on its own (its own broker process and topic, noop "
-    "sink, the in-memory Python Data Source as the ceiling), on this run's Spark session.",
+    "sink, the in-memory Python Data Source as the ceiling), on this run's Spark session: "
+    "Sluice's connector and Spark's own Kafka connector (spark-sql-kafka-0-10, its jars "
+    "pyspark does not ship given as spark.jars) on the same topic of the Sluice broker, then "
+    "both on the same rows in an Apache Kafka broker (bench.kafka_broker).",
 ]
 
 
@@ -292,11 +297,18 @@ def markdown_report(results: dict) -> str:
     read = results.get("read")
     if read:
         met = "met" if read["targets_met"] else "NOT met"
-        md += ["", "## Reads (bench.spark_read)", "", "| source | rows/s |", "|---|---:|",
-               f"| sluice, `spark.read.format(\"sluice\")`, noop sink | {_fmt(read['sluice_rows_per_s'])} |",
-               f"| ceiling: in-memory Python Data Source, same Arrow batches | {_fmt(read['ceiling_rows_per_s'])} |",
-               "", f"sluice / ceiling {read['ratio']:.2f} (target ≥ 0.6, and ≥ 1,000,000 rows/s): {met}. "
-               f"{read['rows']:,} rows of {read['value_bytes']}-byte values from {read['partitions']} partitions."]
+        md += ["", "## Reads (bench.spark_read)", "", "| source (noop sink) | rows/s | vs Spark's connector, same broker |",
+               "|---|---:|---:|"]
+        for key, label in spark_read.SOURCES:
+            value = read.get(f"{key}_rows_per_s")
+            base = read.get("spark_kafka_on_kafka_rows_per_s" if key.endswith("on_kafka") else "spark_kafka_rows_per_s")
+            md.append(f"| {label} | {_fmt(value) if value else 'not measured'} | "
+                      + (f"{value / base:.2f}x |" if value and base and key != "ceiling" else "- |"))
+        md += [""] + [f"Not measured, {key}: {why}" for key, why in (read.get("unavailable") or {}).items()]
+        md += ["", f"sluice / ceiling {read['ratio']:.2f} (target ≥ 0.6, and ≥ 1,000,000 rows/s): {met}. "
+               + (f"Sluice's connector / Spark's Kafka connector on the Sluice broker: {read['vs_spark_kafka']:.2f}. "
+                  if "vs_spark_kafka" in read else "")
+               + f"{read['rows']:,} rows of {read['value_bytes']}-byte values from {read['partitions']} partitions."]
     md += ["", "## Notes", ""] + [f"- {note}" for note in NOTES]
     return "\n".join(md) + "\n"
 
@@ -345,6 +357,12 @@ def main(argv=None) -> None:
         print(f"  reads: sluice {read['sluice_rows_per_s']:,.0f} rows/s, ceiling "
               f"{read['ceiling_rows_per_s']:,.0f} rows/s, ratio {read['ratio']:.2f} (target >= 0.6; "
               f"and >= 1,000,000 rows/s) -> {'met' if read['targets_met'] else 'NOT met'}")
+        others = [f"{label} {read[f'{key}_rows_per_s']:,.0f}" for key, label in spark_read.SOURCES[1:4]
+                  if read.get(f"{key}_rows_per_s")]
+        if others:
+            print("  reads, rows/s: " + "; ".join(others))
+        for key, why in (read.get("unavailable") or {}).items():
+            print(f"  reads, not measured ({key}): {why}")
     print(f"({results['seconds']:.0f} s; load average before {_loads(results, 'before')}, after "
           f"{_loads(results, 'after')} on {results['machine']['cores']} cores)")
     if paths:

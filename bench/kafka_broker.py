@@ -1,0 +1,384 @@
+"""Apache Kafka itself as a benchmark target: a single-node KRaft broker in a JVM of its own.
+
+The broker comes from Maven Central's `org.apache.kafka:kafka_2.13` artifacts and their
+dependencies (tests.maven resolves and caches the classpath once). One node runs in
+combined mode (process.roles=broker,controller, node.id=1), its PLAINTEXT and CONTROLLER
+listeners on free 127.0.0.1 ports, its log in a temporary directory that `stop()` removes.
+The storage is formatted first (`kafka.tools.StorageTool format --standalone`, outside the
+start-up time), then `kafka.Kafka server.properties` runs with Kafka's own heap and GC
+settings (bin/kafka-server-start.sh: -Xmx1G -Xms1G, G1 with 20 ms pauses) and no
+logging (no SLF4J binding is on the classpath; log4j2 is set to ERROR). `start()` waits,
+bounded, for the first Metadata answer naming a broker.
+
+`KafkaTarget` has the interface of bench.broker's SluiceTarget and MockTarget; when Kafka
+cannot be resolved (no network, no Maven, no Java) or does not start, `KafkaUnavailable`
+says why and the benchmarks carry on without it.
+
+Kafka's own producer benchmark (`org.apache.kafka.tools.ProducerPerformance`, from
+kafka-tools) is here too (`producer_performance`), to run against any of the brokers.
+
+    python -m bench.kafka_broker   # start, answer one Metadata request, report, stop
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+
+HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G)
+# bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
+JVM_FLAGS = ["-Xms1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+             "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
+PERF_HEAP = "512m"
+CREATE_BATCH = 5000  # partitions per CreateTopics request
+LOG4J2 = ("status = error\nappender.err.type = Console\nappender.err.name = ERR\n"
+          "appender.err.target = SYSTEM_ERR\nappender.err.layout.type = PatternLayout\n"
+          "appender.err.layout.pattern = %d %p %c: %m%n\nrootLogger.level = error\n"
+          "rootLogger.appenderRef.err.ref = ERR\n")
+
+
+class KafkaUnavailable(RuntimeError):
+    """Kafka could not be resolved or started; the message says why."""
+
+
+def _maven():
+    from tests import maven
+
+    return maven
+
+
+def version() -> str:
+    return _maven().KAFKA_VERSION
+
+
+def broker_classpath() -> list:
+    maven = _maven()
+    try:
+        return maven.classpath([f"org.apache.kafka:kafka_2.13:{maven.KAFKA_VERSION}"])
+    except maven.MavenUnavailable as e:
+        raise KafkaUnavailable(str(e)) from None
+
+
+def tools_classpath() -> list:
+    maven = _maven()
+    try:
+        return maven.classpath([f"org.apache.kafka:kafka-tools:{maven.KAFKA_VERSION}"])
+    except maven.MavenUnavailable as e:
+        raise KafkaUnavailable(str(e)) from None
+
+
+def _java(entries, main_class: str, *args: str, heap: str, flags=()) -> list[str]:
+    maven = _maven()
+    try:
+        command = maven.java_command(entries, main_class, *args, heap=heap, quick_start=False)
+    except maven.MavenUnavailable as e:
+        raise KafkaUnavailable(str(e)) from None
+    command[1:1] = list(flags)
+    return command
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- a Metadata request by hand: the start-up probe, the same for every broker ----------------
+
+def _metadata_request(correlation_id: int) -> bytes:
+    client = b"bench-probe"
+    # header v1: api_key 3 (Metadata), version 1, correlation id, client id; body: no topics
+    body = struct.pack(">hhih", 3, 1, correlation_id, len(client)) + client + struct.pack(">i", 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def metadata_brokers(host: str, port: int, timeout: float = 1.0) -> int:
+    """Brokers named by one Metadata v1 answer from host:port; raises OSError when
+    nothing (or nothing whole) answers within `timeout`."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(_metadata_request(1))
+        data = b""
+        while len(data) < 12:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise ConnectionError("closed before answering")
+            data += chunk
+    size, correlation_id, brokers = struct.unpack_from(">iii", data)
+    if correlation_id != 1 or size < 8:
+        raise ConnectionError(f"unexpected answer (correlation id {correlation_id})")
+    return brokers
+
+
+def wait_for_metadata(bootstrap: str, deadline: float, alive=lambda: True) -> float:
+    """Poll until a Metadata answer names a broker (or `deadline`, time.monotonic(), passes,
+    or `alive()` turns false); returns the time.perf_counter() of that answer."""
+    host, port = bootstrap.rsplit(":", 1)
+    last = None
+    while time.monotonic() < deadline:
+        if not alive():
+            raise KafkaUnavailable(f"the broker exited before answering ({last})")
+        try:
+            if metadata_brokers(host, int(port), timeout=max(0.05, min(1.0, deadline - time.monotonic()))) > 0:
+                return time.perf_counter()
+            last = "an answer naming no broker"
+        except (OSError, struct.error) as e:
+            last = e
+        time.sleep(0.02)
+    raise TimeoutError(f"no Metadata answer from {bootstrap} ({last})")
+
+
+# -- the broker ---------------------------------------------------------------------------------
+
+class KafkaBrokerProcess:
+    """One Kafka node (broker and controller) in a JVM of its own."""
+
+    def __init__(self, workdir: str | None = None, heap: str = HEAP, config: dict | None = None):
+        self.dir = tempfile.mkdtemp(prefix="kafka-", dir=workdir)
+        self.heap = heap
+        self.port, self.controller_port = free_port(), free_port()
+        self.log_dir = os.path.join(self.dir, "logs")
+        self.properties = os.path.join(self.dir, "server.properties")
+        self.log4j = os.path.join(self.dir, "log4j2.properties")
+        settings = {
+            "process.roles": "broker,controller", "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self.log_dir, "num.partitions": "4", "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1", "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1", "group.initial.rebalance.delay.ms": "0",
+            "delete.topic.enable": "true", **(config or {})}
+        with open(self.properties, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in settings.items())
+        with open(self.log4j, "w") as f:
+            f.write(LOG4J2)
+        self.proc: subprocess.Popen | None = None
+        self.stderr_path = os.path.join(self.dir, "stderr.log")
+        self.format_s: float | None = None
+        self.start_s: float | None = None
+        atexit.register(self.stop)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _command(self, main_class: str, *args: str, heap: str, flags=()) -> list[str]:
+        return _java(broker_classpath(), main_class, *args, heap=heap,
+                     flags=[f"-Dlog4j2.configurationFile={self.log4j}", *flags])
+
+    def format(self, timeout: float = 120.0) -> float:
+        """`kafka-storage format --standalone` with a fresh cluster id: seconds taken."""
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id like "-x..." reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(self._command("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                                                "-c", self.properties, "--standalone", heap="256m"),
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise KafkaUnavailable(f"formatting Kafka's storage took over {timeout:g} s") from None
+        if done.returncode != 0:
+            output = "".join(line for line in (done.stdout + done.stderr).splitlines(True) if "SLF4J" not in line)
+            raise KafkaUnavailable(f"kafka.tools.StorageTool format exited with {done.returncode}: "
+                                   f"{output.strip()[-1500:]}")
+        self.format_s = time.perf_counter() - started
+        return self.format_s
+
+    def start(self, timeout: float = 120.0) -> "KafkaBrokerProcess":
+        """Format (once), start the JVM and wait for the first Metadata answer: `start_s` is
+        the time from starting the JVM to that answer."""
+        if self.format_s is None:
+            self.format(timeout)
+        command = self._command("kafka.Kafka", self.properties, heap=self.heap, flags=JVM_FLAGS)
+        with open(self.stderr_path, "ab") as err:
+            started = time.perf_counter()
+            self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
+                                         stdin=subprocess.DEVNULL, cwd=self.dir)
+        try:
+            answered = wait_for_metadata(self.bootstrap_servers, time.monotonic() + timeout,
+                                         alive=lambda: self.proc.poll() is None)
+        except (KafkaUnavailable, TimeoutError) as e:
+            code = self.proc.poll()
+            self.kill()
+            raise KafkaUnavailable(f"Kafka did not start ({e}; exit code {code}): "
+                                   f"{self._stderr_tail()}") from None
+        self.start_s = answered - started
+        return self
+
+    def _stderr_tail(self) -> str:
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                lines = [line for line in f if "SLF4J" not in line]
+            return "".join(lines)[-1500:].strip() or "(nothing on stderr)"
+        except OSError:
+            return "(no stderr)"
+
+    def stop_process(self, timeout: float = 60.0) -> None:
+        """SIGTERM (a controlled shutdown), SIGKILL if it has not ended after `timeout`."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the JVM and remove the directory (log included)."""
+        try:
+            self.stop_process(timeout)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            atexit.unregister(self.stop)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class KafkaTarget:
+    """bench.broker's target interface around a KafkaBrokerProcess."""
+
+    name = "kafka"
+
+    def __init__(self, workdir: str, sizes):
+        self.process = KafkaBrokerProcess(workdir)
+        self.timeout = sizes.step_timeout
+        self.admin = None
+
+    def start(self) -> "KafkaTarget":
+        from confluent_kafka.admin import AdminClient
+
+        self.process.start(timeout=min(self.timeout, 180.0))
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap_servers
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
+        """Created, and every partition's leader known to the broker (bounded)."""
+        from confluent_kafka.admin import NewTopic
+
+        # Kafka's controller refuses one request writing more than 10,000 metadata records
+        # (one per partition, one per topic): requests of at most CREATE_BATCH partitions.
+        batches, batch, size = [], [], 0
+        for name, partitions in topics.items():
+            if batch and size + partitions > CREATE_BATCH:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(NewTopic(name, partitions, 1, config=dict(configs or {})))
+            size += partitions
+        batches.append(batch)
+        failed = {}
+        for batch in batches:
+            futures = self.admin.create_topics(batch, operation_timeout=self.timeout,
+                                               request_timeout=self.timeout)
+            for name, future in futures.items():
+                try:
+                    future.result(self.timeout)
+                except Exception as e:  # noqa: BLE001 (KafkaException; reported below)
+                    failed[name] = e
+        if failed:
+            raise RuntimeError(f"kafka: creating {len(failed)} topics failed, e.g. "
+                               f"{dict(list(failed.items())[:2])}")
+        deadline = time.monotonic() + self.timeout
+        waiting = dict(topics)
+        while waiting:
+            listed = self.admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+            waiting = {t: n for t, n in waiting.items()
+                       if t not in listed or len(listed[t].partitions) != n
+                       or any(p.leader < 0 for p in listed[t].partitions.values())}
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"kafka: no leaders for {sorted(waiting)[:5]}")
+            if waiting:
+                time.sleep(0.02)
+
+    def delete_topic(self, topic: str) -> None:
+        for future in self.admin.delete_topics([topic], operation_timeout=self.timeout).values():
+            future.result(self.timeout)
+
+    def stop(self) -> None:
+        self.admin = None
+        self.process.stop(60)
+
+
+# -- Kafka's own producer benchmark ----------------------------------------------------------------
+
+_PERF_SUMMARY = re.compile(r"(?P<records>\d+) records sent, (?P<rate>[\d.]+) records/sec "
+                           r"\((?P<mb>[\d.]+) MB/sec\), (?P<avg>[\d.]+) ms avg latency, "
+                           r"(?P<max>[\d.]+) ms max latency(?:, (?P<p50>\d+) ms 50th, "
+                           r"(?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th)?")
+
+
+def producer_performance(bootstrap: str, topic: str, records: int, record_size: int,
+                         props: dict, timeout: float) -> dict:
+    """`org.apache.kafka.tools.ProducerPerformance` (kafka-tools) at full speed
+    (--throughput -1): its final summary line, parsed. Its own clock starts at the first
+    send, so the JVM's start is not in the rate."""
+    command = _java(tools_classpath(), "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", topic, "--num-records", str(records), "--record-size", str(record_size),
+                    "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+                    *(f"{k}={v}" for k, v in props.items()), heap=PERF_HEAP)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"ProducerPerformance took over {timeout:g} s") from None
+    summaries = [m for m in map(_PERF_SUMMARY.search, done.stdout.splitlines()) if m]
+    if done.returncode != 0 or not summaries:
+        raise RuntimeError(f"ProducerPerformance exited with {done.returncode}: "
+                           f"{(done.stdout + done.stderr).strip()[-1500:]}")
+    m = summaries[-1]
+    return {"records": int(m["records"]), "records_per_s": float(m["rate"]),
+            "mb_per_s": float(m["mb"]) * (1 << 20) / 1e6,  # its MB are MiB
+            "avg_latency_ms": float(m["avg"]), "max_latency_ms": float(m["max"]),
+            **({"p50_ms": int(m["p50"]), "p95_ms": int(m["p95"]), "p99_ms": int(m["p99"])}
+               if m["p50"] else {})}
+
+
+def main() -> None:
+    from bench.broker import memory_kib
+
+    with KafkaBrokerProcess() as kafka:
+        print(f"Kafka {version()} on {kafka.bootstrap_servers}: storage formatted in "
+              f"{kafka.format_s:.2f} s, JVM start to first Metadata answer {kafka.start_s:.2f} s, "
+              f"RSS {memory_kib(kafka.pid, 'VmRSS') / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
