@@ -194,10 +194,12 @@ def loopback(address: str) -> bool:
 
 
 def get_json(url: str):
+    """The JSON at `url`, or None while the server is not answering with JSON yet (a
+    starting Master's UI has been seen to serve its HTML page at /json/)."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
