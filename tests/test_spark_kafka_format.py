@@ -22,17 +22,17 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 pytest.importorskip("pyspark")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
+from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
                                      rows_of, unique)
 from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
@@ -195,25 +195,7 @@ def test_streaming_query_gives_the_same_rows(spark_kafka, kafka, topics, tmp_pat
 
 def consume_all(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
     """(partition, key, value, headers) as confluent-kafka's consumer sees them, in offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-    rows, done = [], set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(done) < partitions:
-            assert time.monotonic() < deadline, f"consuming {topic} did not reach the end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, message.error()
-                done.add(message.partition())
-                continue
-            rows.append((message.partition(), message.offset(), message.key(), message.value(),
-                         tuple(message.headers() or ())))
-    finally:
-        consumer.close()
+    rows = consume_to_end(bootstrap, topic, partitions, "read_committed")  # librdkafka's default
     return [(p, k, v, h) for p, _, k, v, h in sorted(rows, key=lambda r: r[:2])]
 
 

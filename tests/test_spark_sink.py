@@ -165,8 +165,9 @@ def read_committed_wire(bootstrap: str, topic: str, partitions: int) -> collecti
     return ids
 
 
-def consume(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
-    """(id, partition, key, value, headers) as confluent-kafka's consumer sees them."""
+def consume_to_end(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
+    """(partition, offset, key, value, headers) of every record confluent-kafka's consumer
+    reads from the beginning to the end of each partition, in the order it reads them."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": isolation})
@@ -183,11 +184,17 @@ def consume(bootstrap: str, topic: str, partitions: int, isolation: str) -> list
                 assert message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, message.error()
                 done.add(message.partition())
                 continue
-            rows.append((record_id(message.value()), message.partition(), message.key(), message.value(),
+            rows.append((message.partition(), message.offset(), message.key(), message.value(),
                          tuple(message.headers() or ())))
     finally:
         consumer.close()
     return rows
+
+
+def consume(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
+    """(id, partition, key, value, headers) as confluent-kafka's consumer sees them."""
+    return [(record_id(value), partition, key, value, headers)
+            for partition, _, key, value, headers in consume_to_end(bootstrap, topic, partitions, isolation)]
 
 
 def numbered(directory: str) -> list[int]:
