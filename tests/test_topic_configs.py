@@ -128,3 +128,26 @@ def test_broker_configs_are_described_with_source_and_read_only(tmp_path):
     assert configs["log.retention.ms"].source == DEFAULT_CONFIG and not configs["log.retention.ms"].read_only
     assert configs["listeners"].value == f"PLAINTEXT://127.0.0.1:{proc.port}"
     assert configs["queued.max.requests"].read_only
+
+
+def test_config_types_are_kafkas(broker):
+    """DescribeConfigs v3+ types: a broker default as its topic key is typed, the broker's
+    other keys as Kafka types them."""
+    from tests.test_broker_failures import connect, roundtrip
+    from wire.messages import DESCRIBE_CONFIGS
+
+    Req = DESCRIBE_CONFIGS.request
+    body = Req(resources=[Req.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)],
+               include_synonyms=False, include_documentation=False)
+    with connect(broker.port) as sock:
+        response = roundtrip(sock, DESCRIBE_CONFIGS, 4, body, 3)
+    types = {c.name: c.config_type for c in response.results[0].configs}
+    BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+    assert {key: types[key] for key in ("log.segment.bytes", "log.retention.ms", "log.cleanup.policy",
+                                        "compression.type", "min.insync.replicas", "num.partitions",
+                                        "auto.create.topics.enable", "listeners",
+                                        "connections.max.idle.ms", "queued.max.requests")} == {
+        "log.segment.bytes": INT, "log.retention.ms": LONG, "log.cleanup.policy": LIST,
+        "compression.type": STRING, "min.insync.replicas": INT, "num.partitions": INT,
+        "auto.create.topics.enable": BOOLEAN, "listeners": STRING, "connections.max.idle.ms": LONG,
+        "queued.max.requests": INT}

@@ -15,19 +15,37 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
-from broker.config import _COARSE_UNITS, TOPIC_CONFIGS, static_broker_values
+from broker.config import (_COARSE_UNITS, _CONNECTION_KEYS, _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS,
+                           static_broker_values)
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
-_TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 2, 3, 5, 7
+_TYPE_BOOLEAN, _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 1, 2, 3, 5, 7
 _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
           "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
           "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT}
 LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
+# The broker's other keys, typed as Kafka types them.
+_STATIC_TYPES = {
+    "node.id": _TYPE_INT, "broker.id": _TYPE_INT, "listeners": _TYPE_STRING,
+    "advertised.listeners": _TYPE_STRING, "log.dirs": _TYPE_STRING, "num.partitions": _TYPE_INT,
+    "default.replication.factor": _TYPE_INT, "auto.create.topics.enable": _TYPE_BOOLEAN,
+    "socket.request.max.bytes": _TYPE_INT, "log.retention.check.interval.ms": _TYPE_LONG,
+    "producer.id.expiration.ms": _TYPE_INT, "max.connections.per.ip.overrides": _TYPE_STRING,
+    **{key: _TYPE_INT if maximum == INT_MAX else _TYPE_LONG
+       for key, (_, _, maximum) in {**_GROUP_KEYS, **_CONNECTION_KEYS}.items()},
+}
+
+
+def config_type(key: str) -> int:
+    """A topic key's type, a broker default's (the type of its topic key), or a broker key's."""
+    if key in _STATIC_TYPES:
+        return _STATIC_TYPES[key]
+    return _TYPES.get(DYNAMIC_KEYS.get(key, key), _TYPE_LONG)
 
 
 def _broker_value(broker, key: str) -> tuple[str, int]:
@@ -81,7 +99,7 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynam
         configs.append(_Resp.DescribeConfigsResourceResult(
             name=key, value=value, read_only=read_only, is_default=source == DEFAULT_CONFIG,
             config_source=source, is_sensitive=False, synonyms=synonyms,
-            config_type=_TYPES.get(key, _TYPE_LONG), documentation=None))
+            config_type=config_type(key), documentation=None))
     return configs
 
 
