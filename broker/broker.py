@@ -24,11 +24,11 @@ from wire.protocol import UnsupportedRequest, decode_request, encode_response_wr
 from broker import handlers
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
+from broker.errors import BrokerError
 from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
 from broker.server import CloseConnection, KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
-from broker.storage.log import LogError
 from broker.throttled_log import ThrottledLog
 from broker.topics import TopicManager
 from broker.transactions.coordinator import TransactionCoordinator
@@ -121,7 +121,7 @@ class Broker:
             await asyncio.sleep(seconds)
             try:
                 job()
-            except (OSError, LogError) as exc:  # e.g. a full disk: the next run tries again
+            except (OSError, BrokerError) as exc:  # e.g. a full disk: the next run tries again
                 write_failures("background job %s failed: %s", job.__name__, exc)
             except Exception:
                 log.exception("background job %s failed", job.__name__)

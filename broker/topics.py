@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
+from broker.errors import BrokerError
 from broker.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
 from broker.storage.log import PartitionLog
 from broker.storage.segment import READ_CACHE_FILES
@@ -59,10 +60,6 @@ def partition_budget() -> tuple[int, int]:
     return max(0, soft - FD_RESERVE - READ_CACHE_FILES), soft
 
 
-class TopicError(Exception):
-    def __init__(self, code: ErrorCode, message: str):
-        self.code = code
-        super().__init__(message)
 
 
 @dataclass
@@ -83,15 +80,15 @@ class Topic:
 
 def validate_topic_name(name: str | None) -> None:
     if not name:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
     if name in (".", ".."):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is not allowed")
     if len(name) > MAX_NAME_LENGTH:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"topic name is longer than {MAX_NAME_LENGTH} characters")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic name is longer than {MAX_NAME_LENGTH} characters")
     if not _LEGAL_NAME.match(name):
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
 
 
 class TopicManager:
@@ -170,8 +167,8 @@ class TopicManager:
     def log(self, topic: str, partition: int) -> PartitionLog:
         entry = self.topics.get(topic)
         if entry is None or not 0 <= partition < len(entry.logs):
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"this broker has no partition {topic}-{partition}")
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              f"this broker has no partition {topic}-{partition}")
         return entry.logs[partition]
 
     def all_logs(self):
@@ -185,18 +182,18 @@ class TopicManager:
         id, registered nowhere), its configs for the CreateTopics answer."""
         validate_topic_name(name)
         if name in self.topics:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if partitions < 1 or partitions > MAX_PARTITIONS:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                             f"number of partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"number of partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
         collision = name.replace(".", "_")
         if any(t.replace(".", "_") == collision for t in self.topics):
-            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                             f"topic {name!r} collides with an existing topic ('.' and '_' are alike)")
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              f"topic {name!r} collides with an existing topic ('.' and '_' are alike)")
         try:
             overrides = parse_topic_configs(configs)
         except ConfigError as exc:
-            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         self._check_budget(name, partitions)
         if validate_only:
             return Topic(name, uuid.UUID(int=0), overrides)
@@ -209,13 +206,13 @@ class TopicManager:
         except OSError as exc:  # a full disk: the topic was never created
             del self.topics[name], self.by_id[topic.topic_id]
             self._remove_new_logs(topic, 0)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name!r}: {exc}") from None
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name!r}: {exc}") from None
         return topic
 
     def delete(self, name: str) -> None:
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         del self.topics[name]
         del self.by_id[topic.topic_id]
         renamed = [f"{partition_log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
@@ -228,7 +225,7 @@ class TopicManager:
             if not any(os.path.exists(directory) for directory in renamed):
                 self._register(topic)  # nothing was renamed: the topic stays
             # else a renamed directory says it is deleted: the next start finishes the job
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete topic {name}: {exc}") from None
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete topic {name}: {exc}") from None
         try:
             self._write_registry()
             self.write_checkpoints()
@@ -239,13 +236,13 @@ class TopicManager:
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current = len(topic.logs)
         if count <= current:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                             f"topic {name!r} has {current} partitions; the new count must be larger, not {count}")
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"topic {name!r} has {current} partitions; the new count must be larger, not {count}")
         if count > MAX_PARTITIONS:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
         self._check_budget(name, count - current)
         if validate_only:
             return
@@ -256,8 +253,8 @@ class TopicManager:
             self._write_registry()
         except OSError as exc:  # a full disk: the partitions were never added
             self._remove_new_logs(topic, current)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"cannot add partitions to {name!r}: {exc}") from None
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"cannot add partitions to {name!r}: {exc}") from None
 
     def set_configs(self, name: str, configs: dict[str, str | None], validate_only: bool = False) -> None:
         """Replace a topic's overrides with `configs` and swap every log's config at once,
@@ -266,16 +263,16 @@ class TopicManager:
         changed is refused."""
         topic = self.topics.get(name)
         if topic is None:
-            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         try:
             overrides = parse_topic_configs(configs)
         except ConfigError as exc:
-            raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if topic.internal:
             for key, required in INTERNAL_REQUIRED_CONFIGS.items():
                 if overrides.setdefault(key, required) != required:
-                    raise TopicError(ErrorCode.INVALID_CONFIG,
-                                     f"{key}: internal topic {name!r} must keep {required!r}")
+                    raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                      f"{key}: internal topic {name!r} must keep {required!r}")
         if validate_only:
             return
         previous, topic.configs = topic.configs, overrides
@@ -283,8 +280,8 @@ class TopicManager:
             self._write_registry()
         except OSError as exc:  # a full disk: nothing changed
             topic.configs = previous
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"cannot change the configs of {name!r}: {exc}") from None
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"cannot change the configs of {name!r}: {exc}") from None
         self._apply_log_config(topic)
 
     def apply_broker_defaults(self) -> None:
@@ -306,11 +303,11 @@ class TopicManager:
         reserved = sum(n for topic, n in internal.items() if topic not in self.topics and topic != name)
         total = sum(len(t.logs) for t in self.topics.values()) + reserved + adding
         if total > budget:
-            raise TopicError(ErrorCode.INVALID_PARTITIONS,
-                             f"{adding} more partition(s) would make {total} (internal topics' "
-                             f"included), over the {budget} this broker can keep open: "
-                             f"RLIMIT_NOFILE {limit} less {FD_RESERVE + READ_CACHE_FILES} "
-                             f"descriptors for connections and other files")
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"{adding} more partition(s) would make {total} (internal topics' "
+                              f"included), over the {budget} this broker can keep open: "
+                              f"RLIMIT_NOFILE {limit} less {FD_RESERVE + READ_CACHE_FILES} "
+                              f"descriptors for connections and other files")
 
     def _open_new_logs(self, topic: Topic, log_config, count: int) -> None:
         """Grow `topic.logs` to `count` new, empty logs, holding no descriptor; on an OS error
@@ -322,8 +319,8 @@ class TopicManager:
                                                log_config, recovery_point=None))
         except OSError as exc:
             self._remove_new_logs(topic, current, count)
-            raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"cannot create partitions of {topic.name!r}: {exc}") from None
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"cannot create partitions of {topic.name!r}: {exc}") from None
 
     def _remove_new_logs(self, topic: Topic, first: int, end: int | None = None) -> None:
         """Forget partitions `first`.. of `topic` (up to `end`) and remove their directories."""

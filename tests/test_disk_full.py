@@ -29,6 +29,7 @@ from tests.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
+from broker.errors import BrokerError
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -299,7 +300,7 @@ class FailingDisk:
 def test_a_write_failing_part_way_leaves_whole_batches_and_index_entries(tmp_path, monkeypatch):
     """Without a tmpfs: the failure injected at the OS-call boundary."""
     from broker.config import LogConfig
-    from broker.storage.log import LogError, PartitionLog
+    from broker.storage.log import PartitionLog
     from wire.records import build_batch, parse_header
 
     def append(log, n: int):
@@ -313,10 +314,10 @@ def test_a_write_failing_part_way_leaves_whole_batches_and_index_entries(tmp_pat
         append(log, n)
     disk = FailingDisk(str(tmp_path), os.write)
     monkeypatch.setattr(os, "write", disk.write)
-    with pytest.raises(LogError) as refused:
+    with pytest.raises(BrokerError) as refused:
         append(log, 3)
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    with pytest.raises(LogError) as refused:
+    with pytest.raises(BrokerError) as refused:
         log.flush()  # the indexes' pending entries
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert disk.failures == 2

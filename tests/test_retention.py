@@ -19,7 +19,7 @@ from wire.error_codes import ErrorCode
 from wire.records import parse_header
 
 from broker.config import LogConfig
-from broker.storage.log import LogError
+from broker.errors import BrokerError
 from tests.broker_process import BrokerProcess
 from tests.polling import wait_for
 from tests.test_storage import (BASE_TS, abandon, append, check_consistent, check_duplicates,
@@ -53,7 +53,7 @@ def test_retention_by_time(tmp_path):
         for suffix in (".log", ".index", ".timeindex"):
             assert not os.path.exists(tmp_path / f"{base:020d}{suffix}")
     assert log.log_start_offset == first_kept and log.log_end_offset == end
-    with pytest.raises(LogError) as info:
+    with pytest.raises(BrokerError) as info:
         log.read(first_kept - 1, 1 << 20, log.high_watermark, True)
     assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
     assert parse_header(log.read(first_kept, 1 << 20, log.high_watermark, True).read()).base_offset == first_kept

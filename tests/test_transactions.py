@@ -51,6 +51,7 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIO
                            TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 from wire.protocol import RequestHeader, decode_response, encode_request
 from wire.records import build_batch, decode_batch, iter_batches
+from broker.errors import BrokerError
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -903,7 +904,7 @@ def test_transaction_state_log_is_cleaned_and_replayed(tmp_path):
 
 def test_partition_log_transactions(tmp_path):
     from broker.config import LogConfig
-    from broker.storage.log import LogError, PartitionLog
+    from broker.storage.log import PartitionLog
 
     def append(log, pid, epoch, seq, n, transactional):
         batch = bytearray(txn_batch(pid, epoch, seq, [b"v%d" % i for i in range(n)], transactional))
@@ -922,7 +923,7 @@ def test_partition_log_transactions(tmp_path):
     assert log.last_stable_offset == 8
     assert [tuple(a) for a in log.aborted_transactions(0, 100)] == [(7, 2, 6, 5)]
     assert log.append_marker(8, 0, 0, commit=True) == 8  # no open transaction: closes nothing
-    with pytest.raises(LogError) as info:
+    with pytest.raises(BrokerError) as info:
         log.append_marker(7, 0, -1, commit=False)  # an older coordinator epoch
     assert info.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
     seq = 3
@@ -940,7 +941,7 @@ def test_partition_log_transactions(tmp_path):
     assert [a.first_offset for a in aborted] == [2]
     # A stale epoch marker is refused
     append(log, 9, 3, 0, 1, True)
-    with pytest.raises(LogError) as info:
+    with pytest.raises(BrokerError) as info:
         log.append_marker(9, 2, 0, commit=False)
     assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     open_at = log.log_end_offset - 1

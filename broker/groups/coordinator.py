@@ -48,11 +48,9 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 
+from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
-from broker.storage.log import LogError
-from broker.storage.producer_state import ProducerStateError
-from broker.topics import TopicError
 
 log = logging.getLogger("sluice.groups")
 
@@ -62,10 +60,6 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 
 
-class GroupError(Exception):
-    def __init__(self, code: ErrorCode, message: str = ""):
-        self.code = code
-        super().__init__(message or code.name)
 
 
 @dataclass
@@ -169,11 +163,11 @@ class GroupCoordinator:
         return topic.logs[offsets_log.partition_for(group_id, len(topic.logs))]
 
     def _write(self, group_id: str, records: list) -> None:
-        """Append to the group's offsets partition; raises GroupError if that fails."""
+        """Append to the group's offsets partition; raises BrokerError if that fails."""
         try:
             offsets_log.append_records(self._log_for(group_id), records)
-        except LogError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
-            raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+        except BrokerError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
 
     def load(self) -> None:
         """Replay `__consumer_offsets` (when it exists) into memory."""
@@ -254,19 +248,19 @@ class GroupCoordinator:
     @staticmethod
     def _check_group_id(group_id: str | None) -> None:
         if not group_id:
-            raise GroupError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+            raise BrokerError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
 
     def _member(self, group: Group | None, member_id: str, instance_id: str | None) -> Member:
         if group is None or group.state == DEAD:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"no group has member {member_id!r}")
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"no group has member {member_id!r}")
         if instance_id is not None:
             known = group.static_members.get(instance_id)
             if known is not None and known != member_id:
-                raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
-                                 f"instance {instance_id!r} now belongs to member {known!r}")
+                raise BrokerError(ErrorCode.FENCED_INSTANCE_ID,
+                                  f"instance {instance_id!r} now belongs to member {known!r}")
         member = group.members.get(member_id)
         if member is None:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member")
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member")
         return member
 
     # -- join ------------------------------------------------------------------------
@@ -275,17 +269,17 @@ class GroupCoordinator:
                    protocol_type: str, protocols: list, require_known_member_id: bool) -> JoinResult:
         self._check_group_id(group_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
-            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT,
-                             f"session timeout {session_timeout_ms} ms is outside "
-                             f"[{self.min_session_ms}, {self.max_session_ms}]")
+            raise BrokerError(ErrorCode.INVALID_SESSION_TIMEOUT,
+                              f"session timeout {session_timeout_ms} ms is outside "
+                              f"[{self.min_session_ms}, {self.max_session_ms}]")
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             group = self.groups[group_id] = Group(group_id)
         if not group.supports(protocol_type, protocols):
-            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                             "protocol type or protocols do not match the group's")
+            raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                              "protocol type or protocols do not match the group's")
         loop = asyncio.get_running_loop()
         if not member_id:
             new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
@@ -300,7 +294,7 @@ class GroupCoordinator:
         elif member_id in group.pending_members:
             del group.pending_members[member_id]
         elif member_id not in group.members:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member")
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member")
         else:
             self._member(group, member_id, instance_id)
         member = group.members.get(member_id)
@@ -341,7 +335,7 @@ class GroupCoordinator:
                 group.leader = new_id
             for waiter in (old.join_waiter, old.sync_waiter):
                 if waiter is not None and not waiter.done():
-                    waiter.set_exception(GroupError(ErrorCode.FENCED_INSTANCE_ID))
+                    waiter.set_exception(BrokerError(ErrorCode.FENCED_INSTANCE_ID))
             # As in Kafka, only a change of the group's protocol rebalances: the metadata of
             # a restarted member (the Java client's owned partitions, generation) may differ.
             if group.state == STABLE and group.select_protocol() == group.protocol_name:
@@ -372,7 +366,7 @@ class GroupCoordinator:
         if group.state == COMPLETING:
             for m in group.members.values():  # followers waiting for an assignment rejoin
                 if m.sync_waiter is not None and not m.sync_waiter.done():
-                    m.sync_waiter.set_exception(GroupError(ErrorCode.REBALANCE_IN_PROGRESS))
+                    m.sync_waiter.set_exception(BrokerError(ErrorCode.REBALANCE_IN_PROGRESS))
         if group.state != PREPARING:
             timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
             group.rebalance_deadline = now + timeout
@@ -430,13 +424,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
         if generation != group.generation:
-            raise GroupError(ErrorCode.ILLEGAL_GENERATION,
-                             f"generation {generation} is not the group's {group.generation}")
+            raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                              f"generation {generation} is not the group's {group.generation}")
         if (protocol_type is not None and protocol_type != group.protocol_type) or \
                 (protocol_name is not None and protocol_name != group.protocol_name):
-            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "protocol differs from the group's")
+            raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "protocol differs from the group's")
         if group.state == PREPARING:
-            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+            raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
             return group.protocol_type, group.protocol_name, member.assignment
         member.last_heartbeat = time.monotonic()
@@ -460,10 +454,10 @@ class GroupCoordinator:
         member = self._member(group, member_id, instance_id)
         member.last_heartbeat = time.monotonic()
         if group.state == PREPARING:
-            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+            raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if generation != group.generation:
-            raise GroupError(ErrorCode.ILLEGAL_GENERATION,
-                             f"generation {generation} is not the group's {group.generation}")
+            raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                              f"generation {generation} is not the group's {group.generation}")
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
         """Remove members; returns an error code per (member id, instance id)."""
@@ -476,7 +470,7 @@ class GroupCoordinator:
                 member = self._member(group, member_id, instance_id)
                 self._remove_member(group, member, rebalance=True)
                 codes.append(ErrorCode.NONE)
-            except GroupError as exc:
+            except BrokerError as exc:
                 codes.append(exc.code)
         return codes
 
@@ -486,7 +480,7 @@ class GroupCoordinator:
             del group.static_members[member.group_instance_id]
         for waiter in (member.join_waiter, member.sync_waiter):
             if waiter is not None and not waiter.done():
-                waiter.set_exception(GroupError(ErrorCode.UNKNOWN_MEMBER_ID))
+                waiter.set_exception(BrokerError(ErrorCode.UNKNOWN_MEMBER_ID))
         if not rebalance:
             return
         if group.state in (STABLE, COMPLETING):
@@ -516,28 +510,28 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------
     def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                offsets: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], int]:
-        """Store offsets; returns an error code per partition. Raises GroupError for
+        """Store offsets; returns an error code per partition. Raises BrokerError for
         errors that concern the whole request."""
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             if generation >= 0 or member_id:
-                raise GroupError(ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"group {group_id!r} has no generation {generation}")
+                raise BrokerError(ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID,
+                                  f"group {group_id!r} has no generation {generation}")
             group = self.groups[group_id] = Group(group_id)
         elif group.members or generation >= 0 or member_id:
             if generation < 0 and not member_id:
-                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"group {group_id!r} has members: commit as one of them")
+                raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                  f"group {group_id!r} has members: commit as one of them")
             self._member(group, member_id, instance_id)
             if generation != group.generation:
-                raise GroupError(ErrorCode.ILLEGAL_GENERATION,
-                                 f"generation {generation} is not the group's {group.generation}")
+                raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                                  f"generation {generation} is not the group's {group.generation}")
             if group.state == COMPLETING:
                 # Kafka's rule: while a rebalance is only being prepared, members still commit
                 # for their generation (what they consumed before rejoining); once the new
                 # generation exists, commits wait for its assignment.
-                raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         codes, accepted = self._acceptable(offsets)
         if accepted:
             self._write(group_id, [offsets_log.offset_record(group_id, t, p, c)
@@ -553,7 +547,7 @@ class GroupCoordinator:
         for (topic, partition), committed in offsets.items():
             try:
                 self.broker.topics.log(topic, partition)
-            except TopicError:
+            except BrokerError:
                 codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
@@ -571,7 +565,7 @@ class GroupCoordinator:
         """Write offsets as part of a producer's transaction; they stay pending until
         `end_transaction`. `verify()` (the transaction coordinator's check) runs once
         the group accepted the commit, before anything is written. Returns an error
-        code per partition; raises GroupError for whole-request errors."""
+        code per partition; raises BrokerError for whole-request errors."""
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
@@ -579,8 +573,8 @@ class GroupCoordinator:
         if generation >= 0 or member_id or instance_id is not None:
             self._member(group, member_id, instance_id)
             if generation != group.generation:
-                raise GroupError(ErrorCode.ILLEGAL_GENERATION,
-                                 f"generation {generation} is not the group's {group.generation}")
+                raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                                  f"generation {generation} is not the group's {group.generation}")
         if verify is not None:
             verify()
         codes, accepted = self._acceptable(offsets)
@@ -588,11 +582,11 @@ class GroupCoordinator:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
             try:
                 offsets_log.append_records(self._log_for(group_id), records, producer_id, producer_epoch)
-            except (LogError, ProducerStateError) as exc:  # e.g. a stale producer epoch
+            except BrokerError as exc:  # e.g. a stale producer epoch
                 code = exc.code
                 if code == ErrorCode.KAFKA_STORAGE_ERROR:  # not a TxnOffsetCommit error code
                     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                raise GroupError(code, str(exc)) from None
+                raise BrokerError(code, str(exc)) from None
             group.pending_txn.setdefault(producer_id, {}).update(accepted)
         return codes
 
@@ -632,9 +626,9 @@ class GroupCoordinator:
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         if group.members:
-            raise GroupError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
+            raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
         records = [offsets_log.offset_record(group_id, t, p, None) for t, p in group.offsets]
         records.append(offsets_log.group_record(group_id, None))
         self._write(group_id, records)
@@ -643,18 +637,18 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """OffsetDelete: drop the group's committed offsets of `partitions`; returns an
-        error code per partition. Raises GroupError for whole-request errors: no such
+        error code per partition. Raises BrokerError for whole-request errors: no such
         group (GROUP_ID_NOT_FOUND), or a group with members that is not a consumer group
         (NON_EMPTY_GROUP). A consumer group keeps the offsets of topics its members
         subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition without an offset is no error."""
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         subscribed: set[str] = set()
         if group.members:
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-                raise GroupError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
+                raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
             subscribed = self._subscribed_topics(group)
         codes, deleted = {}, []
         for topic, partition in partitions:

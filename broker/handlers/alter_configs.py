@@ -25,8 +25,8 @@ from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 from broker.config import ConfigError, TOPIC_CONFIGS, check_topic_config_key
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
+from broker.errors import BrokerError
 from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
-from broker.topics import TopicError
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -34,13 +34,13 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 def _topic(broker, name: str):
     topic = broker.topics.topics.get(name)
     if topic is None:
-        raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     return topic
 
 
 def _broker_level(broker, name: str) -> str:
     if name not in (CLUSTER_DEFAULT, str(broker.node_id)):
-        raise TopicError(ErrorCode.INVALID_REQUEST, f"this is broker {broker.node_id}, not {name!r}")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"this is broker {broker.node_id}, not {name!r}")
     return name
 
 
@@ -50,12 +50,12 @@ def _check_keys(resource_type: int, keys) -> None:
             try:
                 check_topic_config_key(key)
             except ConfigError as exc:
-                raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+                raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     else:
         static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
         if static:
-            raise TopicError(ErrorCode.INVALID_REQUEST,
-                             f"Cannot update these configs dynamically: {', '.join(static)}")
+            raise BrokerError(ErrorCode.INVALID_REQUEST,
+                              f"Cannot update these configs dynamically: {', '.join(static)}")
 
 
 def _current(broker, resource_type: int, name: str) -> dict[str, str]:
@@ -73,13 +73,13 @@ def _store(broker, resource_type: int, name: str, configs: dict, validate_only: 
     try:
         parsed = broker.dynamic_configs.parse(configs)
     except ConfigError as exc:
-        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if validate_only:
         return
     try:
         broker.dynamic_configs.set_level(level, parsed)
     except OSError as exc:
-        raise TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
+        raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
     broker.topics.apply_broker_defaults()
 
 
@@ -94,7 +94,7 @@ def _incremental(broker, resource) -> dict[str, str]:
     names = [c.name for c in resource.configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise TopicError(ErrorCode.INVALID_REQUEST, f"config {duplicates[0]!r} is given twice")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {duplicates[0]!r} is given twice")
     configs = _current(broker, resource.resource_type, resource.resource_name)
     _check_keys(resource.resource_type, names)
     for change in resource.configs:
@@ -106,8 +106,8 @@ def _incremental(broker, resource) -> dict[str, str]:
         elif op in (APPEND, SUBTRACT):
             topic_key = key if resource.resource_type == TOPIC else DYNAMIC_KEYS[key]
             if topic_key not in LIST_KEYS:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key}: APPEND and SUBTRACT are only "
-                                 f"for list configs")
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key}: APPEND and SUBTRACT are only "
+                                  f"for list configs")
             current = configs.get(key) or _default_value(broker, resource.resource_type, key)
             items = [i.strip() for i in current.split(",") if i.strip()]
             given = [i.strip() for i in (value or "").split(",") if i.strip()]
@@ -117,7 +117,7 @@ def _incremental(broker, resource) -> dict[str, str]:
                 items = [i for i in items if i not in given]
             configs[key] = ",".join(items)
         else:
-            raise TopicError(ErrorCode.INVALID_REQUEST, f"{key}: unknown operation {op}")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{key}: unknown operation {op}")
     return configs
 
 
@@ -131,14 +131,14 @@ def _alter(broker, resources, new_configs, validate_only: bool, Response):
         results.append(out)
         try:
             if listed[(resource.resource_type, resource.resource_name)] > 1:
-                raise TopicError(ErrorCode.INVALID_REQUEST,
-                                 f"resource {resource.resource_name!r} is listed more than once")
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"resource {resource.resource_name!r} is listed more than once")
             if resource.resource_type not in (TOPIC, BROKER):
-                raise TopicError(ErrorCode.INVALID_REQUEST,
-                                 f"resource type {resource.resource_type} cannot be altered here")
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"resource type {resource.resource_type} cannot be altered here")
             configs = new_configs(broker, resource)
             _store(broker, resource.resource_type, resource.resource_name, configs, validate_only)
-        except TopicError as exc:
+        except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Response(throttle_time_ms=0, responses=results)
 

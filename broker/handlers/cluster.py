@@ -21,8 +21,8 @@ import os
 
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, INIT_PRODUCER_ID
+from broker.errors import BrokerError
 
-from broker.transactions.coordinator import TxnError
 
 _MAX_EPOCH = 32767
 
@@ -52,7 +52,7 @@ def init_producer_id(broker, header, request, client_host):
             pid, epoch = broker.transactions.init_producer_id(
                 request.transactional_id, request.transaction_timeout_ms,
                 (pid, epoch) if pid >= 0 else None)
-        except TxnError as exc:
+        except BrokerError as exc:
             code = exc.code
             if code == ErrorCode.PRODUCER_FENCED and header.request_api_version < 4:
                 code = ErrorCode.INVALID_PRODUCER_EPOCH

@@ -18,8 +18,8 @@ import logging
 from wire.error_codes import ErrorCode
 from wire.messages import DELETE_RECORDS
 
-from broker.storage.log import LogError
-from broker.topics import INTERNAL_TOPICS, TopicError
+from broker.errors import BrokerError
+from broker.topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 _Resp = DELETE_RECORDS.response
@@ -28,15 +28,15 @@ HIGH_WATERMARK = -1
 
 def _delete(broker, topic: str, partition: int, offset: int) -> int:
     if topic in INTERNAL_TOPICS:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot delete records of internal topic {topic}")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot delete records of internal topic {topic}")
     log = broker.topics.log(topic, partition)
     if "delete" not in log.config.cleanup_policy.split(","):
-        raise TopicError(ErrorCode.POLICY_VIOLATION, f"records of {topic}-{partition} cannot be deleted: "
+        raise BrokerError(ErrorCode.POLICY_VIOLATION, f"records of {topic}-{partition} cannot be deleted: "
                                                      f"cleanup.policy is {log.config.cleanup_policy}")
     if offset == HIGH_WATERMARK:
         offset = log.high_watermark
     if offset < 0:
-        raise TopicError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative")
+        raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative")
     log.delete_records_before(offset)
     return log.log_start_offset
 
@@ -52,7 +52,7 @@ def handle(broker, header, request, client_host):
             try:
                 out.low_watermark = _delete(broker, topic.name, part.partition_index, part.offset)
                 moved = True
-            except (TopicError, LogError) as exc:
+            except BrokerError as exc:
                 out.error_code = exc.code
             partitions.append(out)
         topics.append(_Resp.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))

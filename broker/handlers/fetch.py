@@ -24,9 +24,8 @@ import time
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
+from broker.errors import BrokerError
 
-from broker.storage.log import LogError
-from broker.topics import TopicError
 
 MIN_VERSION = 4
 _Resp = FETCH.response
@@ -65,7 +64,7 @@ def _build(broker, request, version):
                 continue
             try:
                 log = broker.topics.log(name, wanted.partition)
-            except TopicError as exc:
+            except BrokerError as exc:
                 out.error_code = exc.code
                 continue
             keys.append((name, wanted.partition))
@@ -88,7 +87,7 @@ def _build(broker, request, version):
                 else:
                     region = log.read(wanted.fetch_offset, max(limit, 0), log.high_watermark,
                                       min_one_batch=(total == 0))
-            except LogError as exc:
+            except BrokerError as exc:
                 out.error_code = exc.code
                 continue
             if region is not None:

@@ -20,7 +20,8 @@ from wire.error_codes import ErrorCode
 from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
                            LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
 
-from broker.groups.coordinator import DEAD, GroupError
+from broker.errors import BrokerError
+from broker.groups.coordinator import DEAD
 
 _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 _CLASSIC = "classic"
@@ -56,7 +57,7 @@ async def join_group(broker, header, request, client_host):
             client_host, request.session_timeout_ms, request.rebalance_timeout_ms,
             request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
             require_known_member_id=version >= 4)
-    except GroupError as exc:
+    except BrokerError as exc:
         return Resp(error_code=exc.code, generation_id=-1, protocol_name=None if version >= 7 else "",
                     leader="", member_id=request.member_id, members=[])
     members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=meta)
@@ -76,7 +77,7 @@ async def sync_group(broker, header, request, client_host):
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
             request.protocol_type, request.protocol_name,
             {a.member_id: bytes(a.assignment) for a in request.assignments})
-    except GroupError as exc:
+    except BrokerError as exc:
         return Resp(error_code=exc.code, assignment=b"")
     return Resp(error_code=0, protocol_type=protocol_type, protocol_name=protocol_name,
                 assignment=assignment)
@@ -86,7 +87,7 @@ def heartbeat(broker, header, request, client_host):
     try:
         broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                 request.group_instance_id)
-    except GroupError as exc:
+    except BrokerError as exc:
         return HEARTBEAT.response(error_code=exc.code)
     return HEARTBEAT.response(error_code=0)
 
@@ -145,6 +146,6 @@ def delete_groups(broker, header, request, client_host):
         try:
             broker.groups.delete_group(group_id)
             results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=0))
-        except GroupError as exc:
+        except BrokerError as exc:
             results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=exc.code))
     return Resp(results=results)

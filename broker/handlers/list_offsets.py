@@ -17,8 +17,8 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import LIST_OFFSETS
 
+from broker.errors import BrokerError
 from broker.handlers.fetch import READ_COMMITTED, _leader_epoch_error
-from broker.topics import TopicError
 
 MIN_VERSION = 1
 _Resp = LIST_OFFSETS.response
@@ -36,7 +36,7 @@ def _lookup(log, timestamp: int, committed: bool) -> tuple[int, int]:
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1
     if timestamp < 0:
-        raise TopicError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
     found = log.offset_for_timestamp(timestamp)
     if found is None or (committed and found[0] >= log.last_stable_offset):
         return -1, -1
@@ -63,7 +63,7 @@ def handle(broker, header, request, client_host):
                     out.leader_epoch = log.leader_epoch
                 elif out.offset >= 0:
                     out.leader_epoch = log.epochs.epoch_for(out.offset)
-            except TopicError as exc:
+            except BrokerError as exc:
                 out.error_code = exc.code
         topics.append(_Resp.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return _Resp(topics=topics, throttle_time_ms=0)

@@ -19,7 +19,8 @@ from wire.error_codes import ErrorCode
 from wire.messages import METADATA
 from wire.primitives import ZERO_UUID
 
-from broker.topics import TopicError, validate_topic_name
+from broker.errors import BrokerError
+from broker.topics import validate_topic_name
 
 _Resp = METADATA.response
 _FIRST_NULLABLE_NAME = 12  # response topic names may be null from Metadata v12
@@ -77,14 +78,14 @@ def handle(broker, header, request, client_host):
             if topic is None and auto_create:
                 try:
                     topic = topics.create(name, broker.config.num_partitions, {})
-                except TopicError as exc:
+                except BrokerError as exc:
                     results.append(_error_topic(name, exc.code))
                     continue
             if topic is None:
                 try:
                     validate_topic_name(name)
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                except TopicError as exc:
+                except BrokerError as exc:
                     code = exc.code
                 results.append(_error_topic(name, code))
                 continue

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from wire.messages import OFFSET_FOR_LEADER_EPOCH
 
+from broker.errors import BrokerError
 from broker.handlers.fetch import _leader_epoch_error
-from broker.topics import TopicError
 
 _Resp = OFFSET_FOR_LEADER_EPOCH.response
 
@@ -30,7 +30,7 @@ def handle(broker, header, request, client_host):
             partitions.append(out)
             try:
                 log = broker.topics.log(topic.topic, wanted.partition)
-            except TopicError as exc:
+            except BrokerError as exc:
                 out.error_code = exc.code
                 continue
             epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)

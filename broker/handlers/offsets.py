@@ -22,7 +22,7 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 
-from broker.groups.coordinator import GroupError
+from broker.errors import BrokerError
 from broker.groups.offsets_log import CommittedOffset
 from broker.storage.log import now_ms
 
@@ -39,7 +39,7 @@ def offset_commit(broker, header, request, client_host):
     try:
         codes = broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
                                      request.member_id, request.group_instance_id, offsets)
-    except GroupError as exc:
+    except BrokerError as exc:
         codes = {tp: exc.code for tp in offsets}
     return Resp(topics=[Resp.OffsetCommitResponseTopic(name=topic.name, partitions=[
         Resp.OffsetCommitResponsePartition(partition_index=p.partition_index,
@@ -99,7 +99,7 @@ def offset_delete(broker, header, request, client_host):
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
         codes = broker.groups.delete_offsets(request.group_id, partitions)
-    except GroupError as exc:
+    except BrokerError as exc:
         return Resp(error_code=exc.code, topics=[])
     return Resp(error_code=0, topics=[Resp.OffsetDeleteResponseTopic(name=topic.name, partitions=[
         Resp.OffsetDeleteResponsePartition(partition_index=p.partition_index,

@@ -43,10 +43,10 @@ from wire.messages import PRODUCE
 from wire.primitives import DecodeError
 from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
 
+from broker.errors import BrokerError
 from broker.server import CloseConnection
-from broker.storage.log import MAX_DECOMPRESSED_BATCH, LogError, now_ms
-from broker.storage.producer_state import ProducerStateError
-from broker.topics import INTERNAL_TOPICS, TopicError
+from broker.storage.log import MAX_DECOMPRESSED_BATCH, now_ms
+from broker.topics import INTERNAL_TOPICS
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16
@@ -56,44 +56,40 @@ IN_SYNC_REPLICAS = 1
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
 
-class _Invalid(Exception):
-    def __init__(self, code: ErrorCode, message: str):
-        self.code = code
-        super().__init__(message)
 
 
 def validated_batch(records, max_message_bytes: int):
-    """(header, view) of the one batch in a partition's produce records, or _Invalid."""
+    """(header, view) of the one batch in a partition's produce records, or BrokerError."""
     if records is None or len(records) == 0:
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "no record batch")
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "no record batch")
     try:
         iterator = iter_batches(records)
         batches = list(iterator)
     except DecodeError as exc:
         view = memoryview(records)
         if len(view) > _MAGIC_AT and view[_MAGIC_AT] < MAGIC:
-            raise _Invalid(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                           "message format v0/v1 is not supported; use record batches (v2)") from None
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+            raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                              "message format v0/v1 is not supported; use record batches (v2)") from None
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
     if iterator.remaining:
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, f"{iterator.remaining} bytes of a truncated batch")
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"{iterator.remaining} bytes of a truncated batch")
     if len(batches) != 1:
-        raise _Invalid(ErrorCode.INVALID_RECORD,
-                       f"a partition's produce must hold exactly one record batch, not {len(batches)}")
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"a partition's produce must hold exactly one record batch, not {len(batches)}")
     header, view = batches[0]
     if header.size > max_message_bytes:
-        raise _Invalid(ErrorCode.MESSAGE_TOO_LARGE,
-                       f"batch of {header.size} bytes exceeds max.message.bytes {max_message_bytes}")
+        raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
+                          f"batch of {header.size} bytes exceeds max.message.bytes {max_message_bytes}")
     if not has_valid_crc(view):
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
     if header.is_control:
-        raise _Invalid(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
+        raise BrokerError(ErrorCode.INVALID_RECORD, "clients may not produce control batches")
     if header.record_count != header.last_offset_delta + 1 or header.record_count == 0:
-        raise _Invalid(ErrorCode.INVALID_RECORD,
-                       f"batch holds {header.record_count} records but its last offset delta "
-                       f"is {header.last_offset_delta}")
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"batch holds {header.record_count} records but its last offset delta "
+                          f"is {header.last_offset_delta}")
     if header.base_timestamp < -1 or header.max_timestamp < -1:
-        raise _Invalid(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
+        raise BrokerError(ErrorCode.INVALID_TIMESTAMP, "negative record timestamp")
     return header, view
 
 
@@ -106,13 +102,13 @@ def _check_timestamps(header, config, now: int) -> None:
         if timestamp == -1:
             continue
         if timestamp < now - config.message_timestamp_before_max_ms:
-            raise _Invalid(ErrorCode.INVALID_TIMESTAMP,
-                           f"timestamp {timestamp} is more than message.timestamp.before.max.ms "
-                           f"({config.message_timestamp_before_max_ms}) before the broker's time {now}")
+            raise BrokerError(ErrorCode.INVALID_TIMESTAMP,
+                              f"timestamp {timestamp} is more than message.timestamp.before.max.ms "
+                              f"({config.message_timestamp_before_max_ms}) before the broker's time {now}")
         if timestamp > now + config.message_timestamp_after_max_ms:
-            raise _Invalid(ErrorCode.INVALID_TIMESTAMP,
-                           f"timestamp {timestamp} is more than message.timestamp.after.max.ms "
-                           f"({config.message_timestamp_after_max_ms}) after the broker's time {now}")
+            raise BrokerError(ErrorCode.INVALID_TIMESTAMP,
+                              f"timestamp {timestamp} is more than message.timestamp.after.max.ms "
+                              f"({config.message_timestamp_after_max_ms}) after the broker's time {now}")
 
 
 def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int):
@@ -124,36 +120,36 @@ def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int
     try:
         batch = memoryview(bytearray(recompress_batch(batch, codec, MAX_DECOMPRESSED_BATCH)))
     except DecodeError as exc:
-        raise _Invalid(ErrorCode.CORRUPT_MESSAGE, f"cannot recompress to {compression_type}: {exc}") from None
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"cannot recompress to {compression_type}: {exc}") from None
     header = parse_header(batch)
     if header.size > max_message_bytes:
-        raise _Invalid(ErrorCode.MESSAGE_TOO_LARGE,
-                       f"batch of {header.size} bytes recompressed to {compression_type} exceeds "
-                       f"max.message.bytes {max_message_bytes}")
+        raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
+                          f"batch of {header.size} bytes recompressed to {compression_type} exceeds "
+                          f"max.message.bytes {max_message_bytes}")
     return header, batch
 
 
 def _check_transactional(broker, version: int, transactional_id: str | None, header,
                          topic: str, partition: int) -> None:
     if header.producer_id >= 0 and header.base_sequence < 0:
-        raise _Invalid(ErrorCode.INVALID_RECORD,
-                       f"batch of producer {header.producer_id} has no sequence number")
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"batch of producer {header.producer_id} has no sequence number")
     if not header.is_transactional:
         if transactional_id is not None:
-            raise _Invalid(ErrorCode.INVALID_RECORD,
-                           "a transactional produce request may hold only transactional batches")
+            raise BrokerError(ErrorCode.INVALID_RECORD,
+                              "a transactional produce request may hold only transactional batches")
         return
     if transactional_id is None:
-        raise _Invalid(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                       "transactional batches need the request's transactional id")
+        raise BrokerError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                          "transactional batches need the request's transactional id")
     if header.producer_id < 0:
-        raise _Invalid(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+        raise BrokerError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
     code = broker.transactions.check_write(transactional_id, header.producer_id,
                                            header.producer_epoch, (topic, partition))
     if code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
         code = ErrorCode.INVALID_TXN_STATE
     if code is not None:
-        raise _Invalid(code, f"transactional write to {topic}-{partition} refused ({code.name}): "
+        raise BrokerError(code, f"transactional write to {topic}-{partition} refused ({code.name}): "
                              f"transactional id {transactional_id!r}, producer {header.producer_id}, "
                              f"epoch {header.producer_epoch}")
 
@@ -174,18 +170,18 @@ def handle(broker, header, request, client_host):
                                                     log_append_time_ms=-1, log_start_offset=-1)
             try:
                 if acks not in (-1, 0, 1):
-                    raise _Invalid(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
+                    raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
                 if topic_data.name in INTERNAL_TOPICS:
-                    raise _Invalid(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                   f"topic {topic_data.name} is internal: only the broker writes it")
+                    raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                      f"topic {topic_data.name} is internal: only the broker writes it")
                 log = broker.topics.log(topic_data.name, data.index)
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
                     records = _writable(records)
                 if acks == -1 and log.config.min_insync_replicas > IN_SYNC_REPLICAS:
-                    raise _Invalid(ErrorCode.NOT_ENOUGH_REPLICAS,
-                                   f"{IN_SYNC_REPLICAS} in-sync replica is fewer than min.insync.replicas "
-                                   f"{log.config.min_insync_replicas} of {topic_data.name}-{data.index}")
+                    raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                      f"{IN_SYNC_REPLICAS} in-sync replica is fewer than min.insync.replicas "
+                                      f"{log.config.min_insync_replicas} of {topic_data.name}-{data.index}")
                 batch_header, batch = validated_batch(records, log.config.max_message_bytes)
                 _check_timestamps(batch_header, log.config, now_ms())
                 _check_transactional(broker, header.request_api_version, request.transactional_id,
@@ -198,7 +194,7 @@ def handle(broker, header, request, client_host):
                 result.log_start_offset = log.log_start_offset
                 if not appended.duplicate:
                     broker.notify_append(topic_data.name, data.index)
-            except (_Invalid, LogError, ProducerStateError, TopicError) as exc:
+            except BrokerError as exc:
                 result.error_code = exc.code
                 result.error_message = str(exc)
                 failed = failed or f"{topic_data.name}-{data.index}: {exc}"

@@ -19,18 +19,19 @@ from wire.error_codes import ErrorCode
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from wire.primitives import ZERO_UUID
 
+from broker.errors import BrokerError
 from broker.handlers.configs import topic_config_entries
-from broker.topics import INTERNAL_TOPICS, TopicError
+from broker.topics import INTERNAL_TOPICS
 
 
 def _check_replicas(broker, replication_factor: int, assignments) -> None:
     if replication_factor not in (-1, 1) and not assignments:
-        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"replication factor {replication_factor} is larger than the 1 available broker")
+        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                          f"replication factor {replication_factor} is larger than the 1 available broker")
     for assignment in assignments or ():
         if assignment.broker_ids != [broker.node_id]:
-            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             f"replicas {assignment.broker_ids} must be exactly [{broker.node_id}]")
+            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"replicas {assignment.broker_ids} must be exactly [{broker.node_id}]")
 
 
 def create_topics(broker, header, request, client_host):
@@ -43,13 +44,13 @@ def create_topics(broker, header, request, client_host):
         results.append(out)
         try:
             if counts[wanted.name] > 1:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
             _check_replicas(broker, wanted.replication_factor, wanted.assignments)
             partitions = wanted.num_partitions
             if wanted.assignments:
                 if partitions != -1:
-                    raise TopicError(ErrorCode.INVALID_REQUEST,
-                                     "give either num_partitions or assignments, not both")
+                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                      "give either num_partitions or assignments, not both")
                 partitions = len(wanted.assignments)
             elif partitions == -1:
                 partitions = broker.config.num_partitions
@@ -63,15 +64,15 @@ def create_topics(broker, header, request, client_host):
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
                            for name, value, source in topic_config_entries(broker, topic)]
-        except TopicError as exc:
+        except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(topics=results, throttle_time_ms=0)
 
 
 def _refuse_internal(name: str, what: str) -> None:
     if name in INTERNAL_TOPICS:
-        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"topic {name} is internal: it cannot be {what} by clients")
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic {name} is internal: it cannot be {what} by clients")
 
 
 def delete_topics(broker, header, request, client_host):
@@ -88,14 +89,14 @@ def delete_topics(broker, header, request, client_host):
             if name is None:
                 topic = broker.topics.by_id.get(topic_id)
                 if topic is None:
-                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 name = out.name = topic.name
             topic = broker.topics.topics.get(name)
             if topic is not None:
                 out.topic_id = topic.topic_id
             _refuse_internal(name, "deleted")
             broker.topics.delete(name)
-        except TopicError as exc:
+        except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(responses=results, throttle_time_ms=0)
 
@@ -109,10 +110,10 @@ def create_partitions(broker, header, request, client_host):
         results.append(out)
         try:
             if counts[wanted.name] > 1:
-                raise TopicError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
             _refuse_internal(wanted.name, "given partitions")
             _check_replicas(broker, 1, wanted.assignments)
             broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only)
-        except TopicError as exc:
+        except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(results=results, throttle_time_ms=0)

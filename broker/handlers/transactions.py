@@ -39,13 +39,10 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_P
                            DESCRIBE_TRANSACTIONS, END_TXN, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT,
                            WRITE_TXN_MARKERS)
 
+from broker.errors import BrokerError
 from broker.groups import offsets_log
-from broker.groups.coordinator import GroupError
 from broker.groups.offsets_log import CommittedOffset
-from broker.storage.log import LogError, now_ms
-from broker.storage.producer_state import ProducerStateError
-from broker.topics import TopicError
-from broker.transactions.coordinator import TxnError
+from broker.storage.log import now_ms
 from broker.transactions.txn_log import STATES_BY_NAME
 
 
@@ -60,7 +57,7 @@ def _exists(broker, topic: str, partition: int) -> bool:
     try:
         broker.topics.log(topic, partition)
         return True
-    except TopicError:
+    except BrokerError:
         return False
 
 
@@ -77,7 +74,7 @@ def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only,
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
         coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
         code = ErrorCode.NONE
-    except TxnError as exc:
+    except BrokerError as exc:
         code = fenced_for(exc.code, version, 2)
     return {tp: code for tp in partitions}
 
@@ -112,11 +109,11 @@ def add_offsets_to_txn(broker, header, request, client_host):
     code = ErrorCode.NONE
     try:
         if not request.group_id:
-            raise TxnError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+            raise BrokerError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
         partition = broker.groups.partition_for(request.group_id)
         broker.transactions.add_partitions(request.transactional_id, request.producer_id,
                                            request.producer_epoch, {(offsets_log.TOPIC, partition)})
-    except TxnError as exc:
+    except BrokerError as exc:
         code = fenced_for(exc.code, header.request_api_version, 2)
     return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=code)
 
@@ -125,7 +122,7 @@ def end_txn(broker, header, request, client_host):
     try:
         broker.transactions.end_txn(request.transactional_id, request.producer_id,
                                     request.producer_epoch, request.committed)
-    except TxnError as exc:
+    except BrokerError as exc:
         return END_TXN.response(throttle_time_ms=0,
                                 error_code=fenced_for(exc.code, header.request_api_version, 2),
                                 producer_id=-1, producer_epoch=-1)
@@ -162,14 +159,14 @@ def txn_offset_commit(broker, header, request, client_host):
             code = broker.transactions.check_write(request.transactional_id, request.producer_id,
                                                    request.producer_epoch, (offsets_log.TOPIC, partition))
             if code is not None:
-                raise GroupError(_offset_commit_error(code, version))
+                raise BrokerError(_offset_commit_error(code, version))
 
         try:
             codes.update(broker.groups.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch,
                 request.generation_id, request.member_id, request.group_instance_id, offsets,
                 verify=verify))
-        except GroupError as exc:
+        except BrokerError as exc:
             codes.update({tp: exc.code for tp in offsets})
     return Resp(throttle_time_ms=0, topics=[Resp.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
         Resp.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
@@ -190,7 +187,7 @@ def write_txn_markers(broker, header, request, client_host):
                     broker.topics.log(topic.name, partition).append_marker(
                         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                         marker.transaction_result)
-                except (TopicError, LogError, ProducerStateError) as exc:
+                except BrokerError as exc:
                     code = exc.code
                 else:
                     if topic.name == offsets_log.TOPIC:
@@ -210,7 +207,7 @@ def describe_transactions(broker, header, request, client_host):
     for transactional_id in request.transactional_ids:
         try:
             meta = broker.transactions.describe(transactional_id)
-        except TxnError as exc:
+        except BrokerError as exc:
             states.append(Resp.TransactionState(
                 error_code=exc.code, transactional_id=transactional_id, transaction_state="",
                 transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
@@ -252,7 +249,7 @@ def describe_producers(broker, header, request, client_host):
             out = Resp.PartitionResponse(partition_index=index, active_producers=[])
             try:
                 log = broker.topics.log(topic.name, index)
-            except TopicError as exc:
+            except BrokerError as exc:
                 out.error_code, out.error_message = exc.code, str(exc)
             else:
                 out.active_producers = [

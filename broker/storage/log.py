@@ -39,6 +39,7 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND
                           set_base_offset, set_log_append_time, set_partition_leader_epoch)
 
 from broker.config import LogConfig
+from broker.errors import BrokerError
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
@@ -52,12 +53,6 @@ _LOG_SUFFIX = ".log"
 MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
 
 
-class LogError(Exception):
-    """A request the log refuses, with the Kafka error code to answer it with."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        self.code = code
-        super().__init__(message)
 
 
 _write_failures = ThrottledLog(log, logging.WARNING, burst=1)
@@ -252,13 +247,13 @@ class PartitionLog:
         return AbortedTxn(producer_id, first_offset, marker_offset,
                           marker_offset + 1 if following is None else following)
 
-    def _storage_error(self, what: str, exc: OSError) -> LogError:
+    def _storage_error(self, what: str, exc: OSError) -> BrokerError:
         """A failed write as the produce error Kafka gives for a failed log directory.
         Unlike Kafka, the partition stays online: reads go on, and every later write
         tries again, so writes resume once space returns."""
-        error = LogError(ErrorCode.KAFKA_STORAGE_ERROR,
-                         f"cannot {what} {self.topic}-{self.partition} in {self.directory}: "
-                         f"{exc.strerror or exc}")
+        error = BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                            f"cannot {what} {self.topic}-{self.partition} in {self.directory}: "
+                            f"{exc.strerror or exc}")
         _write_failures("%s", error)
         return error
 
@@ -320,18 +315,18 @@ class PartitionLog:
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool) -> int:
         """Append a COMMIT or ABORT marker for a producer's transaction (from the
-        transaction coordinator); returns its offset. Refused (LogError) for an epoch
+        transaction coordinator); returns its offset. Refused (BrokerError) for an epoch
         older than the producer's here, or an older coordinator epoch. A marker for a
         producer without an open transaction here is written and closes nothing."""
         entry = self.producer_state.producers.get(producer_id)
         if entry is not None and producer_epoch < entry.epoch:
-            raise LogError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                           f"marker epoch {producer_epoch} of producer {producer_id} is older "
-                           f"than {entry.epoch} in {self.topic}-{self.partition}")
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"marker epoch {producer_epoch} of producer {producer_id} is older "
+                              f"than {entry.epoch} in {self.topic}-{self.partition}")
         if entry is not None and coordinator_epoch < entry.coordinator_epoch:
-            raise LogError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-                           f"coordinator epoch {coordinator_epoch} is older than "
-                           f"{entry.coordinator_epoch} in {self.topic}-{self.partition}")
+            raise BrokerError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                              f"coordinator epoch {coordinator_epoch} is older than "
+                              f"{entry.coordinator_epoch} in {self.topic}-{self.partition}")
         batch = bytearray(build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
                                               producer_id, producer_epoch, coordinator_epoch,
                                               now_ms()))
@@ -371,7 +366,7 @@ class PartitionLog:
 
     def roll(self) -> None:
         """Seal the active segment (flushed) and start a new one at the log end. Should a
-        write fail (LogError), the active segment stays the active one."""
+        write fail (BrokerError), the active segment stays the active one."""
         active = self.segments[-1]
         if active.size == 0:
             return
@@ -454,9 +449,9 @@ class PartitionLog:
     def _read(self, offset: int, max_bytes: int, upper_offset: int,
               min_one_batch: bool) -> tuple[FileRegion | None, LogSegment | None]:
         if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise LogError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                           f"offset {offset} is outside [{self.log_start_offset}, "
-                           f"{self.log_end_offset}] of {self.topic}-{self.partition}")
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"offset {offset} is outside [{self.log_start_offset}, "
+                              f"{self.log_end_offset}] of {self.topic}-{self.partition}")
         if offset >= upper_offset:
             return None, None
         for segment in self.segments[max(0, self._segment_index(offset)):]:
@@ -539,7 +534,7 @@ class PartitionLog:
         if deletable >= len(self.segments):
             try:
                 self.roll()
-            except LogError:
+            except BrokerError:
                 pass  # a full disk (warned of): deleting the older segments frees space
             deletable = len(self.segments) - 1
         # Never delete past the high watermark: consumers must be able to read it.
@@ -556,8 +551,8 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> None:
         """Advance the log start offset (DeleteRecords); whole segments below it go."""
         if offset > self.high_watermark:
-            raise LogError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                           f"offset {offset} is beyond the high watermark {self.high_watermark}")
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"offset {offset} is beyond the high watermark {self.high_watermark}")
         self.log_start_offset = max(self.log_start_offset, offset)
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self.segments.pop(0).delete()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 from wire.records import NO_PRODUCER_ID, BatchHeader
 
+from broker.errors import BrokerError
 from broker.storage.checkpoint import write_atomically
 
 log = logging.getLogger("sluice.storage")
@@ -42,10 +43,6 @@ _SEQUENCE_WRAP = 1 << 31
 _SNAPSHOT_SUFFIX = ".snapshot"
 
 
-class ProducerStateError(Exception):
-    def __init__(self, code: ErrorCode, message: str):
-        self.code = code
-        super().__init__(message)
 
 
 @dataclass
@@ -91,22 +88,22 @@ class ProducerStateManager:
         seq = header.base_sequence
         if seq < 0:  # written by the broker (markers, transactional offset commits)
             if entry is not None and header.producer_epoch < entry.epoch:
-                raise ProducerStateError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                          f"producer {pid} epoch {header.producer_epoch} "
                                          f"is older than {entry.epoch}")
             return None
         if entry is None:
             if seq != 0:
-                raise ProducerStateError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                raise BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
                                          f"producer {pid} unknown here, sequence {seq} is not 0")
             return None
         if header.producer_epoch < entry.epoch:
-            raise ProducerStateError(ErrorCode.INVALID_PRODUCER_EPOCH,
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
                                      f"producer {pid} epoch {header.producer_epoch} "
                                      f"is older than {entry.epoch}")
         if header.producer_epoch > entry.epoch:
             if seq != 0:
-                raise ProducerStateError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                          f"producer {pid} new epoch must start at 0, not {seq}")
             return None
         last_seq = _last_sequence(header)
@@ -115,7 +112,7 @@ class ProducerStateManager:
                 return batch.first_offset, batch.last_offset
         expected = (entry.last_sequence + 1) % _SEQUENCE_WRAP
         if seq != expected:
-            raise ProducerStateError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            raise BrokerError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                      f"producer {pid} sent sequence {seq}, expected {expected}")
         return None
 

@@ -47,10 +47,9 @@ from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
+from broker.errors import BrokerError
 from broker.groups import offsets_log
-from broker.storage.log import LogError, now_ms
-from broker.storage.producer_state import ProducerStateError
-from broker.topics import TopicError
+from broker.storage.log import now_ms
 from broker.transactions import txn_log
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
                                          PREPARE_ABORT, PREPARE_COMMIT, PREPARE_EPOCH_FENCE,
@@ -80,10 +79,6 @@ def epoch_exhausted(epoch: int) -> bool:
     return epoch >= _MAX_EPOCH - 1
 
 
-class TxnError(Exception):
-    def __init__(self, code: ErrorCode, message: str = ""):
-        self.code = code
-        super().__init__(message or code.name)
 
 
 @dataclass
@@ -139,9 +134,9 @@ class TransactionCoordinator:
         partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
         try:
             txn_log.append_records(partition_log, [record])
-        except (LogError, ProducerStateError) as exc:
+        except BrokerError as exc:
             log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
-            raise TxnError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
         for name, value in changes.items():
             setattr(meta, name, value)
         meta.last_update_ms = now
@@ -180,29 +175,29 @@ class TransactionCoordinator:
     # -- InitProducerId --------------------------------------------------------------
     def init_producer_id(self, transactional_id: str, timeout_ms: int,
                          expected: tuple[int, int] | None) -> tuple[int, int]:
-        """(producer id, epoch) for a transactional producer; raises TxnError."""
+        """(producer id, epoch) for a transactional producer; raises BrokerError."""
         if not transactional_id:
-            raise TxnError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         if not 0 < timeout_ms <= self.max_timeout_ms:
-            raise TxnError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
-                           f"transaction timeout {timeout_ms} ms is outside "
-                           f"(0, {self.max_timeout_ms}] (transaction.max.timeout.ms)")
+            raise BrokerError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                              f"transaction timeout {timeout_ms} ms is outside "
+                              f"(0, {self.max_timeout_ms}] (transaction.max.timeout.ms)")
         meta = self.txns.get(transactional_id)
         if meta is None:
             meta = self.txns[transactional_id] = TxnMetadata(
                 transactional_id, self.broker.producer_ids.allocate(), NO_PRODUCER_ID,
                 NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY, last_update_ms=now_ms())
         if expected is not None and not self._valid_producer_id(meta, *expected):
-            raise TxnError(ErrorCode.PRODUCER_FENCED,
-                           f"producer {expected[0]} is not {transactional_id!r}'s current producer")
+            raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                              f"producer {expected[0]} is not {transactional_id!r}'s current producer")
         if meta.state in _COMPLETING:
             self._complete(meta)  # retry markers a failure left unwritten
-            raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING:
             # Abort the open transaction (fencing its producer) and have the client retry:
             # the retry bumps the epoch once more (or rotates the producer id).
             self._fence_and_abort(meta)
-            raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, "aborted the ongoing transaction first")
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "aborted the ongoing transaction first")
         if epoch_exhausted(meta.producer_epoch) and (expected is None or expected[1] == meta.producer_epoch):
             pid, epoch = self.broker.producer_ids.allocate(), 0
             last_epoch = meta.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
@@ -217,9 +212,9 @@ class TransactionCoordinator:
             elif expected[1] == meta.last_producer_epoch:
                 epoch, last_epoch = meta.producer_epoch, meta.last_producer_epoch  # a retry
             else:
-                raise TxnError(ErrorCode.PRODUCER_FENCED,
-                               f"epoch {expected[1]} is neither the current {meta.producer_epoch} "
-                               f"nor the previous {meta.last_producer_epoch}")
+                raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                                  f"epoch {expected[1]} is neither the current {meta.producer_epoch} "
+                                  f"nor the previous {meta.last_producer_epoch}")
         self._transition(meta, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
                          state=EMPTY, partitions=set(), start_ms=-1)
         meta.last_producer_id, meta.last_producer_epoch = last_pid, last_epoch
@@ -235,28 +230,28 @@ class TransactionCoordinator:
     # -- adding partitions -----------------------------------------------------------
     def _known(self, transactional_id: str) -> TxnMetadata:
         if not transactional_id:
-            raise TxnError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         meta = self.txns.get(transactional_id)
         if meta is None:
-            raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                           f"transactional id {transactional_id!r} is not known")
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              f"transactional id {transactional_id!r} is not known")
         return meta
 
     def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
         meta = self._known(transactional_id)
         if meta.producer_id != producer_id:
-            raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                           f"producer {producer_id} is not {transactional_id!r}'s ({meta.producer_id})")
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              f"producer {producer_id} is not {transactional_id!r}'s ({meta.producer_id})")
         if meta.producer_epoch != epoch:
-            raise TxnError(ErrorCode.PRODUCER_FENCED,
-                           f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
+            raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                              f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
         return meta
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: set[tuple[str, int]]) -> None:
         meta = self._current(transactional_id, producer_id, epoch)
         if meta.state in _COMPLETING:
-            raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING and partitions <= meta.partitions:
             return
         start = now_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
@@ -265,10 +260,10 @@ class TransactionCoordinator:
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                           partitions) -> dict[tuple[str, int], int]:
         """Whether each partition is in the producer's transaction (NONE) or not
-        (TRANSACTION_ABORTABLE); raises TxnError for the producer itself."""
+        (TRANSACTION_ABORTABLE); raises BrokerError for the producer itself."""
         meta = self._current(transactional_id, producer_id, epoch)
         if meta.state in _COMPLETING:
-            raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction is completing")
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction is completing")
         return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE
                 for tp in partitions}
 
@@ -280,7 +275,7 @@ class TransactionCoordinator:
         CONCURRENT_TRANSACTIONS -> NOT_ENOUGH_REPLICAS, so that clients retry)."""
         try:
             code = self.verify_partitions(transactional_id, producer_id, epoch, [tp])[tp]
-        except TxnError as exc:
+        except BrokerError as exc:
             code = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
                     ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS}.get(exc.code, exc.code)
         return None if code == ErrorCode.NONE else code
@@ -293,11 +288,11 @@ class TransactionCoordinator:
     def _end(self, meta: TxnMetadata, producer_id: int, epoch: int, commit: bool,
              from_client: bool) -> None:
         if meta.producer_id != producer_id:
-            raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                           f"producer {producer_id} is not {meta.transactional_id!r}'s ({meta.producer_id})")
+            raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                              f"producer {producer_id} is not {meta.transactional_id!r}'s ({meta.producer_id})")
         if (from_client and epoch != meta.producer_epoch) or epoch < meta.producer_epoch:
-            raise TxnError(ErrorCode.PRODUCER_FENCED,
-                           f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
+            raise BrokerError(ErrorCode.PRODUCER_FENCED,
+                              f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
         result = "commit" if commit else "abort"
         if meta.state == ONGOING:
             if epoch != meta.producer_epoch:
@@ -312,11 +307,11 @@ class TransactionCoordinator:
         elif meta.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
             self._complete(meta)
             if meta.state in _COMPLETING:
-                raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {result} is being completed")
+                raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {result} is being completed")
         else:
-            raise TxnError(ErrorCode.INVALID_TXN_STATE,
-                           f"cannot {result}: the transaction of {meta.transactional_id!r} is "
-                           f"{meta.state_name}")
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE,
+                              f"cannot {result}: the transaction of {meta.transactional_id!r} is "
+                              f"{meta.state_name}")
 
     def _fence_and_abort(self, meta: TxnMetadata) -> None:
         """Abort the Ongoing transaction with the epoch bumped, fencing its producer."""
@@ -335,13 +330,14 @@ class TransactionCoordinator:
                 partition_log = self.broker.topics.log(topic, partition)
                 partition_log.append_marker(meta.producer_id, meta.producer_epoch,
                                             self.coordinator_epoch, commit)
-            except TopicError:
-                log.warning("%s-%d is gone; no marker for producer %d", topic, partition, meta.producer_id)
-            except LogError as exc:
-                if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:  # the log has warned
+            except BrokerError as exc:
+                if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    log.warning("%s-%d is gone; no marker for producer %d", topic, partition, meta.producer_id)
+                elif exc.code == ErrorCode.KAFKA_STORAGE_ERROR:  # the log has warned
                     return  # retried by the background task
-                log.warning("marker for producer %d refused by %s-%d: %s", meta.producer_id,
-                            topic, partition, exc)
+                else:
+                    log.warning("marker for producer %d refused by %s-%d: %s", meta.producer_id,
+                                topic, partition, exc)
             else:
                 if topic == offsets_log.TOPIC:
                     groups.end_transaction(meta.producer_id, partition, commit)
@@ -352,7 +348,7 @@ class TransactionCoordinator:
         try:
             self._transition(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
                              partitions=set())
-        except TxnError:
+        except BrokerError:
             return  # retried by the background task
         meta.unmarked = None
         log.debug("transaction of %s %s", meta.transactional_id, "committed" if commit else "aborted")
@@ -370,7 +366,7 @@ class TransactionCoordinator:
                              "of %d ms has passed", meta.transactional_id, meta.producer_id,
                              meta.producer_epoch, meta.timeout_ms)
                     self._fence_and_abort(meta)
-            except TxnError as exc:
+            except BrokerError as exc:
                 log.warning("could not abort the transaction of %s: %s", meta.transactional_id, exc)
 
     def upkeep(self) -> None:
@@ -385,7 +381,7 @@ class TransactionCoordinator:
                 partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
                 try:
                     txn_log.append_records(partition_log, [txn_log.tombstone(meta.transactional_id)])
-                except LogError:  # KAFKA_STORAGE_ERROR: the log has warned
+                except BrokerError:  # KAFKA_STORAGE_ERROR: the log has warned
                     continue
                 del self.txns[meta.transactional_id]
                 log.info("transactional id %s expired", meta.transactional_id)
@@ -401,11 +397,11 @@ class TransactionCoordinator:
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:
         if not transactional_id:
-            raise TxnError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
         meta = self.txns.get(transactional_id)
         if meta is None or meta.state == DEAD or meta.producer_epoch == NO_PRODUCER_EPOCH:
-            raise TxnError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                           f"transactional id {transactional_id!r} is not known")
+            raise BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                              f"transactional id {transactional_id!r} is not known")
         return meta
 
     def list(self, states: set[int] | None, producer_ids: set[int] | None,
