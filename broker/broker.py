@@ -22,6 +22,7 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
+from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
 from broker.errors import BrokerError
@@ -42,8 +43,9 @@ _SESSION_CHECK_INTERVAL_S = 0.25
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK):
         self.config = config
+        self.clock = clock
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
         self.topics = TopicManager(config)
