@@ -15,7 +15,6 @@ import inspect
 import logging
 import os
 import uuid
-from collections import defaultdict
 
 from wire.messages import API_VERSIONS
 from wire.primitives import DecodeError
@@ -25,9 +24,11 @@ from broker import handlers
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
+from broker.cluster.metadata import LocalMetadata
 from broker.errors import BrokerError
 from broker.groups.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdAllocator
+from broker.replica.delayed import DelayedOperations
 from broker.server import CloseConnection, KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
@@ -48,11 +49,12 @@ class Broker:
         self.clock = clock
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
-        self.topics = TopicManager(config)
+        self.delayed = DelayedOperations(clock)  # fetches and acks=all produces waiting on partitions
+        self.topics = TopicManager(config, self.delayed, clock)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
-        self.cluster_id = ""
+        self.metadata = LocalMetadata(config.node_id, lambda: self.config.advertised, self.topics)
         self.server = KafkaServer(self.handle_frame, config.host, config.port, Limits(
             max_request_bytes=config.socket_request_max_bytes,
             max_connections=config.max_connections,
@@ -60,7 +62,6 @@ class Broker:
             per_ip_overrides=config.max_connections_per_ip_overrides,
             idle_ms=config.connections_max_idle_ms,
             queued_max_requests=config.queued_max_requests))
-        self._append_waiters: dict[tuple[str, int], set[asyncio.Future]] = defaultdict(set)
         self._tasks: list[asyncio.Task] = []
         self.clean_start = False
 
@@ -70,7 +71,7 @@ class Broker:
         self.clean_start = self.topics.load()
         self.groups.load()
         self.transactions.load()  # after the groups: completing transactions commits their offsets
-        self.cluster_id = self._load_cluster_id()
+        self.metadata.cluster_id = self._load_cluster_id()
         await self.server.start()
         if self.config.port == 0:
             self.config.port = self.server.port
@@ -129,45 +130,20 @@ class Broker:
                 log.exception("background job %s failed", job.__name__)
 
     def enforce_retention(self) -> None:
-        for partition_log in list(self.topics.all_logs()):
-            deleted = partition_log.enforce_retention()
+        now = self.clock.wall_ms()
+        for partition in list(self.topics.all_partitions()):
+            deleted = partition.enforce_retention(now)
             if deleted:
                 log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d",
-                         deleted, partition_log.topic, partition_log.partition,
-                         partition_log.log_start_offset)
+                         deleted, partition.topic, partition.index, partition.log_start_offset)
 
     def _offsets_upkeep(self) -> None:
         self.groups.expire_offsets()
         self.groups.clean_offsets_topic()
 
     def _flush_due(self) -> None:
-        for partition_log in self.topics.all_logs():
-            partition_log.flush_if_due()
-
-    # -- appends and waiting fetches ---------------------------------------------------
-    def notify_append(self, topic: str, partition: int) -> None:
-        waiters = self._append_waiters.pop((topic, partition), None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    async def wait_for_append(self, partitions: list[tuple[str, int]], timeout: float) -> None:
-        """Sleep until one of `partitions` gets data, or `timeout` seconds pass."""
-        fut = asyncio.get_running_loop().create_future()
-        for key in partitions:
-            self._append_waiters[key].add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            for key in partitions:
-                waiters = self._append_waiters.get(key)
-                if waiters is not None:
-                    waiters.discard(fut)
-                    if not waiters:
-                        del self._append_waiters[key]
+        for partition in self.topics.all_partitions():
+            partition.flush_if_due()
 
     # -- requests ----------------------------------------------------------------------
     def handle_frame(self, frame: bytearray, client_host: str):

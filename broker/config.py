@@ -191,6 +191,7 @@ class BrokerConfig:
     offsets_retention_minutes: int = 7 * 24 * 60
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    replica_lag_time_max_ms: int = 30_000
     transaction_max_timeout_ms: int = 900_000
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
@@ -264,6 +265,7 @@ _GROUP_KEYS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1, LONG_MAX),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0, INT_MAX),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1, LONG_MAX),
     # Transaction coordinator settings.
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1, INT_MAX),
     "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),

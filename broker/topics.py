@@ -1,4 +1,5 @@
-"""Topics of one broker: names, topic ids, partition counts, config overrides, logs.
+"""Topics of one broker: names, topic ids, partition counts, config overrides, and each
+partition's `Partition` (replica state) over its log; nothing else opens a log.
 
 The registry is `topics.json` in the data directory, rewritten atomically on every
 change; each partition's log lives in `<topic>-<partition>/`, as in Kafka. Recovery
@@ -24,8 +25,11 @@ from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
+from broker.clock import Clock
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.errors import BrokerError
+from broker.replica.delayed import DelayedOperations
+from broker.replica.partition import Partition
 from broker.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
 from broker.storage.log import PartitionLog
 from broker.storage.segment import READ_CACHE_FILES
@@ -67,7 +71,7 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
-    logs: list[PartitionLog] = field(default_factory=list)
+    partitions: list[Partition] = field(default_factory=list)
     # The Metadata handler's encoded entries for this topic, per version, with the partition
     # state they describe; kept here so that they go when the topic does.
     encoded_metadata: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
@@ -92,8 +96,10 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock):
         self.config = config
+        self._delayed = delayed
+        self._clock = clock
         self.data_dir = config.data_dir
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
@@ -110,14 +116,16 @@ class TopicManager:
         self._finish_deletions(registry)
         recovery = read_checkpoint(os.path.join(self.data_dir, RECOVERY_POINTS))
         starts = read_checkpoint(os.path.join(self.data_dir, LOG_START_OFFSETS))
+        high_watermarks = read_checkpoint(os.path.join(self.data_dir, HIGH_WATERMARKS))
         for name, entry in registry.items():
             topic = Topic(name, uuid.UUID(entry["id"]), entry.get("configs", {}))
             log_config = self.config.log_config(topic.configs)
             for p in range(entry["partitions"]):
-                topic.logs.append(PartitionLog(
+                topic.partitions.append(self._partition(PartitionLog(
                     self._partition_dir(name, p), name, p, log_config,
                     recovery_point=None if clean else recovery.get((name, p), 0),
-                    log_start_offset=starts.get((name, p), 0)))
+                    log_start_offset=starts.get((name, p), 0),
+                    high_watermark=high_watermarks.get((name, p), 0), clock=self._clock)))
             self._register(topic)
         if os.path.exists(marker):
             os.unlink(marker)  # from now on, a crash leaves no marker
@@ -145,9 +153,8 @@ class TopicManager:
         """Flush and close every log, then mark the shutdown clean. When a write fails
         (a full disk) the shutdown is not clean: the next start recovers the logs."""
         try:
-            for topic in self.topics.values():
-                for partition_log in topic.logs:
-                    partition_log.close()
+            for partition in self.all_partitions():
+                partition.log.close()
             self.write_checkpoints()
             write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
         except OSError as exc:
@@ -156,7 +163,7 @@ class TopicManager:
     def write_checkpoints(self) -> None:
         if self._deleted_dirs:
             self._write_registry()  # the one a full disk refused when a topic was deleted
-        logs = [log for topic in self.topics.values() for log in topic.logs]
+        logs = [partition.log for partition in self.all_partitions()]
         for filename, attr in ((RECOVERY_POINTS, "recovery_point"),
                                (LOG_START_OFFSETS, "log_start_offset"),
                                (HIGH_WATERMARKS, "high_watermark")):
@@ -164,16 +171,23 @@ class TopicManager:
                              {(log.topic, log.partition): getattr(log, attr) for log in logs})
 
     # -- lookups ---------------------------------------------------------------------
-    def log(self, topic: str, partition: int) -> PartitionLog:
+    def partition(self, topic: str, partition: int) -> Partition:
         entry = self.topics.get(topic)
-        if entry is None or not 0 <= partition < len(entry.logs):
+        if entry is None or not 0 <= partition < len(entry.partitions):
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               f"this broker has no partition {topic}-{partition}")
-        return entry.logs[partition]
+        return entry.partitions[partition]
 
-    def all_logs(self):
+    def all_partitions(self):
         for topic in self.topics.values():
-            yield from topic.logs
+            yield from topic.partitions
+
+    def _partition(self, log: PartitionLog) -> Partition:
+        """The log's partition, led by this broker alone (the single node)."""
+        partition = Partition(log, self.config.node_id, self._delayed, self._clock,
+                              self.config.replica_lag_time_max_ms)
+        partition.lead_alone()
+        return partition
 
     # -- changes ---------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
@@ -215,12 +229,12 @@ class TopicManager:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         del self.topics[name]
         del self.by_id[topic.topic_id]
-        renamed = [f"{partition_log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
-                   for partition_log in topic.logs]
+        renamed = [f"{partition.log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+                   for partition in topic.partitions]
         self._deleted_dirs += renamed
         try:
-            for partition_log, renamed_to in zip(topic.logs, renamed):
-                partition_log.delete(renamed_to)
+            for partition, renamed_to in zip(topic.partitions, renamed):
+                partition.log.delete(renamed_to)
         except OSError as exc:
             if not any(os.path.exists(directory) for directory in renamed):
                 self._register(topic)  # nothing was renamed: the topic stays
@@ -237,7 +251,7 @@ class TopicManager:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        current = len(topic.logs)
+        current = len(topic.partitions)
         if count <= current:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                               f"topic {name!r} has {current} partitions; the new count must be larger, not {count}")
@@ -291,8 +305,8 @@ class TopicManager:
 
     def _apply_log_config(self, topic: Topic) -> None:
         log_config = self.config.log_config(topic.configs)
-        for partition_log in topic.logs:
-            partition_log.config = log_config
+        for partition in topic.partitions:
+            partition.log.config = log_config
 
     def _check_budget(self, name: str, adding: int) -> None:
         """Refuse partitions beyond what the process can keep open, before any directory
@@ -301,7 +315,7 @@ class TopicManager:
         internal = {"__consumer_offsets": self.config.offsets_topic_num_partitions,
                     "__transaction_state": self.config.transaction_state_log_num_partitions}
         reserved = sum(n for topic, n in internal.items() if topic not in self.topics and topic != name)
-        total = sum(len(t.logs) for t in self.topics.values()) + reserved + adding
+        total = sum(len(t.partitions) for t in self.topics.values()) + reserved + adding
         if total > budget:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                               f"{adding} more partition(s) would make {total} (internal topics' "
@@ -310,13 +324,14 @@ class TopicManager:
                               f"descriptors for connections and other files")
 
     def _open_new_logs(self, topic: Topic, log_config, count: int) -> None:
-        """Grow `topic.logs` to `count` new, empty logs, holding no descriptor; on an OS error
-        the new partitions' directories are removed again and the error is answered."""
-        current = len(topic.logs)
+        """Grow `topic.partitions` to `count` with new, empty logs, holding no descriptor; on
+        an OS error the new partitions' directories are removed again and the error is answered."""
+        current = len(topic.partitions)
         try:
             for p in range(current, count):
-                topic.logs.append(PartitionLog(self._partition_dir(topic.name, p), topic.name, p,
-                                               log_config, recovery_point=None))
+                topic.partitions.append(self._partition(PartitionLog(
+                    self._partition_dir(topic.name, p), topic.name, p, log_config,
+                    recovery_point=None, clock=self._clock)))
         except OSError as exc:
             self._remove_new_logs(topic, current, count)
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
@@ -324,8 +339,8 @@ class TopicManager:
 
     def _remove_new_logs(self, topic: Topic, first: int, end: int | None = None) -> None:
         """Forget partitions `first`.. of `topic` (up to `end`) and remove their directories."""
-        end = len(topic.logs) if end is None else end
-        del topic.logs[first:]
+        end = len(topic.partitions) if end is None else end
+        del topic.partitions[first:]
         for p in range(first, end):
             shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
 
@@ -348,7 +363,7 @@ class TopicManager:
             raise RuntimeError(f"{path} is corrupt ({exc}); refusing to start") from None
 
     def _write_registry(self) -> None:
-        registry = {t.name: {"id": str(t.topic_id), "partitions": len(t.logs), "configs": t.configs}
+        registry = {t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
                     for t in self.topics.values()}
         write_atomically(os.path.join(self.data_dir, REGISTRY),
                          json.dumps(registry, indent=1, sort_keys=True).encode())

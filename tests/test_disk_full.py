@@ -30,6 +30,7 @@ from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from broker.errors import BrokerError
+from tests.replicas import topic_manager
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -252,18 +253,17 @@ def test_delete_topics_on_a_full_disk_frees_the_space(small_disk):
 def test_a_start_finishes_a_deletion_the_registry_did_not_record(tmp_path):
     """A crash between the rename and the registry write: the topic stays deleted."""
     from broker.config import BrokerConfig
-    from broker.topics import TopicManager
 
     config = BrokerConfig(data_dir=str(tmp_path))
-    topics = TopicManager(config)
+    topics = topic_manager(config)
     topics.load()
     gone = topics.create("gone", 2, {})
     topics.create("stays", 1, {})
     # What a crash right after renaming partition 0 leaves (the object is abandoned,
     # as by a SIGKILL): the registry still lists the topic, partition 1 is untouched.
-    os.rename(gone.logs[0].directory, f"{gone.logs[0].directory}.{gone.topic_id.hex}-delete")
+    os.rename(gone.partitions[0].log.directory, f"{gone.partitions[0].log.directory}.{gone.topic_id.hex}-delete")
 
-    restarted = TopicManager(config)
+    restarted = topic_manager(config)
     restarted.load()
     assert sorted(restarted.topics) == ["stays"]
     assert sorted(os.listdir(tmp_path)) == sorted(
@@ -305,7 +305,7 @@ def test_a_write_failing_part_way_leaves_whole_batches_and_index_entries(tmp_pat
 
     def append(log, n: int):
         batch = bytearray(build_batch([(b"k", b"%d" % n * 300, [], 1_700_000_000_000 + n)]))
-        return log.append(parse_header(batch), memoryview(batch))
+        return log.append(parse_header(batch), memoryview(batch), 0)
 
     directory = tmp_path / "t-0"
     config = LogConfig(index_interval_bytes=1)  # an index entry for every batch

@@ -214,6 +214,7 @@ import pytest  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
+from tests.replicas import topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402
 from wire.messages import (API_VERSIONS, CONSUMER_PROTOCOL_ASSIGNMENT,  # noqa: E402
@@ -1202,11 +1203,10 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     from broker.groups import coordinator as coordinator_module
     from broker.groups.coordinator import GroupCoordinator
     from broker.groups.offsets_log import CommittedOffset
-    from broker.topics import TopicManager
 
     config = BrokerConfig(data_dir=str(tmp_path), offsets_retention_minutes=1,
                           offsets_topic_num_partitions=3, group_initial_rebalance_delay_ms=0)
-    topics = TopicManager(config)
+    topics = topic_manager(config)
     topics.load()
     topics.create("expiring", 2, {})
     fake = SimpleNamespace(now=time.time())
@@ -1275,11 +1275,10 @@ def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
     as it was (the old member id when it led), as Kafka answers."""
     from broker.config import BrokerConfig
     from broker.groups.coordinator import GroupCoordinator
-    from broker.topics import TopicManager
 
     config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
                           group_initial_rebalance_delay_ms=0)
-    topics = TopicManager(config)
+    topics = topic_manager(config)
     topics.load()
     groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics))
 

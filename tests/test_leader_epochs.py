@@ -26,6 +26,7 @@ import pytest
 from broker.config import LogConfig
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.log import LEADER_EPOCH_CHECKPOINT, PartitionLog
+from tests.replicas import leading
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH
@@ -72,18 +73,20 @@ def test_assign_truncate_and_file_format(tmp_path):
 def test_history_is_rebuilt_from_batches_and_epoch_moves_on(tmp_path):
     config = LogConfig(segment_bytes=400)
     log = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=None)
+    partition = leading(log)
     for epoch in (0, 0, 2, 2, 5):
-        log.leader_epoch = epoch
+        partition.make_leader(epoch, [0], [0])
         batch = memoryview(bytearray(build_batch([(b"k", b"v" * 100, [], int(time.time() * 1000))])))
-        log.append(*_header(batch))
+        partition.append_as_leader(*_header(batch), required_acks=-1)
     assert log.epochs.entries == [(0, 0), (2, 2), (5, 4)]
     log.close()
     (tmp_path / LEADER_EPOCH_CHECKPOINT).write_text("garbage")
     reopened = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=None)
     assert reopened.epochs.entries == [(0, 0), (2, 2), (5, 4)]
-    assert reopened.leader_epoch == 6
-    assert reopened.end_offset_for_epoch(6) == (6, 5)
-    reopened.delete_records_before(3)
+    partition = leading(reopened)
+    assert partition.leader_epoch == 6
+    assert partition.end_offset_for_epoch(6) == (6, 5)
+    partition.delete_records_before(3)
     assert reopened.epochs.entries == [(2, 3), (5, 4)]
     reopened.close()
 

@@ -20,15 +20,15 @@ from wire.error_codes import ErrorCode
 from wire.records import (HEADER_SIZE, LOG_APPEND_TIME_BIT, build_batch, decode_batch,
                           has_valid_crc, iter_batches, parse_header)
 
-import broker.storage.log as log_module
 import broker.storage.segment as segment_module
 import broker.topics as topics_module
+from broker.clock import SystemClock
 from broker.config import BrokerConfig, LogConfig
 from broker.errors import BrokerError
 from broker.storage.log import PartitionLog
 from broker.storage.producer_state import CACHED_BATCHES
 from broker.storage.segment import segment_name
-from broker.topics import TopicManager
+from tests.replicas import topic_manager
 
 BASE_TS = 1_700_000_000_000
 PID = 4242
@@ -46,14 +46,30 @@ def make_batch(count=3, ts=BASE_TS, *, value_size=40, pid=-1, epoch=-1, seq=-1,
                        compression=compression)
 
 
-def append(log: PartitionLog, raw: bytes):
+class SteppedClock(SystemClock):
+    """Wall time that moves only when a test moves it."""
+
+    def __init__(self, now: int):
+        self.now = now
+
+    def wall_ms(self) -> int:
+        return self.now
+
+
+def append(log: PartitionLog, raw: bytes, leader_epoch: int = 0):
+    """Append as a single broker's partition does: the high watermark follows."""
     buf = bytearray(raw)
-    return log.append(parse_header(buf), memoryview(buf))
+    result = log.append(parse_header(buf), memoryview(buf), leader_epoch)
+    log.update_high_watermark(log.log_end_offset)
+    return result
 
 
 def open_log(directory, config: LogConfig | None = None, recovery_point=0, **kwargs) -> PartitionLog:
-    return PartitionLog(str(directory), "t", 0, config or LogConfig(), recovery_point=recovery_point,
-                        **kwargs)
+    """The log as a single broker opens it: its partition's high watermark at the log end."""
+    log = PartitionLog(str(directory), "t", 0, config or LogConfig(), recovery_point=recovery_point,
+                       **kwargs)
+    log.update_high_watermark(log.log_end_offset)
+    return log
 
 
 def abandon(log: PartitionLog) -> None:
@@ -123,7 +139,7 @@ def check_consistent(log: PartitionLog) -> None:
     for _, position, batch in batches:
         header = parse_header(batch)
         for offset in {header.base_offset, header.last_offset}:
-            region = log.read(offset, 1 << 20, log.high_watermark, True)
+            region = log.read(offset, 1 << 20, log.log_end_offset, True)
             assert region_bytes(region)[:header.size] == batch
 
 
@@ -176,20 +192,19 @@ def test_roll_by_size(tmp_path):
 
 
 def test_roll_by_time(tmp_path, monkeypatch):
-    clock = [BASE_TS]
-    monkeypatch.setattr(log_module, "now_ms", lambda: clock[0])
-    log = open_log(tmp_path, LogConfig(segment_ms=1000))
+    clock = SteppedClock(BASE_TS)
+    log = open_log(tmp_path, LogConfig(segment_ms=1000), clock=clock)
     append(log, make_batch())
-    clock[0] += 999
+    clock.now += 999
     append(log, make_batch())
     assert len(log.segments) == 1
-    clock[0] += 1
+    clock.now += 1
     append(log, make_batch())
     assert [s.base_offset for s in log.segments] == [0, 6]
-    clock[0] += 500
+    clock.now += 500
     append(log, make_batch())
     assert len(log.segments) == 2
-    clock[0] += 600  # 1100 ms after the second segment was created
+    clock.now += 600  # 1100 ms after the second segment was created
     append(log, make_batch())
     assert [s.base_offset for s in log.segments] == [0, 6, 12]
     check_consistent(log)
@@ -259,19 +274,19 @@ def test_index_lookups_match_a_linear_scan(tmp_path):
         assert found == position and header.base_offset == parse_header(raw).base_offset
         index_offset, index_position = segment.offset_index.lookup(offset)
         assert index_offset <= offset and index_position <= position
-        region = log.read(offset, len(raw), log.high_watermark, False)
+        region = log.read(offset, len(raw), log.log_end_offset, False)
         assert region_bytes(region) == raw
     log.close()
 
 
 def test_stored_batches_are_byte_identical(tmp_path):
-    log = open_log(tmp_path, LogConfig(segment_bytes=3000), leader_epoch=7)
+    log = open_log(tmp_path, LogConfig(segment_bytes=3000))
     raws = []
     for i in range(30):
         codec = GZIP if i % 3 == 0 else NONE
         raw = make_batch(i % 5 + 1, BASE_TS + i * 3, tag=i, compression=codec)
         raws.append(raw)
-        result = append(log, raw)
+        result = append(log, raw, leader_epoch=7)
         assert result.last_offset - result.first_offset == i % 5
     batches = stored(log)
     assert len(batches) == len(raws)
@@ -293,7 +308,7 @@ def test_read_limits(tmp_path):
     log = open_log(tmp_path, LogConfig(segment_bytes=100_000))
     raws = fill(log, batches=10)
     size = len(raws[0])
-    hw = log.high_watermark
+    hw = log.log_end_offset
     whole = b"".join(b for _, _, b in stored(log))
     # From an offset in the middle of a batch: the whole batch holding it.
     assert region_bytes(log.read(4, 10 * size, hw, False)) == whole[size:]
@@ -331,7 +346,7 @@ def test_read_returns_the_most_whole_batches_that_fit(tmp_path, index_interval):
         append(log, raw)
     stored_batches = [b for _, _, b in stored(log)]
     first_offsets = [sum(1 + j % 4 for j in range(i)) for i in range(30)]
-    hw = log.high_watermark
+    hw = log.log_end_offset
     for first in range(0, 30, 3):
         sizes = [len(b) for b in stored_batches[first:]]
         for limit in range(0, sum(sizes[:6]) + 2, 23):
@@ -349,7 +364,7 @@ def test_read_returns_the_most_whole_batches_that_fit(tmp_path, index_interval):
 def test_read_stays_in_one_segment(tmp_path):
     log = open_log(tmp_path, LogConfig(segment_bytes=1000))
     fill(log, batches=20)
-    hw = log.high_watermark
+    hw = log.log_end_offset
     for segment in log.segments[:-1]:
         with open(segment.path, "rb") as f:
             data = f.read()
@@ -413,16 +428,16 @@ def test_max_timestamp(tmp_path):
 
 
 def test_log_append_time(tmp_path, monkeypatch):
-    clock = [BASE_TS + 123_456]
-    monkeypatch.setattr(log_module, "now_ms", lambda: clock[0])
-    log = open_log(tmp_path, LogConfig(message_timestamp_type="LogAppendTime", segment_bytes=1000))
+    clock = SteppedClock(BASE_TS + 123_456)
+    log = open_log(tmp_path, LogConfig(message_timestamp_type="LogAppendTime", segment_bytes=1000),
+                   clock=clock)
     produced = []
     for i in range(12):
-        clock[0] += 10
+        clock.now += 10
         raw = make_batch(3, BASE_TS - 50_000 + i, tag=i)  # old CreateTime stamps
         produced.append(raw)
         result = append(log, raw)
-        assert result.log_append_time == clock[0]
+        assert result.log_append_time == clock.now
     for i, (_, _, batch) in enumerate(stored(log)):
         header = parse_header(batch)
         assert header.attributes & LOG_APPEND_TIME_BIT
@@ -438,18 +453,17 @@ def test_log_append_time(tmp_path, monkeypatch):
 
 
 def test_flush_policy_moves_the_recovery_point(tmp_path, monkeypatch):
-    clock = [BASE_TS]
-    monkeypatch.setattr(log_module, "now_ms", lambda: clock[0])
-    log = open_log(tmp_path, LogConfig(flush_messages=5))
+    clock = SteppedClock(BASE_TS)
+    log = open_log(tmp_path, LogConfig(flush_messages=5), clock=clock)
     append(log, make_batch(3))
     assert log.recovery_point == 0
     append(log, make_batch(3))  # 6 unflushed messages >= 5
     assert log.recovery_point == log.log_end_offset == 6
     log.close()
-    log = open_log(tmp_path / "by-time", LogConfig(flush_ms=1000))
+    log = open_log(tmp_path / "by-time", LogConfig(flush_ms=1000), clock=clock)
     append(log, make_batch(3))
     assert log.recovery_point == 0
-    clock[0] += 1000
+    clock.now += 1000
     log.flush_if_due()  # what the broker's periodic job calls
     assert log.recovery_point == 3
     log.close()
@@ -752,7 +766,7 @@ def test_producer_state_after_truncation(tmp_path):
 def test_partitions_that_cannot_all_be_opened_are_not_created(tmp_path, monkeypatch, grow):
     """Running out of file descriptors half way through thousands of new partitions is
     KAFKA_STORAGE_ERROR, and the logs opened so far are gone (they held files open)."""
-    topics = TopicManager(BrokerConfig(data_dir=str(tmp_path)))
+    topics = topic_manager(BrokerConfig(data_dir=str(tmp_path)))
     topics.load()
     if grow:
         topics.create("t", 1, {})
@@ -770,7 +784,7 @@ def test_partitions_that_cannot_all_be_opened_are_not_created(tmp_path, monkeypa
         topics.add_partitions("t", 5) if grow else topics.create("t", 5, {})
     assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert "Too many open files" in str(info.value)
-    assert len(topics.topics["t"].logs) == 1 if grow else "t" not in topics.topics
+    assert len(topics.topics["t"].partitions) == 1 if grow else "t" not in topics.topics
     left = {name for name in os.listdir(tmp_path) if name.startswith("t-")}
     assert left == ({"t-0"} if grow else set())
     assert all(not os.path.exists(log.directory) for log in opened)

@@ -43,6 +43,7 @@ import uuid
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.replicas import leading
 from tests.polling import wait_for
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_TOPICS,
@@ -906,31 +907,32 @@ def test_partition_log_transactions(tmp_path):
     from broker.config import LogConfig
     from broker.storage.log import PartitionLog
 
-    def append(log, pid, epoch, seq, n, transactional):
+    def append(partition, pid, epoch, seq, n, transactional):
         batch = bytearray(txn_batch(pid, epoch, seq, [b"v%d" % i for i in range(n)], transactional))
         view = memoryview(batch)
-        return log.append(next(iter(iter_batches(view)))[0], view)
+        return partition.append_as_leader(next(iter(iter_batches(view)))[0], view, required_acks=1)
 
     config = LogConfig(segment_bytes=400)
     log = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=0)
-    append(log, -1, -1, -1, 2, False)           # 0-1
-    append(log, 7, 0, 0, 3, True)               # 2-4: producer 7 opens
-    append(log, 8, 0, 0, 1, True)               # 5: producer 8 opens
+    partition = leading(log)
+    append(partition, -1, -1, -1, 2, False)           # 0-1
+    append(partition, 7, 0, 0, 3, True)               # 2-4: producer 7 opens
+    append(partition, 8, 0, 0, 1, True)               # 5: producer 8 opens
     assert (log.last_stable_offset, log.high_watermark) == (2, 6)
-    assert log.append_marker(7, 0, 0, commit=False) == 6
+    assert partition.append_marker_as_leader(7, 0, 0, commit=False) == 6
     assert log.last_stable_offset == 5
-    assert log.append_marker(8, 0, 0, commit=True) == 7
+    assert partition.append_marker_as_leader(8, 0, 0, commit=True) == 7
     assert log.last_stable_offset == 8
     assert [tuple(a) for a in log.aborted_transactions(0, 100)] == [(7, 2, 6, 5)]
-    assert log.append_marker(8, 0, 0, commit=True) == 8  # no open transaction: closes nothing
+    assert partition.append_marker_as_leader(8, 0, 0, commit=True) == 8  # no open transaction: closes nothing
     with pytest.raises(BrokerError) as info:
-        log.append_marker(7, 0, -1, commit=False)  # an older coordinator epoch
+        partition.append_marker_as_leader(7, 0, -1, commit=False)  # an older coordinator epoch
     assert info.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
     seq = 3
     for n in range(12):  # across several segments
-        append(log, 7, 0, seq, 2, True)
+        append(partition, 7, 0, seq, 2, True)
         seq += 2
-        log.append_marker(7, 0, 0, commit=n % 3 == 0)
+        partition.append_marker_as_leader(7, 0, 0, commit=n % 3 == 0)
     assert len(log.segments) > 3
     expected = log.aborted_transactions(0, log.log_end_offset)
     assert len(expected) == 1 + 8
@@ -940,9 +942,9 @@ def test_partition_log_transactions(tmp_path):
     region, aborted = log.read_committed(2, 1 << 20, min_one_batch=True)
     assert [a.first_offset for a in aborted] == [2]
     # A stale epoch marker is refused
-    append(log, 9, 3, 0, 1, True)
+    append(partition, 9, 3, 0, 1, True)
     with pytest.raises(BrokerError) as info:
-        log.append_marker(9, 2, 0, commit=False)
+        partition.append_marker_as_leader(9, 2, 0, commit=False)
     assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     open_at = log.log_end_offset - 1
     assert log.last_stable_offset == open_at
@@ -951,6 +953,7 @@ def test_partition_log_transactions(tmp_path):
     assert sum(n.endswith(".txnindex") for n in names) >= 3
 
     clean = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=None)
+    leading(clean)
     assert clean.aborted_transactions(0, clean.log_end_offset) == expected
     assert clean.last_stable_offset == open_at
     clean.close()
@@ -960,8 +963,9 @@ def test_partition_log_transactions(tmp_path):
             os.unlink(tmp_path / name)
     recovered = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=0)
     assert recovered.aborted_transactions(0, recovered.log_end_offset) == expected
+    reopened = leading(recovered)  # leads from here: the high watermark is the log end
     assert recovered.last_stable_offset == open_at
-    assert recovered.append_marker(9, 3, 0, commit=False) == open_at + 1
+    assert reopened.append_marker_as_leader(9, 3, 0, commit=False) == open_at + 1
     assert recovered.last_stable_offset == recovered.high_watermark
     # Deleting segments deletes their transaction indexes.
     first = recovered.segments[0]

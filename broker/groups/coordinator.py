@@ -158,14 +158,14 @@ class GroupCoordinator:
                                    "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)})
         return topic
 
-    def _log_for(self, group_id: str):
+    def _partition_of(self, group_id: str):
         topic = self._offsets_topic()
-        return topic.logs[offsets_log.partition_for(group_id, len(topic.logs))]
+        return topic.partitions[offsets_log.partition_for(group_id, len(topic.partitions))]
 
     def _write(self, group_id: str, records: list) -> None:
         """Append to the group's offsets partition; raises BrokerError if that fails."""
         try:
-            offsets_log.append_records(self._log_for(group_id), records)
+            offsets_log.append_records(self._partition_of(group_id), records)
         except BrokerError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
 
@@ -174,9 +174,9 @@ class GroupCoordinator:
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             return
-        for partition_log in topic.logs:
+        for partition in topic.partitions:
             pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
-            for entry in offsets_log.read_entries(partition_log):
+            for entry in offsets_log.read_entries(partition):
                 if entry[0] == "marker":
                     _, producer_id, committed = entry
                     for group_id in pending.pop(producer_id, ()):
@@ -546,7 +546,7 @@ class GroupCoordinator:
         accepted = {}
         for (topic, partition), committed in offsets.items():
             try:
-                self.broker.topics.log(topic, partition)
+                self.broker.topics.partition(topic, partition)
             except BrokerError:
                 codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -581,7 +581,7 @@ class GroupCoordinator:
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
             try:
-                offsets_log.append_records(self._log_for(group_id), records, producer_id, producer_epoch)
+                offsets_log.append_records(self._partition_of(group_id), records, producer_id, producer_epoch)
             except BrokerError as exc:  # e.g. a stale producer epoch
                 code = exc.code
                 if code == ErrorCode.KAFKA_STORAGE_ERROR:  # not a TxnOffsetCommit error code
@@ -592,7 +592,7 @@ class GroupCoordinator:
 
     def partition_for(self, group_id: str) -> int:
         """The `__consumer_offsets` partition that holds the group (created if need be)."""
-        return offsets_log.partition_for(group_id, len(self._offsets_topic().logs))
+        return offsets_log.partition_for(group_id, len(self._offsets_topic().partitions))
 
     def end_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
         """The transaction coordinator wrote a marker for `producer_id` to offsets
@@ -602,7 +602,7 @@ class GroupCoordinator:
             return
         for group in list(self.groups.values()):
             if producer_id in group.pending_txn and \
-                    offsets_log.partition_for(group.group_id, len(topic.logs)) == partition:
+                    offsets_log.partition_for(group.group_id, len(topic.partitions)) == partition:
                 self._end_pending(group, producer_id, committed)
 
     @staticmethod
@@ -704,15 +704,15 @@ class GroupCoordinator:
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             return
-        for partition, partition_log in enumerate(topic.logs):
-            if len(partition_log.segments) < 3 or partition_log.producer_state.ongoing:
+        for index, partition in enumerate(topic.partitions):
+            if partition.segment_count < 3 or partition.has_open_transactions:
                 continue  # small, or holding transactional offsets that still await a marker
             live = []
             for group in self.groups.values():
-                if offsets_log.partition_for(group.group_id, len(topic.logs)) != partition:
+                if offsets_log.partition_for(group.group_id, len(topic.partitions)) != index:
                     continue
                 if group.generation or group.members:
                     live.append(self._group_metadata_record(group))
                 live += [offsets_log.offset_record(group.group_id, t, p, c)
                          for (t, p), c in group.offsets.items()]
-            offsets_log.clean(partition_log, live)
+            offsets_log.clean(partition, live)

@@ -19,8 +19,6 @@ yields the current state, before, during and after a cleaning.
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -28,11 +26,9 @@ from wire.messages import (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, OFFSET_COMM
                            OFFSET_COMMIT_VALUE)
 from wire.primitives import DecodeError
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-                          build_batch, decode_batch, decode_control_record, iter_batches)
+                          build_batch, decode_control_record, iter_batches)
 
 from broker.storage.log import now_ms
-
-_log = logging.getLogger("sluice.storage")
 
 TOPIC = "__consumer_offsets"
 _OFFSET_KEY_VERSION = 1
@@ -91,48 +87,29 @@ def batches_of(records: list[tuple[bytes, bytes | None]], producer_id: int = NO_
                                     transactional=producer_id != NO_PRODUCER_ID))
 
 
-def read_entries(log):
-    """Everything stored in one partition log, in order: ("record", key, value,
+def read_entries(partition):
+    """Everything stored in one partition of the topic, in order: ("record", key, value,
     producer id) for each keyed record (producer id -1 unless the batch is
-    transactional) and ("marker", producer id, committed) for each transaction marker.
-    A batch that cannot be read has the log re-validated from its segment, which
-    truncates it at the first invalid batch, as recovery does; a whole, CRC-valid batch
-    whose records cannot be decoded is skipped."""
-    for segment in list(log.segments):
-        position = 0
-        while position < segment.size:
+    transactional) and ("marker", producer id, committed) for each transaction marker."""
+    for header, records in partition.decoded_batches(_MAX_DECOMPRESSED):
+        if header.is_control:
             try:
-                header = segment.header_at(position)
-                records = decode_batch(segment.region(position, position + header.size).read(),
-                                       _MAX_DECOMPRESSED)
-            except DecodeError as exc:
-                log.revalidate(segment, f"a batch at byte {position} cannot be read: {exc}")
-                if position >= segment.size:
-                    return  # truncated there, later segments dropped: the log ends here
-                _log.warning("%s-%d: skipping the batch at byte %d of %s: its records cannot be "
-                             "read (%s)", log.topic, log.partition, position,
-                             os.path.basename(segment.path), exc)
-                position += segment.header_at(position).size
-                continue
-            position += header.size
-            if header.is_control:
-                try:
-                    marker = decode_control_record(records[0]) if records else None
-                except DecodeError:
-                    marker = None
-                if marker is not None and marker.type in (CONTROL_COMMIT, CONTROL_ABORT):
-                    yield "marker", header.producer_id, marker.type == CONTROL_COMMIT
-                continue
-            producer = header.producer_id if header.is_transactional else NO_PRODUCER_ID
-            for record in records:
-                if record.key is not None:
-                    yield "record", record.key, record.value, producer
+                marker = decode_control_record(records[0]) if records else None
+            except DecodeError:
+                marker = None
+            if marker is not None and marker.type in (CONTROL_COMMIT, CONTROL_ABORT):
+                yield "marker", header.producer_id, marker.type == CONTROL_COMMIT
+            continue
+        producer = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+        for record in records:
+            if record.key is not None:
+                yield "record", record.key, record.value, producer
 
 
-def read_records(log):
-    """Every (key bytes, value bytes or None) of non-control batches in one partition
-    log, in order (for logs without transactions)."""
-    for entry in read_entries(log):
+def read_records(partition):
+    """Every (key bytes, value bytes or None) of non-control batches in one partition,
+    in order (for logs without transactions)."""
+    for entry in read_entries(partition):
         if entry[0] == "record":
             yield entry[1], entry[2]
 
@@ -160,20 +137,20 @@ def decode_record(key: bytes, value: bytes | None):
     return None
 
 
-def append_records(log, records: list[tuple[bytes, bytes | None]], producer_id: int = NO_PRODUCER_ID,
-                   producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
+def append_records(partition, records: list[tuple[bytes, bytes | None]],
+                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
     """Append records to a partition of the offsets topic (one batch per chunk), as
     part of a producer's transaction when `producer_id` is given."""
     for batch in batches_of(records, producer_id, producer_epoch):
         view = memoryview(batch)
         header = next(iter(iter_batches(view)))[0]
-        log.append(header, view)
+        partition.append_as_leader(header, view, required_acks=-1)
 
 
-def clean(log, live_records: list[tuple[bytes, bytes | None]]) -> None:
+def clean(partition, live_records: list[tuple[bytes, bytes | None]]) -> None:
     """Replace a partition's history by a snapshot of its live records (see module doc)."""
-    log.roll()
-    snapshot_start = log.log_end_offset
-    append_records(log, live_records)
-    log.flush()
-    log.delete_records_before(snapshot_start)
+    partition.roll()
+    snapshot_start = partition.log_end_offset
+    append_records(partition, live_records)
+    partition.flush()
+    partition.delete_records_before(snapshot_start)

@@ -1,7 +1,7 @@
 """DescribeCluster v0–1, DescribeLogDirs v0–4 and InitProducerId v0–5 (idempotent producers).
 
-- DescribeCluster: this broker is the cluster and its controller; v1 `endpoint_type`
-  1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
+- DescribeCluster: the brokers and controller of the cluster metadata view; v1
+  `endpoint_type` 1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
 - DescribeLogDirs (kafka-log-dirs.sh): the one log directory, its absolute path, with
   the size of each partition asked for (all when `topics` is null; partitions this
   broker does not have are left out, as Kafka does), offset lag 0 (no future replicas)
@@ -32,13 +32,13 @@ def describe_cluster(broker, header, request, client_host):
     if header.request_api_version >= 1 and request.endpoint_type not in (1,):
         return Resp(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                     error_message=f"endpoint type {request.endpoint_type} is not served",
-                    endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,
+                    endpoint_type=request.endpoint_type, cluster_id=broker.metadata.cluster_id,
                     controller_id=-1, brokers=[], cluster_authorized_operations=-2147483648)
-    host, port = broker.config.advertised
-    return Resp(error_code=0, error_message=None, endpoint_type=1, cluster_id=broker.cluster_id,
-                controller_id=broker.node_id,
-                brokers=[Resp.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
-                                                    rack=None)],
+    metadata = broker.metadata
+    return Resp(error_code=0, error_message=None, endpoint_type=1, cluster_id=metadata.cluster_id,
+                controller_id=metadata.controller_id,
+                brokers=[Resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                         for b in metadata.brokers()],
                 cluster_authorized_operations=-2147483648)
 
 
@@ -68,17 +68,17 @@ def describe_log_dirs(broker, header, request, client_host):
     Resp = DESCRIBE_LOG_DIRS.response
     topics = broker.topics.topics
     if request.topics is None:
-        wanted = {name: range(len(topic.logs)) for name, topic in topics.items()}
+        wanted = {name: range(len(topic.partitions)) for name, topic in topics.items()}
     else:
         wanted = {}
         for asked in request.topics:
             if asked.topic in topics:
-                count = len(topics[asked.topic].logs)
+                count = len(topics[asked.topic].partitions)
                 wanted.setdefault(asked.topic, []).extend(p for p in asked.partitions if 0 <= p < count)
     directory = os.path.abspath(broker.topics.data_dir)
     result = Resp.DescribeLogDirsResult(log_dir=directory, topics=[
         Resp.DescribeLogDirsTopic(name=name, partitions=[
-            Resp.DescribeLogDirsPartition(partition_index=p, partition_size=topics[name].logs[p].size_bytes,
+            Resp.DescribeLogDirsPartition(partition_index=p, partition_size=topics[name].partitions[p].size_bytes,
                                           offset_lag=0, is_future_key=False)
             for p in sorted(set(partitions))])
         for name, partitions in sorted(wanted.items()) if partitions])

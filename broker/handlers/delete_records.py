@@ -29,16 +29,16 @@ HIGH_WATERMARK = -1
 def _delete(broker, topic: str, partition: int, offset: int) -> int:
     if topic in INTERNAL_TOPICS:
         raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot delete records of internal topic {topic}")
-    log = broker.topics.log(topic, partition)
-    if "delete" not in log.config.cleanup_policy.split(","):
+    replica = broker.topics.partition(topic, partition)
+    if "delete" not in replica.config.cleanup_policy.split(","):
         raise BrokerError(ErrorCode.POLICY_VIOLATION, f"records of {topic}-{partition} cannot be deleted: "
-                                                     f"cleanup.policy is {log.config.cleanup_policy}")
+                                                     f"cleanup.policy is {replica.config.cleanup_policy}")
     if offset == HIGH_WATERMARK:
-        offset = log.high_watermark
+        offset = replica.high_watermark
     if offset < 0:
         raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is negative")
-    log.delete_records_before(offset)
-    return log.log_start_offset
+    replica.delete_records_before(offset)
+    return replica.log_start_offset
 
 
 def handle(broker, header, request, client_host):

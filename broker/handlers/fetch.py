@@ -1,12 +1,15 @@
 """Fetch v4–17 (older versions would need message-format down-conversion).
 
 - Long poll: the response waits until `min_bytes` are available or `max_wait_ms`
-  passes, waking as soon as an append lands in one of the requested partitions.
+  passes, woken when the high watermark of a requested partition moves.
 - Limits: `partition_max_bytes` per partition and `max_bytes` (v3+) in total, except
   that the first batch of the first partition with data is always returned whole,
   so a consumer can never get stuck behind a batch larger than its limits.
-- Reads stop at the high watermark (read_uncommitted) or the last stable offset
-  (read_committed, v4+). read_committed responses list the aborted transactions
+- A consumer's reads stop at the high watermark (read_uncommitted) or the last stable
+  offset (read_committed, v4+). A fetch from a replica (`replica_id`, v15+
+  `replica_state.replica_id`, >= 0) reads up to the log end and reports the follower's
+  position to the partition, which may move the high watermark; a broker that is not
+  a replica of the partition gets no records, as Kafka answers it. read_committed responses list the aborted transactions
   (producer id, first offset) with records between the fetch offset and the end of
   the batches returned, from the segments' transaction indexes (an empty list when
   there are none); `aborted_transactions` is null for read_uncommitted.
@@ -19,8 +22,6 @@
 
 from __future__ import annotations
 
-import time
-
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
@@ -32,16 +33,17 @@ _Resp = FETCH.response
 READ_COMMITTED = 1
 
 
-def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
-    if requested < 0 or requested == current:
-        return None
-    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+def _replica_id(request, version: int) -> int:
+    if version >= 15:
+        return request.replica_state.replica_id if request.replica_state is not None else -1
+    return request.replica_id
 
 
 def _build(broker, request, version):
     """One pass over the requested partitions: (response topics, bytes, partition keys)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
+    replica_id = _replica_id(request, version)
     total = 0
     keys = []
     topics_out = []
@@ -63,33 +65,30 @@ def _build(broker, request, version):
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             try:
-                log = broker.topics.log(name, wanted.partition)
+                partition = broker.topics.partition(name, wanted.partition)
+                keys.append(partition.key)
+                partition.check_leader_epoch(wanted.current_leader_epoch)
             except BrokerError as exc:
                 out.error_code = exc.code
                 continue
-            keys.append((name, wanted.partition))
-            epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)
-            if epoch_error is not None:
-                out.error_code = epoch_error
-                continue
-            stable = log.last_stable_offset
-            out.high_watermark = log.high_watermark
-            out.last_stable_offset = stable
-            out.log_start_offset = log.log_start_offset
-            limit = min(wanted.partition_max_bytes, budget - total)
             try:
-                if committed:
-                    region, aborted = log.read_committed(wanted.fetch_offset, max(limit, 0),
-                                                         min_one_batch=(total == 0))
-                    out.aborted_transactions = [
-                        _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-                        for a in aborted]
+                limit = max(min(wanted.partition_max_bytes, budget - total), 0)
+                if replica_id >= 0:
+                    region = None
+                    if partition.update_follower(replica_id, wanted.fetch_offset):
+                        region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
                 else:
-                    region = log.read(wanted.fetch_offset, max(limit, 0), log.high_watermark,
-                                      min_one_batch=(total == 0))
-            except BrokerError as exc:
+                    region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0)
+                    if committed:
+                        out.aborted_transactions = [
+                            _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                            for a in aborted]
+            except BrokerError as exc:  # e.g. OFFSET_OUT_OF_RANGE, answered with the positions
                 out.error_code = exc.code
-                continue
+                region = None
+            out.high_watermark = partition.high_watermark
+            out.last_stable_offset = partition.last_stable_offset
+            out.log_start_offset = partition.log_start_offset
             if region is not None:
                 out.records = region
                 total += len(region)
@@ -104,7 +103,7 @@ def handle(broker, header, request, client_host):
     version = header.request_api_version
     if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
     response, keys = _answer_if_ready(broker, request, version, deadline)
     return response if response is not None else _long_poll(broker, request, version, keys, deadline)
 
@@ -113,15 +112,15 @@ def _answer_if_ready(broker, request, version, deadline):
     """(response, None) once `min_bytes` are there, the deadline passed or nothing can
     arrive; else (None, the partition keys to wait on)."""
     topics_out, total, keys = _build(broker, request, version)
-    if total >= request.min_bytes or deadline <= time.monotonic() or not keys:
+    if total >= request.min_bytes or deadline <= broker.clock.monotonic() or not keys:
         return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0), None
     return None, keys
 
 
 async def _long_poll(broker, request, version, keys, deadline):
-    """Wait for appends to the requested partitions until `min_bytes` or the deadline."""
+    """Wait for the requested partitions' high watermarks until `min_bytes` or the deadline."""
     while True:
-        await broker.wait_for_append(keys, deadline - time.monotonic())
+        await broker.delayed.wait(keys, deadline - broker.clock.monotonic())
         response, keys = _answer_if_ready(broker, request, version, deadline)
         if response is not None:
             return response

@@ -30,22 +30,26 @@ _CLASSIC = "classic"
 def find_coordinator(broker, header, request, client_host):
     Resp = FIND_COORDINATOR.response
     version = header.request_api_version
-    host, port = broker.config.advertised
     keys = request.coordinator_keys if version >= 4 else [request.key]
-    answers = []
+    answers = []  # (key, code, message, endpoint)
     for key in keys:
         if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
-            answers.append((key, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}"))
+            answers.append((key, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}", None))
+            continue
+        endpoint = broker.metadata.coordinator(request.key_type, key)
+        if endpoint is None:
+            answers.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            f"the coordinator of {key!r} has no leader", None))
         else:
-            answers.append((key, ErrorCode.NONE, None))
+            answers.append((key, ErrorCode.NONE, None, endpoint))
     if version >= 4:
         return Resp(coordinators=[Resp.Coordinator(
-            key=key, node_id=broker.node_id if not code else -1, host=host if not code else "",
-            port=port if not code else -1, error_code=code, error_message=message)
-            for key, code, message in answers])
-    _, code, message = answers[0]
-    return Resp(error_code=code, error_message=message, node_id=broker.node_id if not code else -1,
-                host=host if not code else "", port=port if not code else -1)
+            key=key, node_id=endpoint.node_id if endpoint else -1, host=endpoint.host if endpoint else "",
+            port=endpoint.port if endpoint else -1, error_code=code, error_message=message)
+            for key, code, message, endpoint in answers])
+    _, code, message, endpoint = answers[0]
+    return Resp(error_code=code, error_message=message, node_id=endpoint.node_id if endpoint else -1,
+                host=endpoint.host if endpoint else "", port=endpoint.port if endpoint else -1)
 
 
 async def join_group(broker, header, request, client_host):

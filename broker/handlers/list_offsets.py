@@ -18,27 +18,27 @@ from wire.error_codes import ErrorCode
 from wire.messages import LIST_OFFSETS
 
 from broker.errors import BrokerError
-from broker.handlers.fetch import READ_COMMITTED, _leader_epoch_error
+from broker.handlers.fetch import READ_COMMITTED
 
 MIN_VERSION = 1
 _Resp = LIST_OFFSETS.response
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
 
 
-def _lookup(log, timestamp: int, committed: bool) -> tuple[int, int]:
+def _lookup(partition, timestamp: int, committed: bool) -> tuple[int, int]:
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return log.log_start_offset, -1
+        return partition.log_start_offset, -1
     if timestamp == LATEST:
-        return (log.last_stable_offset if committed else log.high_watermark), -1
+        return (partition.last_stable_offset if committed else partition.high_watermark), -1
     if timestamp == MAX_TIMESTAMP:
-        found = log.max_timestamp()
+        found = partition.max_timestamp()
         return (found[1], found[0]) if found else (-1, -1)
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1
     if timestamp < 0:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
-    found = log.offset_for_timestamp(timestamp)
-    if found is None or (committed and found[0] >= log.last_stable_offset):
+    found = partition.offset_for_timestamp(timestamp)
+    if found is None or (committed and found[0] >= partition.last_stable_offset):
         return -1, -1
     return found[0], found[1]
 
@@ -53,16 +53,13 @@ def handle(broker, header, request, client_host):
                                                      timestamp=-1, offset=-1, leader_epoch=-1)
             partitions.append(out)
             try:
-                log = broker.topics.log(topic.name, wanted.partition_index)
-                epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)
-                if epoch_error is not None:
-                    out.error_code = epoch_error
-                    continue
-                out.offset, out.timestamp = _lookup(log, wanted.timestamp, committed)
+                partition = broker.topics.partition(topic.name, wanted.partition_index)
+                partition.check_leader_epoch(wanted.current_leader_epoch)
+                out.offset, out.timestamp = _lookup(partition, wanted.timestamp, committed)
                 if wanted.timestamp == LATEST:
-                    out.leader_epoch = log.leader_epoch
+                    out.leader_epoch = partition.leader_epoch
                 elif out.offset >= 0:
-                    out.leader_epoch = log.epochs.epoch_for(out.offset)
+                    out.leader_epoch = partition.epoch_at(out.offset)
             except BrokerError as exc:
                 out.error_code = exc.code
         topics.append(_Resp.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))

@@ -7,7 +7,8 @@
   looked up by id whatever the name says (null, or "" as the Java client leaves it, as
   Kafka does); a null name with no id too. An unknown id is UNKNOWN_TOPIC_ID, its name
   "" below v12, where names cannot be null.
-- This broker is the only node, the controller and the leader of every partition.
+- Brokers, the controller, and each partition's leader, leader epoch, replicas and ISR
+  come from the cluster metadata view (`broker.cluster.metadata`).
 
 A topic's entry is encoded once per version and reused until its partitions' state changes:
 building and encoding 10,000 partition entries took 50 ms per request, now about 1 ms.
@@ -27,28 +28,25 @@ _FIRST_NULLABLE_NAME = 12  # response topic names may be null from Metadata v12
 _UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 
 
-def _partition_entries(broker, topic):
-    node = broker.node_id
-    return [_Resp.MetadataResponsePartition(
-        error_code=0, partition_index=log.partition, leader_id=node, leader_epoch=log.leader_epoch,
-        replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) for log in topic.logs]
-
-
 def topic_metadata(broker, topic, version):
     """The topic's entry, encoded for `version`."""
-    state = (broker.node_id, tuple(log.leader_epoch for log in topic.logs))
+    states = broker.metadata.partition_states(topic)
     cached = topic.encoded_metadata.get(version)
-    if cached is None or cached[0] != state:
+    if cached is None or cached[0] != states:
         cached = topic.encoded_metadata[version] = (
-            state, _Resp.encode_part(version, _topic_entry(broker, topic)))
+            states, _Resp.encode_part(version, _topic_entry(topic, states)))
     return cached[1]
 
 
-def _topic_entry(broker, topic):
+def _topic_entry(topic, states):
+    partitions = [_Resp.MetadataResponsePartition(
+        error_code=ErrorCode.NONE if s.leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+        partition_index=s.index, leader_id=s.leader_id, leader_epoch=s.leader_epoch,
+        replica_nodes=list(s.replicas), isr_nodes=list(s.isr), offline_replicas=list(s.offline_replicas))
+        for s in states]
     return _Resp.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
-        partitions=_partition_entries(broker, topic),
-        topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
+        partitions=partitions, topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
 
 
 def _error_topic(name, code, topic_id=ZERO_UUID):
@@ -90,8 +88,9 @@ def handle(broker, header, request, client_host):
                 results.append(_error_topic(name, code))
                 continue
             results.append(topic_metadata(broker, topic, version))
-    host, port = broker.config.advertised
+    metadata = broker.metadata
     return _Resp(
-        brokers=[_Resp.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=results,
+        brokers=[_Resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in metadata.brokers()],
+        cluster_id=metadata.cluster_id, controller_id=metadata.controller_id, topics=results,
         cluster_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)

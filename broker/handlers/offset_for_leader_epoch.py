@@ -16,7 +16,6 @@ from __future__ import annotations
 from wire.messages import OFFSET_FOR_LEADER_EPOCH
 
 from broker.errors import BrokerError
-from broker.handlers.fetch import _leader_epoch_error
 
 _Resp = OFFSET_FOR_LEADER_EPOCH.response
 
@@ -29,14 +28,11 @@ def handle(broker, header, request, client_host):
             out = _Resp.EpochEndOffset(partition=wanted.partition, leader_epoch=-1, end_offset=-1)
             partitions.append(out)
             try:
-                log = broker.topics.log(topic.topic, wanted.partition)
+                partition = broker.topics.partition(topic.topic, wanted.partition)
+                partition.check_leader_epoch(wanted.current_leader_epoch)
             except BrokerError as exc:
                 out.error_code = exc.code
                 continue
-            epoch_error = _leader_epoch_error(wanted.current_leader_epoch, log.leader_epoch)
-            if epoch_error is not None:
-                out.error_code = epoch_error
-                continue
-            out.leader_epoch, out.end_offset = log.end_offset_for_epoch(wanted.leader_epoch)
+            out.leader_epoch, out.end_offset = partition.end_offset_for_epoch(wanted.leader_epoch)
         topics.append(_Resp.OffsetForLeaderTopicResult(topic=topic.topic, partitions=partitions))
     return _Resp(throttle_time_ms=0, topics=topics)

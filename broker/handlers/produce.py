@@ -17,9 +17,11 @@
   topic's `compression.type` names a codec other than the batch's: then the batch is
   recompressed to it (records and producer fields kept; CORRUPT_MESSAGE if its records
   do not parse or inflate too far) and checked against `max.message.bytes` again.
-- acks=-1 needs min.insync.replicas in-sync replicas; a single broker has one, so a
-  topic with min.insync.replicas above 1 answers NOT_ENOUGH_REPLICAS, as Kafka's
-  leader does when its ISR is too small.
+- acks=0 and acks=1 are answered once the leader appended. acks=-1 (all) needs
+  min.insync.replicas in-sync replicas before the append (NOT_ENOUGH_REPLICAS: a single
+  broker has one) and is answered once the high watermark passes every appended batch
+  (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile), or when `timeout_ms`
+  passes first, with REQUEST_TIMED_OUT for the partitions still short.
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
   A batch with a producer id but no sequence is INVALID_RECORD.
@@ -45,14 +47,12 @@ from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recom
 
 from broker.errors import BrokerError
 from broker.server import CloseConnection
-from broker.storage.log import MAX_DECOMPRESSED_BATCH, now_ms
+from broker.storage.log import MAX_DECOMPRESSED_BATCH
 from broker.topics import INTERNAL_TOPICS
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16
 # compression.type -> codec id; "producer" (keep the batch's codec) is absent.
-# This broker is each partition's only replica, so its only in-sync one.
-IN_SYNC_REPLICAS = 1
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
 
@@ -160,9 +160,12 @@ def _writable(view):
 
 
 def handle(broker, header, request, client_host):
+    """The response, or (acks=all while the high watermark is short of a batch) an
+    awaitable of it."""
     acks = request.acks
     responses = []
     failed = None
+    waiting = []  # acks=all: (partition, offset the high watermark must reach, result)
     for topic_data in request.topic_data:
         partitions = []
         for data in topic_data.partition_data:
@@ -174,26 +177,23 @@ def handle(broker, header, request, client_host):
                 if topic_data.name in INTERNAL_TOPICS:
                     raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                       f"topic {topic_data.name} is internal: only the broker writes it")
-                log = broker.topics.log(topic_data.name, data.index)
+                partition = broker.topics.partition(topic_data.name, data.index)
+                config = partition.config
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
                     records = _writable(records)
-                if acks == -1 and log.config.min_insync_replicas > IN_SYNC_REPLICAS:
-                    raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                                      f"{IN_SYNC_REPLICAS} in-sync replica is fewer than min.insync.replicas "
-                                      f"{log.config.min_insync_replicas} of {topic_data.name}-{data.index}")
-                batch_header, batch = validated_batch(records, log.config.max_message_bytes)
-                _check_timestamps(batch_header, log.config, now_ms())
+                batch_header, batch = validated_batch(records, config.max_message_bytes)
+                _check_timestamps(batch_header, config, broker.clock.wall_ms())
                 _check_transactional(broker, header.request_api_version, request.transactional_id,
                                      batch_header, topic_data.name, data.index)
-                batch_header, batch = _in_topic_codec(batch_header, batch, log.config.compression_type,
-                                                     log.config.max_message_bytes)
-                appended = log.append(batch_header, batch)
+                batch_header, batch = _in_topic_codec(batch_header, batch, config.compression_type,
+                                                      config.max_message_bytes)
+                appended = partition.append_as_leader(batch_header, batch, acks)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time
-                result.log_start_offset = log.log_start_offset
-                if not appended.duplicate:
-                    broker.notify_append(topic_data.name, data.index)
+                result.log_start_offset = partition.log_start_offset
+                if acks == -1:
+                    waiting.append((partition, appended.last_offset + 1, result))
             except BrokerError as exc:
                 result.error_code = exc.code
                 result.error_message = str(exc)
@@ -204,4 +204,37 @@ def handle(broker, header, request, client_host):
         if failed:
             raise CloseConnection(f"acks=0 produce failed: {failed}")
         return None
-    return _Resp(responses=responses, throttle_time_ms=0)
+    response = _Resp(responses=responses, throttle_time_ms=0)
+    waiting = _still_waiting(waiting)
+    if not waiting:
+        return response
+    return _wait_for_replicas(broker, waiting, request.timeout_ms, response)
+
+
+def _still_waiting(waiting: list) -> list:
+    """Settle the acks=all partitions the high watermark has passed; the others remain."""
+    remaining = []
+    for partition, required, result in waiting:
+        code = partition.acks_all_result(required)
+        if code is None:
+            remaining.append((partition, required, result))
+        elif code != ErrorCode.NONE:
+            result.error_code = code
+            result.error_message = (f"the in-sync replicas of {partition.topic}-{partition.index} "
+                                    f"fell below min.insync.replicas after the append")
+    return remaining
+
+
+async def _wait_for_replicas(broker, waiting: list, timeout_ms: int, response):
+    deadline = broker.clock.monotonic() + max(timeout_ms, 0) / 1000
+    while waiting:
+        remaining = deadline - broker.clock.monotonic()
+        if remaining <= 0:
+            break
+        await broker.delayed.wait([partition.key for partition, _, _ in waiting], remaining)
+        waiting = _still_waiting(waiting)
+    for partition, required, result in waiting:
+        result.error_code = ErrorCode.REQUEST_TIMED_OUT
+        result.error_message = (f"the high watermark of {partition.topic}-{partition.index} did not "
+                                f"reach {required} within timeout_ms {timeout_ms}")
+    return response

@@ -25,13 +25,10 @@ from broker.topics import INTERNAL_TOPICS
 
 
 def _check_replicas(broker, replication_factor: int, assignments) -> None:
-    if replication_factor not in (-1, 1) and not assignments:
-        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                          f"replication factor {replication_factor} is larger than the 1 available broker")
+    if not assignments:
+        broker.metadata.check_replication_factor(replication_factor)
     for assignment in assignments or ():
-        if assignment.broker_ids != [broker.node_id]:
-            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                              f"replicas {assignment.broker_ids} must be exactly [{broker.node_id}]")
+        broker.metadata.check_assignment(assignment.broker_ids)
 
 
 def create_topics(broker, header, request, client_host):

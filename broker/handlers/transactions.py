@@ -55,7 +55,7 @@ def fenced_for(code: int, version: int, since: int) -> int:
 
 def _exists(broker, topic: str, partition: int) -> bool:
     try:
-        broker.topics.log(topic, partition)
+        broker.topics.partition(topic, partition)
         return True
     except BrokerError:
         return False
@@ -184,7 +184,7 @@ def write_txn_markers(broker, header, request, client_host):
             for partition in topic.partition_indexes:
                 code = ErrorCode.NONE
                 try:
-                    broker.topics.log(topic.name, partition).append_marker(
+                    broker.topics.partition(topic.name, partition).append_marker_as_leader(
                         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                         marker.transaction_result)
                 except BrokerError as exc:
@@ -193,7 +193,6 @@ def write_txn_markers(broker, header, request, client_host):
                     if topic.name == offsets_log.TOPIC:
                         broker.groups.end_transaction(marker.producer_id, partition,
                                                       marker.transaction_result)
-                    broker.notify_append(topic.name, partition)
                 partitions.append(Resp.WritableTxnMarkerPartitionResult(partition_index=partition,
                                                                         error_code=code))
             topics.append(Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
@@ -248,7 +247,7 @@ def describe_producers(broker, header, request, client_host):
         for index in topic.partition_indexes:
             out = Resp.PartitionResponse(partition_index=index, active_producers=[])
             try:
-                log = broker.topics.log(topic.name, index)
+                partition = broker.topics.partition(topic.name, index)
             except BrokerError as exc:
                 out.error_code, out.error_message = exc.code, str(exc)
             else:
@@ -257,7 +256,7 @@ def describe_producers(broker, header, request, client_host):
                                        last_sequence=entry.last_sequence, last_timestamp=entry.last_timestamp,
                                        coordinator_epoch=entry.coordinator_epoch,
                                        current_txn_start_offset=entry.txn_first_offset)
-                    for entry in log.producer_state.producers.values()]
+                    for entry in partition.producers()]
             partitions.append(out)
         topics.append(Resp.TopicResponse(name=topic.name, partitions=partitions))
     return Resp(throttle_time_ms=0, topics=topics)

@@ -4,12 +4,12 @@ Three positions are kept distinct, as replication will need them:
 - `log_start_offset`: the first offset still readable (retention moves it forward);
 - `log_end_offset` (LEO): the offset the next appended record gets;
 - `high_watermark`: the offset below which records are acknowledged and visible to
-  consumers. On a single broker it follows the LEO on every append.
-`leader_epoch` is stamped into every appended batch (partitionLeaderEpoch); a start
-opens the partition one epoch past the last one it holds records of, as a Kafka
-leader's epoch moves on when its broker comes back. `epochs` (leader-epoch-checkpoint)
-records where each epoch's records begin: kept through truncation at either end, and
-rebuilt from the batches when the file is missing or unreadable.
+  consumers. The partition (`broker.replica.partition`) moves it; the log only keeps it
+  within [log start, LEO], restored from the replication-offset-checkpoint on start.
+The leader epoch an append is made in is stamped into its batch (partitionLeaderEpoch).
+`epochs` (leader-epoch-checkpoint) records where each epoch's records begin: kept
+through truncation at either end, and rebuilt from the batches when the file is
+missing or unreadable.
 A fourth, `last_stable_offset` (LSO), is where read_committed consumers stop: the
 first offset of the oldest open transaction (from the producer state), else the high
 watermark. Transaction markers are appended by the coordinator (`append_marker`);
@@ -38,6 +38,7 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND
                           LOG_OVERHEAD, BatchHeader, build_control_batch, decode_batch, decode_control_record, parse_header,
                           set_base_offset, set_log_append_time, set_partition_leader_epoch)
 
+from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import LogConfig
 from broker.errors import BrokerError
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
@@ -77,11 +78,12 @@ class AppendResult:
 
 class PartitionLog:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig, *,
-                 recovery_point: int | None, log_start_offset: int = 0, leader_epoch: int = 0):
+                 recovery_point: int | None, log_start_offset: int = 0, high_watermark: int = 0,
+                 clock: Clock = SYSTEM_CLOCK):
         """Open (or create) the log in `directory`. `recovery_point` is the offset up to
-        which data is known flushed, or None after a clean shutdown (nothing to check).
-        The leader epoch is at least `leader_epoch`, and past every epoch in the log."""
+        which data is known flushed, or None after a clean shutdown (nothing to check)."""
         self.directory = directory
+        self._clock = clock
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -90,16 +92,16 @@ class PartitionLog:
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = clock.wall_ms()
         # Files created in the directory since its last fsync (the first flush after
         # start-up syncs it once): a flushed segment must not vanish with its name.
         self._directory_unsynced = True
         self._load(recovery_point)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
-        self.high_watermark = self.log_end_offset
+        self.high_watermark = 0
+        self.update_high_watermark(high_watermark)
         self.epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         self._load_epochs()
-        self.leader_epoch = max(leader_epoch, self.epochs.latest_epoch + 1)
         self.recovery_point = self.log_end_offset if recovery_point is None else \
             min(recovery_point, self.log_end_offset)
 
@@ -113,7 +115,7 @@ class PartitionLog:
                 os.unlink(os.path.join(self.directory, name))
         if not bases:
             bases = [0]
-        created = now_ms()
+        created = self._clock.wall_ms()
         self.segments = [LogSegment(self.directory, base, self.config.index_interval_bytes,
                                     created) for base in bases]
         for segment, following in zip(self.segments, self.segments[1:]):
@@ -157,17 +159,10 @@ class PartitionLog:
             _write_failures("%s-%d: cannot write %s: %s", self.topic, self.partition,
                             LEADER_EPOCH_CHECKPOINT, exc)
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) for OffsetForLeaderEpoch. The current epoch ends at the log
-        end even before its first record (Kafka records it when leadership begins)."""
-        if epoch == self.leader_epoch:
-            return epoch, self.log_end_offset
-        return self.epochs.end_offset_for(epoch, self.log_end_offset)
-
-    def _begin_epoch(self, base: int) -> None:
-        """The first append under the current leader epoch records where it begins."""
-        if self.leader_epoch > self.epochs.latest_epoch:
-            self._write_epochs(lambda: self.epochs.assign(self.leader_epoch, base))
+    def _begin_epoch(self, epoch: int, base: int) -> None:
+        """The first append under a new leader epoch records where it begins."""
+        if epoch > self.epochs.latest_epoch:
+            self._write_epochs(lambda: self.epochs.assign(epoch, base))
 
     @property
     def _max_batch_bytes(self) -> int:
@@ -195,9 +190,7 @@ class PartitionLog:
                         "and %d later segment(s) of %d byte(s)", self.topic, self.partition,
                         os.path.basename(segment.path), segment.size, problem, size - segment.size,
                         len(dropped), sum(s.size for s in dropped))
-            for later in dropped:
-                later.delete()
-            del self.segments[i + 1:]
+            self._cut_segments_at(segment.next_offset)
             break
         self._load_producer_state(recover_from=self.segments[first].base_offset)
 
@@ -206,7 +199,37 @@ class PartitionLog:
         invalid batch: for a reader that met a batch it cannot read where the start-up
         checks do not look (before a sealed segment's last index entry)."""
         self._recover({self.segments.index(segment): why})
+        self._after_truncation()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset at or after `offset` (the batch `offset`
+        falls inside goes whole): a follower's divergent tail. Positions, epochs and the
+        producer state follow."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"cannot truncate {self.topic}-{self.partition} to {offset}, below its "
+                              f"log start offset {self.log_start_offset}")
+        self._cut_segments_at(offset)
+        self._load_producer_state(recover_from=None)
+        self._after_truncation()
+
+    def _cut_segments_at(self, offset: int) -> None:
+        """Cut the segment holding `offset` there and delete every later one: the one way
+        the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
+        i = max(0, self._segment_index(offset))
+        try:
+            if self.segments[i].next_offset > offset:
+                self.segments[i].truncate_to(offset)
+            for later in self.segments[i + 1:]:
+                later.delete()
+        except OSError as exc:
+            raise self._storage_error("truncate", exc) from None
+        del self.segments[i + 1:]
         self._base_offsets = [s.base_offset for s in self.segments]
+
+    def _after_truncation(self) -> None:
         self._write_epochs(lambda: self.epochs.truncate_from_end(self.log_end_offset))
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -280,8 +303,13 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # -- appending ---------------------------------------------------------------------
-    def append(self, header: BatchHeader, batch: memoryview) -> AppendResult:
-        """Append one client batch (already validated for CRC, size and magic).
+    def update_high_watermark(self, offset: int) -> None:
+        """Set the high watermark (the partition decides it), kept within [log start, LEO]."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    def append(self, header: BatchHeader, batch: memoryview, leader_epoch: int) -> AppendResult:
+        """Append one client batch (already validated for CRC, size and magic) in
+        `leader_epoch`.
 
         An idempotent batch is checked against the producer state first; a duplicate
         of a recent batch is answered with its original offsets and not written. The
@@ -292,28 +320,27 @@ class PartitionLog:
             return AppendResult(duplicate[0], duplicate[1], -1, True)
         self._maybe_roll(header.size, header)
         base = self.log_end_offset
-        self._begin_epoch(base)
+        self._begin_epoch(leader_epoch, base)
         set_base_offset(batch, base)
-        set_partition_leader_epoch(batch, self.leader_epoch)
+        set_partition_leader_epoch(batch, leader_epoch)
         append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
-            append_time = now_ms()
+            append_time = self._clock.wall_ms()
             set_log_append_time(batch, append_time)
             header = header._replace(max_timestamp=append_time,
                                      attributes=header.attributes | LOG_APPEND_TIME_BIT)
-        header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+        header = header._replace(base_offset=base, partition_leader_epoch=leader_epoch)
         try:
             self.segments[-1].append(batch, header)
         except OSError as exc:
             raise self._storage_error("append to", exc) from None
         self.producer_state.update(header)
         self._unflushed_messages += header.last_offset_delta + 1
-        self.high_watermark = self.log_end_offset
         self.flush_if_due()
         return AppendResult(base, self.log_end_offset - 1, append_time, False)
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                      commit: bool) -> int:
+                      commit: bool, leader_epoch: int) -> int:
         """Append a COMMIT or ABORT marker for a producer's transaction (from the
         transaction coordinator); returns its offset. Refused (BrokerError) for an epoch
         older than the producer's here, or an older coordinator epoch. A marker for a
@@ -329,14 +356,14 @@ class PartitionLog:
                               f"{entry.coordinator_epoch} in {self.topic}-{self.partition}")
         batch = bytearray(build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
                                               producer_id, producer_epoch, coordinator_epoch,
-                                              now_ms()))
+                                              self._clock.wall_ms()))
         header = parse_header(batch)
         self._maybe_roll(header.size, header)
         base = self.log_end_offset
-        self._begin_epoch(base)
+        self._begin_epoch(leader_epoch, base)
         set_base_offset(batch, base)
-        set_partition_leader_epoch(batch, self.leader_epoch)
-        header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+        set_partition_leader_epoch(batch, leader_epoch)
+        header = header._replace(base_offset=base, partition_leader_epoch=leader_epoch)
         segment = self.segments[-1]
         try:
             segment.append(batch, header)
@@ -346,7 +373,6 @@ class PartitionLog:
         if first is not None and not commit:
             segment.txn_index.append(self._aborted_entry(producer_id, first, base))
         self._unflushed_messages += 1
-        self.high_watermark = self.log_end_offset
         self.flush_if_due()
         return base
 
@@ -356,7 +382,7 @@ class PartitionLog:
             return
         cfg = self.config
         too_big = active.size + incoming > cfg.segment_bytes
-        too_old = now_ms() - active.created_ms >= cfg.segment_ms
+        too_old = self._clock.wall_ms() - active.created_ms >= cfg.segment_ms
         offset_overflow = header.last_offset_delta + self.log_end_offset - active.base_offset > 0x7FFFFFFF
         # An index holds segment.index.bytes of entries, as Kafka's preallocated ones do.
         index_full = (active.offset_index.entries >= cfg.segment_index_bytes // OffsetIndex.entry.size
@@ -375,7 +401,8 @@ class PartitionLog:
             active.seal()  # flushed, its descriptor let go
             self.recovery_point = base
             self.producer_state.write_snapshot(base)
-            segment = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms())
+            segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
+                                 self._clock.wall_ms())
             segment.next_offset = base
             # Create its file now: should retention delete every older segment, this empty
             # file is what keeps the log end offset across a restart.
@@ -391,7 +418,7 @@ class PartitionLog:
         Kafka: a process crash loses nothing (the page cache holds every acknowledged
         write), a power loss may lose what the kernel had not yet written back."""
         if self._unflushed_messages >= self.config.flush_messages or \
-                now_ms() - self._last_flush_ms >= self.config.flush_ms:
+                self._clock.wall_ms() - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
 
     def flush(self) -> None:
@@ -409,7 +436,7 @@ class PartitionLog:
         except OSError as exc:
             raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = self._clock.wall_ms()
         self.recovery_point = self.log_end_offset
 
     # -- reading -----------------------------------------------------------------------
@@ -472,6 +499,30 @@ class PartitionLog:
             return (segment.region(start, end), segment) if end > start else (None, None)
         return None, None
 
+    def decoded_batches(self, max_decompressed: int) -> Iterable[tuple[BatchHeader, list]]:
+        """(header, records) of every stored batch, in order, for an owner replaying its
+        state. A batch that cannot be read has the log re-validated from its segment, which
+        truncates it at the first invalid batch, as recovery does; a whole, CRC-valid batch
+        whose records cannot be decoded is skipped, with a warning."""
+        for segment in list(self.segments):
+            position = 0
+            while position < segment.size:
+                try:
+                    header = segment.header_at(position)
+                    records = decode_batch(segment.region(position, position + header.size).read(),
+                                           max_decompressed)
+                except DecodeError as exc:
+                    self.revalidate(segment, f"a batch at byte {position} cannot be read: {exc}")
+                    if position >= segment.size:
+                        return  # truncated there, later segments dropped: the log ends here
+                    log.warning("%s-%d: skipping the batch at byte %d of %s: its records cannot "
+                                "be read (%s)", self.topic, self.partition, position,
+                                os.path.basename(segment.path), exc)
+                    position += segment.header_at(position).size
+                    continue
+                position += header.size
+                yield header, records
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp`,
         below the high watermark; None when there is none."""
@@ -506,13 +557,12 @@ class PartitionLog:
         return (best[0], found[0]) if found else None
 
     # -- retention ---------------------------------------------------------------------
-    def enforce_retention(self, now: int | None = None) -> int:
-        """Delete whole old segments by time and size; returns how many were deleted.
-        The active segment is rolled first when it has itself expired."""
+    def enforce_retention(self, now: int) -> int:
+        """Delete whole old segments by time (`now`: wall-clock ms) and size; returns how
+        many were deleted. The active segment is rolled first when it has itself expired."""
         cfg = self.config
         if "delete" not in cfg.cleanup_policy.split(","):
             return 0  # compacted topics are cleaned by their owner, not expired
-        now = now_ms() if now is None else now
         deletable = 0
         if cfg.retention_ms >= 0:
             for segment in self.segments:

@@ -131,9 +131,9 @@ class TransactionCoordinator:
                                     fields["producer_epoch"], fields["timeout_ms"], fields["state"],
                                     fields["partitions"], now, fields["start_ms"])
         topic = self._topic()
-        partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
+        partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
         try:
-            txn_log.append_records(partition_log, [record])
+            txn_log.append_records(partition, [record])
         except BrokerError as exc:
             log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
@@ -147,8 +147,8 @@ class TransactionCoordinator:
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
-        for partition_log in topic.logs:
-            for key, value in txn_log.read_records(partition_log):
+        for partition in topic.partitions:
+            for key, value in txn_log.read_records(partition):
                 decoded = txn_log.decode_record(key, value)
                 if decoded is None:
                     continue
@@ -327,9 +327,8 @@ class TransactionCoordinator:
         groups = self.broker.groups
         for topic, partition in sorted(meta.unmarked):
             try:
-                partition_log = self.broker.topics.log(topic, partition)
-                partition_log.append_marker(meta.producer_id, meta.producer_epoch,
-                                            self.coordinator_epoch, commit)
+                self.broker.topics.partition(topic, partition).append_marker_as_leader(
+                    meta.producer_id, meta.producer_epoch, self.coordinator_epoch, commit)
             except BrokerError as exc:
                 if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     log.warning("%s-%d is gone; no marker for producer %d", topic, partition, meta.producer_id)
@@ -341,7 +340,6 @@ class TransactionCoordinator:
             else:
                 if topic == offsets_log.TOPIC:
                     groups.end_transaction(meta.producer_id, partition, commit)
-                self.broker.notify_append(topic, partition)
             meta.unmarked.discard((topic, partition))
             if commit and meta.unmarked:
                 _crash_if("mid-commit-markers")
@@ -378,21 +376,21 @@ class TransactionCoordinator:
             return
         for meta in list(self.txns.values()):
             if meta.state in (EMPTY, *_COMPLETE) and now - meta.last_update_ms >= self.expiration_ms:
-                partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
+                partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
                 try:
-                    txn_log.append_records(partition_log, [txn_log.tombstone(meta.transactional_id)])
+                    txn_log.append_records(partition, [txn_log.tombstone(meta.transactional_id)])
                 except BrokerError:  # KAFKA_STORAGE_ERROR: the log has warned
                     continue
                 del self.txns[meta.transactional_id]
                 log.info("transactional id %s expired", meta.transactional_id)
-        for partition, partition_log in enumerate(topic.logs):
-            if len(partition_log.segments) < 3:
+        for index, partition in enumerate(topic.partitions):
+            if partition.segment_count < 3:
                 continue
             live = [txn_log.txn_record(m.transactional_id, m.producer_id, m.producer_epoch,
                                        m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
                     for m in self.txns.values() if m.producer_epoch != NO_PRODUCER_EPOCH
-                    and txn_log.partition_for(m.transactional_id, len(topic.logs)) == partition]
-            txn_log.clean(partition_log, live)
+                    and txn_log.partition_for(m.transactional_id, len(topic.partitions)) == index]
+            txn_log.clean(partition, live)
 
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:

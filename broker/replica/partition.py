@@ -1,0 +1,267 @@
+"""One topic-partition's replica state on this broker, between every request (and every
+coordinator) and the partition's log, as Kafka's `Partition` is.
+
+- State: the leader (this broker), its leader epoch, the assigned replicas, the in-sync
+  replicas (ISR), and each follower's log end offset as its fetches report it.
+- The high watermark is the smallest log end offset over the ISR, the leader's own
+  included. It never moves backwards; it starts from the `replication-offset-checkpoint`
+  and moves when the leader appends or a follower's fetch shows it caught up.
+- Consumers read below the high watermark (read_uncommitted) or the last stable offset
+  (read_committed); followers read up to the log end.
+- Every move of the high watermark, and every append while followers may be waiting for
+  it, wakes the requests waiting on the partition (`DelayedOperations`); no writer
+  wakes anything itself.
+- A follower joins the ISR once its log end offset reaches the high watermark, and is
+  dropped from it when it has not been caught up with the log end for
+  replica.lag.time.max.ms.
+- acks=all: the append is refused with NOT_ENOUGH_REPLICAS while the ISR is smaller than
+  min.insync.replicas; it is complete once the high watermark passes it, with
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND should the ISR have shrunk below min.insync.replicas
+  by then.
+- The leader stamps its epoch into every batch it appends. On one broker each partition
+  is made leader with ISR = {this broker} when its log opens, one epoch past the last it
+  holds records of (`lead_alone`), so the high watermark follows every append at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wire.error_codes import ErrorCode
+from wire.records import BatchHeader
+
+from broker.clock import Clock
+from broker.cluster.metadata import PartitionState
+from broker.errors import BrokerError
+from broker.replica.delayed import DelayedOperations
+from broker.storage.index import AbortedTxn
+from broker.storage.log import AppendResult, PartitionLog
+from broker.storage.segment import FileRegion
+
+UNKNOWN_OFFSET = -1
+
+
+@dataclass
+class FollowerState:
+    end_offset: int = UNKNOWN_OFFSET  # as its last fetch reported; unknown until then
+    last_caught_up_ms: int = 0  # when a fetch of it last reached the leader's log end
+
+
+class Partition:
+    def __init__(self, log: PartitionLog, local_id: int, delayed: DelayedOperations, clock: Clock,
+                 lag_time_max_ms: int):
+        self.log = log  # the partition's storage; only this class and its owner touch it
+        self.topic = log.topic
+        self.index = log.partition
+        self.key = (log.topic, log.partition)
+        self.local_id = local_id
+        self._delayed = delayed
+        self._clock = clock
+        self._lag_time_max_ms = lag_time_max_ms
+        # Until `make_leader`: no leader, and the high watermark stays as restored.
+        self.leader_id = -1
+        self.leader_epoch = log.epochs.latest_epoch
+        self.replicas: list[int] = []
+        self.isr: set[int] = set()
+        self._followers: dict[int, FollowerState] = {}
+        self.state = PartitionState(self.index, -1, self.leader_epoch, (), ())  # as the metadata view shows it
+
+    # -- leadership and replicas ---------------------------------------------------------
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+        """Lead the partition from `leader_epoch` on, with these replicas and ISR (this
+        broker among them). Followers' positions are unknown until they fetch."""
+        if self.local_id not in replicas or self.local_id not in isr:
+            raise ValueError(f"broker {self.local_id} leads {self.topic}-{self.index} only as "
+                             f"an in-sync replica, not with replicas {replicas} and ISR {isr}")
+        now = self._clock.wall_ms()
+        self.leader_id = self.local_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = set(isr)
+        self._followers = {r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.local_id}
+        self._state_changed()
+        self._maybe_advance_high_watermark()
+
+    def lead_alone(self) -> None:
+        """Lead as the only replica (the single node), from one epoch past the log's last."""
+        self.make_leader(self.log.epochs.latest_epoch + 1, [self.local_id], [self.local_id])
+
+    def update_follower(self, replica_id: int, fetch_offset: int) -> bool:
+        """Record a follower's fetch position (its log end offset); False when
+        `replica_id` is not a replica of this partition."""
+        follower = self._followers.get(replica_id)
+        if follower is None:
+            return False
+        follower.end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            follower.last_caught_up_ms = self._clock.wall_ms()
+        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
+            self.isr.add(replica_id)
+            self._state_changed()
+        self._maybe_advance_high_watermark()
+        return True
+
+    def shrink_isr(self) -> list[int]:
+        """Drop from the ISR the followers not caught up for replica.lag.time.max.ms;
+        returns them. A smaller ISR may let the high watermark move on."""
+        now = self._clock.wall_ms()
+        lagging = sorted(r for r in self.isr if r != self.local_id
+                         and now - self._followers[r].last_caught_up_ms > self._lag_time_max_ms)
+        if lagging:
+            self.isr.difference_update(lagging)
+            self._state_changed()
+            self._maybe_advance_high_watermark()
+        return lagging
+
+    def _state_changed(self) -> None:
+        self.state = PartitionState(self.index, self.leader_id, self.leader_epoch, tuple(self.replicas),
+                                    tuple(sorted(self.isr)))
+
+    def _maybe_advance_high_watermark(self) -> bool:
+        ends = [self.log.log_end_offset]
+        ends += [self._followers[r].end_offset for r in self.isr if r != self.local_id]
+        candidate = min(ends)
+        if candidate <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(candidate)
+        self._delayed.wake(self.key)
+        return True
+
+    def _appended(self) -> None:
+        """The log end moved: the high watermark may follow; followers waiting for data
+        are woken even when it does not."""
+        if not self._maybe_advance_high_watermark() and self._followers:
+            self._delayed.wake(self.key)
+
+    # -- positions ------------------------------------------------------------------------
+    @property
+    def config(self):
+        return self.log.config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
+
+    # -- writing --------------------------------------------------------------------------
+    def append_as_leader(self, header: BatchHeader, batch: memoryview, required_acks: int) -> AppendResult:
+        """Append a validated batch under the current leader epoch (see `PartitionLog.append`)."""
+        if required_acks == -1 and len(self.isr) < self.config.min_insync_replicas:
+            raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                              f"{len(self.isr)} in-sync replica(s) of {self.topic}-{self.index} are "
+                              f"fewer than min.insync.replicas {self.config.min_insync_replicas}")
+        result = self.log.append(header, batch, self.leader_epoch)
+        if not result.duplicate:
+            self._appended()
+        return result
+
+    def append_marker_as_leader(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                commit: bool) -> int:
+        """Append a transaction marker (see `PartitionLog.append_marker`); its offset."""
+        offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                        self.leader_epoch)
+        self._appended()
+        return offset
+
+    def acks_all_result(self, required_offset: int) -> ErrorCode | None:
+        """None while the high watermark is below `required_offset` (the acks=all produce
+        waits); then NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is now too small."""
+        if self.log.high_watermark < required_offset:
+            return None
+        if len(self.isr) < self.config.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def delete_records_before(self, offset: int) -> None:
+        self.log.delete_records_before(offset)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        return self.log.enforce_retention(now_ms)
+
+    def roll(self) -> None:
+        self.log.roll()
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    def flush_if_due(self) -> None:
+        self.log.flush_if_due()
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at `offset` (a follower's divergent tail, next issue)."""
+        self.log.truncate_to(offset)
+
+    # -- reading --------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, read_committed: bool,
+             min_one_batch: bool) -> tuple[FileRegion | None, list[AbortedTxn]]:
+        """A consumer's read: up to the high watermark, or with `read_committed` up to the
+        last stable offset with the aborted transactions in range."""
+        if read_committed:
+            return self.log.read_committed(offset, max_bytes, min_one_batch)
+        return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch), []
+
+    def read_as_follower(self, offset: int, max_bytes: int, min_one_batch: bool) -> FileRegion | None:
+        """A follower's read: up to the log end."""
+        return self.log.read(offset, max_bytes, self.log.log_end_offset, min_one_batch)
+
+    def decoded_batches(self, max_decompressed: int):
+        """Every stored batch with its records, for a coordinator loading its state."""
+        return self.log.decoded_batches(max_decompressed)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self.log.offset_for_timestamp(timestamp)
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        return self.log.max_timestamp()
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch the record at `offset` was written in (-1 when unknown)."""
+        return self.log.epochs.epoch_for(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch. The current epoch ends at the log
+        end even before its first record (Kafka records it when leadership begins)."""
+        if epoch == self.leader_epoch:
+            return epoch, self.log.log_end_offset
+        return self.log.epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    def check_leader_epoch(self, requested: int) -> None:
+        """A request's current leader epoch (-1: not given) must be ours: older is
+        FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (this broker has not heard of it)."""
+        if requested < 0 or requested == self.leader_epoch:
+            return
+        if requested < self.leader_epoch:
+            raise BrokerError(ErrorCode.FENCED_LEADER_EPOCH,
+                              f"leader epoch {requested} of {self.topic}-{self.index} is older than "
+                              f"the current {self.leader_epoch}")
+        raise BrokerError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                          f"leader epoch {requested} of {self.topic}-{self.index} is newer than "
+                          f"the current {self.leader_epoch}")
+
+    # -- producers and transactions -----------------------------------------------------
+    def producers(self):
+        """The producers this partition keeps state of (DescribeProducers)."""
+        return self.log.producer_state.producers.values()
+
+    @property
+    def has_open_transactions(self) -> bool:
+        return bool(self.log.producer_state.ongoing)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self.log.segments)
