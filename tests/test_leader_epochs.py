@@ -29,7 +29,7 @@ from broker.storage.log import LEADER_EPOCH_CHECKPOINT, PartitionLog
 from tests.replicas import leading
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
-from wire.messages import LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH
+from wire.messages import FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH
 from wire.records import build_batch
 
 pytestmark = pytest.mark.timeout(120)
@@ -126,6 +126,21 @@ def _list_offset(broker, topic: str, timestamp: int):
     return answer.offset, answer.leader_epoch
 
 
+def _diverging(broker, topic: str, last_epoch: int, offset: int):
+    """(error, (diverging epoch, end offset), whether records came) of a Fetch v12."""
+    Req = FETCH.request
+    body = Req(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+               session_id=0, session_epoch=-1, topics=[Req.FetchTopic(topic=topic, partitions=[
+                   Req.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                      last_fetched_epoch=last_epoch, log_start_offset=-1,
+                                      partition_max_bytes=1 << 20)])],
+               forgotten_topics_data=[], rack_id="")
+    data = _raw(broker, FETCH, 12, body).responses[0].partitions[0]
+    diverging = data.diverging_epoch
+    return (data.error_code, (diverging.epoch, diverging.end_offset) if diverging else (-1, -1),
+            bool(data.records))
+
+
 def test_epochs_move_on_across_restarts(broker):
     with Client(broker.bootstrap_servers) as client:
         client.create_topics({"e": NewTopic(1, 1, {})})
@@ -152,6 +167,12 @@ def test_epochs_move_on_across_restarts(broker):
     assert _list_offset(broker, "e", -3)[1] == 1  # max timestamp: the last record, epoch 1
     assert batches is not None
     assert sorted(os.listdir(os.path.join(broker.data_dir, "e-0"))).count(LEADER_EPOCH_CHECKPOINT) == 1
+    # Fetch v12+ last_fetched_epoch: a fetcher past the end of its last epoch diverged.
+    assert _diverging(broker, "e", last_epoch=0, offset=3) == (0, (-1, -1), True)  # epoch 0 ends at 3
+    assert _diverging(broker, "e", last_epoch=0, offset=5) == (0, (0, 3), False)  # truncate to 3
+    assert _diverging(broker, "e", last_epoch=1, offset=5) == (0, (-1, -1), False)  # at the end: no data yet
+    assert _diverging(broker, "e", last_epoch=1, offset=7) == (0, (1, 5), False)
+    assert _diverging(broker, "e", last_epoch=9, offset=2)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 def test_consumers_carry_on_across_the_epoch_bump(broker):

@@ -16,6 +16,10 @@
 - v7+ fetch sessions are declined: a request to open one (id 0, epoch 0) gets a full
   response with session id 0; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+- v12+ `last_fetched_epoch` (>= 0) is checked against the epoch history: a fetcher whose
+  log diverged (that epoch ends here before its fetch offset, or this log never had it)
+  gets no records and `diverging_epoch` (the epoch and end offset to truncate to); an
+  epoch that cannot be placed, or an offset below the log start, is OFFSET_OUT_OF_RANGE.
 - v13+ topics are named by id (UNKNOWN_TOPIC_ID for an unknown one).
 - Record bytes are sent from the segment files unchanged (sendfile for large ranges).
 """
@@ -73,7 +77,13 @@ def _build(broker, request, version):
                 continue
             try:
                 limit = max(min(wanted.partition_max_bytes, budget - total), 0)
-                if replica_id >= 0:
+                diverging = None
+                if version >= 12 and wanted.last_fetched_epoch >= 0:
+                    diverging = partition.diverging_epoch(wanted.last_fetched_epoch, wanted.fetch_offset)
+                if diverging is not None:
+                    region = None
+                    out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+                elif replica_id >= 0:
                     region = None
                     if partition.update_follower(replica_id, wanted.fetch_offset):
                         region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)

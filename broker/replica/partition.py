@@ -240,6 +240,22 @@ class Partition:
             return epoch, self.log.log_end_offset
         return self.log.epochs.end_offset_for(epoch, self.log.log_end_offset)
 
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """(epoch, end offset) where a fetcher's log diverges from this one, judged by the
+        epoch of the last batch it fetched (Fetch v12+), or None when it does not. An epoch
+        this log cannot place, or an offset below the log start, is OFFSET_OUT_OF_RANGE."""
+        epoch, end = self.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"cannot find the end of epoch {last_fetched_epoch} in {self.topic}-{self.index}")
+        if fetch_offset < self.log.log_start_offset:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"offset {fetch_offset} is below the log start offset "
+                              f"{self.log.log_start_offset} of {self.topic}-{self.index}")
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
     def check_leader_epoch(self, requested: int) -> None:
         """A request's current leader epoch (-1: not given) must be ours: older is
         FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (this broker has not heard of it)."""
