@@ -133,7 +133,7 @@ class TransactionCoordinator:
         topic = self._topic()
         partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
         try:
-            txn_log.append_records(partition_log, [record])
+            txn_log.append_records(partition_log, [record], now)
         except BrokerError as exc:
             log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
@@ -380,7 +380,7 @@ class TransactionCoordinator:
             if meta.state in (EMPTY, *_COMPLETE) and now - meta.last_update_ms >= self.expiration_ms:
                 partition_log = topic.logs[txn_log.partition_for(meta.transactional_id, len(topic.logs))]
                 try:
-                    txn_log.append_records(partition_log, [txn_log.tombstone(meta.transactional_id)])
+                    txn_log.append_records(partition_log, [txn_log.tombstone(meta.transactional_id)], now)
                 except BrokerError:  # KAFKA_STORAGE_ERROR: the log has warned
                     continue
                 del self.txns[meta.transactional_id]
@@ -392,7 +392,7 @@ class TransactionCoordinator:
                                        m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
                     for m in self.txns.values() if m.producer_epoch != NO_PRODUCER_EPOCH
                     and txn_log.partition_for(m.transactional_id, len(topic.logs)) == partition]
-            txn_log.clean(partition_log, live)
+            txn_log.clean(partition_log, live, now)
 
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:
