@@ -49,7 +49,6 @@ from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
 from broker.groups import offsets_log
-from broker.storage.log import now_ms
 from broker.transactions import txn_log
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
                                          PREPARE_ABORT, PREPARE_COMMIT, PREPARE_EPOCH_FENCE,
@@ -103,6 +102,7 @@ class TxnMetadata:
 class TransactionCoordinator:
     def __init__(self, broker):
         self.broker = broker
+        self.clock = broker.clock
         cfg = broker.config
         self.max_timeout_ms = cfg.transaction_max_timeout_ms
         self.partitions = cfg.transaction_state_log_num_partitions
@@ -126,7 +126,7 @@ class TransactionCoordinator:
                   "timeout_ms": meta.timeout_ms, "state": meta.state,
                   "partitions": meta.partitions, "start_ms": meta.start_ms}
         fields.update(changes)
-        now = now_ms()
+        now = self.clock.wall_ms()
         record = txn_log.txn_record(meta.transactional_id, fields["producer_id"],
                                     fields["producer_epoch"], fields["timeout_ms"], fields["state"],
                                     fields["partitions"], now, fields["start_ms"])
@@ -186,7 +186,8 @@ class TransactionCoordinator:
         if meta is None:
             meta = self.txns[transactional_id] = TxnMetadata(
                 transactional_id, self.broker.producer_ids.allocate(), NO_PRODUCER_ID,
-                NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY, last_update_ms=now_ms())
+                NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY,
+                last_update_ms=self.clock.wall_ms())
         if expected is not None and not self._valid_producer_id(meta, *expected):
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"producer {expected[0]} is not {transactional_id!r}'s current producer")
@@ -254,7 +255,7 @@ class TransactionCoordinator:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING and partitions <= meta.partitions:
             return
-        start = now_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
+        start = self.clock.wall_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
         self._transition(meta, state=ONGOING, partitions=meta.partitions | partitions, start_ms=start)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
@@ -356,7 +357,7 @@ class TransactionCoordinator:
     # -- background ------------------------------------------------------------------
     def abort_timed_out(self) -> None:
         """Abort transactions Ongoing past their timeout; finish stalled completions."""
-        now = now_ms()
+        now = self.clock.wall_ms()
         for meta in list(self.txns.values()):
             try:
                 if meta.state in _COMPLETING:
@@ -372,7 +373,7 @@ class TransactionCoordinator:
     def upkeep(self) -> None:
         """Forget transactional ids idle past transactional.id.expiration.ms; clean
         every partition of `__transaction_state` with two or more sealed segments."""
-        now = now_ms()
+        now = self.clock.wall_ms()
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
@@ -406,7 +407,7 @@ class TransactionCoordinator:
 
     def list(self, states: set[int] | None, producer_ids: set[int] | None,
              duration_ms: int) -> list[TxnMetadata]:
-        now = now_ms()
+        now = self.clock.wall_ms()
         return [m for m in self.txns.values()
                 if m.state != DEAD and m.producer_epoch != NO_PRODUCER_EPOCH
                 and (not states or m.state in states)
