@@ -41,13 +41,12 @@ InitProducerId and fencing, not with every transaction):
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
+from broker.failpoints import fail_point
 from broker.groups import offsets_log
 from broker.transactions import txn_log
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
@@ -61,17 +60,6 @@ NO_PRODUCER_EPOCH = -1
 _MAX_EPOCH = 32767  # Short.MaxValue: reserved so that a producer can always be fenced
 _COMPLETING = (PREPARE_COMMIT, PREPARE_ABORT)
 _COMPLETE = (COMPLETE_COMMIT, COMPLETE_ABORT)
-
-# Test-only fault injection: the broker SIGKILLs itself at this point of a commit
-# ("after-prepare-commit": PrepareCommit logged, no marker written; "mid-commit-markers":
-# the first of several markers written).
-_CRASH_POINT = os.environ.get("SLUICE_TEST_CRASH_POINT")
-
-
-def _crash_if(point: str) -> None:
-    if _CRASH_POINT == point:
-        log.warning("SLUICE_TEST_CRASH_POINT=%s: killing the broker", point)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -301,7 +289,7 @@ class TransactionCoordinator:
             self._transition(meta, producer_epoch=epoch,
                              state=PREPARE_COMMIT if commit else PREPARE_ABORT)
             if commit:
-                _crash_if("after-prepare-commit")
+                fail_point("txn-after-prepare-commit")
             self._complete(meta)
         elif meta.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
@@ -345,7 +333,7 @@ class TransactionCoordinator:
                 self.broker.notify_append(topic, partition)
             meta.unmarked.discard((topic, partition))
             if commit and meta.unmarked:
-                _crash_if("mid-commit-markers")
+                fail_point("txn-mid-commit-markers")
         try:
             self._transition(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
                              partitions=set())
