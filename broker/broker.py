@@ -121,7 +121,7 @@ class Broker:
     async def _every(self, seconds: float, job) -> None:
         write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
         while True:
-            await asyncio.sleep(seconds)
+            await self.clock.sleep(seconds)
             try:
                 job()
             except (OSError, BrokerError) as exc:  # e.g. a full disk: the next run tries again

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from broker.config import ConfigError, build_config, read_properties
+from broker.failpoints import check_enabled_points
 
 
 def _port(text: str) -> int:
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config, warnings = load_config(args)
+        check_enabled_points()
     except ConfigError as exc:
         print(f"sluice broker: {exc}", file=sys.stderr)
         return 2

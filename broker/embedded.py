@@ -11,6 +11,7 @@ import threading
 
 from broker.broker import Broker
 from broker.config import build_config
+from broker.failpoints import check_enabled_points
 
 
 class EmbeddedBroker:
@@ -27,6 +28,7 @@ class EmbeddedBroker:
         return f"{self.config.host}:{self.broker.server.port}"
 
     def start(self) -> "EmbeddedBroker":
+        check_enabled_points()
         started = threading.Event()
         failure: list[BaseException] = []
 

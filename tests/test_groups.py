@@ -25,7 +25,7 @@
 - A small offsets segment size makes the broker clean `__consumer_offsets`: its log start
   offset advances, the segment count stays bounded, and the offsets replay correctly
   after a clean restart and after SIGKILL; the topic stays internal. Expiry of an empty
-  group's offsets is tested on the coordinator itself with a fake clock, across a reload.
+  group's offsets is tested on the coordinator itself with a manual clock, across a reload.
 
 Every wait is bounded in time; workers exit by themselves after a deadline.
 Run as `python -m tests.test_groups worker ...` this module is a consumer process.
@@ -213,6 +213,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
 import pytest  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.manual_clock import ManualClock  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
 from tests.replicas import topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
@@ -1197,10 +1198,9 @@ def test_offsets_topic_is_cleaned_and_replays(start_broker):
     assert len(_segment_files(broker)) <= 4
 
 
-def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
-    """Offsets retention on the coordinator itself, with a fake clock."""
+def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
+    """Offsets retention on the coordinator itself, with a manual clock."""
     from broker.config import BrokerConfig
-    from broker.groups import coordinator as coordinator_module
     from broker.groups.coordinator import GroupCoordinator
     from broker.groups.offsets_log import CommittedOffset
 
@@ -1209,14 +1209,12 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     topics = topic_manager(config)
     topics.load()
     topics.create("expiring", 2, {})
-    fake = SimpleNamespace(now=time.time())
-    monkeypatch.setattr(coordinator_module, "time",
-                        SimpleNamespace(time=lambda: fake.now, monotonic=time.monotonic))
-    broker = SimpleNamespace(config=config, topics=topics)
+    clock = ManualClock()
+    broker = SimpleNamespace(config=config, topics=topics, clock=clock)
     groups = GroupCoordinator(broker)
 
     def commit(group, partition, offset):
-        ts = int(fake.now * 1000)
+        ts = clock.wall_ms()
         codes = groups.commit(group, -1, "", None,
                               {("expiring", partition): CommittedOffset(offset, -1, "", ts)})
         assert codes == {("expiring", partition): 0}
@@ -1224,10 +1222,10 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     commit("old", 0, 5)
     commit("old", 1, 6)
     commit("mixed", 0, 7)
-    fake.now += 50
+    asyncio.run(clock.advance(50))
     commit("recent", 0, 8)
     commit("mixed", 1, 9)
-    fake.now += 11  # 61 s after the first commits, 11 s after the later ones
+    asyncio.run(clock.advance(11))  # 61 s after the first commits, 11 s after the later ones
     groups.expire_offsets()
     assert groups.committed("old") == {}
     assert "old" not in groups.groups
@@ -1238,7 +1236,7 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     replayed.load()
     assert set(replayed.groups) == {"recent", "mixed"}
     assert {tp: c.offset for tp, c in replayed.committed("mixed").items()} == {("expiring", 1): 9}
-    fake.now += 60
+    asyncio.run(clock.advance(60))
     groups.expire_offsets()
     assert groups.groups == {}
     replayed = GroupCoordinator(broker)
@@ -1257,12 +1255,12 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path, monkeypatch):
     assert groups.groups["had-members"].state == "Empty"
     commit("had-members", 0, 10)
     commit("standalone", 1, 11)
-    fake.now += 45
+    asyncio.run(clock.advance(45))
     restarted = GroupCoordinator(broker)
     restarted.load()
     restarted.expire_offsets()
     assert set(restarted.groups) == {"had-members", "standalone"}
-    fake.now += 20  # 65 s after the commits, 20 s after the "restart"
+    asyncio.run(clock.advance(20))  # 65 s after the commits, 20 s after the "restart"
     restarted.expire_offsets()
     assert restarted.groups == {}
     topics.close()
@@ -1280,7 +1278,7 @@ def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
                           group_initial_rebalance_delay_ms=0)
     topics = topic_manager(config)
     topics.load()
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics))
+    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=ManualClock()))
 
     async def scenario():
         def join(instance, metadata, member_id=""):

@@ -13,7 +13,7 @@
   open transaction, whose commit then fails fatally.
 - transaction.timeout.ms: an abandoned transaction pins the last stable offset until
   the broker aborts it (and fences its epoch).
-- Crashes: the broker SIGKILLs itself (SLUICE_TEST_CRASH_POINT) right after logging
+- Crashes: the broker SIGKILLs itself (fail points, SLUICE_FAILPOINTS) right after logging
   PrepareCommit, and after writing only some markers; after a restart the whole
   transaction is committed (records and group offsets), never part of it. A SIGKILL
   while confluent producers commit in a loop leaves every transaction whole or absent.
@@ -689,12 +689,12 @@ def test_bad_input_gets_kafkas_error_codes(broker):
 
 # -- crashes and restarts ------------------------------------------------------------------
 
-@pytest.mark.parametrize("point", ["after-prepare-commit", "mid-commit-markers"])
+@pytest.mark.parametrize("point", ["txn-after-prepare-commit", "txn-mid-commit-markers"])
 def test_crash_in_the_middle_of_a_commit_completes_it_on_restart(tmp_path, monkeypatch, point):
     proc = own_broker(tmp_path, "offsets.topic.num.partitions=3\ntransaction.state.log.num.partitions=3\n")
-    monkeypatch.setenv("SLUICE_TEST_CRASH_POINT", point)
+    monkeypatch.setenv("SLUICE_FAILPOINTS", point)
     proc.start()
-    monkeypatch.delenv("SLUICE_TEST_CRASH_POINT")
+    monkeypatch.delenv("SLUICE_FAILPOINTS")
     try:
         conn = raw(proc)
         topic = conn.create_topic("Crash", 3)  # sorts before __consumer_offsets: marked first
@@ -717,13 +717,13 @@ def test_crash_in_the_middle_of_a_commit_completes_it_on_restart(tmp_path, monke
         conn.send_expecting_close(END_TXN, 3, transactional_id=txn_id, producer_id=pid,
                                   producer_epoch=epoch, committed=True)
         assert proc.proc.wait(20) == -signal.SIGKILL
-        wait_for(lambda: f"SLUICE_TEST_CRASH_POINT={point}" in "".join(proc.output), 5, "the crash notice")
+        wait_for(lambda: f"fail point {point} reached" in "".join(proc.output), 5, "the crash notice")
         conn.close()
         proc.start()  # recovers; the coordinator finishes the commit before serving
         conn = raw(proc)
         assert conn.describe(txn_id).transaction_state == "CompleteCommit"
         # Partition 0 got its marker before the crash, and a second one after it.
-        ends = {0: 7 if point == "mid-commit-markers" else 6, 1: 6, 2: 6}
+        ends = {0: 7 if point == "txn-mid-commit-markers" else 6, 1: 6, 2: 6}
         assert conn.offsets(topic, range(3), committed=True) == ends
         assert conn.offsets(topic, range(3), committed=False) == ends
         assert conn.group_offsets(group, topic, range(3), require_stable=True) == {0: (0, 40), 1: (0, 41), 2: (0, 42)}

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 
+from broker.clock import Timer
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
@@ -86,7 +86,7 @@ class Member:
     assignment: bytes = b""
     join_waiter: asyncio.Future | None = None
     sync_waiter: asyncio.Future | None = None
-    last_heartbeat: float = field(default_factory=time.monotonic)
+    last_heartbeat: float = field(kw_only=True)  # the coordinator clock's monotonic()
 
     def metadata_for(self, protocol: str) -> bytes:
         return next(meta for name, meta in self.protocols if name == protocol)
@@ -106,14 +106,14 @@ class Group:
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # Transactional commits awaiting their transaction's end: producer id -> offsets.
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    state_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    rebalance_timer: asyncio.TimerHandle | None = None
+    state_since_ms: int = field(kw_only=True)  # the coordinator clock's wall_ms()
+    rebalance_timer: Timer | None = None
     rebalance_deadline: float = 0.0
     initial_delay_until: float = 0.0
 
-    def set_state(self, state: str) -> None:
+    def set_state(self, state: str, now_ms: int) -> None:
         self.state = state
-        self.state_since_ms = int(time.time() * 1000)
+        self.state_since_ms = now_ms
 
     def supports(self, protocol_type: str, protocols: list) -> bool:
         if not self.members:
@@ -139,6 +139,7 @@ class Group:
 class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
+        self.clock = broker.clock
         cfg = broker.config
         self.initial_delay_s = cfg.group_initial_rebalance_delay_ms / 1000
         self.min_session_ms = cfg.group_min_session_timeout_ms
@@ -165,7 +166,7 @@ class GroupCoordinator:
     def _write(self, group_id: str, records: list) -> None:
         """Append to the group's offsets partition; raises BrokerError if that fails."""
         try:
-            offsets_log.append_records(self._partition_of(group_id), records)
+            offsets_log.append_records(self._partition_of(group_id), records, self.clock.wall_ms())
         except BrokerError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
 
@@ -211,7 +212,7 @@ class GroupCoordinator:
         log.info("loaded %d consumer group(s) from %s", len(self.groups), offsets_log.TOPIC)
 
     def _restore(self, group_id: str, value) -> None:
-        group = self.groups.setdefault(group_id, Group(group_id))
+        group = self.groups.setdefault(group_id, Group(group_id, state_since_ms=self.clock.wall_ms()))
         group.generation = value.generation
         group.protocol_type = value.protocol_type
         group.protocol_name = value.protocol
@@ -221,11 +222,12 @@ class GroupCoordinator:
         for m in value.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.session_timeout, m.rebalance_timeout, value.protocol_type,
-                            [(value.protocol, bytes(m.subscription))], bytes(m.assignment))
+                            [(value.protocol, bytes(m.subscription))], bytes(m.assignment),
+                            last_heartbeat=self.clock.monotonic())
             group.members[m.member_id] = member
             if m.group_instance_id:
                 group.static_members[m.group_instance_id] = m.member_id
-        group.set_state(STABLE if group.members else EMPTY)
+        group.set_state(STABLE if group.members else EMPTY, self.clock.wall_ms())
         if not group.members and value.current_state_timestamp >= 0:
             group.state_since_ms = value.current_state_timestamp  # empty since then, for expiry
 
@@ -276,7 +278,7 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
         if not group.supports(protocol_type, protocols):
             raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                               "protocol type or protocols do not match the group's")
@@ -288,7 +290,7 @@ class GroupCoordinator:
                                                session_timeout_ms, rebalance_timeout_ms,
                                                protocol_type, protocols)
             if require_known_member_id:
-                group.pending_members[new_id] = time.monotonic() + session_timeout_ms / 1000
+                group.pending_members[new_id] = self.clock.monotonic() + session_timeout_ms / 1000
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
             member_id = new_id
         elif member_id in group.pending_members:
@@ -300,7 +302,8 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             member = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
-                            rebalance_timeout_ms, protocol_type, protocols)
+                            rebalance_timeout_ms, protocol_type, protocols,
+                            last_heartbeat=self.clock.monotonic())
             group.members[member_id] = member
             if instance_id is not None:
                 group.static_members[instance_id] = member_id
@@ -310,7 +313,7 @@ class GroupCoordinator:
             member.protocols = protocols
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
-            member.last_heartbeat = time.monotonic()
+            member.last_heartbeat = self.clock.monotonic()
             if group.state in (STABLE, COMPLETING) and not changed and member_id != group.leader:
                 return self._join_result(group, member)  # nothing to rebalance
             if group.state != PREPARING:
@@ -326,7 +329,8 @@ class GroupCoordinator:
         old = group.members.pop(old_id, None) if old_id else None
         leader_before = group.leader
         member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms,
-                        rebalance_timeout_ms, protocol_type, protocols)
+                        rebalance_timeout_ms, protocol_type, protocols,
+                        last_heartbeat=self.clock.monotonic())
         group.members[new_id] = member
         group.static_members[instance_id] = new_id
         if old is not None:
@@ -358,7 +362,7 @@ class GroupCoordinator:
         return result
 
     def _prepare_rebalance(self, group: Group, new_member: bool) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if group.state in (EMPTY, DEAD):
             group.initial_delay_until = now + self.initial_delay_s
         elif new_member and group.state == PREPARING and group.initial_delay_until > now:
@@ -370,7 +374,7 @@ class GroupCoordinator:
         if group.state != PREPARING:
             timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
             group.rebalance_deadline = now + timeout
-            group.set_state(PREPARING)
+            group.set_state(PREPARING, self.clock.wall_ms())
         group.initial_delay_until = min(group.initial_delay_until, group.rebalance_deadline)
         self._schedule_check(group)
 
@@ -378,15 +382,15 @@ class GroupCoordinator:
         """Wake when the initial delay ends, else at the rebalance deadline."""
         if group.rebalance_timer is not None:
             group.rebalance_timer.cancel()
-        now = time.monotonic()
+        now = self.clock.monotonic()
         wake = group.initial_delay_until if now < group.initial_delay_until else group.rebalance_deadline
-        group.rebalance_timer = asyncio.get_running_loop().call_later(
-            max(wake - now, 0) + 0.001, self._maybe_complete_join, group)
+        group.rebalance_timer = self.clock.call_later(
+            max(wake - now, 0) + 0.001, lambda: self._maybe_complete_join(group))
 
     def _maybe_complete_join(self, group: Group) -> None:
         if group.state != PREPARING:
             return
-        now = time.monotonic()
+        now = self.clock.monotonic()
         everyone_joined = all(m.join_waiter is not None and not m.join_waiter.done()
                               for m in group.members.values())
         deadline_passed = now >= group.rebalance_deadline
@@ -402,7 +406,7 @@ class GroupCoordinator:
         if not group.members:
             group.generation += 1
             group.protocol_name = group.leader = None
-            group.set_state(EMPTY)
+            group.set_state(EMPTY, self.clock.wall_ms())
             self._persist_group(group)
             return
         group.generation += 1
@@ -410,7 +414,7 @@ class GroupCoordinator:
         group.protocol_name = group.select_protocol()
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
-        group.set_state(COMPLETING)
+        group.set_state(COMPLETING, self.clock.wall_ms())
         for member in group.members.values():
             member.assignment = b""
             member.last_heartbeat = now
@@ -433,12 +437,12 @@ class GroupCoordinator:
             raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
             return group.protocol_type, group.protocol_name, member.assignment
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self.clock.monotonic()
         if member_id == group.leader:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             self._persist_group(group)
-            group.set_state(STABLE)
+            group.set_state(STABLE, self.clock.wall_ms())
             for m in group.members.values():
                 if m.sync_waiter is not None and not m.sync_waiter.done():
                     m.sync_waiter.set_result(m.assignment)
@@ -452,7 +456,7 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
-        member.last_heartbeat = time.monotonic()
+        member.last_heartbeat = self.clock.monotonic()
         if group.state == PREPARING:
             raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if generation != group.generation:
@@ -489,13 +493,13 @@ class GroupCoordinator:
             else:
                 group.generation += 1
                 group.protocol_name = group.leader = None
-                group.set_state(EMPTY)
+                group.set_state(EMPTY, self.clock.wall_ms())
                 self._persist_group(group)
         elif group.state == PREPARING:
             self._maybe_complete_join(group)
 
     def expire_sessions(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending_members.items()):
                 if now > deadline:
@@ -518,7 +522,7 @@ class GroupCoordinator:
             if generation >= 0 or member_id:
                 raise BrokerError(ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID,
                                   f"group {group_id!r} has no generation {generation}")
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
         elif group.members or generation >= 0 or member_id:
             if generation < 0 and not member_id:
                 raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -569,7 +573,7 @@ class GroupCoordinator:
         self._check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
         if generation >= 0 or member_id or instance_id is not None:
             self._member(group, member_id, instance_id)
             if generation != group.generation:
@@ -581,7 +585,8 @@ class GroupCoordinator:
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
             try:
-                offsets_log.append_records(self._partition_of(group_id), records, producer_id, producer_epoch)
+                offsets_log.append_records(self._partition_of(group_id), records, self.clock.wall_ms(),
+                                          producer_id, producer_epoch)
             except BrokerError as exc:  # e.g. a stale producer epoch
                 code = exc.code
                 if code == ErrorCode.KAFKA_STORAGE_ERROR:  # not a TxnOffsetCommit error code
@@ -632,7 +637,7 @@ class GroupCoordinator:
         records = [offsets_log.offset_record(group_id, t, p, None) for t, p in group.offsets]
         records.append(offsets_log.group_record(group_id, None))
         self._write(group_id, records)
-        group.set_state(DEAD)
+        group.set_state(DEAD, self.clock.wall_ms())
         del self.groups[group_id]
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -682,7 +687,7 @@ class GroupCoordinator:
 
     def expire_offsets(self) -> None:
         """Drop offsets of groups that have been empty longer than the retention."""
-        now_ms = int(time.time() * 1000)
+        now_ms = self.clock.wall_ms()
         for group in list(self.groups.values()):
             if group.members or group.state != EMPTY or group.pending_txn or \
                     now_ms - group.state_since_ms < self.retention_ms:
@@ -715,4 +720,4 @@ class GroupCoordinator:
                     live.append(self._group_metadata_record(group))
                 live += [offsets_log.offset_record(group.group_id, t, p, c)
                          for (t, p), c in group.offsets.items()]
-            offsets_log.clean(partition, live)
+            offsets_log.clean(partition, live, self.clock.wall_ms())

@@ -28,7 +28,6 @@ from wire.primitives import DecodeError
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
                           build_batch, decode_control_record, iter_batches)
 
-from broker.storage.log import now_ms
 
 TOPIC = "__consumer_offsets"
 _OFFSET_KEY_VERSION = 1
@@ -76,14 +75,14 @@ def group_record(group: str, metadata) -> tuple[bytes, bytes | None]:
     return key, GROUP_METADATA_VALUE.encode_versioned(_GROUP_VALUE_VERSION, metadata)
 
 
-def batches_of(records: list[tuple[bytes, bytes | None]], producer_id: int = NO_PRODUCER_ID,
+def batches_of(records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
+               producer_id: int = NO_PRODUCER_ID,
                producer_epoch: int = NO_PRODUCER_EPOCH) -> Iterable[bytearray]:
     """Batches of at most 500 records; transactional ones when a producer is given."""
-    now = now_ms()
     for i in range(0, len(records), _RECORDS_PER_BATCH):
         chunk = records[i:i + _RECORDS_PER_BATCH]
-        yield bytearray(build_batch([(k, v, (), now) for k, v in chunk], producer_id=producer_id,
-                                    producer_epoch=producer_epoch,
+        yield bytearray(build_batch([(k, v, (), timestamp_ms) for k, v in chunk],
+                                    producer_id=producer_id, producer_epoch=producer_epoch,
                                     transactional=producer_id != NO_PRODUCER_ID))
 
 
@@ -137,20 +136,20 @@ def decode_record(key: bytes, value: bytes | None):
     return None
 
 
-def append_records(partition, records: list[tuple[bytes, bytes | None]],
+def append_records(partition, records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
                    producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
     """Append records to a partition of the offsets topic (one batch per chunk), as
     part of a producer's transaction when `producer_id` is given."""
-    for batch in batches_of(records, producer_id, producer_epoch):
+    for batch in batches_of(records, timestamp_ms, producer_id, producer_epoch):
         view = memoryview(batch)
         header = next(iter(iter_batches(view)))[0]
         partition.append_as_leader(header, view, required_acks=-1)
 
 
-def clean(partition, live_records: list[tuple[bytes, bytes | None]]) -> None:
+def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
     """Replace a partition's history by a snapshot of its live records (see module doc)."""
     partition.roll()
     snapshot_start = partition.log_end_offset
-    append_records(partition, live_records)
+    append_records(partition, live_records, timestamp_ms)
     partition.flush()
     partition.delete_records_before(snapshot_start)

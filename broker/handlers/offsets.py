@@ -24,12 +24,11 @@ from wire.messages import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 
 from broker.errors import BrokerError
 from broker.groups.offsets_log import CommittedOffset
-from broker.storage.log import now_ms
 
 
 def offset_commit(broker, header, request, client_host):
     Resp = OFFSET_COMMIT.response
-    now = now_ms()
+    now = broker.clock.wall_ms()
     offsets = {}
     for topic in request.topics:
         for p in topic.partitions:

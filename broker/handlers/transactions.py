@@ -42,7 +42,6 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_P
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
-from broker.storage.log import now_ms
 from broker.transactions.txn_log import STATES_BY_NAME
 
 
@@ -142,7 +141,7 @@ def _offset_commit_error(code: int, version: int) -> int:
 def txn_offset_commit(broker, header, request, client_host):
     Resp = TXN_OFFSET_COMMIT.response
     version = header.request_api_version
-    now = now_ms()
+    now = broker.clock.wall_ms()
     codes: dict[tuple[str, int], int] = {}
     offsets = {}
     for topic in request.topics:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from bisect import bisect_right
 from typing import Iterable
 
@@ -60,10 +59,6 @@ _write_failures = ThrottledLog(log, logging.WARNING, burst=1)
 
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendResult:

@@ -41,15 +41,13 @@ InitProducerId and fencing, not with every transaction):
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
+from broker.failpoints import fail_point
 from broker.groups import offsets_log
-from broker.storage.log import now_ms
 from broker.transactions import txn_log
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
                                          PREPARE_ABORT, PREPARE_COMMIT, PREPARE_EPOCH_FENCE,
@@ -62,17 +60,6 @@ NO_PRODUCER_EPOCH = -1
 _MAX_EPOCH = 32767  # Short.MaxValue: reserved so that a producer can always be fenced
 _COMPLETING = (PREPARE_COMMIT, PREPARE_ABORT)
 _COMPLETE = (COMPLETE_COMMIT, COMPLETE_ABORT)
-
-# Test-only fault injection: the broker SIGKILLs itself at this point of a commit
-# ("after-prepare-commit": PrepareCommit logged, no marker written; "mid-commit-markers":
-# the first of several markers written).
-_CRASH_POINT = os.environ.get("SLUICE_TEST_CRASH_POINT")
-
-
-def _crash_if(point: str) -> None:
-    if _CRASH_POINT == point:
-        log.warning("SLUICE_TEST_CRASH_POINT=%s: killing the broker", point)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -103,6 +90,7 @@ class TxnMetadata:
 class TransactionCoordinator:
     def __init__(self, broker):
         self.broker = broker
+        self.clock = broker.clock
         cfg = broker.config
         self.max_timeout_ms = cfg.transaction_max_timeout_ms
         self.partitions = cfg.transaction_state_log_num_partitions
@@ -126,14 +114,14 @@ class TransactionCoordinator:
                   "timeout_ms": meta.timeout_ms, "state": meta.state,
                   "partitions": meta.partitions, "start_ms": meta.start_ms}
         fields.update(changes)
-        now = now_ms()
+        now = self.clock.wall_ms()
         record = txn_log.txn_record(meta.transactional_id, fields["producer_id"],
                                     fields["producer_epoch"], fields["timeout_ms"], fields["state"],
                                     fields["partitions"], now, fields["start_ms"])
         topic = self._topic()
         partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
         try:
-            txn_log.append_records(partition, [record])
+            txn_log.append_records(partition, [record], now)
         except BrokerError as exc:
             log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
@@ -186,7 +174,8 @@ class TransactionCoordinator:
         if meta is None:
             meta = self.txns[transactional_id] = TxnMetadata(
                 transactional_id, self.broker.producer_ids.allocate(), NO_PRODUCER_ID,
-                NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY, last_update_ms=now_ms())
+                NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY,
+                last_update_ms=self.clock.wall_ms())
         if expected is not None and not self._valid_producer_id(meta, *expected):
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"producer {expected[0]} is not {transactional_id!r}'s current producer")
@@ -254,7 +243,7 @@ class TransactionCoordinator:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING and partitions <= meta.partitions:
             return
-        start = now_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
+        start = self.clock.wall_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
         self._transition(meta, state=ONGOING, partitions=meta.partitions | partitions, start_ms=start)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
@@ -300,7 +289,7 @@ class TransactionCoordinator:
             self._transition(meta, producer_epoch=epoch,
                              state=PREPARE_COMMIT if commit else PREPARE_ABORT)
             if commit:
-                _crash_if("after-prepare-commit")
+                fail_point("txn-after-prepare-commit")
             self._complete(meta)
         elif meta.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
@@ -342,7 +331,7 @@ class TransactionCoordinator:
                     groups.end_transaction(meta.producer_id, partition, commit)
             meta.unmarked.discard((topic, partition))
             if commit and meta.unmarked:
-                _crash_if("mid-commit-markers")
+                fail_point("txn-mid-commit-markers")
         try:
             self._transition(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
                              partitions=set())
@@ -354,7 +343,7 @@ class TransactionCoordinator:
     # -- background ------------------------------------------------------------------
     def abort_timed_out(self) -> None:
         """Abort transactions Ongoing past their timeout; finish stalled completions."""
-        now = now_ms()
+        now = self.clock.wall_ms()
         for meta in list(self.txns.values()):
             try:
                 if meta.state in _COMPLETING:
@@ -370,7 +359,7 @@ class TransactionCoordinator:
     def upkeep(self) -> None:
         """Forget transactional ids idle past transactional.id.expiration.ms; clean
         every partition of `__transaction_state` with two or more sealed segments."""
-        now = now_ms()
+        now = self.clock.wall_ms()
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
@@ -378,7 +367,7 @@ class TransactionCoordinator:
             if meta.state in (EMPTY, *_COMPLETE) and now - meta.last_update_ms >= self.expiration_ms:
                 partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
                 try:
-                    txn_log.append_records(partition, [txn_log.tombstone(meta.transactional_id)])
+                    txn_log.append_records(partition, [txn_log.tombstone(meta.transactional_id)], now)
                 except BrokerError:  # KAFKA_STORAGE_ERROR: the log has warned
                     continue
                 del self.txns[meta.transactional_id]
@@ -390,7 +379,7 @@ class TransactionCoordinator:
                                        m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
                     for m in self.txns.values() if m.producer_epoch != NO_PRODUCER_EPOCH
                     and txn_log.partition_for(m.transactional_id, len(topic.partitions)) == index]
-            txn_log.clean(partition, live)
+            txn_log.clean(partition, live, now)
 
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:
@@ -404,7 +393,7 @@ class TransactionCoordinator:
 
     def list(self, states: set[int] | None, producer_ids: set[int] | None,
              duration_ms: int) -> list[TxnMetadata]:
-        now = now_ms()
+        now = self.clock.wall_ms()
         return [m for m in self.txns.values()
                 if m.state != DEAD and m.producer_epoch != NO_PRODUCER_EPOCH
                 and (not states or m.state in states)

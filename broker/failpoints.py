@@ -1,0 +1,45 @@
+"""Named fail points: places where a test makes the broker die (SIGKILL) to show that
+what was written up to there is enough to recover.
+
+Points are enabled only by the environment variable SLUICE_FAILPOINTS (names separated
+by commas), read once at import; without it none is, and `fail_point` is one lookup
+in an empty set. A name there that is no point here stops the broker at start-up
+(`check_enabled_points`) rather than being ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from broker.config import ConfigError
+
+log = logging.getLogger("sluice.failpoints")
+
+ENVIRONMENT_VARIABLE = "SLUICE_FAILPOINTS"
+
+POINTS = {
+    "txn-after-prepare-commit":
+        "the transaction coordinator logged PrepareCommit and wrote no marker yet",
+    "txn-mid-commit-markers":
+        "the transaction coordinator wrote the first of a commit's several markers",
+}
+
+_ENABLED = frozenset(name.strip() for name in os.environ.get(ENVIRONMENT_VARIABLE, "").split(",")
+                     if name.strip())
+
+
+def check_enabled_points() -> None:
+    """Raise ConfigError if SLUICE_FAILPOINTS names a point that does not exist."""
+    unknown = sorted(_ENABLED - POINTS.keys())
+    if unknown:
+        raise ConfigError(f"{ENVIRONMENT_VARIABLE} names no such fail point: {', '.join(unknown)} "
+                          f"(the fail points are {', '.join(sorted(POINTS))})")
+
+
+def fail_point(name: str) -> None:
+    """SIGKILL this process if the point `name` is enabled."""
+    if name in _ENABLED:
+        log.warning("fail point %s reached (%s): killing the broker", name, ENVIRONMENT_VARIABLE)
+        os.kill(os.getpid(), signal.SIGKILL)
