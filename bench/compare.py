@@ -3,8 +3,9 @@
 bench.broker compares Sluice with librdkafka's mock cluster, and single runs of it move
 by tens of percent with the machine's load, so that comparing its ratios across days
 cannot tell a small regression from noise. Here the two Sluice versions take turns on
-the same workloads in the same run (bench.broker's produce and consume benchmarks, with
-the same clients and settings): the head/base ratio is the regression figure.
+the same workloads in the same run (bench.broker's produce and consume benchmarks, and its
+end-to-end latency run, acks=all, with the same clients and settings): the head/base
+ratio is the regression figure (of throughput; of p99 latency, where lower is better).
 
 The base revision is exported with `git archive` into a temporary directory and its C
 extensions compiled in place; each broker runs as `python -m broker` from its own tree.
@@ -29,7 +30,7 @@ import tempfile
 import time
 
 from bench.broker import (DEFAULT_OUT, FULL, REPO, Sizes, SluiceTarget, _atomic_write, _fmt,
-                          _rounded, bench_consume, bench_produce, value_pool)
+                          _rounded, bench_consume, bench_e2e, bench_produce, value_pool)
 from bench.machine import describe_machine, machine_details
 
 DEFAULTS = {"records": 1_000_000, "repeats": 5}
@@ -96,6 +97,7 @@ def run(base: str, records: int, repeats: int, log=print, sizes: Sizes = FULL) -
         try:
             produce = bench_produce(targets, sizes, pool, workdir, log)
             consume, _ = bench_consume(targets, sizes, pool, workdir, log)
+            e2e = bench_e2e(targets, sizes, log)
         finally:
             for target in targets:
                 target.stop()
@@ -113,6 +115,14 @@ def run(base: str, records: int, repeats: int, log=print, sizes: Sizes = FULL) -
                          "base_seconds": pair["base"]["all_seconds"],
                          "head_seconds": pair["head"]["all_seconds"]})
     results["rows"] = rows
+    latency: dict[tuple, dict] = {}
+    for row in e2e:
+        latency.setdefault((row["linger_ms"], row["fetch_wait_max_ms"]), {})[row["broker"]] = row
+    results["e2e"] = [{"linger_ms": linger, "fetch_wait_max_ms": wait, "rate": pair["head"]["rate"],
+                       "base_p99_ms": pair["base"].get("p99_ms"), "head_p99_ms": pair["head"].get("p99_ms"),
+                       "base_p50_ms": pair["base"].get("p50_ms"), "head_p50_ms": pair["head"].get("p50_ms"),
+                       "lost": pair["base"]["lost"] + pair["head"]["lost"]}
+                      for (linger, wait), pair in latency.items()]
     results["load_average_after"] = os.getloadavg()
     results["seconds"] = time.monotonic() - started
     return results
@@ -149,6 +159,17 @@ def markdown_report(results: dict) -> str:
         pair[1] += sum(row["head_seconds"])
     for group, (base, head) in totals.items():
         md.append(f"| {group} | {base:.2f} | {head:.2f} | {base / head:.3f}x |")
+    md += ["", f"End-to-end latency, acks=all, {results['e2e'][0]['rate']:,} records/s, one partition "
+               f"(bench.broker's e2e run, one run per broker and configuration):", "",
+           "| linger.ms | fetch.wait.max.ms | base p50 ms | head p50 ms | base p99 ms | head p99 ms | "
+           "head / base p99 |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in results["e2e"]:
+        if row["base_p99_ms"] is None or row["head_p99_ms"] is None:
+            md.append(f"| {row['linger_ms']} | {row['fetch_wait_max_ms']} | no record arrived | | | | |")
+            continue
+        md.append(f"| {row['linger_ms']} | {row['fetch_wait_max_ms']} | {row['base_p50_ms']:.2f} | "
+                  f"{row['head_p50_ms']:.2f} | {row['base_p99_ms']:.2f} | {row['head_p99_ms']:.2f} | "
+                  f"{row['head_p99_ms'] / row['base_p99_ms']:.3f}x |")
     return "\n".join(md) + "\n"
 
 

@@ -192,10 +192,15 @@ def test_durability_benchmark_runs_and_reports():
 
 def test_compare_benchmark_runs_two_trees_side_by_side():
     """bench.compare at tiny sizes against HEAD's own tree (exported and compiled): every
-    produce and consume configuration gets a rate from each broker."""
+    produce and consume configuration gets a rate from each broker, every e2e configuration
+    a p99 latency."""
     from bench import broker, compare
 
     results = compare.run("HEAD", records=300, repeats=1, log=lambda line: None, sizes=broker.TINY)
     assert len(results["rows"]) == 16 + 3
     assert all(row["base_rec_per_s"] > 0 and row["head_rec_per_s"] > 0 for row in results["rows"])
-    assert "| produce, kcat |" in compare.markdown_report(results)
+    assert len(results["e2e"]) == 4
+    assert all(row["base_p99_ms"] > 0 and row["head_p99_ms"] > 0 and row["lost"] == 0
+               for row in results["e2e"])
+    report = compare.markdown_report(results)
+    assert "| produce, kcat |" in report and "head / base p99" in report
