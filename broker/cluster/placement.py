@@ -11,7 +11,7 @@ given), so that a placement can be reproduced.
 Rack-unaware (no broker has a rack, or racks are ignored): over the sorted broker ids,
 partition p's first replica is broker (start + p) mod n; its j-th follower (j = 0, 1, ...)
 sits 1 + (shift + j) mod (n - 1) brokers further on; the shift grows by one at every
-nonzero multiple of n among the partition ids. From start 0 and shift 0, replica j of
+nonzero multiple of n among the ids being placed. From start 0 and shift 0, replica j of
 partition p < n is therefore on broker (p + j) mod n.
 
 Rack-aware (every broker has a rack): the same walk over the rack-alternated broker list,
@@ -120,7 +120,9 @@ def add_partitions(brokers: Mapping[int, str | None], existing: Sequence[Sequenc
     has replicas existing[p], to reach `count`: the manual `assignments` (one per new
     partition) once checked, or else Kafka's placement continued from the topic's
     pattern, with its replication factor (that of partition 0) and its partition 0's
-    first replica as the start."""
+    first replica as the start index and the shift. The leaders continue the topic's
+    round-robin; the followers' shift starts afresh (Kafka does not count the steps it
+    took at multiples of n before the new partitions)."""
     if not existing:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic has no partitions")
     added = count - len(existing)
