@@ -2,14 +2,15 @@
 
 A frame is what follows the 4-byte size prefix on the wire. Header versions follow
 from the API version: flexible request versions use request header v2 (with tagged
-fields), others v1; flexible responses use response header v1, others v0 — except
-ApiVersions responses, which always use header v0 so that a client that does not yet
-know the broker's versions can read them.
+fields), others v1 — except ControlledShutdown v0, whose request header is v0 (no client
+id; Kafka's RequestHeader v0 exists for it alone); flexible responses use response header
+v1, others v0 — except ApiVersions responses, which always use header v0 so that a
+client that does not yet know the broker's versions can read them.
 """
 
 from __future__ import annotations
 
-from wire.messages import API_VERSIONS, APIS, REQUEST_HEADER, RESPONSE_HEADER
+from wire.messages import API_VERSIONS, APIS, CONTROLLED_SHUTDOWN, REQUEST_HEADER, RESPONSE_HEADER
 from wire.primitives import DecodeError, EncodeError, Reader, Writer
 from wire.schema import Api, Struct
 
@@ -21,6 +22,7 @@ __all__ = [
 ]
 
 RequestHeader = REQUEST_HEADER.cls
+_HEADER_V0_API = CONTROLLED_SHUTDOWN.key  # the one request whose v0 uses request header v0
 ResponseHeader = RESPONSE_HEADER.cls
 
 
@@ -50,6 +52,8 @@ def _flexible(api: Api, version: int) -> bool:
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
+    if api_version == 0 and api_key == _HEADER_V0_API:
+        return 0  # ControlledShutdown v0: no client id
     api = APIS.get(api_key)
     return 2 if api is not None and _flexible(api, api_version) else 1
 
