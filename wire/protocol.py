@@ -10,6 +10,8 @@ client that does not yet know the broker's versions can read them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from wire.messages import API_VERSIONS, APIS, CONTROLLED_SHUTDOWN, REQUEST_HEADER, RESPONSE_HEADER
 from wire.primitives import DecodeError, EncodeError, Reader, Writer
 from wire.schema import Api, Struct
@@ -64,19 +66,22 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _flexible(api_for(api_key), api_version) else 0
 
 
-def decode_request(frame, *, allow_trailing_bytes: bool = False) -> tuple[Struct, Struct]:
+def decode_request(frame, *, allow_trailing_bytes: bool = False,
+                   apis: Mapping[int, Api] = APIS) -> tuple[Struct, Struct]:
     """(header, body) of a request frame; UnsupportedRequest for unknown APIs/versions.
 
     Bytes after the body are an error unless `allow_trailing_bytes`: a broker accepts
     them, as Kafka does (librdkafka 2.x sends three in flexible all-topics Metadata
-    requests, writing the null topic array's length as four bytes, issue #5049)."""
+    requests, writing the null topic array's length as four bytes, issue #5049).
+    `apis` narrows the APIs whose bodies are decoded (a broker's served ones): a request
+    at any other is UnsupportedRequest, its body unread, as for an API the codec lacks."""
     reader = Reader(frame)
     if reader.remaining < 4:
         raise DecodeError("request frame shorter than its API key and version")
     api_key, api_version = reader.int16(), reader.int16()
     reader.pos = 0
     header = REQUEST_HEADER.decode(request_header_version(api_key, api_version), reader)
-    api = APIS.get(api_key)
+    api = apis.get(api_key)
     if api is None or api_version not in api.versions:
         raise UnsupportedRequest(header)
     body = api.request.decode(api_version, reader)
