@@ -150,7 +150,8 @@ class Broker:
         """The response chunks to one request frame (None: no response), or an
         awaitable of them when the handler must wait."""
         try:
-            header, body = decode_request(frame, allow_trailing_bytes=True)
+            header, body = decode_request(frame, allow_trailing_bytes=True,
+                                          apis=handlers.SERVED_APIS)
         except UnsupportedRequest as exc:
             header = exc.header
             if header.request_api_key == API_VERSIONS.key:

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 import wire.messages as messages
 from wire import (DecodeError, EncodeError, RequestHeader, ResponseHeader, UnsupportedRequest,
                   decode_request, decode_response, encode_request, encode_response)
-from wire.messages import API_VERSIONS, APIS, METADATA, REQUEST_HEADER, RESPONSE_HEADER
+from wire.messages import (API_VERSIONS, APIS, CONTROLLED_SHUTDOWN, METADATA, REQUEST_HEADER,
+                           RESPONSE_HEADER)
 from wire.primitives import ZERO_UUID, Reader, Writer
 from wire.protocol import (encode_response_writer, request_header_version,
                            response_header_version)
@@ -153,7 +154,7 @@ def test_request_roundtrip(api, version, data):
 
     header = data.draw(request_headers(api, version), label="header")
     frame = encode_request(header, body)
-    header_version = 2 if version in api.flexible else 1
+    header_version = expected_request_header_version(api, version)
     assert frame == REQUEST_HEADER.encode(header_version, header).getvalue() + body_bytes
     decoded_header, decoded_body = decode_request(frame)
     assert decoded_header == header
@@ -234,11 +235,20 @@ def test_unknown_tag_colliding_with_a_known_tag_is_refused():
 
 # -- the request/response facade -------------------------------------------------------------
 
+def expected_request_header_version(api, version: int) -> int:
+    """v2 for flexible versions, v1 otherwise; ControlledShutdown v0 alone uses v0 (Kafka's
+    RequestHeader.json: "Version 0 of the RequestHeader is only used by v0 of
+    ControlledShutdownRequest")."""
+    if api is CONTROLLED_SHUTDOWN and version == 0:
+        return 0
+    return 2 if version in api.flexible else 1
+
+
 @pytest.mark.parametrize("api", sorted(APIS.values(), key=lambda a: a.key), ids=lambda a: a.name)
 def test_header_versions(api):
     for version in versions_of(api):
         flexible = version in api.flexible
-        assert request_header_version(api.key, version) == (2 if flexible else 1)
+        assert request_header_version(api.key, version) == expected_request_header_version(api, version)
         expected = 0 if api is API_VERSIONS else (1 if flexible else 0)
         assert response_header_version(api.key, version) == expected
 

@@ -23,6 +23,11 @@ API_NAMES = [
     "DescribeLogDirs", "CreatePartitions", "DeleteGroups", "IncrementalAlterConfigs", "OffsetDelete",
     "DescribeCluster",
     "DescribeProducers", "DescribeTransactions", "ListTransactions",
+    # Inter-broker and election APIs of a ZooKeeper-era cluster (controller to brokers, a
+    # leader's ISR change, a broker's controlled shutdown). A schema here is not an API
+    # served: the broker serves, and ApiVersions lists, only broker.handlers.HANDLERS.
+    "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "ElectLeaders",
+    "AlterPartition",
 ]
 DATA_NAMES = [
     "RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription",
@@ -38,6 +43,10 @@ def load(path: Path) -> dict:
 
 
 def snake(name: str) -> str:
+    """CamelCase -> snake_case, a run of capitals kept together as one word until the
+    capital that starts the next: TopicID -> topic_id, isKRaftController ->
+    is_k_raft_controller."""
+    name = re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "_", name)
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 

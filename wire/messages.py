@@ -196,6 +196,168 @@ METADATA = Api(3, 'Metadata', '0-12', flexible='9+',
     ),
 )
 
+LEADER_AND_ISR = Api(4, 'LeaderAndIsr', '0-7', flexible='4+',
+    request=(
+        F('controller_id', 'int32', '0+'),
+        F('is_k_raft_controller', 'bool', '7+', default=False),
+        F('controller_epoch', 'int32', '0+'),
+        F('broker_epoch', 'int64', '2+', default=-1),
+        F('type', 'int8', '5+'),
+        F('ungrouped_partition_states', '[]LeaderAndIsrPartitionState', '0-1', fields=(
+            F('topic_name', 'string', '0-1'),
+            F('partition_index', 'int32', '0+'),
+            F('controller_epoch', 'int32', '0+'),
+            F('leader', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('isr', '[]int32', '0+'),
+            F('partition_epoch', 'int32', '0+'),
+            F('replicas', '[]int32', '0+'),
+            F('adding_replicas', '[]int32', '3+'),
+            F('removing_replicas', '[]int32', '3+'),
+            F('is_new', 'bool', '1+', default=False),
+            F('leader_recovery_state', 'int8', '6+', default=0),
+        )),
+        F('topic_states', '[]LeaderAndIsrTopicState', '2+', fields=(
+            F('topic_name', 'string', '2+'),
+            F('topic_id', 'uuid', '5+'),
+            F('partition_states', '[]LeaderAndIsrPartitionState', '2+', fields=(
+                F('topic_name', 'string', '0-1'),
+                F('partition_index', 'int32', '0+'),
+                F('controller_epoch', 'int32', '0+'),
+                F('leader', 'int32', '0+'),
+                F('leader_epoch', 'int32', '0+'),
+                F('isr', '[]int32', '0+'),
+                F('partition_epoch', 'int32', '0+'),
+                F('replicas', '[]int32', '0+'),
+                F('adding_replicas', '[]int32', '3+'),
+                F('removing_replicas', '[]int32', '3+'),
+                F('is_new', 'bool', '1+', default=False),
+                F('leader_recovery_state', 'int8', '6+', default=0),
+            )),
+        )),
+        F('live_leaders', '[]LeaderAndIsrLiveLeader', '0+', fields=(
+            F('broker_id', 'int32', '0+'),
+            F('host_name', 'string', '0+'),
+            F('port', 'int32', '0+'),
+        )),
+    ),
+    response=(
+        F('error_code', 'int16', '0+'),
+        F('partition_errors', '[]LeaderAndIsrPartitionError', '0-4', fields=(
+            F('topic_name', 'string', '0-4'),
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+        )),
+        F('topics', '[]LeaderAndIsrTopicError', '5+', fields=(
+            F('topic_id', 'uuid', '5+'),
+            F('partition_errors', '[]LeaderAndIsrPartitionError', '5+', fields=(
+                F('topic_name', 'string', '0-4'),
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+STOP_REPLICA = Api(5, 'StopReplica', '0-4', flexible='2+',
+    request=(
+        F('controller_id', 'int32', '0+'),
+        F('is_k_raft_controller', 'bool', '4+', default=False),
+        F('controller_epoch', 'int32', '0+'),
+        F('broker_epoch', 'int64', '1+', default=-1),
+        F('delete_partitions', 'bool', '0-2'),
+        F('ungrouped_partitions', '[]StopReplicaPartitionV0', '0', fields=(
+            F('topic_name', 'string', '0'),
+            F('partition_index', 'int32', '0'),
+        )),
+        F('topics', '[]StopReplicaTopicV1', '1-2', fields=(
+            F('name', 'string', '1-2'),
+            F('partition_indexes', '[]int32', '1-2'),
+        )),
+        F('topic_states', '[]StopReplicaTopicState', '3+', fields=(
+            F('topic_name', 'string', '3+'),
+            F('partition_states', '[]StopReplicaPartitionState', '3+', fields=(
+                F('partition_index', 'int32', '3+'),
+                F('leader_epoch', 'int32', '3+', default=-1),
+                F('delete_partition', 'bool', '3+'),
+            )),
+        )),
+    ),
+    response=(
+        F('error_code', 'int16', '0+'),
+        F('partition_errors', '[]StopReplicaPartitionError', '0+', fields=(
+            F('topic_name', 'string', '0+'),
+            F('partition_index', 'int32', '0+'),
+            F('error_code', 'int16', '0+'),
+        )),
+    ),
+)
+
+UPDATE_METADATA = Api(6, 'UpdateMetadata', '0-8', flexible='6+',
+    request=(
+        F('controller_id', 'int32', '0+'),
+        F('is_k_raft_controller', 'bool', '8+', default=False),
+        F('type', 'int8', '8+', tag=0, default=0),
+        F('controller_epoch', 'int32', '0+'),
+        F('broker_epoch', 'int64', '5+', default=-1),
+        F('ungrouped_partition_states', '[]UpdateMetadataPartitionState', '0-4', fields=(
+            F('topic_name', 'string', '0-4'),
+            F('partition_index', 'int32', '0+'),
+            F('controller_epoch', 'int32', '0+'),
+            F('leader', 'int32', '0+'),
+            F('leader_epoch', 'int32', '0+'),
+            F('isr', '[]int32', '0+'),
+            F('zk_version', 'int32', '0+'),
+            F('replicas', '[]int32', '0+'),
+            F('offline_replicas', '[]int32', '4+'),
+        )),
+        F('topic_states', '[]UpdateMetadataTopicState', '5+', fields=(
+            F('topic_name', 'string', '5+'),
+            F('topic_id', 'uuid', '7+'),
+            F('partition_states', '[]UpdateMetadataPartitionState', '5+', fields=(
+                F('topic_name', 'string', '0-4'),
+                F('partition_index', 'int32', '0+'),
+                F('controller_epoch', 'int32', '0+'),
+                F('leader', 'int32', '0+'),
+                F('leader_epoch', 'int32', '0+'),
+                F('isr', '[]int32', '0+'),
+                F('zk_version', 'int32', '0+'),
+                F('replicas', '[]int32', '0+'),
+                F('offline_replicas', '[]int32', '4+'),
+            )),
+        )),
+        F('live_brokers', '[]UpdateMetadataBroker', '0+', fields=(
+            F('id', 'int32', '0+'),
+            F('v0_host', 'string', '0'),
+            F('v0_port', 'int32', '0'),
+            F('endpoints', '[]UpdateMetadataEndpoint', '1+', fields=(
+                F('port', 'int32', '1+'),
+                F('host', 'string', '1+'),
+                F('listener', 'string', '3+'),
+                F('security_protocol', 'int16', '1+'),
+            )),
+            F('rack', 'string', '2+', nullable='0+'),
+        )),
+    ),
+    response=(
+        F('error_code', 'int16', '0+'),
+    ),
+)
+
+CONTROLLED_SHUTDOWN = Api(7, 'ControlledShutdown', '0-3', flexible='3+',
+    request=(
+        F('broker_id', 'int32', '0+'),
+        F('broker_epoch', 'int64', '2+', default=-1),
+    ),
+    response=(
+        F('error_code', 'int16', '0+'),
+        F('remaining_partitions', '[]RemainingPartition', '0+', fields=(
+            F('topic_name', 'string', '0+'),
+            F('partition_index', 'int32', '0+'),
+        )),
+    ),
+)
+
 OFFSET_COMMIT = Api(8, 'OffsetCommit', '0-9', flexible='8+',
     request=(
         F('group_id', 'string', '0+'),
@@ -853,6 +1015,29 @@ DELETE_GROUPS = Api(42, 'DeleteGroups', '0-2', flexible='2+',
     ),
 )
 
+ELECT_LEADERS = Api(43, 'ElectLeaders', '0-2', flexible='2+',
+    request=(
+        F('election_type', 'int8', '1+'),
+        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+        F('timeout_ms', 'int32', '0+', default=60000),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '1+'),
+        F('replica_election_results', '[]ReplicaElectionResult', '0+', fields=(
+            F('topic', 'string', '0+'),
+            F('partition_result', '[]PartitionResult', '0+', fields=(
+                F('partition_id', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
 INCREMENTAL_ALTER_CONFIGS = Api(44, 'IncrementalAlterConfigs', '0-1', flexible='1+',
     request=(
         F('resources', '[]AlterConfigsResource', '0+', fields=(
@@ -895,6 +1080,45 @@ OFFSET_DELETE = Api(47, 'OffsetDelete', '0', flexible='none',
             F('partitions', '[]OffsetDeleteResponsePartition', '0+', fields=(
                 F('partition_index', 'int32', '0+'),
                 F('error_code', 'int16', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_PARTITION = Api(56, 'AlterPartition', '0-3', flexible='0+',
+    request=(
+        F('broker_id', 'int32', '0+'),
+        F('broker_epoch', 'int64', '0+', default=-1),
+        F('topics', '[]TopicData', '0+', fields=(
+            F('topic_name', 'string', '0-1'),
+            F('topic_id', 'uuid', '2+'),
+            F('partitions', '[]PartitionData', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('leader_epoch', 'int32', '0+'),
+                F('new_isr', '[]int32', '0-2'),
+                F('new_isr_with_epochs', '[]BrokerState', '3+', fields=(
+                    F('broker_id', 'int32', '3+'),
+                    F('broker_epoch', 'int64', '3+', default=-1),
+                )),
+                F('leader_recovery_state', 'int8', '1+', default=0),
+                F('partition_epoch', 'int32', '0+'),
+            )),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('topics', '[]TopicData', '0+', fields=(
+            F('topic_name', 'string', '0-1'),
+            F('topic_id', 'uuid', '2+'),
+            F('partitions', '[]PartitionData', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('leader_id', 'int32', '0+'),
+                F('leader_epoch', 'int32', '0+'),
+                F('isr', '[]int32', '0+'),
+                F('leader_recovery_state', 'int8', '1+', default=0),
+                F('partition_epoch', 'int32', '0+'),
             )),
         )),
     ),
@@ -1081,6 +1305,10 @@ APIS = {api.key: api for api in (
     FETCH,
     LIST_OFFSETS,
     METADATA,
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+    CONTROLLED_SHUTDOWN,
     OFFSET_COMMIT,
     OFFSET_FETCH,
     FIND_COORDINATOR,
@@ -1108,8 +1336,10 @@ APIS = {api.key: api for api in (
     SASL_AUTHENTICATE,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
+    ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
     OFFSET_DELETE,
+    ALTER_PARTITION,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,

@@ -2,14 +2,17 @@
 
 A frame is what follows the 4-byte size prefix on the wire. Header versions follow
 from the API version: flexible request versions use request header v2 (with tagged
-fields), others v1; flexible responses use response header v1, others v0 — except
-ApiVersions responses, which always use header v0 so that a client that does not yet
-know the broker's versions can read them.
+fields), others v1 — except ControlledShutdown v0, whose request header is v0 (no client
+id; Kafka's RequestHeader v0 exists for it alone); flexible responses use response header
+v1, others v0 — except ApiVersions responses, which always use header v0 so that a
+client that does not yet know the broker's versions can read them.
 """
 
 from __future__ import annotations
 
-from wire.messages import API_VERSIONS, APIS, REQUEST_HEADER, RESPONSE_HEADER
+from collections.abc import Mapping
+
+from wire.messages import API_VERSIONS, APIS, CONTROLLED_SHUTDOWN, REQUEST_HEADER, RESPONSE_HEADER
 from wire.primitives import DecodeError, EncodeError, Reader, Writer
 from wire.schema import Api, Struct
 
@@ -21,6 +24,7 @@ __all__ = [
 ]
 
 RequestHeader = REQUEST_HEADER.cls
+_HEADER_V0_API = CONTROLLED_SHUTDOWN.key  # the one request whose v0 uses request header v0
 ResponseHeader = RESPONSE_HEADER.cls
 
 
@@ -50,6 +54,8 @@ def _flexible(api: Api, version: int) -> bool:
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
+    if api_version == 0 and api_key == _HEADER_V0_API:
+        return 0  # ControlledShutdown v0: no client id
     api = APIS.get(api_key)
     return 2 if api is not None and _flexible(api, api_version) else 1
 
@@ -60,19 +66,22 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _flexible(api_for(api_key), api_version) else 0
 
 
-def decode_request(frame, *, allow_trailing_bytes: bool = False) -> tuple[Struct, Struct]:
+def decode_request(frame, *, allow_trailing_bytes: bool = False,
+                   apis: Mapping[int, Api] = APIS) -> tuple[Struct, Struct]:
     """(header, body) of a request frame; UnsupportedRequest for unknown APIs/versions.
 
     Bytes after the body are an error unless `allow_trailing_bytes`: a broker accepts
     them, as Kafka does (librdkafka 2.x sends three in flexible all-topics Metadata
-    requests, writing the null topic array's length as four bytes, issue #5049)."""
+    requests, writing the null topic array's length as four bytes, issue #5049).
+    `apis` narrows the APIs whose bodies are decoded (a broker's served ones): a request
+    at any other is UnsupportedRequest, its body unread, as for an API the codec lacks."""
     reader = Reader(frame)
     if reader.remaining < 4:
         raise DecodeError("request frame shorter than its API key and version")
     api_key, api_version = reader.int16(), reader.int16()
     reader.pos = 0
     header = REQUEST_HEADER.decode(request_header_version(api_key, api_version), reader)
-    api = APIS.get(api_key)
+    api = apis.get(api_key)
     if api is None or api_version not in api.versions:
         raise UnsupportedRequest(header)
     body = api.request.decode(api_version, reader)

@@ -64,3 +64,8 @@ MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 
 MAX_VERSIONS = {key: APIS[key].versions.hi for key in HANDLERS}
+
+# The APIs whose requests the broker decodes. wire.messages also has schemas it does
+# not serve (the inter-broker APIs): a request at one of those is refused unread, as
+# one at an API key nobody knows.
+SERVED_APIS = {key: APIS[key] for key in sorted(HANDLERS)}
