@@ -1,5 +1,8 @@
 """Kafka's ZooKeeper layout (broker/cluster/zk_layout.py): the exact JSON Kafka writes at
-each path, round trips, and garbage refused with the znode's path named."""
+each path, round trips, and garbage refused with the znode's path named. Then the store
+(broker/cluster/zk_store.py) against a real ZooKeeper (tests/zookeeper.py): ephemeral
+registrations, conditional writes, the controller's election and fencing, and data and
+sessions kept across a ZooKeeper restart. Each test works under a chroot of its own."""
 
 from __future__ import annotations
 
@@ -7,12 +10,17 @@ import json
 import uuid
 
 import pytest
+from kazoo.client import KazooClient
 
 from broker.cluster import zk_layout as layout
 from broker.cluster.zk_layout import (BrokerRegistration, ClusterId, ConfigChange,
                                       ControllerEpoch, ControllerRegistration, EntityConfig,
                                       IsrChange, LeaderAndIsr, Listener, ProducerIdBlock,
                                       TopicAssignment, ZkDataError)
+from broker.cluster.zk_store import (BrokerIdInUse, ControllerMoved, Election, StaleVersion,
+                                     Versioned, ZkStore)
+from tests import zookeeper as zookeeper_harness
+from tests.polling import wait_for
 
 TS = 1718000000123
 # Kafka's Uuid(0, 1) (its metadata topic's id) and a UUID whose base64 needs '-' and '_'.
@@ -181,3 +189,191 @@ def test_garbage_is_refused_naming_the_znode(kind, path, data):
         kind.from_json(path, data)
     assert refused.value.path == path
     assert str(refused.value).startswith(path + ": ")
+
+
+# Against a real ZooKeeper
+
+@pytest.fixture
+def chroot(request):
+    return "/" + request.node.name
+
+
+@pytest.fixture
+def open_store(zookeeper, chroot):
+    """Starts ZkStores on this test's chroot; closes them after the test."""
+    stores = []
+
+    def open_store(session_timeout_ms: int = 6000) -> ZkStore:
+        store = ZkStore(zookeeper.hosts + chroot, session_timeout_ms)
+        stores.append(store)
+        return store.start(timeout=15)
+
+    yield open_store
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def raw(zookeeper):
+    """A plain kazoo client at the root, to look under the chroot as zkCli.sh would."""
+    client = KazooClient(hosts=zookeeper.hosts)
+    client.start(15)
+    yield client
+    client.stop()
+    client.close()
+
+
+def registration(port: int) -> BrokerRegistration:
+    return BrokerRegistration((Listener("PLAINTEXT", "127.0.0.1", port),), TS)
+
+
+def test_start_creates_the_chroot_and_kafkas_paths_once(open_store, raw, chroot):
+    first = open_store()
+    for path in layout.PERSISTENT_PATHS:
+        assert raw.exists(chroot + path) is not None, path
+    open_store()  # a second broker finds them there
+    assert first.get_or_create_cluster_id("AAAAAAAAAAAAAAAAAAAAAQ") == "AAAAAAAAAAAAAAAAAAAAAQ"
+    second = open_store()
+    assert second.get_or_create_cluster_id("_____________________w") == "AAAAAAAAAAAAAAAAAAAAAQ"
+    data, _ = raw.get(chroot + "/cluster/id")
+    assert data == b'{"version":"1","id":"AAAAAAAAAAAAAAAAAAAAAQ"}'
+
+
+def test_a_registration_lives_as_long_as_its_session(open_store, raw, chroot):
+    broker, other = open_store(), open_store()
+    broker.register_broker(1, registration(9092))
+    broker.register_broker(1, registration(9092))  # again on its own session: already done
+    assert other.broker_ids() == [1]
+    assert other.broker(1) == registration(9092)
+    assert raw.exists(chroot + "/brokers/ids/1").ephemeralOwner == broker.client.client_id[0]
+    with pytest.raises(BrokerIdInUse, match="broker id 1"):
+        other.register_broker(1, registration(9093))
+
+    broker.close()
+    wait_for(lambda: other.broker_ids() == [], 10, "/brokers/ids/1 to go with its session")
+    other.register_broker(1, registration(9093))
+    assert other.broker(1) == registration(9093)
+
+
+def test_writes_are_conditional_on_the_version_read(open_store):
+    store = open_store()
+    assignment = TopicAssignment(UUID_0_1, {0: (1, 2, 3)})
+    assert store.create_topic("t", assignment)
+    assert not store.create_topic("t", TopicAssignment(UUID_ONES, {0: (3,)}))
+    assert store.topics() == ["t"]
+    assert store.topic_assignment("t") == Versioned(assignment, 0)
+    grown = TopicAssignment(UUID_0_1, {0: (1, 2, 3), 1: (2, 3, 1)})
+    assert store.set_topic_assignment("t", grown, 0) == 1
+    with pytest.raises(StaleVersion, match="/brokers/topics/t is no longer at version 0"):
+        store.set_topic_assignment("t", assignment, 0)
+    assert store.topic_assignment("t") == Versioned(grown, 1)
+
+    election = store.elect_controller(ControllerRegistration(1, TS))
+    state = LeaderAndIsr(1, 0, (1, 2, 3), election.epoch)
+    assert store.create_partition_state("t", 0, state,
+                                        controller_epoch_version=election.epoch_zk_version)
+    assert not store.create_partition_state("t", 0, state,
+                                            controller_epoch_version=election.epoch_zk_version)
+    shrunk = LeaderAndIsr(1, 0, (1, 2), election.epoch)
+    # A leader shrinking its ISR: conditional on the state's version only.
+    assert store.set_partition_state("t", 0, shrunk, 0, controller_epoch_version=None) == 1
+    with pytest.raises(StaleVersion):
+        store.set_partition_state("t", 0, state, 0, controller_epoch_version=None)
+    with pytest.raises(StaleVersion):
+        store.set_partition_state("t", 5, state, 0, controller_epoch_version=None)
+    assert store.partition_state("t", 0) == Versioned(shrunk, 1)
+    assert store.partition_state("t", 5) is None
+
+
+def test_one_controller_at_a_time_each_with_a_higher_epoch(open_store, raw, chroot):
+    first, second = open_store(), open_store()
+    assert first.controller_id() is None and first.controller_epoch() is None
+    won = first.elect_controller(ControllerRegistration(1, TS))
+    assert won == Election(1, 1)  # /controller_epoch created at 0, then moved to 1
+    assert second.elect_controller(ControllerRegistration(2, TS)) is None
+    # Electing again on the winning session (a retry after a lost reply) is the same win.
+    assert first.elect_controller(ControllerRegistration(1, TS)) == won
+    assert second.controller_id() == 1
+    assert second.controller_epoch() == Versioned(1, 1)
+    assert raw.get(chroot + "/controller_epoch")[0] == b"1"
+
+    first.close()
+    wait_for(lambda: second.controller_id() is None, 10, "/controller to go with its session")
+    assert second.elect_controller(ControllerRegistration(2, TS)) == Election(2, 2)
+    assert second.controller_id() == 2
+
+
+def test_a_deposed_controller_cannot_write(open_store, raw, chroot):
+    deposed, successor = open_store(), open_store()
+    old = deposed.elect_controller(ControllerRegistration(1, TS))
+    assert deposed.create_topic("t", TopicAssignment(UUID_0_1, {0: (1, 2), 1: (2, 1)}))
+    state = LeaderAndIsr(1, 0, (1, 2), old.epoch)
+    assert deposed.create_partition_state("t", 0, state,
+                                          controller_epoch_version=old.epoch_zk_version)
+
+    raw.delete(chroot + "/controller")  # as the expiry of the deposed one's session would
+    new = successor.elect_controller(ControllerRegistration(2, TS))
+    assert new.epoch == old.epoch + 1
+    moved = LeaderAndIsr(2, 1, (2,), new.epoch)
+    assert successor.set_partition_state("t", 0, moved, 0,
+                                         controller_epoch_version=new.epoch_zk_version) == 1
+
+    # The deposed controller, even with the state's current version, is refused: its
+    # check of /controller_epoch fails in the same multi-op.
+    with pytest.raises(ControllerMoved):
+        deposed.set_partition_state("t", 0, LeaderAndIsr(1, 1, (1, 2), old.epoch), 1,
+                                    controller_epoch_version=old.epoch_zk_version)
+    with pytest.raises(ControllerMoved):
+        deposed.create_partition_state("t", 1, state, controller_epoch_version=old.epoch_zk_version)
+    with pytest.raises(ControllerMoved):
+        deposed.set_topic_assignment("t", TopicAssignment(UUID_0_1, {0: (1,)}), 0,
+                                     controller_epoch_version=old.epoch_zk_version)
+    assert successor.partition_state("t", 0) == Versioned(moved, 1)
+    assert successor.partition_state("t", 1) is None
+    assert raw.exists(chroot + "/brokers/topics/t/partitions/1") is None
+    assert successor.topic_assignment("t").zk_version == 0
+
+
+def test_a_zookeeper_restart_keeps_the_data_and_the_sessions(zookeeper, open_store):
+    broker = open_store(session_timeout_ms=10000)
+    broker.register_broker(1, registration(9092))
+    assignment = TopicAssignment(UUID_0_1, {0: (1,)})
+    assert broker.create_topic("t", assignment)
+    session = broker.client.client_id
+
+    zookeeper.stop()
+    assert not zookeeper.serving()
+    zookeeper.start()
+
+    assert open_store().topic_assignment("t") == Versioned(assignment, 0)
+    # The broker's client reconnects to its session, registration included.
+    wait_for(lambda: broker.client.connected, 10, "the broker's session to reconnect")
+    assert broker.client.client_id == session
+    assert broker.broker_ids() == [1]
+    assert broker.broker(1) == registration(9092)
+
+
+def test_a_paused_zookeeper_answers_again_once_resumed(zookeeper, open_store):
+    broker = open_store(session_timeout_ms=10000)
+    broker.register_broker(1, registration(9092))
+    session = broker.client.client_id
+    zookeeper.pause()
+    try:
+        assert not zookeeper.serving()
+    finally:
+        zookeeper.resume()
+    assert broker.broker_ids() == [1]
+    assert broker.client.client_id == session
+
+
+def test_the_harness_says_what_is_missing(tmp_path, monkeypatch):
+    server = zookeeper_harness.ZooKeeperServer(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(zookeeper_harness.ZooKeeperUnavailable, match="`java` is not on PATH"):
+        server.start()
+    monkeypatch.undo()
+    monkeypatch.setattr(zookeeper_harness, "JARS_DIR", tmp_path)
+    with pytest.raises(zookeeper_harness.ZooKeeperUnavailable,
+                       match="install Debian's `zookeeper` package"):
+        server.start()
+    assert server.process is None
