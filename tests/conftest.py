@@ -37,7 +37,7 @@ def zookeeper(tmp_path_factory):
     try:
         server.start()
     except ZooKeeperUnavailable as problem:
-        pytest.fail(str(problem), pytrace=False)
+        raise pytest.fail.Exception(str(problem), pytrace=False) from None
     yield server
     server.stop()
 
