@@ -27,6 +27,21 @@ def broker(tmp_path):
         yield proc
 
 
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory):
+    """One real ZooKeeper server (tests/zookeeper.py) per test module, on a free loopback
+    port; tests keep apart by chroot. Fails, never skips, when Java or the jars are missing."""
+    from tests.zookeeper import ZooKeeperServer, ZooKeeperUnavailable
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+    except ZooKeeperUnavailable as problem:
+        raise pytest.fail.Exception(str(problem), pytrace=False) from None
+    yield server
+    server.stop()
+
+
 # Why Spark's own Kafka connector is not on the shared session's classpath (Maven's
 # reason), or None when it is; `spark_kafka` fails with it.
 _spark_kafka_problem: str | None = None

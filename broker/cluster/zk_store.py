@@ -1,0 +1,246 @@
+"""A broker's ZooKeeper session (kazoo) and the reads and writes of Kafka's layout
+(broker.cluster.zk_layout) that the controller and brokers rely on.
+
+Writes are conditional as in Kafka: on a znode's version (`StaleVersion` when another
+writer got there first), on absence (creates answer False when the znode exists), and for
+the controller on the version of `/controller_epoch`, checked in the same ZooKeeper
+multi-op as the write, so that a deposed controller's write fails (`ControllerMoved`)
+instead of overwriting its successor's. Every call blocks; while the session is
+disconnected, kazoo's ConnectionLoss and SessionExpiredError come through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, RolledBackError,
+                              RuntimeInconsistency)
+
+from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONTROLLER,
+                                      CONTROLLER_EPOCH, INITIAL_CONTROLLER_EPOCH,
+                                      PERSISTENT_PATHS, BrokerRegistration, ClusterId,
+                                      ControllerEpoch, ControllerRegistration, LeaderAndIsr,
+                                      TopicAssignment, broker_path, partition_state_path,
+                                      topic_path)
+
+# kazoo's default reconnection backs off towards an hour between attempts; a broker must
+# be back within a second of ZooKeeper.
+_RECONNECT = dict(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
+class StaleVersion(Exception):
+    """A conditional write found the znode changed (or gone) since the version it read."""
+
+
+class ControllerMoved(Exception):
+    """/controller_epoch moved on: the controller that wrote is no longer the controller."""
+
+
+class BrokerIdInUse(Exception):
+    """Another live session holds /brokers/ids/<id>."""
+
+
+class Versioned(NamedTuple):
+    """A znode's decoded data and the version a conditional write of it names."""
+
+    value: object
+    zk_version: int
+
+
+class Election(NamedTuple):
+    """A won controller election: the new epoch, and the version of /controller_epoch that
+    this controller's writes are conditional on."""
+
+    epoch: int
+    epoch_zk_version: int
+
+
+class ZkStore:
+    def __init__(self, connect: str, session_timeout_ms: int = 18000):
+        """`connect`: `zookeeper.connect`, host:port[,host:port...][/chroot]."""
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000,
+                                  connection_retry=_RECONNECT)
+
+    def start(self, timeout: float = 30.0) -> "ZkStore":
+        """Connects, creating the chroot and the persistent paths a Kafka broker creates at
+        start (each only if absent)."""
+        hosts, _, chroot = self.connect.partition("/")
+        if chroot:
+            root = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+            root.start(timeout)
+            try:
+                root.ensure_path("/" + chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.client.start(timeout)
+        for path in PERSISTENT_PATHS:
+            self.client.ensure_path(path)
+        return self
+
+    def close(self) -> None:
+        """Ends the session: ZooKeeper deletes its ephemeral znodes at once."""
+        self.client.stop()
+        self.client.close()
+
+    def _ours(self, path: str) -> bool:
+        """Whether `path` is an ephemeral znode of this session (a create that raised
+        ConnectionLoss may have happened all the same)."""
+        stat = self.client.exists(path)
+        return stat is not None and stat.ephemeralOwner == self.client.client_id[0]
+
+    def _get(self, path: str, kind) -> Versioned | None:
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return None
+        return Versioned(kind.from_json(path, data), stat.version)
+
+    def _commit(self, writes: Callable[[TransactionRequest], object],
+                controller_epoch_version: int | None) -> list:
+        """Commits the writes `writes` adds to a transaction, after a check of
+        /controller_epoch's version when one is given; the writes' results. A write that
+        ZooKeeper refuses raises its kazoo error (BadVersionError, NodeExistsError, ...)."""
+        transaction = self.client.transaction()
+        if controller_epoch_version is not None:
+            transaction.check(CONTROLLER_EPOCH, controller_epoch_version)
+        writes(transaction)
+        results = transaction.commit()
+        for index, result in enumerate(results):
+            # The failed operation carries its error; the others only say they were undone.
+            if isinstance(result, Exception) and not isinstance(
+                    result, (RolledBackError, RuntimeInconsistency)):
+                if controller_epoch_version is not None and index == 0:
+                    raise ControllerMoved(f"{CONTROLLER_EPOCH} is no longer at version "
+                                          f"{controller_epoch_version}")
+                raise result
+        return results[1:] if controller_epoch_version is not None else results
+
+    def _set(self, path: str, data: bytes, zk_version: int,
+             controller_epoch_version: int | None) -> int:
+        """Sets `path` if it is still at `zk_version`; its new version."""
+        try:
+            [stat] = self._commit(lambda t: t.set_data(path, data, zk_version),
+                                  controller_epoch_version)
+        except (BadVersionError, NoNodeError):
+            raise StaleVersion(f"{path} is no longer at version {zk_version}") from None
+        return stat.version
+
+    # The cluster
+
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        """The cluster's id: the one /cluster/id holds, or `proposed` once written there."""
+        try:
+            self.client.create(CLUSTER_ID, ClusterId(proposed).to_json(), makepath=True)
+            return proposed
+        except NodeExistsError:
+            return self._get(CLUSTER_ID, ClusterId).value.id
+
+    def register_broker(self, broker_id: int, registration: BrokerRegistration) -> None:
+        """Creates the ephemeral /brokers/ids/<id>, which lives as long as this session."""
+        path = broker_path(broker_id)
+        try:
+            self.client.create(path, registration.to_json(), ephemeral=True)
+        except NodeExistsError:
+            if not self._ours(path):
+                raise BrokerIdInUse(f"broker id {broker_id} is registered by another session "
+                                    f"({path})") from None
+
+    def broker_ids(self) -> list[int]:
+        return sorted(int(name) for name in self.client.get_children(BROKER_IDS))
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        found = self._get(broker_path(broker_id), BrokerRegistration)
+        return found and found.value
+
+    # Topics and partitions
+
+    def topics(self) -> list[str]:
+        return sorted(self.client.get_children(BROKER_TOPICS))
+
+    def create_topic(self, topic: str, assignment: TopicAssignment) -> bool:
+        """Writes /brokers/topics/<topic>; False if the topic exists."""
+        try:
+            self._commit(lambda t: t.create(topic_path(topic), assignment.to_json()), None)
+        except NodeExistsError:
+            return False
+        return True
+
+    def topic_assignment(self, topic: str) -> Versioned | None:
+        return self._get(topic_path(topic), TopicAssignment)
+
+    def set_topic_assignment(self, topic: str, assignment: TopicAssignment, zk_version: int,
+                             *, controller_epoch_version: int | None = None) -> int:
+        return self._set(topic_path(topic), assignment.to_json(), zk_version,
+                         controller_epoch_version)
+
+    def create_partition_state(self, topic: str, partition: int, state: LeaderAndIsr, *,
+                               controller_epoch_version: int) -> bool:
+        """The controller's first state of a new partition, with the partition's parent
+        znodes; False if it has one already. NoNodeError if the topic is gone."""
+        partitions = f"{topic_path(topic)}/partitions"
+        parents = [path for path in (partitions, f"{partitions}/{partition}")
+                   if self.client.exists(path) is None]
+
+        def writes(transaction):
+            for parent in parents:
+                transaction.create(parent)
+            transaction.create(partition_state_path(topic, partition), state.to_json())
+
+        try:
+            self._commit(writes, controller_epoch_version)
+        except NodeExistsError:
+            if self.client.exists(partition_state_path(topic, partition)) is None:
+                raise
+            return False
+        return True
+
+    def partition_state(self, topic: str, partition: int) -> Versioned | None:
+        return self._get(partition_state_path(topic, partition), LeaderAndIsr)
+
+    def set_partition_state(self, topic: str, partition: int, state: LeaderAndIsr,
+                            zk_version: int, *, controller_epoch_version: int | None) -> int:
+        """Conditional on the state's version, and for the controller (not for a leader
+        changing its ISR) on the controller epoch's; the state's new version."""
+        return self._set(partition_state_path(topic, partition), state.to_json(), zk_version,
+                         controller_epoch_version)
+
+    # The controller
+
+    def controller_id(self) -> int | None:
+        found = self._get(CONTROLLER, ControllerRegistration)
+        return found and found.value.broker_id
+
+    def controller_epoch(self) -> Versioned | None:
+        found = self._get(CONTROLLER_EPOCH, ControllerEpoch)
+        return found and Versioned(found.value.epoch, found.zk_version)
+
+    def elect_controller(self, controller: ControllerRegistration) -> Election | None:
+        """Kafka's election: one multi-op creates the ephemeral /controller and moves
+        /controller_epoch on by one if no other broker moved it since it was read. None:
+        another broker is the controller."""
+        current = self.controller_epoch()
+        if current is None:
+            try:
+                self.client.create(CONTROLLER_EPOCH,
+                                   ControllerEpoch(INITIAL_CONTROLLER_EPOCH).to_json())
+            except NodeExistsError:
+                pass
+            current = self.controller_epoch()
+        epoch = current.value + 1
+
+        def writes(transaction):
+            transaction.create(CONTROLLER, controller.to_json(), ephemeral=True)
+            transaction.set_data(CONTROLLER_EPOCH, ControllerEpoch(epoch).to_json(),
+                                 current.zk_version)
+
+        try:
+            _, stat = self._commit(writes, None)
+        except (NodeExistsError, BadVersionError):
+            if self._ours(CONTROLLER):  # this session won already (a retried election)
+                return Election(*self.controller_epoch())
+            return None
+        return Election(epoch, stat.version)
