@@ -204,9 +204,36 @@ class BrokerConfig:
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     connections_max_idle_ms: int = 600_000
     queued_max_requests: int = 500
+    # Cluster mode (ZooKeeper): off while zookeeper_connect is None, the single node.
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int | None = None  # None: the session timeout
+    broker_rack: str | None = None
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    controller_socket_timeout_ms: int = 30_000
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether this broker is one of a cluster coordinated through ZooKeeper."""
+        return self.zookeeper_connect is not None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -277,6 +304,32 @@ _GROUP_KEYS = {
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, INT_MAX),
 }
 
+# Cluster mode (ZooKeeper): key -> (BrokerConfig attribute, minimum, maximum), Kafka's
+# defaults and bounds; none of them matters to the single node.
+_CLUSTER_INT_KEYS = {
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", 1, INT_MAX),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", 1, INT_MAX),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", 1, LONG_MAX),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 0, INT_MAX),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", 0, INT_MAX),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", 0, LONG_MAX),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
+    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", 1, 32767),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", 1, INT_MAX),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, INT_MAX),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", 0, INT_MAX),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", 0, INT_MAX),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 1, INT_MAX),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, INT_MAX),
+    "replica.socket.timeout.ms": ("replica_socket_timeout_ms", 1, INT_MAX),
+    "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
+}
+_CLUSTER_BOOL_KEYS = {
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+    "controlled.shutdown.enable": "controlled_shutdown_enable",
+}
+
 # Connection limits: key -> (BrokerConfig attribute, minimum, maximum).
 _CONNECTION_KEYS = {
     "max.connections": ("max_connections", 0, INT_MAX),
@@ -297,6 +350,22 @@ def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
             raise ConfigError(f"{key}: {item!r} is not host:count")
         overrides[host.strip().strip("[]")] = _int(key, count, 0)
     return overrides
+
+
+def _zookeeper_connect(key: str, value: str) -> str:
+    """Kafka's host:port[,host:port...][/chroot], checked so that kazoo never sees garbage."""
+    text = value.strip()
+    hosts, slash, chroot = text.partition("/")
+    if slash and (not chroot or chroot.endswith("/") or chroot.startswith("/") or "//" in chroot):
+        raise ConfigError(f"{key}: {value!r} has an invalid chroot (/path, no trailing '/')")
+    if not hosts:
+        raise ConfigError(f"{key}: {value!r} names no host:port")
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: {item!r} is not host:port")
+        _int(key, port, 0, 65535)
+    return text
 
 
 # INT keys in coarser units: key -> (LogConfig attribute, milliseconds per unit, minimum).
@@ -323,9 +392,15 @@ def static_broker_values(config: BrokerConfig) -> dict[str, str]:
         "producer.id.expiration.ms": config.producer_id_expiration_ms,
         "max.connections.per.ip.overrides": ",".join(
             f"{ip}:{count}" for ip, count in sorted(config.max_connections_per_ip_overrides.items())),
+        "zookeeper.connect": config.zookeeper_connect or "",
+        "broker.rack": config.broker_rack or "",
     }
-    for key, (attr, _, _) in {**_GROUP_KEYS, **_CONNECTION_KEYS}.items():
+    for key, (attr, _, _) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items():
         values[key] = getattr(config, attr)
+    values["zookeeper.connection.timeout.ms"] = (config.zookeeper_connection_timeout_ms
+                                                 or config.zookeeper_session_timeout_ms)
+    for key, attr in _CLUSTER_BOOL_KEYS.items():
+        values[key] = str(getattr(config, attr)).lower()
     return {key: str(value) for key, value in values.items()}
 
 
@@ -374,6 +449,15 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             setattr(config, attr, _int(key, value, minimum, maximum))
         elif key == "max.connections.per.ip.overrides":
             config.max_connections_per_ip_overrides = _per_ip_overrides(key, value)
+        elif key == "zookeeper.connect":
+            config.zookeeper_connect = _zookeeper_connect(key, value)
+        elif key == "broker.rack":
+            config.broker_rack = value.strip() or None
+        elif key in _CLUSTER_INT_KEYS:
+            attr, minimum, maximum = _CLUSTER_INT_KEYS[key]
+            setattr(config, attr, _int(key, value, minimum, maximum))
+        elif key in _CLUSTER_BOOL_KEYS:
+            setattr(config, _CLUSTER_BOOL_KEYS[key], _bool(key, value))
         else:
             warnings.append(f"unknown config key {key!r} ignored")
             continue

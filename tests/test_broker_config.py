@@ -142,11 +142,40 @@ def test_flags_override_the_file(tmp_path):
 
 
 def test_unknown_keys_warn(tmp_path):
-    config, warnings = config_from(tmp_path, "zookeeper.connect=localhost:2181\nnum.partitions=2\nfoo=bar")
+    config, warnings = config_from(tmp_path, "log.cleaner.threads=2\nnum.partitions=2\nfoo=bar")
     assert config.num_partitions == 2
     assert len(warnings) == 2
-    assert any("zookeeper.connect" in w for w in warnings) and any("'foo'" in w for w in warnings)
+    assert any("log.cleaner.threads" in w for w in warnings) and any("'foo'" in w for w in warnings)
     assert "foo" not in config.static
+
+
+def test_cluster_keys(tmp_path):
+    """Cluster mode's keys under Kafka's names and defaults; the single node has none set."""
+    single, _ = config_from(tmp_path, "num.partitions=1")
+    assert not single.cluster_mode
+    assert (single.zookeeper_session_timeout_ms, single.unclean_leader_election_enable,
+            single.auto_leader_rebalance_enable, single.controlled_shutdown_enable) == (18000, False, True, True)
+    config, warnings = config_from(tmp_path, "zookeeper.connect=127.0.0.1:2181,127.0.0.1:2182/sluice\n"
+                                             "broker.id=3\nbroker.rack=r1\n"
+                                             "unclean.leader.election.enable=true\n"
+                                             "offsets.topic.replication.factor=1\n"
+                                             "replica.fetch.wait.max.ms=50")
+    assert not warnings and config.cluster_mode
+    assert (config.zookeeper_connect, config.node_id, config.broker_rack) == (
+        "127.0.0.1:2181,127.0.0.1:2182/sluice", 3, "r1")
+    assert config.unclean_leader_election_enable and config.offsets_topic_replication_factor == 1
+    assert config.replica_fetch_wait_max_ms == 50
+
+
+@pytest.mark.parametrize("line", [
+    "zookeeper.connect=", "zookeeper.connect=localhost", "zookeeper.connect=localhost:2181/",
+    "zookeeper.connect=localhost:2181//x", "zookeeper.connect=localhost:70000",
+    "zookeeper.session.timeout.ms=0", "unclean.leader.election.enable=yes",
+    "offsets.topic.replication.factor=0", "transaction.state.log.min.isr=0",
+])
+def test_bad_cluster_values(tmp_path, line):
+    with pytest.raises(ConfigError, match=line.split("=")[0]):
+        config_from(tmp_path, line)
 
 
 @pytest.mark.parametrize("line", [

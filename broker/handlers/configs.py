@@ -15,8 +15,8 @@ from __future__ import annotations
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
-from broker.config import (_COARSE_UNITS, _CONNECTION_KEYS, _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS,
-                           static_broker_values)
+from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS, _CONNECTION_KEYS,
+                           _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, static_broker_values)
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 
 _Resp = DESCRIBE_CONFIGS.response
@@ -36,8 +36,10 @@ _STATIC_TYPES = {
     "default.replication.factor": _TYPE_INT, "auto.create.topics.enable": _TYPE_BOOLEAN,
     "socket.request.max.bytes": _TYPE_INT, "log.retention.check.interval.ms": _TYPE_LONG,
     "producer.id.expiration.ms": _TYPE_INT, "max.connections.per.ip.overrides": _TYPE_STRING,
-    **{key: _TYPE_INT if maximum == INT_MAX else _TYPE_LONG
-       for key, (_, _, maximum) in {**_GROUP_KEYS, **_CONNECTION_KEYS}.items()},
+    "zookeeper.connect": _TYPE_STRING, "broker.rack": _TYPE_STRING,
+    **{key: _TYPE_LONG if maximum > INT_MAX else _TYPE_INT
+       for key, (_, _, maximum) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items()},
+    **{key: _TYPE_BOOLEAN for key in _CLUSTER_BOOL_KEYS},
 }
 
 
