@@ -240,9 +240,12 @@ class PartitionLog:
         if recover_from is None and start == self.log_end_offset:
             return
         for segment, position, header in self._headers_from(start):
-            first = self.producer_state.update(header)
-            if first is not None and recover_from is not None and \
-                    segment.base_offset >= recover_from and self._is_abort(segment, position, header):
+            coordinator_epoch, abort = -1, False
+            if header.is_control:
+                coordinator_epoch, abort = self._stored_marker(segment, position, header)
+            first = self.producer_state.update(header, coordinator_epoch)
+            if first is not None and abort and recover_from is not None and \
+                    segment.base_offset >= recover_from:
                 segment.txn_index.append(self._aborted_entry(header.producer_id, first,
                                                              header.base_offset))
 
@@ -253,12 +256,13 @@ class PartitionLog:
                 yield segment, pos, header
 
     @staticmethod
-    def _is_abort(segment: LogSegment, position: int, header: BatchHeader) -> bool:
-        """Whether the control batch at `position` is an ABORT marker."""
+    def _stored_marker(segment: LogSegment, position: int, header: BatchHeader) -> tuple[int, bool]:
+        """(coordinator epoch, whether it is an ABORT) of the control batch at `position`,
+        so that a replay restores what the append recorded; (-1, False) if unreadable."""
         try:
-            return PartitionLog._marker_of(segment.region(position, position + header.size).read())[1]
+            return PartitionLog._marker_of(segment.region(position, position + header.size).read())
         except DecodeError:
-            return False
+            return -1, False
 
     def _aborted_entry(self, producer_id: int, first_offset: int, marker_offset: int) -> AbortedTxn:
         """The index entry of a transaction just aborted (the producer state already
