@@ -304,6 +304,40 @@ def test_a_trailing_partial_batch_is_ignored(tmp_path):
     close(leader, follower)
 
 
+def test_a_follower_behind_the_leader_log_start_starts_over_there(tmp_path):
+    clock = SteppedClock()
+    config = LogConfig(segment_bytes=600)
+    leader, follower = leader_and_follower(tmp_path, config, clock)
+    for i in range(3):
+        produce(leader, make_batch(2, pid=PID, epoch=0, seq=2 * i, tag=i))
+    replicate(leader, follower)
+    leader.make_leader(2, [LEADER, FOLLOWER], [LEADER])  # the follower falls behind
+    for i in range(12):
+        produce(leader, make_batch(3, tag=10 + i))
+    start = leader.log.segments[2].base_offset
+    leader.delete_records_before(start)
+    assert leader.log.segments[0].base_offset == start
+    with pytest.raises(BrokerError) as refused:  # the follower's next fetch
+        leader.read_as_follower(follower.log_end_offset, 1 << 20, True)
+    assert refused.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    follower.truncate_fully_and_start_at(leader.log_start_offset)
+    assert (follower.log_start_offset, follower.log_end_offset, follower.high_watermark) == (start,) * 3
+    assert follower.latest_epoch == -1 and not follower.log.producer_state.producers
+    assert not [n for n in os.listdir(follower.log.directory) if n.endswith(".snapshot")]
+    # A restart keeps the new start: the empty segment's file holds it.
+    follower.log.close()
+    follower = open_replica(tmp_path / "follower", FOLLOWER, config, clock, recovery_point=0)
+    follower.make_follower(LEADER, 2, [LEADER, FOLLOWER], [LEADER])
+    assert (follower.log_start_offset, follower.log_end_offset, follower.latest_epoch) == (start, start, -1)
+    assert not follower.log.producer_state.producers
+    leader.make_leader(3, [LEADER, FOLLOWER], [LEADER])
+    replicate(leader, follower, (500, 80))
+    # The leader's producer state still knows producer PID from the deleted records.
+    del leader.log.producer_state.producers[PID]
+    assert_same_log(leader, follower)
+    close(leader, follower)
+
+
 # -- divergence and truncation ------------------------------------------------------------
 
 def elect(new_leader: Partition, epoch: int, others: list[Partition]) -> None:

@@ -275,6 +275,12 @@ class Partition:
         follows it down if it was above."""
         self.log.truncate_to(offset)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it at `offset`: a follower whose log ends below the
+        leader's log start (the leader answered its fetch OFFSET_OUT_OF_RANGE) starts
+        over from the leader's log start offset."""
+        self.log.truncate_fully_and_start_at(offset)
+
     @property
     def latest_epoch(self) -> int:
         """The latest leader epoch this log holds records of (-1: none); what a follower

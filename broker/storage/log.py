@@ -213,6 +213,26 @@ class PartitionLog:
         self._load_producer_state(recover_from=None)
         self._after_truncation()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it again at `offset`, as Kafka's follower does when its
+        log ends below the leader's log start (the records it lacks were deleted there).
+        The empty first segment's file keeps the new start across a restart."""
+        try:
+            for segment in self.segments:
+                segment.delete()
+            self.producer_state.clear()
+            segment = LogSegment(self.directory, offset, self.config.index_interval_bytes,
+                                 self._clock.wall_ms())
+            os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise self._storage_error("empty", exc) from None
+        segment.next_offset = offset
+        self.segments = [segment]
+        self._base_offsets = [offset]
+        self._directory_unsynced = True
+        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self._write_epochs(self.epochs.clear)
+
     def _cut_segments_at(self, offset: int) -> None:
         """Cut the segment holding `offset` there and delete every later one: the one way
         the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
