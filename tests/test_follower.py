@@ -476,7 +476,7 @@ def test_only_the_leader_serves(tmp_path):
             with pytest.raises(BrokerError) as refused:
                 attempt()
             assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-        assert partition.shrink_isr() == []
+        assert partition.lagging_followers() == []
     assert follower.log_end_offset == 0
     assert leader.is_leader
     leader.check_leader()

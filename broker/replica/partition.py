@@ -32,6 +32,7 @@ coordinator) and the partition's log, as Kafka's `Partition` is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from wire.error_codes import ErrorCode
 from wire.records import BatchHeader
@@ -55,7 +56,9 @@ class FollowerState:
 
 class Partition:
     def __init__(self, log: PartitionLog, local_id: int, delayed: DelayedOperations, clock: Clock,
-                 lag_time_max_ms: int):
+                 lag_time_max_ms: int, on_isr_expanded: Callable[["Partition"], None] | None = None):
+        """`on_isr_expanded`: told when a follower joins the ISR here (a cluster broker
+        writes the change to ZooKeeper)."""
         self.log = log  # the partition's storage; only this class and its owner touch it
         self.topic = log.topic
         self.index = log.partition
@@ -64,6 +67,7 @@ class Partition:
         self._delayed = delayed
         self._clock = clock
         self._lag_time_max_ms = lag_time_max_ms
+        self._on_isr_expanded = on_isr_expanded
         # Until `make_leader`: no leader, and the high watermark stays as restored.
         self.leader_id = -1
         self.leader_epoch = log.epochs.latest_epoch
@@ -134,23 +138,27 @@ class Partition:
         if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
             self.isr.add(replica_id)
             self._state_changed()
+            if self._on_isr_expanded is not None:
+                self._on_isr_expanded(self)
         self._maybe_advance_high_watermark()
         return True
 
-    def shrink_isr(self) -> list[int]:
-        """Drop from the ISR the followers not caught up for replica.lag.time.max.ms;
-        returns them. A smaller ISR may let the high watermark move on. Only a leader
-        tracks its followers: a follower drops nobody."""
+    def lagging_followers(self) -> list[int]:
+        """The ISR's followers not caught up with the log end for replica.lag.time.max.ms
+        (none on a follower: only a leader tracks its followers)."""
         if not self.is_leader:
             return []
         now = self._clock.wall_ms()
-        lagging = sorted(r for r in self.isr if r != self.local_id
-                         and now - self._followers[r].last_caught_up_ms > self._lag_time_max_ms)
-        if lagging:
-            self.isr.difference_update(lagging)
+        return sorted(r for r in self.isr if r != self.local_id
+                      and now - self._followers[r].last_caught_up_ms > self._lag_time_max_ms)
+
+    def remove_from_isr(self, replicas: list[int]) -> None:
+        """Drop `replicas` from the ISR (a cluster broker once ZooKeeper has the smaller
+        ISR); the high watermark may move on."""
+        if self.isr & set(replicas):
+            self.isr.difference_update(replicas)
             self._state_changed()
             self._maybe_advance_high_watermark()
-        return lagging
 
     def _state_changed(self) -> None:
         self.state = PartitionState(self.index, self.leader_id, self.leader_epoch, tuple(self.replicas),
