@@ -17,7 +17,8 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, RolledBackError,
                               RuntimeInconsistency)
 
-from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONTROLLER,
+from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
+                                      CONFIG_CHANGES, CONTROLLER, ConfigChange,
                                       CONTROLLER_EPOCH, INITIAL_CONTROLLER_EPOCH,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
                                       BrokerRegistration, ClusterId, ControllerEpoch,
@@ -280,6 +281,48 @@ class ZkStore:
                 return False
             raise
         return True
+
+    def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
+        """Replace /config/topics/<topic> and note it under /config/changes, in one multi-op."""
+        path = topic_config_path(topic)
+        stat = self.client.exists(path)
+
+        def writes(transaction):
+            data = EntityConfig(configs).to_json()
+            if stat is None:
+                transaction.create(path, data)
+            else:
+                transaction.set_data(path, data, stat.version)
+            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"topics/{topic}").to_json(),
+                               sequence=True)
+
+        try:
+            self._commit(writes, None)
+        except (BadVersionError, NodeExistsError):
+            raise StaleVersion(f"{path} changed while it was being written") from None
+
+    def config_changes(self, after: int) -> list[tuple[int, ConfigChange, int]]:
+        """(sequence number, change, creation time in ms) of the /config/changes
+        notifications numbered above `after`, in order."""
+        found = []
+        for name in self.client.get_children(CONFIG_CHANGES):
+            if not name.startswith(CONFIG_CHANGE_PREFIX.rpartition("/")[2]):
+                continue
+            sequence = int(name[-10:])
+            if sequence <= after:
+                continue
+            try:
+                data, stat = self.client.get(f"{CONFIG_CHANGES}/{name}")
+            except NoNodeError:  # purged meanwhile
+                continue
+            found.append((sequence, ConfigChange.from_json(f"{CONFIG_CHANGES}/{name}", data), stat.ctime))
+        return sorted(found, key=lambda change: change[0])
+
+    def delete_config_change(self, sequence: int) -> None:
+        try:
+            self.client.delete(f"{CONFIG_CHANGE_PREFIX}{sequence:010d}")
+        except NoNodeError:
+            pass
 
     def request_topic_deletion(self, topic: str) -> None:
         """/admin/delete_topics/<topic>, which the controller acts on (once is enough)."""
