@@ -50,6 +50,9 @@ class BrokerChannel:
                                            request_timeout=request_timeout)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._current: asyncio.Future | None = None  # the request being delivered
+        # Besides cancelling the sender: Python 3.11's wait_for (inside the connection)
+        # swallows a cancellation that comes with the response it waited for.
+        self._closed = False
         self._sender = asyncio.get_running_loop().create_task(self._send_all())
 
     def send(self, api: Api, version: int, body: Struct) -> asyncio.Future:
@@ -60,16 +63,16 @@ class BrokerChannel:
         return future
 
     async def _send_all(self) -> None:
-        while True:
+        while not self._closed:
             api, version, body, self._current = await self._queue.get()
             response = await self._deliver(api, version, body)
             if not self._current.done():
                 self._current.set_result(response)
             self._current = None
 
-    async def _deliver(self, api: Api, version: int, body: Struct) -> Struct:
+    async def _deliver(self, api: Api, version: int, body: Struct) -> Struct | None:
         backoff = FIRST_RETRY_BACKOFF_S
-        while True:
+        while not self._closed:
             try:
                 response = await self.connection.request(api, version, body, negotiated=False)
             except (ConnectionFailed, RequestTimedOut, ProtocolViolation, KafkaError,
@@ -87,9 +90,11 @@ class BrokerChannel:
                 log.warning("controller: broker %d answered %s with error %d", self.broker_id,
                             api.name, response.error_code)
             return response
+        return None
 
     async def close(self) -> None:
         """Stops sending: queued requests' futures get None."""
+        self._closed = True
         self._sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._sender

@@ -7,17 +7,17 @@ without a trip through the event loop.
 """
 
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
-                           API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+                           API_VERSIONS, CONTROLLED_SHUTDOWN, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
                            DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
-                           DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
+                           DESCRIBE_TRANSACTIONS, ELECT_LEADERS, END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT,
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
                            LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 
-from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, fetch,
-                             groups, list_offsets, metadata, offset_for_leader_epoch, offsets,
+from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records,
+                             elect_leaders, fetch, groups, list_offsets, metadata, offset_for_leader_epoch, offsets,
                              produce, topics_admin, transactions)
 
 HANDLERS = {
@@ -56,6 +56,8 @@ HANDLERS = {
     DESCRIBE_TRANSACTIONS.key: transactions.describe_transactions,
     LIST_TRANSACTIONS.key: transactions.list_transactions,
     DESCRIBE_PRODUCERS.key: transactions.describe_producers,
+    ELECT_LEADERS.key: elect_leaders.handle,
+    CONTROLLED_SHUTDOWN.key: elect_leaders.controlled_shutdown,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
