@@ -479,8 +479,17 @@ def test_controlled_shutdown_moves_leadership_and_followers_out(connect):
             await other.controlled_shutdown(1, epoch)
         assert not_controller.value.code == ErrorCode.NOT_CONTROLLER
 
-        remaining = await controller.controlled_shutdown(1, epoch)
-        assert remaining == [("stuck", 0)]  # no other in-sync replica; RF 1 not counted
+        request = CONTROLLED_SHUTDOWN.request(broker_id=1, broker_epoch=epoch)
+        header = SimpleNamespace(request_api_version=3)
+        answer = await elect_leaders_handler.controlled_shutdown(
+            SimpleNamespace(controller=other), header, request, "127.0.0.1")
+        assert answer.error_code == ErrorCode.NOT_CONTROLLER
+        answer = await elect_leaders_handler.controlled_shutdown(
+            SimpleNamespace(controller=controller), header, request, "127.0.0.1")
+        assert answer.error_code == ErrorCode.NONE
+        # No other in-sync replica for "stuck"; "single" (one replica) is not counted.
+        assert [(p.topic_name, p.partition_index) for p in answer.remaining_partitions] == \
+            [("stuck", 0)]
         assert cluster.state("led", 0).value == LeaderAndIsr(2, 1, (2, 3), controller.epoch)
         assert cluster.state("follows", 0).value == LeaderAndIsr(2, 1, (2, 3), controller.epoch)
         assert cluster.state("single", 0).value.leader == 1

@@ -60,6 +60,8 @@ EPOCH_DURING_DELETE = -2
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 # ElectLeaders' election types.
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+# How long after a failed ZooKeeper call the controller campaigns again.
+CAMPAIGN_RETRY_S = 1.0
 # How many times a partition state write is tried again after another writer (a leader
 # changing its ISR) moved the znode on.
 STATE_WRITE_ATTEMPTS = 5
@@ -253,11 +255,12 @@ class Controller:
                 continue
             except KazooException as exc:
                 # ZooKeeper unreachable mid-event: what this controller knows may be
-                # half applied. Resign; a new campaign re-reads everything.
+                # half applied. Resign; a new campaign, once ZooKeeper may answer again,
+                # re-reads everything.
                 log.warning("controller %d: ZooKeeper failed during %s (%r): resigning",
                             self.broker_id, getattr(handler, "__name__", handler), exc)
                 await self._resign()
-                self._submit(self._campaign)
+                self.clock.call_later(CAMPAIGN_RETRY_S, partial(self._submit, self._campaign))
                 if reply is not None and not reply.done():
                     reply.set_exception(BrokerError(ErrorCode.NOT_CONTROLLER, repr(exc)))
                 continue
@@ -381,7 +384,7 @@ class Controller:
             if state is None:
                 if await self._initialize(tp):
                     batch.tell_replicas(ctx, tp, is_new=True)
-            elif not ctx.eligible(state.value.leader) and \
+            elif state.value.leader not in ctx.live and \
                     await self._elect_offline(tp, only_if_leader_found=state.value.leader == NO_LEADER):
                 batch.tell_replicas(ctx, tp)
 
@@ -456,7 +459,7 @@ class Controller:
                 unclean = await self._unclean_allowed(tp[0])
 
         def decide(current: LeaderAndIsr):
-            if ctx.eligible(current.leader):
+            if current.leader in ctx.live:
                 return None  # a leader came meanwhile
             chosen = elect_offline_leader(replicas, current.isr, ctx.eligible, unclean)
             if chosen is not None:
@@ -669,7 +672,7 @@ class Controller:
         live = ctx.live.get(broker_id)
         if live is None:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
-        if broker_epoch != -1 and broker_epoch != live.epoch:
+        if broker_epoch != -1 and broker_epoch < live.epoch:  # from an earlier registration
             raise BrokerError(ErrorCode.STALE_BROKER_EPOCH,
                               f"broker {broker_id}'s epoch is {live.epoch}, not {broker_epoch}")
         log.info("controller %d: broker %d shutting down", self.broker_id, broker_id)
@@ -721,7 +724,7 @@ class Controller:
                 continue
             if election_type == PREFERRED_ELECTION:
                 code = await self._elect_preferred(tp)
-            elif ctx.eligible(ctx.states[tp].value.leader):
+            elif ctx.states[tp].value.leader in ctx.live:
                 code = ErrorCode.ELECTION_NOT_NEEDED
             elif await self._elect_offline(tp, unclean=True, only_if_leader_found=True):
                 code = ErrorCode.NONE
