@@ -13,7 +13,6 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from kazoo.client import KazooClient
 
 from broker.cluster.controller import Controller
 from broker.cluster.zk_layout import (BrokerRegistration, EntityConfig, IsrChange, LeaderAndIsr,
