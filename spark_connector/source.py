@@ -63,6 +63,9 @@ _MIN_ARROW_ROWS = 4096  # smaller Kafka batches are merged before Spark sees the
 _STALL_PAUSE = 0.05  # seconds between fetches that brought none of a task's records
 _RESPONSE_OVERHEAD = 1024 * 1024  # room for a Fetch response's headers around its records
 _DRIVER_RETRY_TIMEOUT = 20.0  # seconds the driver retries one query, unless told otherwise
+# Retries are bounded by time, not count, as Kafka's clients bound them (retries MAX_INT,
+# default.api.timeout.ms): a leader's failover takes up to a ZooKeeper session timeout.
+_UNCOUNTED_RETRIES = 2**31 - 1
 
 
 class SluiceDataLossError(RuntimeError):
@@ -100,7 +103,8 @@ def _driver_client(options: SourceOptions) -> Client:
     """The driver's client. With fetchOffset.* set, its queries retry as Spark's do (that
     many times, a fixed interval apart), the time bound widened by those intervals so
     that every retry can happen."""
-    settings = {"client_id": "sluice-spark", "retry_timeout": _DRIVER_RETRY_TIMEOUT, **options.client}
+    settings = {"client_id": "sluice-spark", "retry_timeout": _DRIVER_RETRY_TIMEOUT,
+                "retries": _UNCOUNTED_RETRIES, **options.client}
     if options.fetch_offset_retry is not None:
         retries, interval_ms = options.fetch_offset_retry
         settings.update(retries=retries, retry_backoff=interval_ms / 1000, retry_backoff_max=interval_ms / 1000,
@@ -296,7 +300,7 @@ def read_range(part: OffsetRange):
     schema = arrow_schema(part.include_headers)
     settings = {"client_id": "sluice-spark-task",
                 "max_response_bytes": max(DEFAULT_MAX_RESPONSE_BYTES, part.fetch_bytes + _RESPONSE_OVERHEAD),
-                **dict(part.client)}
+                "retries": _UNCOUNTED_RETRIES, **dict(part.client)}
     client = Client(part.bootstrap_servers, call_timeout=part.poll_timeout_ms / 1000, **settings)
     try:
         offset = part.from_offset
