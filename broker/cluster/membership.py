@@ -37,7 +37,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN
 
 from broker.cluster.zk_layout import CONFIG_CHANGES, BrokerRegistration, Listener
-from broker.cluster.zk_store import StaleVersion, ZkStore
+from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.errors import BrokerError
 from broker.storage.checkpoint import write_atomically
 
@@ -48,7 +48,8 @@ _CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's: /config/changes notificati
 
 
 class InconsistentBroker(RuntimeError):
-    """The data dir belongs to another cluster or another broker id."""
+    """This broker cannot join: ZooKeeper cannot be reached, the data dir belongs to another
+    cluster or another broker id, or a live broker has its id."""
 
 
 def new_cluster_id() -> str:
@@ -168,8 +169,12 @@ class ClusterMembership:
         host, port = self._config.advertised
         registration = BrokerRegistration((Listener("PLAINTEXT", host, port),),
                                           self._broker.clock.wall_ms(), self._config.broker_rack)
-        self._broker.broker_epoch = await asyncio.to_thread(
-            self.zk.register_broker, self._config.node_id, registration)
+        try:
+            self._broker.broker_epoch = await asyncio.to_thread(
+                self.zk.register_broker, self._config.node_id, registration)
+        except BrokerIdInUse as exc:
+            raise InconsistentBroker(f"{exc}: another broker runs with broker.id "
+                                     f"{self._config.node_id}") from None
         log.info("registered as broker %d (broker epoch %d)", self._config.node_id,
                  self._broker.broker_epoch)
 
@@ -187,10 +192,18 @@ class ClusterMembership:
         task.add_done_callback(self._tasks.discard)
 
     async def _reregister(self) -> None:
-        try:
-            await self._register()
-        except (KazooException, OSError) as exc:
-            log.warning("cannot register again after the ZooKeeper session expired: %s", exc)
+        """Register again with the new session, trying for as long as a session lasts."""
+        attempts = max(1, self._config.zookeeper_session_timeout_ms // 1000)
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._register()
+                return
+            except (KazooException, InconsistentBroker) as exc:
+                log.warning("cannot register again after the ZooKeeper session expired "
+                            "(attempt %d of %d): %s", attempt, attempts, exc)
+            await self._broker.clock.sleep(1.0)
+        log.error("broker %d stays unregistered: the controller will not give it partitions "
+                  "until it restarts", self._config.node_id)
 
     # -- producer ids -----------------------------------------------------------------------
     def claim_producer_ids(self, size: int) -> int:
