@@ -57,10 +57,11 @@ class Broker:
             self.served_apis = handlers.CLUSTER_SERVED_APIS
             self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
             self.replicas = ReplicaManager(self)
-            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_may_change)
+            self.metadata = MetadataCache(config.node_id)
+            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_may_change,
+                                       lambda topic, p: self.metadata.partition_state(topic, p) is not None)
             self.cluster = ClusterMembership(self)
             self.zk = self.cluster.zk
-            self.metadata = MetadataCache(config.node_id)
             self.admin = ClusterTopicAdmin(self)
             self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
         else:

@@ -111,10 +111,14 @@ def validate_topic_name(name: str | None) -> None:
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock,
-                 on_isr_expanded=None):
-        """`on_isr_expanded`: given to every partition (see `Partition`)."""
+                 on_isr_expanded=None, known_in_cluster=None):
+        """`on_isr_expanded`: given to every partition (see `Partition`).
+        `known_in_cluster(topic, partition)`: whether the cluster has that partition (a
+        lookup of one this broker holds no replica of is then NOT_LEADER_OR_FOLLOWER, as
+        Kafka answers it, rather than UNKNOWN_TOPIC_OR_PARTITION)."""
         self.config = config
         self._on_isr_expanded = on_isr_expanded
+        self._known_in_cluster = known_in_cluster
         self._delayed = delayed
         self._clock = clock
         self.data_dir = config.data_dir
@@ -191,6 +195,9 @@ class TopicManager:
     def partition(self, topic: str, partition: int) -> Partition:
         entry = self.topics.get(topic)
         if entry is None or partition not in entry.partitions:
+            if self._known_in_cluster is not None and self._known_in_cluster(topic, partition):
+                raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                  f"broker {self.config.node_id} holds no replica of {topic}-{partition}")
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               f"this broker has no partition {topic}-{partition}")
         return entry.partitions[partition]

@@ -73,7 +73,12 @@ def _build(broker, request, version):
                                       preferred_read_replica=-1, records=b"")
             partitions_out.append(out)
             if topic is None:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                known = (broker.metadata.topic_by_id(fetch_topic.topic_id) if version >= 13
+                         else broker.metadata.topic(name))
+                if known is not None:  # a cluster's topic this broker holds no replica of
+                    out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                else:
+                    out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 settled = True
                 continue
             try:
