@@ -313,11 +313,15 @@ def planned_state(args, previous: ClusterState | None) -> ClusterState:
 # -- actions --------------------------------------------------------------------------------
 
 def start(args) -> int:
-    from sluice.zookeeper import ZooKeeperServer, ZooKeeperUnavailable
+    from sluice.zookeeper import ZooKeeperServer, ZooKeeperUnavailable, zookeeper_command
 
     data_dir: Path = args.data_dir.resolve()
     if data_dir.exists() and not data_dir.is_dir():
         raise CommandError(f"--data-dir {args.data_dir} is not a directory")
+    try:  # before anything is written: java and the jars are there
+        zookeeper_command(data_dir / "zookeeper" / "zoo.cfg")
+    except ZooKeeperUnavailable as exc:
+        raise CommandError(str(exc)) from None
     previous = read_state(data_dir)
     if previous is not None:
         up = [name for name, running in running_processes(data_dir, previous).items() if running]
