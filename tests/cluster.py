@@ -420,7 +420,7 @@ class Anomalies:
     lost: int = 0  # acknowledged, never read
     duplicated: int = 0  # a value read more than once (extra copies)
     out_of_order: int = 0  # per partition, a producer's value read after a later one of it
-    offsets_backwards: int = 0  # offsets read, or acknowledged, not increasing per partition
+    offsets_backwards: int = 0  # per partition, offsets read (or one producer's acknowledged) not increasing
     moved: int = 0  # acknowledged at one offset, read at another
     examples: list[str] = dataclasses.field(default_factory=list)
 
@@ -441,8 +441,8 @@ def _sequence(value: bytes) -> tuple[str, int]:
 
 
 def count_anomalies(acked: Iterable[Acked], read: Iterable[Read]) -> Anomalies:
-    """Compare what producers had acknowledged (in acknowledgement order) with what a
-    consumer read (in offset order per partition)."""
+    """Compare what producers had acknowledged (each producer's in acknowledgement order)
+    with what a consumer read (in offset order per partition)."""
     acked, read = list(acked), list(read)
     result = Anomalies(len(acked), len(read))
 
@@ -472,13 +472,14 @@ def count_anomalies(acked: Iterable[Acked], read: Iterable[Read]) -> Anomalies:
             result.duplicated += len(copies) - 1
             note(f"{value!r} read {len(copies)} times: "
                  f"{[(c.partition, c.offset) for c in copies]}")
-    acked_offset: dict[int, int] = {}
+    acked_offset: dict[tuple[int, str], int] = {}  # (partition, producer): last offset
     for ack in acked:
-        if ack.offset <= acked_offset.get(ack.partition, -1):
+        key = (ack.partition, _sequence(ack.value)[0])
+        if ack.offset <= acked_offset.get(key, -1):
             result.offsets_backwards += 1
             note(f"{ack.value!r} acknowledged at {ack.partition}/{ack.offset} after offset "
-                 f"{acked_offset[ack.partition]}")
-        acked_offset[ack.partition] = max(ack.offset, acked_offset.get(ack.partition, -1))
+                 f"{acked_offset[key]}")
+        acked_offset[key] = max(ack.offset, acked_offset.get(key, -1))
         copies = read_at.get(ack.value)
         if not copies:
             result.lost += 1

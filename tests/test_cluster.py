@@ -76,6 +76,9 @@ def test_the_verifier_counts_each_anomaly_by_name():
 
     backwards_read = count_anomalies([], [Read(0, 5, b"p-0"), Read(0, 5, b"p-1")])
     assert backwards_read.offsets_backwards == 1
+    two_producers = count_anomalies([Acked(0, 1, b"p-0"), Acked(0, 2, b"p-1"), Acked(0, 0, b"q-0")],
+                                    [Read(0, 0, b"q-0"), Read(0, 1, b"p-0"), Read(0, 2, b"p-1")])
+    assert two_producers.clean, two_producers.summary()
     backwards_acked = count_anomalies([Acked(0, 7, b"p-0"), Acked(0, 3, b"p-1")],
                                       [Read(0, 3, b"p-1"), Read(0, 7, b"p-0")])
     assert backwards_acked.offsets_backwards == 1 and backwards_acked.out_of_order == 1
