@@ -180,7 +180,7 @@ class Cluster:
         def formed() -> bool:
             live = set(self.live)
             for broker_id in live:
-                metadata = self._try_metadata(broker_id)
+                metadata = self._try_metadata(broker_id, [])
                 if (metadata is None or set(metadata.brokers) != live
                         or metadata.controller_id not in live):
                     return False
@@ -191,7 +191,7 @@ class Cluster:
     def controller_id(self, timeout: float = 30.0) -> int:
         """The controller, as the live brokers' Metadata names it once they agree."""
         def agreed() -> int | None:
-            seen = {getattr(self._try_metadata(b), "controller_id", None) for b in self.live}
+            seen = {getattr(self._try_metadata(b, []), "controller_id", None) for b in self.live}
             if len(seen) == 1:
                 (controller,) = seen
                 return controller if controller in self.live else None
@@ -297,7 +297,7 @@ class Workload:
     acknowledged, in order, and the errors of what was not, by name."""
 
     def __init__(self, bootstrap_servers: str, topic: str, partitions: int, *, seed: int,
-                 name: str = "p0", rate: float = 200.0, count: int = 100_000,
+                 name: str = "p0", rate: float = 200.0, count: int = 30_000,
                  config: Mapping[str, object] | None = None):
         self.topic = topic
         self.partitions = partitions
@@ -367,6 +367,13 @@ class Workload:
         self._thread.join(10)
         remaining = self.producer.flush(timeout)
         assert remaining == 0, f"{remaining} values of {self.name} still in flight after {timeout:g} s"
+
+    def abandon(self) -> None:
+        """Stop sending and drop what is in flight (a test's teardown after a failure)."""
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.purge()
+        self.producer.flush(0)
 
 
 @dataclasses.dataclass

@@ -58,6 +58,22 @@ def seed(request):
     return value
 
 
+@pytest.fixture
+def start_run(cluster, seed, request):
+    """Run(...) for this test's cluster and seed; its producers stop at teardown whatever
+    happened."""
+    runs = []
+
+    def start(**options) -> Run:
+        runs.append(Run(cluster, seed, request.node.name, **options))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        for workload in run.workloads:
+            workload.abandon()
+
+
 class Run:
     """The topic and its two producers, started; `check()` finishes them and asserts a
     clean read-back."""
@@ -93,8 +109,8 @@ class Run:
         assert anomalies.acknowledged >= 2 * PROGRESS
 
 
-def test_sigkill_the_leader_of_the_busiest_partition(cluster, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_sigkill_the_leader_of_the_busiest_partition(cluster, start_run):
+    run = start_run()
     partition = run.busiest_partition()
     leader = cluster.leader_of(TOPIC, partition)
     cluster.kill(leader)
@@ -107,8 +123,8 @@ def test_sigkill_the_leader_of_the_busiest_partition(cluster, seed, request):
     run.check()
 
 
-def test_sigkill_the_controller(cluster, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_sigkill_the_controller(cluster, start_run):
+    run = start_run()
     controller = cluster.controller_id()
     cluster.kill(controller)
     successor = cluster.controller_id()
@@ -125,8 +141,8 @@ def test_sigkill_the_controller(cluster, seed, request):
     run.check()
 
 
-def test_sigkill_a_follower_then_restart_it(cluster, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_sigkill_a_follower_then_restart_it(cluster, start_run):
+    run = start_run()
     partition = run.busiest_partition()
     info = cluster.partitions(TOPIC)[partition]
     follower = run.rng.choice(sorted(set(info.replicas) - {info.leader_id}))
@@ -140,8 +156,8 @@ def test_sigkill_a_follower_then_restart_it(cluster, seed, request):
     run.check()
 
 
-def test_sigstop_the_leader_past_its_session_then_sigcont(cluster, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_sigstop_the_leader_past_its_session_then_sigcont(cluster, start_run):
+    run = start_run()
     partition = run.busiest_partition()
     leader = cluster.leader_of(TOPIC, partition)
     cluster.pause(leader)
@@ -160,8 +176,8 @@ def test_sigstop_the_leader_past_its_session_then_sigcont(cluster, seed, request
 
 
 @pytest.mark.chaos
-def test_a_rolling_restart_with_controlled_shutdown(cluster, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_a_rolling_restart_with_controlled_shutdown(cluster, start_run):
+    run = start_run()
     for broker_id in run.rng.sample(cluster.ids, len(cluster.ids)):
         started = time.monotonic()
         assert cluster.stop(broker_id) == 0, cluster.output(broker_id)
@@ -178,8 +194,8 @@ def test_a_rolling_restart_with_controlled_shutdown(cluster, seed, request):
 
 
 @pytest.mark.chaos
-def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, seed, request):
-    run = Run(cluster, seed, request.node.name)
+def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, start_run):
+    run = start_run()
     leaders = {p: info.leader_id for p, info in cluster.partitions(TOPIC).items()}
     zookeeper.stop()
     outage_end = time.monotonic() + 10
@@ -207,9 +223,9 @@ def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, seed, request):
 
 
 @pytest.mark.chaos
-def test_with_unclean_election_off_a_partition_without_isr_stays_offline(cluster, seed, request):
+def test_with_unclean_election_off_a_partition_without_isr_stays_offline(cluster, start_run):
     topic = "fragile"
-    run = Run(cluster, seed, request.node.name, topic=topic, partitions=1)
+    run = start_run(topic=topic, partitions=1)
     info = cluster.partitions(topic)[0]
     leader = info.leader_id
     followers = sorted(set(info.replicas) - {leader})
