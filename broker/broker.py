@@ -10,11 +10,9 @@ Bytes after a request body's last field are ignored, as Kafka ignores them.
 from __future__ import annotations
 
 import asyncio
-import base64
 import inspect
 import logging
 import os
-import uuid
 
 from wire.messages import API_VERSIONS
 from wire.primitives import DecodeError
@@ -24,11 +22,14 @@ from broker import handlers
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
-from broker.cluster.metadata import LocalMetadata
+from broker.cluster.metadata import LocalMetadata, MetadataCache
 from broker.errors import BrokerError
 from broker.groups.coordinator import GroupCoordinator
-from broker.producer_ids import ProducerIdAllocator
+from broker.cluster.admin import ClusterTopicAdmin
+from broker.cluster.membership import ClusterMembership, new_cluster_id
+from broker.producer_ids import ProducerIdAllocator, local_block_reserver
 from broker.replica.delayed import DelayedOperations
+from broker.replica.manager import ReplicaManager
 from broker.server import CloseConnection, KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
@@ -53,8 +54,24 @@ class Broker:
         self.topics = TopicManager(config, self.delayed, clock)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
-        self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-id-block"))
-        self.metadata = LocalMetadata(config.node_id, lambda: self.config.advertised, self.topics)
+        self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
+        self.controller = None  # in a cluster: this broker's controller (active or not), once joined
+        if config.cluster_mode:
+            self.served_apis = handlers.CLUSTER_SERVED_APIS
+            self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
+            self.cluster = ClusterMembership(self)
+            self.zk = self.cluster.zk
+            self.metadata = MetadataCache(config.node_id)
+            self.replicas = ReplicaManager(self)
+            self.admin = ClusterTopicAdmin(self)
+            self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
+        else:
+            self.served_apis = handlers.SERVED_APIS
+            self._handlers = handlers.HANDLERS
+            self.cluster = self.zk = self.replicas = self.admin = None
+            self.metadata = LocalMetadata(config.node_id, lambda: self.config.advertised, self.topics)
+            self.producer_ids = ProducerIdAllocator(
+                local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
         self.server = KafkaServer(self.handle_frame, config.host, config.port, Limits(
             max_request_bytes=config.socket_request_max_bytes,
             max_connections=config.max_connections,
@@ -68,13 +85,20 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         self.dynamic_configs.load()  # the topic defaults the logs open with
-        self.clean_start = self.topics.load()
-        self.groups.load()
-        self.transactions.load()  # after the groups: completing transactions commits their offsets
+        if self.cluster is not None:
+            await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
         self.metadata.cluster_id = self._load_cluster_id()
+        self.clean_start = self.topics.load()
+        if self.cluster is None:
+            self.groups.load()
+            self.transactions.load()  # after the groups: completing transactions commits their offsets
+        else:
+            await self.cluster.remove_stray_replicas()
         await self.server.start()
         if self.config.port == 0:
             self.config.port = self.server.port
+        if self.cluster is not None:
+            await self.cluster.join()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._every(self.config.retention_check_interval_ms / 1000,
                                                     self.enforce_retention)),
@@ -97,7 +121,10 @@ class Broker:
                  self.config.data_dir, "clean" if self.clean_start else "recovered")
 
     async def stop(self) -> None:
-        """Answer in-flight requests, stop upkeep, flush and close every log."""
+        """Answer in-flight requests, stop upkeep, flush and close every log. A cluster
+        broker first hands its leaderships over (controlled shutdown) and leaves."""
+        if self.cluster is not None:
+            await self.cluster.leave()
         await self.server.stop()
         for task in self._tasks:
             task.cancel()
@@ -106,17 +133,29 @@ class Broker:
         log.info("Sluice broker (node %d) stopped cleanly", self.node_id)
 
     def _load_cluster_id(self) -> str:
+        """The cluster id in the data dir's meta.properties, written at the first start (as
+        Kafka writes it). A cluster broker takes the cluster's id from ZooKeeper and refuses
+        a data dir of another cluster or of another broker id."""
         path = os.path.join(self.config.data_dir, "meta.properties")
+        os.makedirs(self.config.data_dir, exist_ok=True)
         props = {}
         if os.path.exists(path):
             with open(path) as f:
                 props = dict(line.strip().split("=", 1) for line in f if "=" in line)
+        if self.cluster is not None:
+            return self.cluster.check_meta_properties(path, props)
         if "cluster.id" not in props:
-            props = {"version": "1", "cluster.id":
-                     base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode(),
-                     "node.id": str(self.node_id)}
+            props = {"version": "1", "cluster.id": new_cluster_id(), "node.id": str(self.node_id)}
             write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
         return props["cluster.id"]
+
+    def auto_create_topic(self, name: str):
+        """A topic a Metadata request names, created with the broker's defaults: the
+        topic, or None while a cluster creates it."""
+        if self.admin is None:
+            return self.topics.create(name, self.config.num_partitions, {})
+        self.cluster.create_topic_soon(name)
+        return None
 
     async def _every(self, seconds: float, job) -> None:
         write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
@@ -150,18 +189,17 @@ class Broker:
         """The response chunks to one request frame (None: no response), or an
         awaitable of them when the handler must wait."""
         try:
-            header, body = decode_request(frame, allow_trailing_bytes=True,
-                                          apis=handlers.SERVED_APIS)
+            header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
         except UnsupportedRequest as exc:
             header = exc.header
             if header.request_api_key == API_VERSIONS.key:
-                body = handlers.api_versions.unsupported_version_response()
+                body = handlers.api_versions.unsupported_version_response(self)
                 return encode_response_writer(API_VERSIONS.key, 0, header.correlation_id,
                                               body).getchunks()
             raise CloseConnection(f"{exc} (client {header.client_id!r})") from None
         except DecodeError as exc:
             raise CloseConnection(f"malformed request: {exc}") from None
-        handler = handlers.HANDLERS.get(header.request_api_key)
+        handler = self._handlers.get(header.request_api_key)
         if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")

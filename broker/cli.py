@@ -9,6 +9,7 @@ import resource
 import signal
 import sys
 
+from broker.cluster.membership import InconsistentBroker
 from broker.config import ConfigError, build_config, read_properties
 from broker.failpoints import check_enabled_points
 
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     raise_open_files_limit()
     try:
         asyncio.run(serve(config))
-    except OSError as exc:
+    except (OSError, InconsistentBroker) as exc:
         print(f"sluice broker: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -71,7 +71,9 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
-    partitions: list[Partition] = field(default_factory=list)
+    # The partitions this broker holds a replica of, by index: every one on the single
+    # node, those the controller assigned it in a cluster.
+    partitions: dict[int, Partition] = field(default_factory=dict)
     # The Metadata handler's encoded entries for this topic, per version, with the partition
     # state they describe; kept here so that they go when the topic does.
     encoded_metadata: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
@@ -80,6 +82,18 @@ class Topic:
     def internal(self) -> bool:
         """The broker's own topics (group offsets, transaction state), as Kafka names them."""
         return self.name in INTERNAL_TOPICS
+
+
+def _local_partitions(entry: dict) -> list[int]:
+    """The partition indexes a registry entry holds: a count (every partition, as the
+    single node writes it) or the list of indexes (a cluster broker's replicas)."""
+    partitions = entry["partitions"]
+    return list(range(partitions)) if isinstance(partitions, int) else partitions
+
+
+def _registry_partitions(topic: Topic) -> int | list[int]:
+    indexes = sorted(topic.partitions)
+    return len(indexes) if indexes == list(range(len(indexes))) else indexes
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -120,12 +134,12 @@ class TopicManager:
         for name, entry in registry.items():
             topic = Topic(name, uuid.UUID(entry["id"]), entry.get("configs", {}))
             log_config = self.config.log_config(topic.configs)
-            for p in range(entry["partitions"]):
-                topic.partitions.append(self._partition(PartitionLog(
+            for p in _local_partitions(entry):
+                topic.partitions[p] = self._partition(PartitionLog(
                     self._partition_dir(name, p), name, p, log_config,
                     recovery_point=None if clean else recovery.get((name, p), 0),
                     log_start_offset=starts.get((name, p), 0),
-                    high_watermark=high_watermarks.get((name, p), 0), clock=self._clock)))
+                    high_watermark=high_watermarks.get((name, p), 0), clock=self._clock))
             self._register(topic)
         if os.path.exists(marker):
             os.unlink(marker)  # from now on, a crash leaves no marker
@@ -144,7 +158,7 @@ class TopicManager:
         for name, entry in list(registry.items()):
             if uuid.UUID(entry["id"]).hex in deleted_ids:
                 del registry[name]
-                for p in range(entry["partitions"]):
+                for p in _local_partitions(entry):
                     shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)
                 log.info("finished deleting topic %s", name)
         self._deleted_dirs = [os.path.join(self.data_dir, name) for name in deleted]
@@ -173,21 +187,82 @@ class TopicManager:
     # -- lookups ---------------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> Partition:
         entry = self.topics.get(topic)
-        if entry is None or not 0 <= partition < len(entry.partitions):
+        if entry is None or partition not in entry.partitions:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               f"this broker has no partition {topic}-{partition}")
         return entry.partitions[partition]
 
     def all_partitions(self):
         for topic in self.topics.values():
-            yield from topic.partitions
+            yield from topic.partitions.values()
 
     def _partition(self, log: PartitionLog) -> Partition:
-        """The log's partition, led by this broker alone (the single node)."""
+        """The log's partition: led by this broker alone on the single node; in a cluster
+        without a role until the controller gives it one."""
         partition = Partition(log, self.config.node_id, self._delayed, self._clock,
                               self.config.replica_lag_time_max_ms)
-        partition.lead_alone()
+        if not self.config.cluster_mode:
+            partition.lead_alone()
         return partition
+
+    # -- a cluster broker's replicas -------------------------------------------------
+    def replica(self, name: str, topic_id: uuid.UUID, index: int) -> Partition | None:
+        """This broker's replica of the partition of the topic with `topic_id`, if any."""
+        topic = self.topics.get(name)
+        if topic is None or topic.topic_id != topic_id:
+            return None
+        return topic.partitions.get(index)
+
+    def open_replica(self, name: str, topic_id: uuid.UUID, index: int, configs: dict[str, str]) -> Partition:
+        """Create this broker's replica of a partition the controller assigned it. A local
+        topic of that name with another id was deleted in the cluster: it goes first."""
+        topic = self.topics.get(name)
+        if topic is not None and topic.topic_id != topic_id:
+            log.info("topic %s (id %s) was deleted in the cluster; removing its local logs",
+                     name, topic.topic_id)
+            self.delete(name)
+            topic = None
+        if topic is None:
+            try:
+                overrides = parse_topic_configs(configs)
+            except ConfigError as exc:  # written by another broker's version: keep the defaults
+                log.warning("topic %s: ignoring its configs from ZooKeeper: %s", name, exc)
+                overrides = {}
+            topic = Topic(name, topic_id, overrides)
+            self._register(topic)
+        self._check_budget(name, 1)
+        shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)  # a stray of a deleted topic
+        try:
+            topic.partitions[index] = self._partition(PartitionLog(
+                self._partition_dir(name, index), name, index, self.config.log_config(topic.configs),
+                recovery_point=None, clock=self._clock))
+            self._write_registry()
+        except OSError as exc:
+            self._remove_new_logs(topic, index, index + 1)
+            if not topic.partitions:
+                del self.topics[name], self.by_id[topic_id]
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"cannot create the replica {name}-{index}: {exc}") from None
+        return topic.partitions[index]
+
+    def delete_replica(self, name: str, index: int) -> None:
+        """Remove this broker's replica of a partition (its topic deleted, or the replica
+        moved away); the topic goes with its last local partition."""
+        topic = self.topics.get(name)
+        if topic is None or index not in topic.partitions:
+            return
+        if len(topic.partitions) == 1:
+            self.delete(name)
+            return
+        partition = topic.partitions.pop(index)
+        renamed = f"{partition.log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+        try:
+            partition.log.delete(renamed)
+            self._deleted_dirs.append(renamed)
+            self._write_registry()
+        except OSError as exc:
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"cannot delete the replica {name}-{index}: {exc}") from None
 
     # -- changes ---------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
@@ -230,10 +305,10 @@ class TopicManager:
         del self.topics[name]
         del self.by_id[topic.topic_id]
         renamed = [f"{partition.log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
-                   for partition in topic.partitions]
+                   for partition in topic.partitions.values()]
         self._deleted_dirs += renamed
         try:
-            for partition, renamed_to in zip(topic.partitions, renamed):
+            for partition, renamed_to in zip(topic.partitions.values(), renamed):
                 partition.log.delete(renamed_to)
         except OSError as exc:
             if not any(os.path.exists(directory) for directory in renamed):
@@ -305,7 +380,7 @@ class TopicManager:
 
     def _apply_log_config(self, topic: Topic) -> None:
         log_config = self.config.log_config(topic.configs)
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
             partition.log.config = log_config
 
     def _check_budget(self, name: str, adding: int) -> None:
@@ -329,9 +404,9 @@ class TopicManager:
         current = len(topic.partitions)
         try:
             for p in range(current, count):
-                topic.partitions.append(self._partition(PartitionLog(
+                topic.partitions[p] = self._partition(PartitionLog(
                     self._partition_dir(topic.name, p), topic.name, p, log_config,
-                    recovery_point=None, clock=self._clock)))
+                    recovery_point=None, clock=self._clock))
         except OSError as exc:
             self._remove_new_logs(topic, current, count)
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
@@ -340,7 +415,8 @@ class TopicManager:
     def _remove_new_logs(self, topic: Topic, first: int, end: int | None = None) -> None:
         """Forget partitions `first`.. of `topic` (up to `end`) and remove their directories."""
         end = len(topic.partitions) if end is None else end
-        del topic.partitions[first:]
+        for p in range(first, end):
+            topic.partitions.pop(p, None)
         for p in range(first, end):
             shutil.rmtree(self._partition_dir(topic.name, p), ignore_errors=True)
 
@@ -363,8 +439,8 @@ class TopicManager:
             raise RuntimeError(f"{path} is corrupt ({exc}); refusing to start") from None
 
     def _write_registry(self) -> None:
-        registry = {t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
-                    for t in self.topics.values()}
+        registry = {t.name: {"id": str(t.topic_id), "partitions": _registry_partitions(t),
+                             "configs": t.configs} for t in self.topics.values()}
         write_atomically(os.path.join(self.data_dir, REGISTRY),
                          json.dumps(registry, indent=1, sort_keys=True).encode())
         for directory in self._deleted_dirs:

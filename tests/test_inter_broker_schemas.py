@@ -10,9 +10,11 @@ issue 17. Here:
   gives the message back, re-encoding gives them again). ControlledShutdown v0 is framed
   with request header v0, which has no client id. (test_codec_roundtrip covers every
   version with generated bodies; test_schema_reference checks the tables against Kafka's.)
-- Knowing a schema serves nothing: ApiVersions lists only what broker/handlers serves, the
-  wire client negotiates none of them, and a request at one of them is refused unread and
-  the connection closed with a log line, as for an API key the codec does not know.
+- The single node serves none of them: its ApiVersions lists only broker/handlers'
+  HANDLERS, the wire client negotiates none of them, and a request at one of them is
+  refused unread and the connection closed with a log line, as for an API key the codec
+  does not know. A cluster broker also serves the controller's requests (CLUSTER_HANDLERS;
+  tests/test_cluster*.py), and asks its controller with ControlledShutdown.
 """
 
 from __future__ import annotations
@@ -502,9 +504,10 @@ def test_none_is_served_listed_or_negotiated():
         assert APIS[api.key] is api
         assert api.key not in handlers.HANDLERS
         assert api.key not in handlers.SERVED_APIS
-        assert api.key not in handlers.MIN_VERSIONS and api.key not in handlers.MAX_VERSIONS
-        assert api.key not in CLIENT_VERSIONS
+        assert api.key not in CLIENT_VERSIONS or api is CONTROLLED_SHUTDOWN
     assert sorted(handlers.SERVED_APIS) == sorted(handlers.HANDLERS)
+    assert sorted(handlers.CLUSTER_SERVED_APIS) == sorted({**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS})
+    assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key} <= set(handlers.CLUSTER_HANDLERS)
 
 
 def request_frame(api, version: int, correlation_id: int) -> bytes:

@@ -2,15 +2,21 @@
 with their ids, and each partition's replicas, leader, leader epoch and ISR.
 
 Metadata, DescribeCluster, FindCoordinator and the admin handlers answer from a
-`ClusterMetadata`, never from the broker's own identity or its logs, so that a
-ZooKeeper-backed view can replace the single-node one without touching them.
-`LocalMetadata` is the single node: the only broker, the controller, and the leader of
-every partition with ISR = {itself}, as the partitions (`broker.replica.partition`) say.
+`ClusterMetadata`, never from the broker's own identity or its logs.
+- `LocalMetadata` is the single node: the only broker, the controller, and the leader of
+  every partition with ISR = {itself}, as the partitions (`broker.replica.partition`) say.
+- `MetadataCache` is a cluster broker's view, as Kafka's brokers keep it: what the
+  controller's UpdateMetadata requests said (live brokers, the controller, every topic's
+  partitions with leader, epoch, replicas, ISR and offline replicas). It changes only by
+  those requests; one from an older controller epoch is refused. Partition states are
+  incremental (only the partitions listed change); a partition whose leader is -2
+  (Kafka's LeaderDuringDelete) is being deleted and leaves the view.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
 from wire.error_codes import ErrorCode
@@ -36,8 +42,34 @@ class PartitionState:
     offline_replicas: tuple[int, ...] = ()
 
 
+LEADER_DURING_DELETE = -2
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass
+class MetadataTopic:
+    """A topic as a cluster broker's view knows it (the single node's `Topic` has the
+    same name, topic_id, internal and encoded_metadata)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    # The Metadata handler's encoded entries per version (see broker.handlers.metadata).
+    encoded_metadata: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in _INTERNAL_TOPICS
+
+
 class ClusterMetadata(Protocol):
     cluster_id: str
+
+    def topics(self) -> Iterable: ...
+
+    def topic(self, name: str): ...
+
+    def topic_by_id(self, topic_id: uuid.UUID): ...
 
     @property
     def controller_id(self) -> int: ...
@@ -69,6 +101,15 @@ class LocalMetadata:
     def controller_id(self) -> int:
         return self.node_id
 
+    def topics(self):
+        return self._topics.topics.values()
+
+    def topic(self, name: str):
+        return self._topics.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID):
+        return self._topics.by_id.get(topic_id)
+
     def brokers(self) -> list[BrokerEndpoint]:
         host, port = self._endpoint()
         return [BrokerEndpoint(self.node_id, host, port)]
@@ -77,17 +118,10 @@ class LocalMetadata:
         return next((b for b in self.brokers() if b.node_id == node_id), None)
 
     def partition_states(self, topic) -> list[PartitionState]:
-        return [p.state for p in topic.partitions]
+        return [topic.partitions[i].state for i in sorted(topic.partitions)]
 
     def check_replication_factor(self, replication_factor: int) -> None:
-        """INVALID_REPLICATION_FACTOR unless `replication_factor` (-1: the default) fits the
-        live brokers."""
-        live = len(self.brokers())
-        if replication_factor == -1 or 1 <= replication_factor <= live:
-            return
-        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                          f"replication factor {replication_factor} is not between 1 and the "
-                          f"{live} available broker(s)")
+        check_replication_factor(len(self.brokers()), replication_factor)
 
     def check_assignment(self, replicas: Iterable[int]) -> None:
         """A manual assignment names live brokers, each once (INVALID_REPLICA_ASSIGNMENT)."""
@@ -102,3 +136,98 @@ class LocalMetadata:
         id) or `__transaction_state` (1, a transactional id) that `key` maps to: here,
         this one; None would mean that partition has no leader."""
         return self.broker(self.node_id)
+
+
+def check_replication_factor(live: int, replication_factor: int) -> None:
+    """INVALID_REPLICATION_FACTOR unless `replication_factor` (-1: the default) fits the
+    `live` brokers."""
+    if replication_factor == -1 or 1 <= replication_factor <= live:
+        return
+    raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                      f"replication factor {replication_factor} is not between 1 and the "
+                      f"{live} available broker(s)")
+
+
+class MetadataCache:
+    """A cluster broker's view, kept from the controller's UpdateMetadata requests."""
+
+    def __init__(self, node_id: int):
+        self.node_id = node_id
+        self.cluster_id = ""
+        self.controller_epoch = -1
+        self._controller_id = -1
+        self._brokers: dict[int, BrokerEndpoint] = {}
+        self._topics: dict[str, MetadataTopic] = {}
+        self._by_id: dict[uuid.UUID, MetadataTopic] = {}
+
+    # -- updates ------------------------------------------------------------------------
+    def update(self, controller_id: int, controller_epoch: int, brokers: list[BrokerEndpoint],
+               topics: Iterable[tuple[str, uuid.UUID, list[PartitionState]]]) -> None:
+        """Apply one UpdateMetadata: every live broker, and the partitions it lists.
+        BrokerError(STALE_CONTROLLER_EPOCH) when an older controller sent it."""
+        if controller_epoch < self.controller_epoch:
+            raise BrokerError(ErrorCode.STALE_CONTROLLER_EPOCH,
+                              f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
+        self.controller_epoch = controller_epoch
+        self._controller_id = controller_id
+        self._brokers = {b.node_id: b for b in brokers}
+        for name, topic_id, states in topics:
+            topic = self._topics.get(name)
+            if topic is None or (topic_id.int and topic.topic_id != topic_id):
+                if topic is not None:  # deleted and created again under the same name
+                    self._forget(topic)
+                topic = self._topics[name] = MetadataTopic(name, topic_id)
+                self._by_id[topic_id] = topic
+            for state in states:
+                if state.leader_id == LEADER_DURING_DELETE:
+                    topic.partitions.pop(state.index, None)
+                else:
+                    topic.partitions[state.index] = state
+            if not topic.partitions:
+                self._forget(topic)
+
+    def _forget(self, topic: MetadataTopic) -> None:
+        self._topics.pop(topic.name, None)
+        self._by_id.pop(topic.topic_id, None)
+
+    # -- the view -----------------------------------------------------------------------
+    @property
+    def controller_id(self) -> int:
+        return self._controller_id
+
+    def topics(self):
+        return self._topics.values()
+
+    def topic(self, name: str) -> MetadataTopic | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> MetadataTopic | None:
+        return self._by_id.get(topic_id)
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        return [self._brokers[i] for i in sorted(self._brokers)]
+
+    def broker(self, node_id: int) -> BrokerEndpoint | None:
+        return self._brokers.get(node_id)
+
+    def partition_states(self, topic) -> list[PartitionState]:
+        return [topic.partitions[i] for i in sorted(topic.partitions)]
+
+    def partition_state(self, name: str, partition: int) -> PartitionState | None:
+        topic = self._topics.get(name)
+        return topic.partitions.get(partition) if topic else None
+
+    def check_replication_factor(self, replication_factor: int) -> None:
+        check_replication_factor(len(self._brokers), replication_factor)
+
+    def check_assignment(self, replicas: Iterable[int]) -> None:
+        replicas = list(replicas)
+        live = set(self._brokers)
+        if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
+            raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"replicas {replicas} must be distinct live brokers among {sorted(live)}")
+
+    def coordinator(self, key_type: int, key: str) -> BrokerEndpoint | None:
+        """Groups and transactions are coordinated only on the single node so far: a
+        cluster answers that the coordinator is not available."""
+        return None

@@ -19,14 +19,17 @@ from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, Rol
 
 from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONTROLLER,
                                       CONTROLLER_EPOCH, INITIAL_CONTROLLER_EPOCH,
-                                      PERSISTENT_PATHS, BrokerRegistration, ClusterId,
-                                      ControllerEpoch, ControllerRegistration, LeaderAndIsr,
-                                      TopicAssignment, broker_path, partition_state_path,
-                                      topic_path)
+                                      ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
+                                      BrokerRegistration, ClusterId, ControllerEpoch,
+                                      ControllerRegistration, EntityConfig, IsrChange,
+                                      LeaderAndIsr, ProducerIdBlock, TopicAssignment,
+                                      broker_path, delete_topic_path, partition_state_path,
+                                      topic_config_path, topic_path)
 
 # kazoo's default reconnection backs off towards an hour between attempts; a broker must
 # be back within a second of ZooKeeper.
 _RECONNECT = dict(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+_CLAIM_ATTEMPTS = 100  # producer id blocks: other brokers' claims that one claim outlasts
 
 
 class StaleVersion(Exception):
@@ -139,8 +142,9 @@ class ZkStore:
         except NodeExistsError:
             return self._get(CLUSTER_ID, ClusterId).value.id
 
-    def register_broker(self, broker_id: int, registration: BrokerRegistration) -> None:
-        """Creates the ephemeral /brokers/ids/<id>, which lives as long as this session."""
+    def register_broker(self, broker_id: int, registration: BrokerRegistration) -> int:
+        """Creates the ephemeral /brokers/ids/<id>, which lives as long as this session;
+        returns the broker epoch, the znode's creation zxid (czxid), as Kafka's."""
         path = broker_path(broker_id)
         try:
             self.client.create(path, registration.to_json(), ephemeral=True)
@@ -148,6 +152,7 @@ class ZkStore:
             if not self._ours(path):
                 raise BrokerIdInUse(f"broker id {broker_id} is registered by another session "
                                     f"({path})") from None
+        return self.client.exists(path).czxid
 
     def broker_ids(self) -> list[int]:
         return sorted(int(name) for name in self.client.get_children(BROKER_IDS))
@@ -244,3 +249,68 @@ class ZkStore:
                 return Election(*self.controller_epoch())
             return None
         return Election(epoch, stat.version)
+
+    # What any broker writes: topic administration, ISR changes, producer id blocks
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's overrides in /config/topics/<topic> (none when the znode is absent)."""
+        found = self._get(topic_config_path(topic), EntityConfig)
+        return dict(found.value.config) if found else {}
+
+    def create_topic_with_configs(self, topic: str, assignment: TopicAssignment,
+                                  configs: dict[str, str]) -> bool:
+        """AdminZkClient's topic creation in one multi-op: /config/topics/<topic> (created,
+        or replaced when a deleted topic left it) and /brokers/topics/<topic>; False if the
+        topic exists."""
+        config_path = topic_config_path(topic)
+        config_stat = self.client.exists(config_path)
+
+        def writes(transaction):
+            data = EntityConfig(configs).to_json()
+            if config_stat is None:
+                transaction.create(config_path, data)
+            else:
+                transaction.set_data(config_path, data, config_stat.version)
+            transaction.create(topic_path(topic), assignment.to_json())
+
+        try:
+            self._commit(writes, None)
+        except NodeExistsError:
+            if self.client.exists(topic_path(topic)) is not None:
+                return False
+            raise
+        return True
+
+    def request_topic_deletion(self, topic: str) -> None:
+        """/admin/delete_topics/<topic>, which the controller acts on (once is enough)."""
+        try:
+            self.client.create(delete_topic_path(topic))
+        except NodeExistsError:
+            pass
+
+    def change_isr(self, topic: str, partition: int, state: LeaderAndIsr, zk_version: int) -> int:
+        """A leader's ISR change: the state written on the version the leader knows (a
+        controller's decision in between makes it StaleVersion), then a sequential
+        /isr_change_notification znode for the controller; the state's new version."""
+        version = self.set_partition_state(topic, partition, state, zk_version,
+                                           controller_epoch_version=None)
+        self.client.create(ISR_CHANGE_PREFIX, IsrChange(((topic, partition),)).to_json(),
+                           sequence=True)
+        return version
+
+    def claim_producer_id_block(self, broker_id: int, block_size: int) -> ProducerIdBlock:
+        """The next block of producer ids after the last one claimed by any broker, claimed
+        by a conditional write of /latest_producer_id_block (retried when another broker
+        claimed one in between), as Kafka's ZooKeeper-era brokers claim them."""
+        for _ in range(_CLAIM_ATTEMPTS):
+            data, stat = self.client.get(PRODUCER_ID_BLOCK)
+            start = 0
+            if data:
+                start = ProducerIdBlock.from_json(PRODUCER_ID_BLOCK, data).block_end + 1
+            block = ProducerIdBlock(broker_id, start, start + block_size - 1)
+            try:
+                self.client.set(PRODUCER_ID_BLOCK, block.to_json(), version=stat.version)
+            except BadVersionError:
+                continue
+            return block
+        raise StaleVersion(f"{PRODUCER_ID_BLOCK} changed under {_CLAIM_ATTEMPTS} claims in a row")

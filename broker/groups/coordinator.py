@@ -175,7 +175,7 @@ class GroupCoordinator:
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             return
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
             pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
             for entry in offsets_log.read_entries(partition):
                 if entry[0] == "marker":
@@ -709,7 +709,7 @@ class GroupCoordinator:
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             return
-        for index, partition in enumerate(topic.partitions):
+        for index, partition in sorted(topic.partitions.items()):
             if partition.segment_count < 3 or partition.has_open_transactions:
                 continue  # small, or holding transactional offsets that still await a marker
             live = []

@@ -6,7 +6,7 @@ join) returns an awaitable of the body instead, so that everything else is answe
 without a trip through the event loop.
 """
 
-from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
+from wire.messages import (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
                            DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
@@ -17,8 +17,8 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONF
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 
 from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, fetch,
-                             groups, list_offsets, metadata, offset_for_leader_epoch, offsets,
-                             produce, topics_admin, transactions)
+                             groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
+                             offsets, produce, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -58,14 +58,22 @@ HANDLERS = {
     DESCRIBE_PRODUCERS.key: transactions.describe_producers,
 }
 
+# A cluster broker's requests from the controller; the single node does not serve them.
+CLUSTER_HANDLERS = {
+    LEADER_AND_ISR.key: inter_broker.leader_and_isr,
+    STOP_REPLICA.key: inter_broker.stop_replica,
+    UPDATE_METADATA.key: inter_broker.update_metadata,
+}
+
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
-MIN_VERSIONS = {key: 0 for key in HANDLERS}
+MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 
-MAX_VERSIONS = {key: APIS[key].versions.hi for key in HANDLERS}
+MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 
-# The APIs whose requests the broker decodes. wire.messages also has schemas it does
-# not serve (the inter-broker APIs): a request at one of those is refused unread, as
-# one at an API key nobody knows.
+# The APIs whose requests the broker decodes: the single node's, and a cluster broker's.
+# wire.messages also has schemas neither serves: a request at one of those is refused
+# unread, as one at an API key nobody knows.
 SERVED_APIS = {key: APIS[key] for key in sorted(HANDLERS)}
+CLUSTER_SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **CLUSTER_HANDLERS})}

@@ -1,6 +1,7 @@
 """ApiVersions v0–4.
 
-- Lists every API this broker serves with the version range it serves.
+- Lists every API this broker serves with the version range it serves (a cluster
+  broker also the controller's requests to it).
 - v1+ carries throttle_time_ms; v3+ is flexible and may list features (we list none).
 - A request at a version we do not know is answered (by the broker's dispatcher) with
   UNSUPPORTED_VERSION in the v0 layout, which every client can read, listing our
@@ -15,15 +16,16 @@ from wire.messages import API_VERSIONS
 from broker import handlers
 
 
-def _api_keys():
+def _api_keys(served):
     return [API_VERSIONS.response.ApiVersion(api_key=key, min_version=handlers.MIN_VERSIONS[key],
                                              max_version=handlers.MAX_VERSIONS[key])
-            for key in sorted(handlers.HANDLERS)]
+            for key in sorted(served)]
 
 
 def handle(broker, header, request, client_host):
-    return API_VERSIONS.response(error_code=ErrorCode.NONE, api_keys=_api_keys())
+    return API_VERSIONS.response(error_code=ErrorCode.NONE, api_keys=_api_keys(broker.served_apis))
 
 
-def unsupported_version_response():
-    return API_VERSIONS.response(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())
+def unsupported_version_response(broker):
+    return API_VERSIONS.response(error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                 api_keys=_api_keys(broker.served_apis))

@@ -61,20 +61,24 @@ def init_producer_id(broker, header, request, client_host):
     if request.producer_id >= 0 and 0 <= request.producer_epoch < _MAX_EPOCH - 1:
         return Resp(error_code=0, producer_id=request.producer_id,
                     producer_epoch=request.producer_epoch + 1)
-    return Resp(error_code=0, producer_id=broker.producer_ids.allocate(), producer_epoch=0)
+    try:
+        producer_id = broker.producer_ids.allocate()
+    except BrokerError as exc:  # a cluster broker still claiming a block of ids
+        return Resp(error_code=exc.code, producer_id=-1, producer_epoch=-1)
+    return Resp(error_code=0, producer_id=producer_id, producer_epoch=0)
 
 
 def describe_log_dirs(broker, header, request, client_host):
     Resp = DESCRIBE_LOG_DIRS.response
     topics = broker.topics.topics
     if request.topics is None:
-        wanted = {name: range(len(topic.partitions)) for name, topic in topics.items()}
+        wanted = {name: list(topic.partitions) for name, topic in topics.items()}
     else:
         wanted = {}
         for asked in request.topics:
             if asked.topic in topics:
-                count = len(topics[asked.topic].partitions)
-                wanted.setdefault(asked.topic, []).extend(p for p in asked.partitions if 0 <= p < count)
+                local = topics[asked.topic].partitions
+                wanted.setdefault(asked.topic, []).extend(p for p in asked.partitions if p in local)
     directory = os.path.abspath(broker.topics.data_dir)
     result = Resp.DescribeLogDirsResult(log_dir=directory, topics=[
         Resp.DescribeLogDirsTopic(name=name, partitions=[

@@ -62,12 +62,12 @@ def _broker_value(broker, key: str) -> tuple[str, int]:
     return value, STATIC_BROKER_CONFIG if configured else DEFAULT_CONFIG
 
 
-def topic_config_entries(broker, topic):
-    """(key, value, source) of every topic-level config of `topic`."""
+def topic_config_entries(broker, overrides: dict[str, str]):
+    """(key, value, source) of every topic-level config of a topic with these overrides."""
     entries = []
     for key in sorted(TOPIC_CONFIGS):
-        if key in topic.configs:
-            entries.append((key, topic.configs[key], DYNAMIC_TOPIC_CONFIG))
+        if key in overrides:
+            entries.append((key, overrides[key], DYNAMIC_TOPIC_CONFIG))
         else:
             entries.append((key, *_broker_value(broker, key)))
     return entries
@@ -120,7 +120,7 @@ def handle(broker, header, request, client_host):
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"topic {resource.resource_name!r} does not exist"
                 continue
-            entries, dynamic_keys = topic_config_entries(broker, topic), TOPIC_CONFIGS
+            entries, dynamic_keys = topic_config_entries(broker, topic.configs), TOPIC_CONFIGS
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 out.error_code = ErrorCode.INVALID_REQUEST

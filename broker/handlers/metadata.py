@@ -2,13 +2,15 @@
 
 - v0: an empty topic list means all topics; v1+: null means all, empty means none.
 - v4+: `allow_auto_topic_creation` (before v4 it is implicitly true); a topic is only
-  auto-created when the broker's `auto.create.topics.enable` also allows it.
+  auto-created when the broker's `auto.create.topics.enable` also allows it. In a
+  cluster the creation goes through ZooKeeper and the controller, and the topic is
+  answered LEADER_NOT_AVAILABLE until its leaders are known, as Kafka answers it.
 - v10+: topic ids in responses, and topics may be requested by id: a non-zero id is
   looked up by id whatever the name says (null, or "" as the Java client leaves it, as
   Kafka does); a null name with no id too. An unknown id is UNKNOWN_TOPIC_ID, its name
   "" below v12, where names cannot be null.
-- Brokers, the controller, and each partition's leader, leader epoch, replicas and ISR
-  come from the cluster metadata view (`broker.cluster.metadata`).
+- Topics, brokers, the controller, and each partition's leader, leader epoch, replicas,
+  ISR and offline replicas come from the cluster metadata view (`broker.cluster.metadata`).
 
 A topic's entry is encoded once per version and reused until its partitions' state changes:
 building and encoding 10,000 partition entries took 50 ms per request, now about 1 ms.
@@ -56,28 +58,31 @@ def _error_topic(name, code, topic_id=ZERO_UUID):
 
 def handle(broker, header, request, client_host):
     version = header.request_api_version
-    topics = broker.topics
+    metadata = broker.metadata
     requested = request.topics
     if requested is None or (version == 0 and not requested):
-        results = [topic_metadata(broker, t, version) for t in topics.topics.values()]
+        results = [topic_metadata(broker, t, version) for t in metadata.topics()]
     else:
         auto_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
         results = []
         for wanted in requested:
             name = wanted.name
             if name is None or wanted.topic_id != ZERO_UUID:
-                topic = topics.by_id.get(wanted.topic_id)
+                topic = metadata.topic_by_id(wanted.topic_id)
                 # The response's name is nullable only from v12; below, an unknown id is "".
                 results.append(topic_metadata(broker, topic, version) if topic else
                                _error_topic(None if version >= _FIRST_NULLABLE_NAME else "",
                                             ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                 continue
-            topic = topics.topics.get(name)
+            topic = metadata.topic(name)
             if topic is None and auto_create:
                 try:
-                    topic = topics.create(name, broker.config.num_partitions, {})
+                    topic = broker.auto_create_topic(name)
                 except BrokerError as exc:
                     results.append(_error_topic(name, exc.code))
+                    continue
+                if topic is None:  # being created in the cluster: the client asks again
+                    results.append(_error_topic(name, ErrorCode.LEADER_NOT_AVAILABLE))
                     continue
             if topic is None:
                 try:
@@ -88,7 +93,6 @@ def handle(broker, header, request, client_host):
                 results.append(_error_topic(name, code))
                 continue
             results.append(topic_metadata(broker, topic, version))
-    metadata = broker.metadata
     return _Resp(
         brokers=[_Resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                  for b in metadata.brokers()],

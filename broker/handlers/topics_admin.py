@@ -9,10 +9,15 @@
 - DeleteTopics: by name (v0–5) or by name or id (v6+).
 - CreatePartitions: the count may only grow.
 - The internal topics can be neither deleted nor given partitions: INVALID_TOPIC_EXCEPTION.
+- In a cluster each change is written to ZooKeeper (`broker.cluster.admin`) and answered
+  once this broker's metadata shows it, or REQUEST_TIMED_OUT after the request's
+  `timeout_ms`; -1 replication factor is default.replication.factor, and replicas are
+  placed as Kafka places them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from wire.error_codes import ErrorCode
@@ -32,6 +37,8 @@ def _check_replicas(broker, replication_factor: int, assignments) -> None:
 
 
 def create_topics(broker, header, request, client_host):
+    if broker.admin is not None:
+        return _create_topics_in_cluster(broker, request)
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -60,10 +67,44 @@ def create_topics(broker, header, request, client_host):
             # Admin reads them whenever no topic config error is given.
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
-                           for name, value, source in topic_config_entries(broker, topic)]
+                           for name, value, source in topic_config_entries(broker, topic.configs)]
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(topics=results, throttle_time_ms=0)
+
+
+async def _create_topics_in_cluster(broker, request):
+    Resp = CREATE_TOPICS.response
+    counts = Counter(t.name for t in request.topics)
+
+    async def create(wanted):
+        out = Resp.CreatableTopicResult(name=wanted.name, topic_id=ZERO_UUID, num_partitions=-1,
+                                        replication_factor=-1, configs=None)
+        try:
+            if counts[wanted.name] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            partitions, factor = wanted.num_partitions, wanted.replication_factor
+            if wanted.assignments and (partitions != -1 or factor != -1):
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "give either num_partitions and "
+                                  "replication_factor or assignments, not both")
+            if partitions == -1:
+                partitions = broker.config.num_partitions
+            if factor == -1:
+                factor = broker.config.default_replication_factor
+            assignments = [(a.partition_index, list(a.broker_ids)) for a in wanted.assignments or ()]
+            topic_id, out.num_partitions, out.replication_factor, overrides = await broker.admin.create_topic(
+                wanted.name, partitions, factor, assignments, {c.name: c.value for c in wanted.configs},
+                request.validate_only, request.timeout_ms)
+            out.topic_id = topic_id
+            out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
+                                                      config_source=source, is_sensitive=False)
+                           for name, value, source in topic_config_entries(broker, overrides)]
+        except BrokerError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+        return out
+
+    results = await asyncio.gather(*(create(wanted) for wanted in request.topics))
+    return Resp(topics=list(results), throttle_time_ms=0)
 
 
 def _refuse_internal(name: str, what: str) -> None:
@@ -78,6 +119,8 @@ def delete_topics(broker, header, request, client_host):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    if broker.admin is not None:
+        return _delete_topics_in_cluster(broker, request, wanted)
     results = []
     for name, topic_id in wanted:
         out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
@@ -98,7 +141,30 @@ def delete_topics(broker, header, request, client_host):
     return Resp(responses=results, throttle_time_ms=0)
 
 
+async def _delete_topics_in_cluster(broker, request, wanted):
+    Resp = DELETE_TOPICS.response
+
+    async def delete(name, topic_id):
+        out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
+        try:
+            if name is None:
+                topic = broker.metadata.topic_by_id(topic_id)
+                if topic is None:
+                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = out.name = topic.name
+            _refuse_internal(name, "deleted")
+            out.topic_id = await broker.admin.delete_topic(name, request.timeout_ms)
+        except BrokerError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+        return out
+
+    results = await asyncio.gather(*(delete(name, topic_id) for name, topic_id in wanted))
+    return Resp(responses=list(results), throttle_time_ms=0)
+
+
 def create_partitions(broker, header, request, client_host):
+    if broker.admin is not None:
+        return _create_partitions_in_cluster(broker, request)
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -114,3 +180,24 @@ def create_partitions(broker, header, request, client_host):
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(results=results, throttle_time_ms=0)
+
+
+async def _create_partitions_in_cluster(broker, request):
+    Resp = CREATE_PARTITIONS.response
+    counts = Counter(t.name for t in request.topics)
+
+    async def grow(wanted):
+        out = Resp.CreatePartitionsTopicResult(name=wanted.name, error_message=None)
+        try:
+            if counts[wanted.name] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            _refuse_internal(wanted.name, "given partitions")
+            assignments = [list(a.broker_ids) for a in wanted.assignments] if wanted.assignments else None
+            await broker.admin.create_partitions(wanted.name, wanted.count, assignments,
+                                                 request.validate_only, request.timeout_ms)
+        except BrokerError as exc:
+            out.error_code, out.error_message = exc.code, str(exc)
+        return out
+
+    results = await asyncio.gather(*(grow(wanted) for wanted in request.topics))
+    return Resp(results=list(results), throttle_time_ms=0)

@@ -135,7 +135,7 @@ class TransactionCoordinator:
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
             for key, value in txn_log.read_records(partition):
                 decoded = txn_log.decode_record(key, value)
                 if decoded is None:
@@ -372,7 +372,7 @@ class TransactionCoordinator:
                     continue
                 del self.txns[meta.transactional_id]
                 log.info("transactional id %s expired", meta.transactional_id)
-        for index, partition in enumerate(topic.partitions):
+        for index, partition in sorted(topic.partitions.items()):
             if partition.segment_count < 3:
                 continue
             live = [txn_log.txn_record(m.transactional_id, m.producer_id, m.producer_epoch,

@@ -17,7 +17,8 @@ from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, API_VERSIONS, C
                            DESCRIBE_TRANSACTIONS, FETCH, INCREMENTAL_ALTER_CONFIGS,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
                            METADATA,
-                           END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
+                           END_TXN, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
+                           CONTROLLED_SHUTDOWN)
 from wire.schema import Api
 
 __all__ = ["CLIENT_VERSIONS", "choose_version"]
@@ -48,6 +49,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_CLUSTER.key: (0, 1),
     DESCRIBE_TRANSACTIONS.key: (0, 0),
     LIST_TRANSACTIONS.key: (0, 1),
+    # Followers (replica_id from v3) truncating their logs.
+    OFFSET_FOR_LEADER_EPOCH.key: (3, 4),
+    # A cluster broker asking its controller to move its leaderships away.
+    CONTROLLED_SHUTDOWN.key: (3, 3),
 }
 
 

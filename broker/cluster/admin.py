@@ -1,0 +1,166 @@
+"""Topic administration in a cluster: what CreateTopics, CreatePartitions, DeleteTopics
+and a Metadata auto-creation do on any broker, written to ZooKeeper as Kafka's
+AdminZkClient writes it; the controller acts on the znodes.
+
+- Create: the topic's configs go to /config/topics/<t> first, then its assignment and a
+  new topic id to /brokers/topics/<t> (the znode the controller watches); a topic that
+  exists there is TOPIC_ALREADY_EXISTS. Replicas are placed over the brokers registered
+  in /brokers/ids with Kafka's placement (rack-aware when every broker has a rack), or
+  taken from a manual assignment naming registered brokers.
+- Add partitions: the assignment grows, written on the version it was read at (a
+  concurrent change is retried by the client: REASSIGNMENT_IN_PROGRESS is not used; a
+  lost race answers INVALID_PARTITIONS with the reason).
+- Delete: /admin/delete_topics/<t>.
+- The request is answered once this broker's metadata view shows the change (a created
+  topic with a leader for every partition, a deleted one gone), or when the request's
+  timeout passes first: REQUEST_TIMED_OUT, as Kafka answers a change that did not
+  propagate in time (the change itself goes on).
+
+ZooKeeper calls block, so they run in a worker thread; a broker cut off from ZooKeeper
+answers such requests with REQUEST_TIMED_OUT rather than stalling its other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from kazoo.exceptions import KazooException
+from wire.error_codes import ErrorCode
+
+from broker.cluster import placement
+from broker.cluster.zk_layout import TopicAssignment
+from broker.cluster.zk_store import StaleVersion
+from broker.config import ConfigError, parse_topic_configs
+from broker.errors import BrokerError
+from broker.topics import MAX_PARTITIONS, validate_topic_name
+
+METADATA_CHANGED = ("metadata",)  # the DelayedOperations key woken by every UpdateMetadata
+
+
+async def _zk(function, *args):
+    """Run a blocking ZkStore call in a worker thread; ZooKeeper trouble is answered as a
+    retriable timeout."""
+    try:
+        return await asyncio.to_thread(function, *args)
+    except KazooException as exc:
+        raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
+                          f"ZooKeeper is unavailable: {type(exc).__name__} {exc}") from None
+
+
+def _live_brokers(store) -> dict[int, str | None]:
+    """Registered brokers and their racks (None: no rack)."""
+    brokers = {}
+    for broker_id in store.broker_ids():
+        registration = store.broker(broker_id)
+        if registration is not None:
+            brokers[broker_id] = registration.rack
+    return brokers
+
+
+def _parse_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    try:
+        return parse_topic_configs(configs)
+    except ConfigError as exc:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+class ClusterTopicAdmin:
+    def __init__(self, broker):
+        self._broker = broker
+
+    @property
+    def _store(self):
+        return self._broker.zk
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           assignments: list[tuple[int, list[int]]] | None,
+                           configs: dict[str, str | None], validate_only: bool,
+                           timeout_ms: int) -> tuple[uuid.UUID, int, int, dict[str, str]]:
+        """(topic id, partitions, replication factor, overrides) of the created topic
+        (the zero id when only validating)."""
+        validate_topic_name(name)
+        overrides = _parse_configs(configs)
+        if not assignments and not 1 <= partitions <= MAX_PARTITIONS:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"number of partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
+        store = self._store
+        existing = await _zk(store.topics)
+        if name in existing:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        collision = name.replace(".", "_")
+        if any(t.replace(".", "_") == collision for t in existing):
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              f"topic {name!r} collides with an existing topic ('.' and '_' are alike)")
+        brokers = await _zk(_live_brokers, store)
+        if assignments:
+            assignment = placement.manual_assignment(brokers, assignments)
+        else:
+            assignment = placement.assign_replicas(brokers, partitions, replication_factor)
+        count, factor = len(assignment), len(assignment[0])
+        if validate_only:
+            return uuid.UUID(int=0), count, factor, overrides
+        topic_id = uuid.uuid4()
+        created = await _zk(store.create_topic_with_configs, name,
+                            TopicAssignment(topic_id, assignment), overrides)
+        if not created:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        await self._wait(lambda: self._has_leaders(name, count), timeout_ms,
+                         f"topic {name!r} was created; its leaders were not known within {timeout_ms} ms")
+        return topic_id, count, factor, overrides
+
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[list[int]] | None, validate_only: bool,
+                                timeout_ms: int) -> None:
+        if count > MAX_PARTITIONS:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
+        store = self._store
+        found = await _zk(store.topic_assignment, name)
+        if found is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        current: TopicAssignment = found.value
+        existing = [current.partitions[p] for p in sorted(current.partitions)]
+        brokers = await _zk(_live_brokers, store)
+        added = placement.add_partitions(brokers, existing, count, assignments=assignments)
+        if validate_only:
+            return
+        grown = TopicAssignment(current.topic_id, {**current.partitions, **added},
+                                current.adding_replicas, current.removing_replicas)
+        try:
+            await _zk(store.set_topic_assignment, name, grown, found.zk_version)
+        except StaleVersion:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"topic {name!r} changed while its partitions were being added; "
+                              f"try again") from None
+        await self._wait(lambda: self._has_leaders(name, count), timeout_ms,
+                         f"partitions of {name!r} were added; their leaders were not known "
+                         f"within {timeout_ms} ms")
+
+    async def delete_topic(self, name: str, timeout_ms: int) -> uuid.UUID:
+        """The deleted topic's id."""
+        store = self._store
+        found = await _zk(store.topic_assignment, name)
+        if found is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        await _zk(store.request_topic_deletion, name)
+        await self._wait(lambda: self._broker.metadata.topic(name) is None, timeout_ms,
+                         f"topic {name!r} is being deleted; it was not gone within {timeout_ms} ms")
+        return found.value.topic_id
+
+    def _has_leaders(self, name: str, count: int) -> bool:
+        topic = self._broker.metadata.topic(name)
+        return topic is not None and len(topic.partitions) >= count and all(
+            s.leader_id >= 0 for s in topic.partitions.values())
+
+    async def _wait(self, done, timeout_ms: int, message: str) -> None:
+        """Until `done()` after a metadata change, or REQUEST_TIMED_OUT after `timeout_ms`;
+        a timeout of 0 or less does not wait (Kafka's "do not wait for the change")."""
+        if timeout_ms <= 0:
+            return
+        clock = self._broker.clock
+        deadline = clock.monotonic() + max(timeout_ms, 0) / 1000
+        while not done():
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, message)
+            await self._broker.delayed.wait([METADATA_CHANGED], remaining)

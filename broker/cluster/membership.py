@@ -1,0 +1,247 @@
+"""A broker's membership of a ZooKeeper cluster: its session, its identity, joining and
+leaving, as a ZooKeeper-mode Kafka broker does it.
+
+- Start: connect (zookeeper.connection.timeout.ms); the cluster id is /cluster/id's (the
+  first broker writes it). meta.properties in the data dir keeps broker.id and cluster.id;
+  a data dir of another cluster or another broker id is refused (`InconsistentBroker`).
+- Before serving, local replicas the cluster no longer has are removed: a topic deleted
+  (or deleted and created again, a new topic id) while this broker was down, or a
+  partition no longer assigned to it.
+- Join: register the ephemeral /brokers/ids/<id> (its czxid is the broker epoch), start
+  the replica manager, claim a first block of producer ids, and campaign for controller.
+  When the session expires (ZooKeeper lost us for zookeeper.session.timeout.ms), the
+  broker registers again once reconnected, with a new broker epoch; the controller treats
+  it as a restarted broker.
+- Producer ids come in blocks claimed in /latest_producer_id_block; the next block is
+  claimed in the background before the current one runs out, so that InitProducerId never
+  waits on ZooKeeper (COORDINATOR_LOAD_IN_PROGRESS, retriable, when none could be claimed).
+- Leave (SIGTERM): with controlled.shutdown.enable, ask the controller to move this
+  broker's leaderships away (ControlledShutdown, up to controlled.shutdown.max.retries
+  more times, controlled.shutdown.retry.backoff.ms apart), then stop fetching, resign as
+  controller and close the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+
+from kazoo.exceptions import KazooException
+from kazoo.protocol.states import KazooState
+from wire.client import BrokerConnection, ClientError
+from wire.error_codes import ErrorCode
+from wire.messages import CONTROLLED_SHUTDOWN
+
+from broker.cluster.zk_layout import BrokerRegistration, Listener
+from broker.cluster.zk_store import StaleVersion, ZkStore
+from broker.errors import BrokerError
+from broker.storage.checkpoint import write_atomically
+
+log = logging.getLogger("sluice.cluster")
+
+_CONTROLLED_SHUTDOWN_VERSION = 3
+_PREFETCH_AT = 0.1  # claim the next producer id block when a tenth of this one is left
+
+
+class InconsistentBroker(RuntimeError):
+    """The data dir belongs to another cluster or another broker id."""
+
+
+def new_cluster_id() -> str:
+    """A cluster id as Kafka makes them: a random UUID, URL-safe base64, unpadded."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ClusterMembership:
+    def __init__(self, broker):
+        self._broker = broker
+        self._config = config = broker.config
+        self.zk = ZkStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        self.controller = None
+        self._producer_blocks: list[int] = []  # first ids of claimed, unused blocks
+        self._claiming: asyncio.Task | None = None
+        self._creating: set[str] = set()  # topics auto-created now
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_lost = False
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- start ----------------------------------------------------------------------------
+    async def connect(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        timeout = (self._config.zookeeper_connection_timeout_ms or
+                   self._config.zookeeper_session_timeout_ms) / 1000
+        try:
+            await asyncio.to_thread(self.zk.start, timeout)
+        except Exception as exc:  # kazoo's timeout is a bare Exception subclass
+            raise InconsistentBroker(f"cannot connect to ZooKeeper at {self._config.zookeeper_connect} "
+                                     f"within {timeout:g} s: {exc}") from None
+        self.zk.client.add_listener(self._session_state)
+
+    def check_meta_properties(self, path: str, props: dict[str, str]) -> str:
+        """The cluster's id, checked against (or first written to) meta.properties."""
+        node_id = self._config.node_id
+        cluster_id = self.zk.get_or_create_cluster_id(props.get("cluster.id") or new_cluster_id())
+        if props.get("cluster.id") not in (None, cluster_id):
+            raise InconsistentBroker(
+                f"the data dir {self._config.data_dir} belongs to cluster {props['cluster.id']}, but "
+                f"ZooKeeper at {self._config.zookeeper_connect} holds cluster {cluster_id}")
+        remembered = props.get("broker.id", props.get("node.id"))
+        if remembered is not None and remembered != str(node_id):
+            raise InconsistentBroker(f"the data dir {self._config.data_dir} belongs to broker "
+                                     f"{remembered}, not broker.id {node_id}")
+        if props.get("cluster.id") is None or remembered is None:
+            props = {"version": "0", "broker.id": str(node_id), "cluster.id": cluster_id}
+            write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
+        return cluster_id
+
+    async def remove_stray_replicas(self) -> None:
+        topics = self._broker.topics
+        for name, topic in list(topics.topics.items()):
+            found = await asyncio.to_thread(self.zk.topic_assignment, name)
+            if found is None or found.value.topic_id != topic.topic_id:
+                log.info("removing the local logs of topic %s (id %s): the cluster no longer has it",
+                         name, topic.topic_id)
+                topics.delete(name)
+                continue
+            for index in list(topic.partitions):
+                if self._config.node_id not in found.value.partitions.get(index, ()):
+                    log.info("removing the local replica %s-%d: no longer assigned to this broker",
+                             name, index)
+                    topics.delete_replica(name, index)
+
+    async def join(self) -> None:
+        await self._register()
+        self._broker.replicas.start()
+        await self._claim_producer_block()
+        from broker.cluster.controller import Controller
+        self.controller = Controller(broker_id=self._config.node_id, store=self.zk,
+                                     config=self._config, clock=self._broker.clock)
+        self._broker.controller = self.controller
+        await self.controller.start()
+
+    async def _register(self) -> None:
+        host, port = self._config.advertised
+        registration = BrokerRegistration((Listener("PLAINTEXT", host, port),),
+                                          self._broker.clock.wall_ms(), self._config.broker_rack)
+        self._broker.broker_epoch = await asyncio.to_thread(
+            self.zk.register_broker, self._config.node_id, registration)
+        log.info("registered as broker %d (broker epoch %d)", self._config.node_id,
+                 self._broker.broker_epoch)
+
+    def _session_state(self, state) -> None:
+        """kazoo's thread: a lost session means a new registration once reconnected."""
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self._loop.call_soon_threadsafe(self._spawn, self._reregister())
+
+    def _spawn(self, coroutine) -> None:
+        task = self._loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register()
+        except (KazooException, OSError) as exc:
+            log.warning("cannot register again after the ZooKeeper session expired: %s", exc)
+
+    # -- producer ids -----------------------------------------------------------------------
+    def claim_producer_ids(self, size: int) -> int:
+        """ProducerIdAllocator's reserve: a claimed block's first id, without waiting."""
+        if not self._producer_blocks:
+            self._prefetch(size)
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                              "claiming a block of producer ids in ZooKeeper; try again")
+        start = self._producer_blocks.pop(0)
+        self._loop.call_later(0, self._prefetch, size)
+        return start
+
+    def _prefetch(self, size: int) -> None:
+        if self._producer_blocks or (self._claiming and not self._claiming.done()):
+            return
+        self._claiming = self._loop.create_task(self._claim_producer_block(size))
+
+    async def _claim_producer_block(self, size: int = 1000) -> None:
+        try:
+            block = await asyncio.to_thread(self.zk.claim_producer_id_block, self._config.node_id, size)
+        except (KazooException, StaleVersion) as exc:
+            log.warning("cannot claim a block of producer ids: %s", exc)
+            return
+        self._producer_blocks.append(block.block_start)
+
+    # -- topics ---------------------------------------------------------------------------
+    def create_topic_soon(self, name: str) -> None:
+        """Create `name` with the broker's defaults in the background (a Metadata request's
+        auto-creation); one attempt at a time per name."""
+        if name in self._creating:
+            return
+        self._creating.add(name)
+        self._spawn(self._auto_create(name))
+
+    async def _auto_create(self, name: str) -> None:
+        cfg = self._config
+        try:
+            await self._broker.admin.create_topic(name, cfg.num_partitions, cfg.default_replication_factor,
+                                                  None, {}, False, 0)
+            log.info("auto-created topic %s", name)
+        except BrokerError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot auto-create topic %s: %s", name, exc)
+        finally:
+            self._creating.discard(name)
+
+    # -- leave ----------------------------------------------------------------------------
+    async def leave(self) -> None:
+        if self._config.controlled_shutdown_enable and self._broker.broker_epoch >= 0:
+            await self._controlled_shutdown()
+        await self._broker.replicas.stop()
+        if self.controller is not None:
+            await self.controller.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.to_thread(self.zk.close)
+
+    async def _controlled_shutdown(self) -> None:
+        cfg = self._config
+        attempts = cfg.controlled_shutdown_max_retries + 1
+        for attempt in range(1, attempts + 1):
+            remaining = await self._ask_controller()
+            if remaining == []:
+                log.info("controlled shutdown: the controller moved every leadership away")
+                return
+            if attempt < attempts:
+                await self._broker.clock.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+        log.warning("controlled shutdown did not complete after %d attempt(s); shutting down anyway",
+                    attempts)
+
+    async def _ask_controller(self) -> list | None:
+        """The partitions the controller could not move, or None when it could not be asked."""
+        metadata = self._broker.metadata
+        controller = metadata.broker(metadata.controller_id)
+        if controller is None:
+            log.info("controlled shutdown: no controller known")
+            return None
+        connection = BrokerConnection(controller.host, controller.port,
+                                      client_id=f"broker-{self._config.node_id}-shutdown",
+                                      request_timeout=self._config.controller_socket_timeout_ms / 1000)
+        try:
+            response = await connection.request(CONTROLLED_SHUTDOWN, _CONTROLLED_SHUTDOWN_VERSION,
+                                                CONTROLLED_SHUTDOWN.request(broker_id=self._config.node_id,
+                                                                            broker_epoch=self._broker.broker_epoch))
+        except ClientError as exc:
+            log.info("controlled shutdown: cannot ask controller %d: %s", controller.node_id, exc)
+            return None
+        finally:
+            await connection.close()
+        if response.error_code != ErrorCode.NONE:
+            log.info("controlled shutdown: controller %d answered %s", controller.node_id,
+                     ErrorCode(response.error_code).name)
+            return None
+        remaining = [(p.topic_name, p.partition_index) for p in response.remaining_partitions]
+        if remaining:
+            log.info("controlled shutdown: %d partition(s) still led here", len(remaining))
+        return remaining

@@ -1,0 +1,211 @@
+"""A follower's fetching from one leader broker, as Kafka's ReplicaFetcherThread does:
+one task per leader, one Fetch at a time covering every partition followed there.
+
+- A partition that has just become a follower first truncates its log, never by the
+  high watermark alone: OffsetForLeaderEpoch (v3+, replica_id = this broker) asks the
+  leader where this log's latest epoch ends there, and `Partition.truncation_offset`
+  applies Kafka's rule. A Fetch answer with `diverging_epoch` (v12+) truncates the
+  same way.
+- Fetch v12+ (replica_id = this broker): fetch offset = the log end, last_fetched_epoch
+  = the log's latest epoch, current_leader_epoch = the epoch the controller gave. The
+  records are appended unchanged (`Partition.append_as_follower`) with the leader's high
+  watermark and log start offset.
+- OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what this follower
+  lacks): the log is emptied and starts at the leader's log start offset.
+- Retried after replica.fetch.backoff.ms: connection failures, and answers that the
+  leader has not caught up with the controller yet (UNKNOWN_LEADER_EPOCH,
+  NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) or cannot answer now. Any other
+  error (FENCED_LEADER_EPOCH: this broker's LeaderAndIsr is stale) holds the partition,
+  unfetched, until the controller's next LeaderAndIsr for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from wire.client import BrokerConnection, ClientError
+from wire.error_codes import ErrorCode
+from wire.messages import FETCH, OFFSET_FOR_LEADER_EPOCH
+
+from broker.errors import BrokerError
+
+log = logging.getLogger("sluice.fetcher")
+
+_FETCH_VERSION = 12  # names topics (v13+ names them by id) and reports diverging epochs
+_OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+_RETRIED = (ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+            ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+class ReplicaFetcher:
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock):
+        self.local_id = local_id
+        self.leader_id = leader_id
+        self.address = (host, port)
+        self._config = config
+        self._clock = clock
+        self._partitions: dict[tuple[str, int], object] = {}  # key -> Partition
+        self._truncate: set[tuple[str, int]] = set()  # keys still to truncate before fetching
+        self._held: set[tuple[str, int]] = set()  # keys waiting for the next LeaderAndIsr
+        self._changed = asyncio.Event()
+        self._connection = BrokerConnection(host, port, client_id=f"broker-{local_id}-fetcher-{leader_id}",
+                                            request_timeout=config.replica_socket_timeout_ms / 1000,
+                                            connect_timeout=config.replica_socket_timeout_ms / 1000)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(leader {self.leader_id} at {self.address[0]}:{self.address[1]})"
+
+    @property
+    def keys(self) -> set[tuple[str, int]]:
+        return set(self._partitions)
+
+    def add(self, partition) -> None:
+        """Follow `partition` here, truncating first."""
+        self._partitions[partition.key] = partition
+        self._truncate.add(partition.key)
+        self._held.discard(partition.key)
+        self._changed.set()
+
+    def remove(self, key) -> None:
+        self._partitions.pop(key, None)
+        self._truncate.discard(key)
+        self._held.discard(key)
+        self._changed.set()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self._connection.close()
+
+    # -- the loop -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = self._config.replica_fetch_backoff_ms / 1000
+        while True:
+            active = [k for k in self._partitions if k not in self._held]
+            if not active:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                if self._truncate:
+                    await self._truncate_all()
+                progressed = await self._fetch_once()
+            except (ClientError, ConnectionError, OSError) as exc:
+                log.info("%r: %s; retrying in %g s", self, exc, backoff)
+                progressed = False
+            except BrokerError as exc:  # e.g. a full disk while appending: retried
+                log.warning("%r: %s; retrying in %g s", self, exc, backoff)
+                progressed = False
+            if not progressed:
+                await self._clock.sleep(backoff)
+
+    async def _truncate_all(self) -> None:
+        """OffsetForLeaderEpoch for every partition still to truncate, then the cuts. A log
+        without an epoch history has nothing to ask about: it truncates to its high
+        watermark."""
+        Req = OFFSET_FOR_LEADER_EPOCH.request
+        asked: dict[str, list] = {}
+        for key in sorted(self._truncate):
+            partition = self._partitions[key]
+            if partition.latest_epoch < 0:
+                self._truncate_to(key, partition, partition.truncation_offset(-1, -1), "no epoch history")
+                continue
+            asked.setdefault(key[0], []).append(Req.OffsetForLeaderPartition(
+                partition=key[1], current_leader_epoch=partition.leader_epoch,
+                leader_epoch=partition.latest_epoch))
+        if not asked:
+            return
+        response = await self._connection.request(
+            OFFSET_FOR_LEADER_EPOCH, _OFFSET_FOR_LEADER_EPOCH_VERSION,
+            Req(replica_id=self.local_id, topics=[Req.OffsetForLeaderTopic(topic=t, partitions=ps)
+                                                  for t, ps in asked.items()]))
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
+                partition = self._partitions.get(key)
+                if partition is None or key not in self._truncate:
+                    continue  # removed or re-added meanwhile
+                if answer.error_code != ErrorCode.NONE:
+                    self._on_error(key, answer.error_code, "OffsetForLeaderEpoch")
+                    continue
+                self._truncate_to(key, partition,
+                                  partition.truncation_offset(answer.leader_epoch, answer.end_offset),
+                                  f"leader {self.leader_id}'s epoch {answer.leader_epoch} ends at "
+                                  f"{answer.end_offset}")
+
+    def _truncate_to(self, key, partition, offset: int, why: str) -> None:
+        if offset < partition.log_end_offset:
+            log.info("%s-%d: truncating from %d to %d (%s)", key[0], key[1],
+                     partition.log_end_offset, offset, why)
+        partition.truncate_to(offset)
+        self._truncate.discard(key)
+
+    async def _fetch_once(self) -> bool:
+        """One Fetch for every partition ready to fetch; whether anything was appended or
+        the leader answered without error (so the next fetch follows at once)."""
+        cfg = self._config
+        Req = FETCH.request
+        by_topic: dict[str, list] = {}
+        for (topic, index), partition in self._partitions.items():
+            if (topic, index) in self._held or (topic, index) in self._truncate:
+                continue
+            by_topic.setdefault(topic, []).append(Req.FetchPartition(
+                partition=index, current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log_end_offset, last_fetched_epoch=partition.latest_epoch,
+                log_start_offset=partition.log_start_offset,
+                partition_max_bytes=cfg.replica_fetch_max_bytes))
+        if not by_topic:
+            return False
+        request = Req(replica_id=self.local_id, max_wait_ms=cfg.replica_fetch_wait_max_ms,
+                      min_bytes=cfg.replica_fetch_min_bytes, max_bytes=cfg.replica_fetch_response_max_bytes,
+                      isolation_level=0, session_id=0, session_epoch=-1,
+                      topics=[Req.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+                      forgotten_topics_data=[], rack_id="")
+        timeout = cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000
+        response = await self._connection.request(FETCH, _FETCH_VERSION, request, timeout=timeout)
+        if response.error_code != ErrorCode.NONE:
+            log.info("%r: fetch answered %s", self, ErrorCode(response.error_code).name)
+            return False
+        healthy = True
+        for topic in response.responses:
+            for data in topic.partitions:
+                key = (topic.topic, data.partition_index)
+                partition = self._partitions.get(key)
+                if partition is None or key in self._truncate:
+                    continue  # removed or re-added while the fetch was out
+                if not self._apply(key, partition, data):
+                    healthy = False
+        return healthy
+
+    def _apply(self, key, partition, data) -> bool:
+        code = data.error_code
+        if code == ErrorCode.NONE:
+            diverging = data.diverging_epoch
+            if diverging is not None and diverging.epoch >= 0:
+                self._truncate_to(key, partition,
+                                  partition.truncation_offset(diverging.epoch, diverging.end_offset),
+                                  f"diverging: leader {self.leader_id}'s epoch {diverging.epoch} ends "
+                                  f"at {diverging.end_offset}")
+                return True
+            partition.append_as_follower(data.records or b"", data.high_watermark, data.log_start_offset)
+            return True
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE and data.log_start_offset > partition.log_end_offset:
+            log.info("%s-%d: the leader's log starts at %d, past this log's end %d: starting there",
+                     key[0], key[1], data.log_start_offset, partition.log_end_offset)
+            partition.restart_at(data.log_start_offset)
+            return True
+        self._on_error(key, code, "Fetch")
+        return False
+
+    def _on_error(self, key, code: int, what: str) -> None:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        if code in _RETRIED:
+            log.debug("%s-%d: %s from leader %d answered %s; retrying", key[0], key[1], what,
+                      self.leader_id, name)
+            return
+        log.warning("%s-%d: %s from leader %d answered %s; waiting for the controller",
+                    key[0], key[1], what, self.leader_id, name)
+        self._held.add(key)
