@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import confluent_kafka
+from kazoo.client import KazooClient
 
 from tests.broker_process import BrokerProcess
 from tests.polling import wait_for
@@ -71,6 +72,7 @@ class Cluster:
         self.properties = dict(properties or {})
         self.processes: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()
+        self._zk: KazooClient | None = None  # opened by registered()
         for broker_id, port in enumerate(free_ports(brokers)):
             directory = self.directory / f"broker-{broker_id}"
             directory.mkdir(parents=True, exist_ok=True)
@@ -94,6 +96,10 @@ class Cluster:
         for process in self.processes.values():
             process.kill()
         self.paused.clear()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+            self._zk = None
 
     def __enter__(self) -> "Cluster":
         try:
@@ -147,14 +153,25 @@ class Cluster:
         self.processes[broker_id].proc.send_signal(signal.SIGCONT)
         self.paused.discard(broker_id)
 
-    def restart(self, broker_id: int, timeout: float = 30.0) -> None:
-        """Start again on the same port and data directory (stopping it first if it runs)."""
+    def restart(self, broker_id: int, timeout: float = 60.0) -> None:
+        """Start again on the same port and data directory (stopping it first if it runs).
+        After a SIGKILL, first wait until ZooKeeper has ended the dead broker's session: as
+        Kafka's, a broker whose id is still registered by another session does not start."""
         process = self.processes[broker_id]
         if broker_id in self.paused:
             self.resume(broker_id)
         if process.proc is not None:
             process.stop()
+        self._wait(lambda: not self.registered(broker_id), timeout,
+                   f"ZooKeeper to drop the registration of broker {broker_id}")
         process.start(timeout)
+
+    def registered(self, broker_id: int) -> bool:
+        """Whether /brokers/ids/<id> exists in this cluster's chroot."""
+        if self._zk is None:
+            self._zk = KazooClient(hosts=self.zookeeper.hosts, timeout=10)
+            self._zk.start(timeout=10)
+        return self._zk.exists(f"{self.chroot}/brokers/ids/{broker_id}") is not None
 
     def output(self, broker_id: int, lines: int = 40) -> str:
         return "".join(self.processes[broker_id].output[-lines:])
