@@ -51,27 +51,28 @@ class Broker:
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
         self.delayed = DelayedOperations(clock)  # fetches and acks=all produces waiting on partitions
-        self.topics = TopicManager(config, self.delayed, clock)
-        self.groups = GroupCoordinator(self)
-        self.transactions = TransactionCoordinator(self)
         self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
         self.controller = None  # in a cluster: this broker's controller (active or not), once joined
         if config.cluster_mode:
             self.served_apis = handlers.CLUSTER_SERVED_APIS
             self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
+            self.replicas = ReplicaManager(self)
+            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_may_change)
             self.cluster = ClusterMembership(self)
             self.zk = self.cluster.zk
             self.metadata = MetadataCache(config.node_id)
-            self.replicas = ReplicaManager(self)
             self.admin = ClusterTopicAdmin(self)
             self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
         else:
             self.served_apis = handlers.SERVED_APIS
             self._handlers = handlers.HANDLERS
             self.cluster = self.zk = self.replicas = self.admin = None
+            self.topics = TopicManager(config, self.delayed, clock)
             self.metadata = LocalMetadata(config.node_id, lambda: self.config.advertised, self.topics)
             self.producer_ids = ProducerIdAllocator(
                 local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
+        self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
         self.server = KafkaServer(self.handle_frame, config.host, config.port, Limits(
             max_request_bytes=config.socket_request_max_bytes,
             max_connections=config.max_connections,

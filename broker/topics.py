@@ -110,8 +110,11 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class TopicManager:
-    def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock):
+    def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock,
+                 on_isr_expanded=None):
+        """`on_isr_expanded`: given to every partition (see `Partition`)."""
         self.config = config
+        self._on_isr_expanded = on_isr_expanded
         self._delayed = delayed
         self._clock = clock
         self.data_dir = config.data_dir
@@ -200,7 +203,7 @@ class TopicManager:
         """The log's partition: led by this broker alone on the single node; in a cluster
         without a role until the controller gives it one."""
         partition = Partition(log, self.config.node_id, self._delayed, self._clock,
-                              self.config.replica_lag_time_max_ms)
+                              self.config.replica_lag_time_max_ms, self._on_isr_expanded)
         if not self.config.cluster_mode:
             partition.lead_alone()
         return partition

@@ -39,6 +39,8 @@ from wire.protocol import decode_response, encode_response
 
 INTER_BROKER = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ELECT_LEADERS,
                 ALTER_PARTITION]
+# The controller's requests (broker/handlers/elect_leaders.py) are served; these are not.
+NOT_SERVED = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ALTER_PARTITION]
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 ID = TOPIC_ID.hex  # its 16 bytes, in the hex strings below
 
@@ -500,7 +502,7 @@ def test_response_frames(api):
 # -- known, not served ------------------------------------------------------------------------------
 
 def test_none_is_served_listed_or_negotiated():
-    for api in INTER_BROKER:
+    for api in NOT_SERVED:
         assert APIS[api.key] is api
         assert api.key not in handlers.HANDLERS
         assert api.key not in handlers.SERVED_APIS
@@ -516,7 +518,7 @@ def request_frame(api, version: int, correlation_id: int) -> bytes:
     return encode_request(header, api.request())
 
 
-@pytest.mark.parametrize("api", INTER_BROKER, ids=lambda api: api.name)
+@pytest.mark.parametrize("api", NOT_SERVED, ids=lambda api: api.name)
 def test_the_served_apis_refuse_them_unread(api):
     for version in (api.versions.lo, api.versions.hi):
         frame = request_frame(api, version, 9)
@@ -542,10 +544,10 @@ def test_api_versions_lists_only_the_served_apis(embedded):
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert listed == {key: (handlers.MIN_VERSIONS[key], handlers.MAX_VERSIONS[key])
                       for key in handlers.HANDLERS}
-    assert not listed.keys() & {api.key for api in INTER_BROKER}
+    assert not listed.keys() & {api.key for api in NOT_SERVED}
     with Client(embedded.bootstrap_servers) as client:
         negotiated = client.negotiated_versions()
-    assert not negotiated.keys() & {api.key for api in INTER_BROKER}
+    assert not negotiated.keys() & {api.key for api in NOT_SERVED}
 
 
 def test_a_request_at_one_closes_the_connection_with_a_log_line(embedded, caplog, monkeypatch):
@@ -556,7 +558,7 @@ def test_a_request_at_one_closes_the_connection_with_a_log_line(embedded, caplog
     caplog.set_level(logging.WARNING, logger="sluice.broker")
     port = embedded.broker.server.port
     sent = []
-    for api in INTER_BROKER:
+    for api in NOT_SERVED:
         for version in (api.versions.lo, api.versions.hi):
             frame = request_frame(api, version, 5)
             with connect(port) as sock:

@@ -97,10 +97,11 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path):
     partition.update_follower(1, 3)
     assert partition.high_watermark == 0  # follower 2 has not fetched
     clock.now += LAG_MS
-    assert partition.shrink_isr() == []  # not yet past replica.lag.time.max.ms
+    assert partition.lagging_followers() == []  # not yet past replica.lag.time.max.ms
     clock.now += 1
     partition.update_follower(1, 3)  # caught up again just now
-    assert partition.shrink_isr() == [2]
+    assert partition.lagging_followers() == [2]
+    partition.remove_from_isr([2])
     assert partition.isr == {0, 1} and partition.high_watermark == 3
     assert partition.state.isr == (0, 1)
     partition.update_follower(2, 2)  # below the high watermark: still out
@@ -116,7 +117,8 @@ def test_min_insync_replicas_before_and_after_the_append(tmp_path):
     result = append(partition, 2, acks=-1)
     assert partition.acks_all_result(result.last_offset + 1) is None  # waits for follower 1
     clock.now += LAG_MS + 1
-    assert partition.shrink_isr() == [1]
+    assert partition.lagging_followers() == [1]
+    partition.remove_from_isr([1])
     # The ISR is {leader}: the high watermark passes the batch, but too few replicas have it.
     assert partition.high_watermark == 2
     assert partition.acks_all_result(result.last_offset + 1) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND

@@ -11,6 +11,9 @@ AdminZkClient writes it; the controller acts on the znodes.
   concurrent change is retried by the client: REASSIGNMENT_IN_PROGRESS is not used; a
   lost race answers INVALID_PARTITIONS with the reason).
 - Delete: /admin/delete_topics/<t>.
+- Configs: /config/topics/<t> replaced and a /config/changes/config_change_ notification
+  written in one multi-op; every broker re-reads the topic's configs on it
+  (`broker.cluster.membership`).
 - The request is answered once this broker's metadata view shows the change (a created
   topic with a leader for every partition, a deleted one gone), or when the request's
   timeout passes first: REQUEST_TIMED_OUT, as Kafka answers a change that did not
@@ -33,7 +36,8 @@ from broker.cluster.zk_layout import TopicAssignment
 from broker.cluster.zk_store import StaleVersion
 from broker.config import ConfigError, parse_topic_configs
 from broker.errors import BrokerError
-from broker.topics import MAX_PARTITIONS, validate_topic_name
+from broker.topics import (INTERNAL_REQUIRED_CONFIGS, INTERNAL_TOPICS, MAX_PARTITIONS,
+                           validate_topic_name)
 
 METADATA_CHANGED = ("metadata",)  # the DelayedOperations key woken by every UpdateMetadata
 
@@ -146,6 +150,28 @@ class ClusterTopicAdmin:
         await self._wait(lambda: self._broker.metadata.topic(name) is None, timeout_ms,
                          f"topic {name!r} is being deleted; it was not gone within {timeout_ms} ms")
         return found.value.topic_id
+
+    async def topic_configs(self, name: str) -> dict[str, str]:
+        """The topic's overrides (UNKNOWN_TOPIC_OR_PARTITION when it does not exist)."""
+        store = self._store
+        if await _zk(store.topic_assignment, name) is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return await _zk(store.topic_config, name)
+
+    def check_topic_configs(self, name: str, configs: dict[str, str | None]) -> dict[str, str]:
+        """The overrides `configs` would be, checked as the single node checks them."""
+        overrides = _parse_configs(configs)
+        if name in INTERNAL_TOPICS:
+            for key, required in INTERNAL_REQUIRED_CONFIGS.items():
+                if overrides.setdefault(key, required) != required:
+                    raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                      f"{key}: internal topic {name!r} must keep {required!r}")
+        return overrides
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str | None]) -> None:
+        """Replace the topic's overrides: /config/topics/<t> and a /config/changes
+        notification, on which every broker applies them to its replicas."""
+        await _zk(self._store.set_topic_config, name, self.check_topic_configs(name, configs))
 
     def _has_leaders(self, name: str, count: int) -> bool:
         topic = self._broker.metadata.topic(name)

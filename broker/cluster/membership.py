@@ -12,6 +12,8 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   When the session expires (ZooKeeper lost us for zookeeper.session.timeout.ms), the
   broker registers again once reconnected, with a new broker epoch; the controller treats
   it as a restarted broker.
+- Topic configs: a local topic's are refreshed from /config/topics at start, and on every
+  /config/changes notification naming it.
 - Producer ids come in blocks claimed in /latest_producer_id_block; the next block is
   claimed in the background before the current one runs out, so that InitProducerId never
   waits on ZooKeeper (COORDINATOR_LOAD_IN_PROGRESS, retriable, when none could be claimed).
@@ -34,7 +36,7 @@ from wire.client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN
 
-from broker.cluster.zk_layout import BrokerRegistration, Listener
+from broker.cluster.zk_layout import CONFIG_CHANGES, BrokerRegistration, Listener
 from broker.cluster.zk_store import StaleVersion, ZkStore
 from broker.errors import BrokerError
 from broker.storage.checkpoint import write_atomically
@@ -42,7 +44,7 @@ from broker.storage.checkpoint import write_atomically
 log = logging.getLogger("sluice.cluster")
 
 _CONTROLLED_SHUTDOWN_VERSION = 3
-_PREFETCH_AT = 0.1  # claim the next producer id block when a tenth of this one is left
+_CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's: /config/changes notifications are purged after it
 
 
 class InconsistentBroker(RuntimeError):
@@ -66,6 +68,8 @@ class ClusterMembership:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session_lost = False
         self._tasks: set[asyncio.Task] = set()
+        self._config_seen = -1  # the last /config/changes notification applied
+        self._config_lock = asyncio.Lock()
 
     # -- start ----------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -111,7 +115,46 @@ class ClusterMembership:
                              name, index)
                     topics.delete_replica(name, index)
 
+    async def _refresh_topic_configs(self) -> None:
+        """Local topics take their configs from ZooKeeper (changed while this broker was down)."""
+        topics = self._broker.topics
+        for name, topic in list(topics.topics.items()):
+            configs = await asyncio.to_thread(self.zk.topic_config, name)
+            if configs != topic.configs:
+                self._apply_topic_configs(name, configs)
+
+    def _apply_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        try:
+            self._broker.topics.set_configs(name, configs)
+            log.info("topic %s: configs now %s", name, configs)
+        except BrokerError as exc:
+            log.warning("topic %s: cannot apply its configs %s from ZooKeeper: %s", name, configs, exc)
+
+    def _config_changes_watch(self, children) -> None:
+        """kazoo's thread: /config/changes has new children."""
+        self._loop.call_soon_threadsafe(self._spawn, self._apply_config_changes())
+
+    async def _apply_config_changes(self) -> None:
+        """Apply the topic config changes noted since the last ones applied, one pass at a
+        time; notifications older than Kafka's 15 minutes are purged on the way."""
+        async with self._config_lock:
+            try:
+                changes = await asyncio.to_thread(self.zk.config_changes, self._config_seen)
+                for sequence, change, created_ms in changes:
+                    kind, _, name = change.entity_path.partition("/")
+                    if kind == "topics" and name in self._broker.topics.topics:
+                        self._apply_topic_configs(name, await asyncio.to_thread(self.zk.topic_config, name))
+                    self._config_seen = sequence
+                    if self._broker.clock.wall_ms() - created_ms > _CONFIG_CHANGE_EXPIRY_MS:
+                        await asyncio.to_thread(self.zk.delete_config_change, sequence)
+            except KazooException as exc:
+                log.warning("cannot read config changes from ZooKeeper: %s", exc)
+
     async def join(self) -> None:
+        await self._refresh_topic_configs()
+        self._config_seen = max((seq for seq, _, _ in await asyncio.to_thread(self.zk.config_changes, -1)),
+                                default=-1)
+        self.zk.client.ChildrenWatch(CONFIG_CHANGES, self._config_changes_watch)
         await self._register()
         self._broker.replicas.start()
         await self._claim_producer_block()

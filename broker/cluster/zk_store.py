@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from kazoo.protocol.states import KazooState, WatchedEvent
+
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, RolledBackError,
                               RuntimeInconsistency)
 
-from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONTROLLER,
-                                      CONTROLLER_EPOCH, INITIAL_CONTROLLER_EPOCH,
+from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
+                                      CONFIG_CHANGES, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
+                                      INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
-                                      BrokerRegistration, ClusterId, ControllerEpoch,
+                                      BrokerRegistration, ClusterId, ConfigChange, ControllerEpoch,
                                       ControllerRegistration, EntityConfig, IsrChange,
                                       LeaderAndIsr, ProducerIdBlock, TopicAssignment,
                                       broker_path, delete_topic_path, partition_state_path,
@@ -49,6 +52,19 @@ class Versioned(NamedTuple):
 
     value: object
     zk_version: int
+
+
+class LiveBroker(NamedTuple):
+    """A registered broker and its epoch: the czxid of its /brokers/ids/<id>, new with
+    every registration, so that a bounced broker is told from one that stayed."""
+
+    registration: BrokerRegistration
+    epoch: int
+
+
+# A one-shot ZooKeeper watch: called once, on kazoo's thread, when the znode (or its
+# children) next changes.
+Watch = Callable[[WatchedEvent], None]
 
 
 class Election(NamedTuple):
@@ -281,6 +297,48 @@ class ZkStore:
             raise
         return True
 
+    def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
+        """Replace /config/topics/<topic> and note it under /config/changes, in one multi-op."""
+        path = topic_config_path(topic)
+        stat = self.client.exists(path)
+
+        def writes(transaction):
+            data = EntityConfig(configs).to_json()
+            if stat is None:
+                transaction.create(path, data)
+            else:
+                transaction.set_data(path, data, stat.version)
+            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"topics/{topic}").to_json(),
+                               sequence=True)
+
+        try:
+            self._commit(writes, None)
+        except (BadVersionError, NodeExistsError):
+            raise StaleVersion(f"{path} changed while it was being written") from None
+
+    def config_changes(self, after: int) -> list[tuple[int, ConfigChange, int]]:
+        """(sequence number, change, creation time in ms) of the /config/changes
+        notifications numbered above `after`, in order."""
+        found = []
+        for name in self.client.get_children(CONFIG_CHANGES):
+            if not name.startswith(CONFIG_CHANGE_PREFIX.rpartition("/")[2]):
+                continue
+            sequence = int(name[-10:])
+            if sequence <= after:
+                continue
+            try:
+                data, stat = self.client.get(f"{CONFIG_CHANGES}/{name}")
+            except NoNodeError:  # purged meanwhile
+                continue
+            found.append((sequence, ConfigChange.from_json(f"{CONFIG_CHANGES}/{name}", data), stat.ctime))
+        return sorted(found, key=lambda change: change[0])
+
+    def delete_config_change(self, sequence: int) -> None:
+        try:
+            self.client.delete(f"{CONFIG_CHANGE_PREFIX}{sequence:010d}")
+        except NoNodeError:
+            pass
+
     def request_topic_deletion(self, topic: str) -> None:
         """/admin/delete_topics/<topic>, which the controller acts on (once is enough)."""
         try:
@@ -314,3 +372,116 @@ class ZkStore:
                 continue
             return block
         raise StaleVersion(f"{PRODUCER_ID_BLOCK} changed under {_CLAIM_ATTEMPTS} claims in a row")
+
+    # The controller's reads (each can leave a one-shot watch), its deletions, and the
+    # session's state
+
+    def watch_controller(self, watch: Watch) -> int | None:
+        """The controller's broker id (None: no controller), watching /controller's
+        creation, change and deletion."""
+        try:
+            data, _ = self.client.get(CONTROLLER, watch=watch)
+        except NoNodeError:
+            if self.client.exists(CONTROLLER, watch=watch) is not None:
+                return self.watch_controller(watch)  # created in between
+            return None
+        return ControllerRegistration.from_json(CONTROLLER, data).broker_id
+
+    def resign_controller(self) -> None:
+        """Deletes /controller if this session holds it, so that another broker can win."""
+        try:
+            stat = self.client.exists(CONTROLLER)
+            if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+                self.client.delete(CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    def broker_epoch(self, broker_id: int) -> int | None:
+        """The czxid of /brokers/ids/<id>; None when the broker is not registered."""
+        stat = self.client.exists(broker_path(broker_id))
+        return stat and stat.czxid
+
+    def live_brokers(self, watch: Watch | None = None) -> dict[int, LiveBroker]:
+        """Every registered broker with its epoch, watching the set of ids."""
+        brokers = {}
+        for name in self.client.get_children(BROKER_IDS, watch=watch):
+            path = f"{BROKER_IDS}/{name}"
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                continue  # gone since listed: the watch tells
+            brokers[int(name)] = LiveBroker(BrokerRegistration.from_json(path, data), stat.czxid)
+        return brokers
+
+    def watch_topics(self, watch: Watch) -> list[str]:
+        return sorted(self.client.get_children(BROKER_TOPICS, watch=watch))
+
+    def watch_topic_assignment(self, topic: str, watch: Watch) -> Versioned | None:
+        """The assignment, watching its changes (new partitions) and deletion."""
+        try:
+            data, stat = self.client.get(topic_path(topic), watch=watch)
+        except NoNodeError:
+            return None
+        return Versioned(TopicAssignment.from_json(topic_path(topic), data), stat.version)
+
+    def watch_delete_topic_requests(self, watch: Watch) -> list[str]:
+        return sorted(self.client.get_children(DELETE_TOPICS, watch=watch))
+
+    def remove_delete_topic_request(self, topic: str) -> None:
+        try:
+            self.client.delete(delete_topic_path(topic))
+        except NoNodeError:
+            pass
+
+    def delete_topic(self, topic: str, *, controller_epoch_version: int) -> None:
+        """Deletes /brokers/topics/<topic> with everything under it, /config/topics/<topic>
+        and /admin/delete_topics/<topic>, in one multi-op conditional on the controller
+        epoch. Znodes created under the topic meanwhile make it fail (NotEmptyError)."""
+        paths = []
+
+        def below(path: str) -> None:
+            try:
+                children = self.client.get_children(path)
+            except NoNodeError:
+                return
+            for child in children:
+                below(f"{path}/{child}")
+            paths.append(path)
+
+        below(topic_path(topic))
+        for path in (topic_config_path(topic), delete_topic_path(topic)):
+            if self.client.exists(path) is not None:
+                paths.append(path)
+
+        def writes(transaction):
+            for path in paths:
+                transaction.delete(path)
+
+        try:
+            self._commit(writes, controller_epoch_version)
+        except NoNodeError:  # deleted by someone else meanwhile: delete what is left
+            self.delete_topic(topic, controller_epoch_version=controller_epoch_version)
+
+    def watch_isr_change_notifications(self, watch: Watch) -> list[str]:
+        """The names of the pending notifications, oldest first."""
+        return sorted(self.client.get_children(ISR_CHANGE_NOTIFICATION, watch=watch))
+
+    def isr_change(self, name: str) -> IsrChange | None:
+        found = self._get(f"{ISR_CHANGE_NOTIFICATION}/{name}", IsrChange)
+        return found and found.value
+
+    def delete_isr_change_notifications(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                self.client.delete(f"{ISR_CHANGE_NOTIFICATION}/{name}")
+            except NoNodeError:
+                pass
+
+    def add_session_listener(self, listener: Callable[[KazooState], None]) -> None:
+        """`listener(state)` on kazoo's thread at each change of the session's state:
+        SUSPENDED (disconnected), LOST (session ended: ephemerals and watches gone),
+        CONNECTED."""
+        self.client.add_listener(listener)
+
+    def remove_session_listener(self, listener: Callable[[KazooState], None]) -> None:
+        self.client.remove_listener(listener)

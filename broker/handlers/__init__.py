@@ -6,7 +6,8 @@ join) returns an awaitable of the body instead, so that everything else is answe
 without a trip through the event loop.
 """
 
-from wire.messages import (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
+from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, STOP_REPLICA,
+                           UPDATE_METADATA, ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
                            DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
@@ -16,7 +17,7 @@ from wire.messages import (LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ADD_OF
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 
-from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, fetch,
+from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
                              groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
                              offsets, produce, topics_admin, transactions)
 
@@ -56,6 +57,7 @@ HANDLERS = {
     DESCRIBE_TRANSACTIONS.key: transactions.describe_transactions,
     LIST_TRANSACTIONS.key: transactions.list_transactions,
     DESCRIBE_PRODUCERS.key: transactions.describe_producers,
+    ELECT_LEADERS.key: elect_leaders.handle,
 }
 
 # A cluster broker's requests from the controller; the single node does not serve them.
@@ -63,6 +65,7 @@ CLUSTER_HANDLERS = {
     LEADER_AND_ISR.key: inter_broker.leader_and_isr,
     STOP_REPLICA.key: inter_broker.stop_replica,
     UPDATE_METADATA.key: inter_broker.update_metadata,
+    CONTROLLED_SHUTDOWN.key: elect_leaders.controlled_shutdown,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.

@@ -7,6 +7,8 @@
   Unknown keys and bad values are INVALID_CONFIG naming the key; an unknown topic is
   UNKNOWN_TOPIC_OR_PARTITION. The change reaches the live logs at once and is persisted.
   Internal topics may be altered but keep cleanup.policy=compact (TopicManager.set_configs).
+  In a cluster the topic's configs are read from and written to ZooKeeper
+  (/config/topics/<t>, with a /config/changes notification every broker applies).
 - This broker (type 4), named "" (the cluster default) or by its id: only the topic
   defaults are dynamic (broker.dynamic_configs); any other key is INVALID_REQUEST, as
   Kafka answers for a key it cannot update dynamically. AlterConfigs replaces the
@@ -31,11 +33,52 @@ from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _topic(broker, name: str):
-    topic = broker.topics.topics.get(name)
-    if topic is None:
-        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-    return topic
+class _LocalTopics:
+    """The single node's topic configs: its TopicManager."""
+
+    def __init__(self, broker):
+        self._topics = broker.topics
+
+    def configs(self, name: str) -> dict[str, str]:
+        topic = self._topics.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return dict(topic.configs)
+
+    def store(self, name: str, configs: dict, validate_only: bool) -> None:
+        self._topics.set_configs(name, configs, validate_only)
+
+
+class _ClusterTopics:
+    """A cluster's topic configs: read from ZooKeeper before the request is worked out
+    (`load`), validated as the single node validates them, and written after (`commit`)."""
+
+    def __init__(self, broker):
+        self._broker = broker
+        self._current: dict[str, dict[str, str] | BrokerError] = {}
+        self._writes: dict[str, tuple[dict, bool]] = {}
+
+    async def load(self, names) -> None:
+        for name in names:
+            try:
+                self._current[name] = await self._broker.admin.topic_configs(name)
+            except BrokerError as exc:
+                self._current[name] = exc
+
+    def configs(self, name: str) -> dict[str, str]:
+        current = self._current[name]
+        if isinstance(current, BrokerError):
+            raise current
+        return dict(current)
+
+    def store(self, name: str, configs: dict, validate_only: bool) -> None:
+        self._broker.admin.check_topic_configs(name, configs)
+        if not validate_only:
+            self._writes[name] = configs
+
+    async def commit(self, name: str) -> None:
+        if name in self._writes:
+            await self._broker.admin.set_topic_configs(name, self._writes.pop(name))
 
 
 def _broker_level(broker, name: str) -> str:
@@ -58,16 +101,16 @@ def _check_keys(resource_type: int, keys) -> None:
                               f"Cannot update these configs dynamically: {', '.join(static)}")
 
 
-def _current(broker, resource_type: int, name: str) -> dict[str, str]:
+def _current(broker, topics, resource_type: int, name: str) -> dict[str, str]:
     if resource_type == TOPIC:
-        return dict(_topic(broker, name).configs)
+        return topics.configs(name)
     return dict(broker.dynamic_configs.levels.get(_broker_level(broker, name), {}))
 
 
-def _store(broker, resource_type: int, name: str, configs: dict, validate_only: bool) -> None:
+def _store(broker, topics, resource_type: int, name: str, configs: dict, validate_only: bool) -> None:
     """Validate the resource's new config set and, unless `validate_only`, make it so."""
     if resource_type == TOPIC:
-        broker.topics.set_configs(name, configs, validate_only)
+        topics.store(name, configs, validate_only)
         return
     level = _broker_level(broker, name)
     try:
@@ -89,13 +132,13 @@ def _default_value(broker, resource_type: int, key: str) -> str:
     return str(getattr(broker.config.log, TOPIC_CONFIGS[topic_key][0]))
 
 
-def _incremental(broker, resource) -> dict[str, str]:
+def _incremental(broker, topics, resource) -> dict[str, str]:
     """The resource's config set after applying its per-key operations."""
     names = [c.name for c in resource.configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {duplicates[0]!r} is given twice")
-    configs = _current(broker, resource.resource_type, resource.resource_name)
+    configs = _current(broker, topics, resource.resource_type, resource.resource_name)
     _check_keys(resource.resource_type, names)
     for change in resource.configs:
         key, op, value = change.name, change.config_operation, change.value
@@ -121,7 +164,8 @@ def _incremental(broker, resource) -> dict[str, str]:
     return configs
 
 
-def _alter(broker, resources, new_configs, validate_only: bool, Response):
+def _alter(broker, topics, resources, new_configs, validate_only: bool, Response):
+    """The response, and the topic resources whose changes `topics` still has to commit."""
     listed = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
@@ -136,24 +180,43 @@ def _alter(broker, resources, new_configs, validate_only: bool, Response):
             if resource.resource_type not in (TOPIC, BROKER):
                 raise BrokerError(ErrorCode.INVALID_REQUEST,
                                   f"resource type {resource.resource_type} cannot be altered here")
-            configs = new_configs(broker, resource)
-            _store(broker, resource.resource_type, resource.resource_name, configs, validate_only)
+            configs = new_configs(broker, topics, resource)
+            _store(broker, topics, resource.resource_type, resource.resource_name, configs, validate_only)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Response(throttle_time_ms=0, responses=results)
 
 
-def _replacement(broker, resource) -> dict[str, str | None]:
-    _current(broker, resource.resource_type, resource.resource_name)  # the resource must exist
+async def _alter_in_cluster(broker, resources, new_configs, validate_only: bool, Response):
+    topics = _ClusterTopics(broker)
+    await topics.load(sorted({r.resource_name for r in resources if r.resource_type == TOPIC}))
+    response = _alter(broker, topics, resources, new_configs, validate_only, Response)
+    for out in response.responses:
+        if out.resource_type == TOPIC and out.error_code == ErrorCode.NONE:
+            try:
+                await topics.commit(out.resource_name)
+            except BrokerError as exc:
+                out.error_code, out.error_message = exc.code, str(exc)
+    return response
+
+
+def _replacement(broker, topics, resource) -> dict[str, str | None]:
+    _current(broker, topics, resource.resource_type, resource.resource_name)  # the resource must exist
     configs = {c.name: c.value for c in resource.configs}
     _check_keys(resource.resource_type, configs)
     return configs
 
 
+def _altered(broker, request, new_configs, Response):
+    if broker.admin is not None:
+        return _alter_in_cluster(broker, request.resources, new_configs, request.validate_only, Response)
+    return _alter(broker, _LocalTopics(broker), request.resources, new_configs, request.validate_only,
+                  Response)
+
+
 def alter_configs(broker, header, request, client_host):
-    return _alter(broker, request.resources, _replacement, request.validate_only, ALTER_CONFIGS.response)
+    return _altered(broker, request, _replacement, ALTER_CONFIGS.response)
 
 
 def incremental_alter_configs(broker, header, request, client_host):
-    return _alter(broker, request.resources, _incremental, request.validate_only,
-                  INCREMENTAL_ALTER_CONFIGS.response)
+    return _altered(broker, request, _incremental, INCREMENTAL_ALTER_CONFIGS.response)

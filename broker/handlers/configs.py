@@ -18,6 +18,7 @@ from wire.messages import DESCRIBE_CONFIGS
 from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS, _CONNECTION_KEYS,
                            _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, static_broker_values)
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
+from broker.errors import BrokerError
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
@@ -106,6 +107,30 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynam
 
 
 def handle(broker, header, request, client_host):
+    if broker.admin is not None and any(r.resource_type == TOPIC for r in request.resources):
+        return _handle_in_cluster(broker, header, request)
+    return _described(broker, header, request, lambda name: _local_configs(broker, name))
+
+
+def _local_configs(broker, name: str) -> dict[str, str] | None:
+    topic = broker.topics.topics.get(name)
+    return None if topic is None else topic.configs
+
+
+async def _handle_in_cluster(broker, header, request):
+    """A cluster's topic configs come from ZooKeeper (the topic may have no replica here)."""
+    configs = {}
+    for resource in request.resources:
+        if resource.resource_type == TOPIC and resource.resource_name not in configs:
+            try:
+                configs[resource.resource_name] = await broker.admin.topic_configs(resource.resource_name)
+            except BrokerError:
+                configs[resource.resource_name] = None
+    return _described(broker, header, request, configs.get)
+
+
+def _described(broker, header, request, topic_configs):
+    """`topic_configs(name)`: the topic's overrides, None when it does not exist."""
     version = header.request_api_version
     results = []
     for resource in request.resources:
@@ -115,12 +140,12 @@ def handle(broker, header, request, client_host):
         results.append(out)
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         if resource.resource_type == TOPIC:
-            topic = broker.topics.topics.get(resource.resource_name)
-            if topic is None:
+            overrides = topic_configs(resource.resource_name)
+            if overrides is None:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"topic {resource.resource_name!r} does not exist"
                 continue
-            entries, dynamic_keys = topic_config_entries(broker, topic.configs), TOPIC_CONFIGS
+            entries, dynamic_keys = topic_config_entries(broker, overrides), TOPIC_CONFIGS
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 out.error_code = ErrorCode.INVALID_REQUEST

@@ -6,7 +6,8 @@
 - An offset beyond the high watermark, or below -1, is OFFSET_OUT_OF_RANGE; an unknown
   topic or partition UNKNOWN_TOPIC_OR_PARTITION; an internal topic
   INVALID_TOPIC_EXCEPTION; a topic without `delete` in cleanup.policy
-  POLICY_VIOLATION, as Kafka answers. Errors are per partition.
+  POLICY_VIOLATION, as Kafka answers; a partition this broker does not lead
+  NOT_LEADER_OR_FOLLOWER. Errors are per partition.
 - The new log start offsets are checkpointed before the answer, so that a crash does
   not bring deleted records back.
 """
@@ -30,6 +31,7 @@ def _delete(broker, topic: str, partition: int, offset: int) -> int:
     if topic in INTERNAL_TOPICS:
         raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot delete records of internal topic {topic}")
     replica = broker.topics.partition(topic, partition)
+    replica.check_leader()
     if "delete" not in replica.config.cleanup_policy.split(","):
         raise BrokerError(ErrorCode.POLICY_VIOLATION, f"records of {topic}-{partition} cannot be deleted: "
                                                      f"cleanup.policy is {replica.config.cleanup_policy}")

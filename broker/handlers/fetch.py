@@ -16,6 +16,10 @@
 - v7+ fetch sessions are declined: a request to open one (id 0, epoch 0) gets a full
   response with session id 0; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+- Only the leader is fetched from, by consumers and followers alike:
+  NOT_LEADER_OR_FOLLOWER elsewhere. A partition with an error (this one included, as
+  when the broker stops leading during a long poll) or a diverging epoch ends the long
+  poll at once, as in Kafka.
 - v12+ `last_fetched_epoch` (>= 0) is checked against the epoch history: a fetcher whose
   log diverged (that epoch ends here before its fetch offset, or this log never had it)
   gets no records and `diverging_epoch` (the epoch and end offset to truncate to); an
@@ -44,11 +48,14 @@ def _replica_id(request, version: int) -> int:
 
 
 def _build(broker, request, version):
-    """One pass over the requested partitions: (response topics, bytes, partition keys)."""
+    """One pass over the requested partitions: (response topics, bytes, partition keys,
+    whether a partition's answer is already final: an error or a diverging epoch, which
+    waiting cannot change)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
     total = 0
+    settled = False
     keys = []
     topics_out = []
     for fetch_topic in request.topics:
@@ -67,13 +74,16 @@ def _build(broker, request, version):
             partitions_out.append(out)
             if topic is None:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                settled = True
                 continue
             try:
                 partition = broker.topics.partition(name, wanted.partition)
                 keys.append(partition.key)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
+                partition.check_leader()
             except BrokerError as exc:
                 out.error_code = exc.code
+                settled = True
                 continue
             try:
                 limit = max(min(wanted.partition_max_bytes, budget - total), 0)
@@ -82,6 +92,7 @@ def _build(broker, request, version):
                     diverging = partition.diverging_epoch(wanted.last_fetched_epoch, wanted.fetch_offset)
                 if diverging is not None:
                     region = None
+                    settled = True
                     out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
                 elif replica_id >= 0:
                     region = None
@@ -95,6 +106,7 @@ def _build(broker, request, version):
                             for a in aborted]
             except BrokerError as exc:  # e.g. OFFSET_OUT_OF_RANGE, answered with the positions
                 out.error_code = exc.code
+                settled = True
                 region = None
             out.high_watermark = partition.high_watermark
             out.last_stable_offset = partition.last_stable_offset
@@ -105,7 +117,7 @@ def _build(broker, request, version):
         topics_out.append(_Resp.FetchableTopicResponse(topic=name if version < 13 else None,
                                                        topic_id=fetch_topic.topic_id if version >= 13 else ZERO_UUID,
                                                        partitions=partitions_out))
-    return topics_out, total, keys
+    return topics_out, total, keys, settled
 
 
 def handle(broker, header, request, client_host):
@@ -119,10 +131,11 @@ def handle(broker, header, request, client_host):
 
 
 def _answer_if_ready(broker, request, version, deadline):
-    """(response, None) once `min_bytes` are there, the deadline passed or nothing can
-    arrive; else (None, the partition keys to wait on)."""
-    topics_out, total, keys = _build(broker, request, version)
-    if total >= request.min_bytes or deadline <= broker.clock.monotonic() or not keys:
+    """(response, None) once `min_bytes` are there, a partition has an error or a diverging
+    epoch (as Kafka answers at once), the deadline passed or nothing can arrive; else
+    (None, the partition keys to wait on)."""
+    topics_out, total, keys, settled = _build(broker, request, version)
+    if total >= request.min_bytes or settled or deadline <= broker.clock.monotonic() or not keys:
         return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0), None
     return None, keys
 

@@ -10,6 +10,7 @@
 - v4+ checks `current_leader_epoch` and returns the leader epoch, as Kafka does: the
   current one for -1 (latest), else the epoch the returned offset was written under
   (from the leader epoch history), -1 when no offset is found.
+- Only the leader answers: NOT_LEADER_OR_FOLLOWER elsewhere.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def handle(broker, header, request, client_host):
             try:
                 partition = broker.topics.partition(topic.name, wanted.partition_index)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
+                partition.check_leader()
                 out.offset, out.timestamp = _lookup(partition, wanted.timestamp, committed)
                 if wanted.timestamp == LATEST:
                     out.leader_epoch = partition.leader_epoch

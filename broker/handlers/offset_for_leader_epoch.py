@@ -7,8 +7,9 @@ to truncation (KIP-320); followers ask it to find where their log diverges.
   `broker.storage.leader_epochs`; -1/-1 for an epoch above all known ones.
 - v2+ `current_leader_epoch` is checked as Fetch checks it (FENCED_LEADER_EPOCH for an
   older one, UNKNOWN_LEADER_EPOCH for a newer one); an unknown topic or partition is
-  UNKNOWN_TOPIC_OR_PARTITION. v3+ `replica_id` (-1 consumers, -2 debugging, a broker id
-  for followers) changes nothing on a single broker.
+  UNKNOWN_TOPIC_OR_PARTITION. Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere),
+  whoever asks: v3+ `replica_id` (-1 consumers, -2 debugging, a broker id for
+  followers) changes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def handle(broker, header, request, client_host):
             try:
                 partition = broker.topics.partition(topic.topic, wanted.partition)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
+                partition.check_leader()
             except BrokerError as exc:
                 out.error_code = exc.code
                 continue

@@ -21,7 +21,10 @@
   min.insync.replicas in-sync replicas before the append (NOT_ENOUGH_REPLICAS: a single
   broker has one) and is answered once the high watermark passes every appended batch
   (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile), or when `timeout_ms`
-  passes first, with REQUEST_TIMED_OUT for the partitions still short.
+  passes first, with REQUEST_TIMED_OUT for the partitions still short. Should this
+  broker stop leading a partition meanwhile, the wait ends at once with
+  NOT_LEADER_OR_FOLLOWER for it.
+- A partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER.
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
   A batch with a producer id but no sequence is INVALID_RECORD.
@@ -178,6 +181,7 @@ def handle(broker, header, request, client_host):
                     raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                       f"topic {topic_data.name} is internal: only the broker writes it")
                 partition = broker.topics.partition(topic_data.name, data.index)
+                partition.check_leader()
                 config = partition.config
                 records = data.records
                 if records is not None and isinstance(records, memoryview):
@@ -218,6 +222,10 @@ def _still_waiting(waiting: list) -> list:
         code = partition.acks_all_result(required)
         if code is None:
             remaining.append((partition, required, result))
+        elif code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            result.error_code = code
+            result.error_message = (f"this broker stopped leading {partition.topic}-{partition.index} "
+                                    f"before the high watermark reached {required}")
         elif code != ErrorCode.NONE:
             result.error_code = code
             result.error_message = (f"the in-sync replicas of {partition.topic}-{partition.index} "

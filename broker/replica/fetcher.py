@@ -111,7 +111,7 @@ class ReplicaFetcher:
         for key in sorted(self._truncate):
             partition = self._partitions[key]
             if partition.latest_epoch < 0:
-                self._truncate_to(key, partition, partition.truncation_offset(-1, -1), "no epoch history")
+                self._truncate_to(key, partition, partition.truncation_point(-1, -1), "no epoch history")
                 continue
             asked.setdefault(key[0], []).append(Req.OffsetForLeaderPartition(
                 partition=key[1], current_leader_epoch=partition.leader_epoch,
@@ -132,16 +132,22 @@ class ReplicaFetcher:
                     self._on_error(key, answer.error_code, "OffsetForLeaderEpoch")
                     continue
                 self._truncate_to(key, partition,
-                                  partition.truncation_offset(answer.leader_epoch, answer.end_offset),
+                                  partition.truncation_point(answer.leader_epoch, answer.end_offset),
                                   f"leader {self.leader_id}'s epoch {answer.leader_epoch} ends at "
                                   f"{answer.end_offset}")
 
-    def _truncate_to(self, key, partition, offset: int, why: str) -> None:
+    def _truncate_to(self, key, partition, point: tuple[int, bool], why: str) -> None:
+        """Cut at `point` (offset, complete); an incomplete cut (the leader answered an
+        epoch this log never had) asks again with the log's new latest epoch."""
+        offset, complete = point
         if offset < partition.log_end_offset:
             log.info("%s-%d: truncating from %d to %d (%s)", key[0], key[1],
                      partition.log_end_offset, offset, why)
         partition.truncate_to(offset)
-        self._truncate.discard(key)
+        if complete:
+            self._truncate.discard(key)
+        else:
+            self._truncate.add(key)
 
     async def _fetch_once(self) -> bool:
         """One Fetch for every partition ready to fetch; whether anything was appended or
@@ -149,9 +155,11 @@ class ReplicaFetcher:
         cfg = self._config
         Req = FETCH.request
         by_topic: dict[str, list] = {}
+        epochs = {}  # the leader epoch each partition was fetched at
         for (topic, index), partition in self._partitions.items():
             if (topic, index) in self._held or (topic, index) in self._truncate:
                 continue
+            epochs[(topic, index)] = partition.leader_epoch
             by_topic.setdefault(topic, []).append(Req.FetchPartition(
                 partition=index, current_leader_epoch=partition.leader_epoch,
                 fetch_offset=partition.log_end_offset, last_fetched_epoch=partition.latest_epoch,
@@ -174,8 +182,8 @@ class ReplicaFetcher:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
                 partition = self._partitions.get(key)
-                if partition is None or key in self._truncate:
-                    continue  # removed or re-added while the fetch was out
+                if partition is None or key in self._truncate or partition.leader_epoch != epochs.get(key):
+                    continue  # removed, re-added or given a new leader epoch while the fetch was out
                 if not self._apply(key, partition, data):
                     healthy = False
         return healthy
@@ -186,7 +194,7 @@ class ReplicaFetcher:
             diverging = data.diverging_epoch
             if diverging is not None and diverging.epoch >= 0:
                 self._truncate_to(key, partition,
-                                  partition.truncation_offset(diverging.epoch, diverging.end_offset),
+                                  partition.truncation_point(diverging.epoch, diverging.end_offset),
                                   f"diverging: leader {self.leader_id}'s epoch {diverging.epoch} ends "
                                   f"at {diverging.end_offset}")
                 return True
@@ -195,7 +203,7 @@ class ReplicaFetcher:
         if code == ErrorCode.OFFSET_OUT_OF_RANGE and data.log_start_offset > partition.log_end_offset:
             log.info("%s-%d: the leader's log starts at %d, past this log's end %d: starting there",
                      key[0], key[1], data.log_start_offset, partition.log_end_offset)
-            partition.restart_at(data.log_start_offset)
+            partition.truncate_fully_and_start_at(data.log_start_offset)
             return True
         self._on_error(key, code, "Fetch")
         return False

@@ -21,11 +21,18 @@ coordinator) and the partition's log, as Kafka's `Partition` is.
 - The leader stamps its epoch into every batch it appends. On one broker each partition
   is made leader with ISR = {this broker} when its log opens, one epoch past the last it
   holds records of (`lead_alone`), so the high watermark follows every append at once.
+- Only the leader takes produces, transaction markers and consumers' reads
+  (NOT_LEADER_OR_FOLLOWER elsewhere). Becoming a follower wakes every waiting request,
+  so an acks=all produce or a long-poll fetch learns at once that this broker no longer
+  leads. A follower appends the leader's batches unchanged (`append_as_follower`), takes
+  the leader's high watermark as far as its own log reaches, and on a new leader cuts
+  its log where it diverged from the leader's (`truncation_point`, Kafka's rule).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from wire.error_codes import ErrorCode
 from wire.records import BatchHeader
@@ -49,7 +56,9 @@ class FollowerState:
 
 class Partition:
     def __init__(self, log: PartitionLog, local_id: int, delayed: DelayedOperations, clock: Clock,
-                 lag_time_max_ms: int):
+                 lag_time_max_ms: int, on_isr_expanded: Callable[["Partition"], None] | None = None):
+        """`on_isr_expanded`: told when a follower joins the ISR here (a cluster broker
+        writes the change to ZooKeeper)."""
         self.log = log  # the partition's storage; only this class and its owner touch it
         self.topic = log.topic
         self.index = log.partition
@@ -58,6 +67,7 @@ class Partition:
         self._delayed = delayed
         self._clock = clock
         self._lag_time_max_ms = lag_time_max_ms
+        self._on_isr_expanded = on_isr_expanded
         # Until `make_leader`: no leader, and the high watermark stays as restored.
         self.leader_id = -1
         self.leader_epoch = log.epochs.latest_epoch
@@ -82,6 +92,36 @@ class Partition:
         self._state_changed()
         self._maybe_advance_high_watermark()
 
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> bool:
+        """Follow `leader_id` from `leader_epoch` on; True when the leader or the epoch
+        changed. Followers' positions are the leader's business: forgotten here. Waiting
+        requests are woken to find this broker no longer leads."""
+        if leader_id == self.local_id or self.local_id not in replicas:
+            raise ValueError(f"broker {self.local_id} follows {self.topic}-{self.index} only as a "
+                             f"replica other than the leader, not with leader {leader_id} and "
+                             f"replicas {replicas}")
+        changed = (leader_id, leader_epoch) != (self.leader_id, self.leader_epoch)
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = set(isr)
+        self._followers = {}
+        self._state_changed()
+        self._delayed.wake(self.key)
+        return changed
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_id
+
+    def check_leader(self) -> None:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
+        if not self.is_leader:
+            leader = f"broker {self.leader_id}" if self.leader_id >= 0 else "no broker"
+            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                              f"broker {self.local_id} is not the leader of {self.topic}-{self.index} "
+                              f"(leader epoch {self.leader_epoch}): {leader} is")
+
     def lead_alone(self) -> None:
         """Lead as the only replica (the single node), from one epoch past the log's last."""
         self.make_leader(self.log.epochs.latest_epoch + 1, [self.local_id], [self.local_id])
@@ -98,20 +138,27 @@ class Partition:
         if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
             self.isr.add(replica_id)
             self._state_changed()
+            if self._on_isr_expanded is not None:
+                self._on_isr_expanded(self)
         self._maybe_advance_high_watermark()
         return True
 
-    def shrink_isr(self) -> list[int]:
-        """Drop from the ISR the followers not caught up for replica.lag.time.max.ms;
-        returns them. A smaller ISR may let the high watermark move on."""
+    def lagging_followers(self) -> list[int]:
+        """The ISR's followers not caught up with the log end for replica.lag.time.max.ms
+        (none on a follower: only a leader tracks its followers)."""
+        if not self.is_leader:
+            return []
         now = self._clock.wall_ms()
-        lagging = sorted(r for r in self.isr if r != self.local_id
-                         and now - self._followers[r].last_caught_up_ms > self._lag_time_max_ms)
-        if lagging:
-            self.isr.difference_update(lagging)
+        return sorted(r for r in self.isr if r != self.local_id
+                      and now - self._followers[r].last_caught_up_ms > self._lag_time_max_ms)
+
+    def remove_from_isr(self, replicas: list[int]) -> None:
+        """Drop `replicas` from the ISR (a cluster broker once ZooKeeper has the smaller
+        ISR); the high watermark may move on."""
+        if self.isr & set(replicas):
+            self.isr.difference_update(replicas)
             self._state_changed()
             self._maybe_advance_high_watermark()
-        return lagging
 
     def _state_changed(self) -> None:
         self.state = PartitionState(self.index, self.leader_id, self.leader_epoch, tuple(self.replicas),
@@ -161,6 +208,7 @@ class Partition:
     # -- writing --------------------------------------------------------------------------
     def append_as_leader(self, header: BatchHeader, batch: memoryview, required_acks: int) -> AppendResult:
         """Append a validated batch under the current leader epoch (see `PartitionLog.append`)."""
+        self.check_leader()
         if required_acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
                               f"{len(self.isr)} in-sync replica(s) of {self.topic}-{self.index} are "
@@ -173,6 +221,7 @@ class Partition:
     def append_marker_as_leader(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                 commit: bool) -> int:
         """Append a transaction marker (see `PartitionLog.append_marker`); its offset."""
+        self.check_leader()
         offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                         self.leader_epoch)
         self._appended()
@@ -180,12 +229,39 @@ class Partition:
 
     def acks_all_result(self, required_offset: int) -> ErrorCode | None:
         """None while the high watermark is below `required_offset` (the acks=all produce
-        waits); then NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is now too small."""
+        waits); then NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is now too small.
+        NOT_LEADER_OR_FOLLOWER as soon as this broker no longer leads: the batch may not
+        survive the new leader's truncation."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.log.high_watermark < required_offset:
             return None
         if len(self.isr) < self.config.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
+
+    def append_as_follower(self, records, leader_high_watermark: int, leader_log_start_offset: int) -> int:
+        """Append the leader's batches from its Fetch response (see
+        `PartitionLog.append_as_follower`); returns how many. The high watermark then
+        moves up to the leader's, as far as this log reaches, and the log start offset up
+        to the leader's (records the leader deleted go here too), within the high watermark."""
+        if self.is_leader:
+            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                              f"broker {self.local_id} leads {self.topic}-{self.index}: it appends "
+                              f"no other broker's batches")
+        appended = self.log.append_as_follower(records)
+        high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        moved = appended > 0
+        if high_watermark > self.log.high_watermark:
+            self.log.update_high_watermark(high_watermark)
+            moved = True
+        log_start = min(leader_log_start_offset, self.log.high_watermark)
+        if log_start > self.log.log_start_offset:
+            self.log.delete_records_before(log_start)
+            moved = True
+        if moved:
+            self._delayed.wake(self.key)
+        return appended
 
     def delete_records_before(self, offset: int) -> None:
         self.log.delete_records_before(offset)
@@ -203,14 +279,52 @@ class Partition:
         self.log.flush_if_due()
 
     def truncate_to(self, offset: int) -> None:
-        """Cut the log at `offset` (a follower's divergent tail, next issue)."""
+        """Cut the log at `offset` (a follower's divergent tail); the high watermark
+        follows it down if it was above."""
         self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it at `offset`: a follower whose log ends below the
+        leader's log start (the leader answered its fetch OFFSET_OUT_OF_RANGE) starts
+        over from the leader's log start offset."""
+        self.log.truncate_fully_and_start_at(offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The latest leader epoch this log holds records of (-1: none); what a follower
+        asks the leader's OffsetForLeaderEpoch about."""
+        return self.log.epochs.latest_epoch
+
+    def truncation_point(self, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
+        """(offset to truncate to, whether that ends the truncation) from the leader's
+        answer (epoch, end offset) to OffsetForLeaderEpoch for `latest_epoch`, or from a
+        Fetch response's diverging epoch; Kafka's follower rule:
+        - an undefined answer (-1 epoch or offset): the high watermark;
+        - an epoch this log has too: the smaller of both ends of that epoch (this log's
+          end for its latest epoch) - done;
+        - an epoch this log does not have: the end of this log's largest epoch below it,
+          not done: ask again with the new latest epoch (a Fetch v12+ with
+          last_fetched_epoch finds any divergence left)."""
+        end = self.log.log_end_offset
+        if leader_epoch < 0 or leader_end_offset < 0:
+            return min(self.log.high_watermark, end), True
+        own_epoch, own_end = self.log.epochs.end_offset_for(leader_epoch, end)
+        if own_epoch < 0 or own_end < 0:  # no epoch at or below it here: trust the leader
+            return min(leader_end_offset, end), True
+        if own_epoch != leader_epoch:
+            return min(own_end, end), False
+        return min(own_end, leader_end_offset, end), True
+
+    def truncation_offset(self, leader_epoch: int, leader_end_offset: int) -> int:
+        """Where to truncate given the leader's epoch and end offset (see `truncation_point`)."""
+        return self.truncation_point(leader_epoch, leader_end_offset)[0]
 
     # -- reading --------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, read_committed: bool,
              min_one_batch: bool) -> tuple[FileRegion | None, list[AbortedTxn]]:
         """A consumer's read: up to the high watermark, or with `read_committed` up to the
-        last stable offset with the aborted transactions in range."""
+        last stable offset with the aborted transactions in range. The leader's only."""
+        self.check_leader()
         if read_committed:
             return self.log.read_committed(offset, max_bytes, min_one_batch)
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch), []

@@ -86,6 +86,11 @@ class LeaderEpochCache:
             return epoch, self.entries[0][1]
         return self.entries[higher - 1][0], self.entries[higher][1]
 
+    def clear(self) -> None:
+        """The log was emptied: no epoch is known any more."""
+        self.entries = []
+        self.write()
+
     def truncate_from_end(self, end_offset: int) -> None:
         """The log was cut at `end_offset`: epochs starting there or later are gone."""
         kept = [e for e in self.entries if e[1] < end_offset]

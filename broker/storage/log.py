@@ -20,8 +20,10 @@ Recovery rebuilds the `.txnindex` of every re-validated segment while it replays
 the producer state.
 
 Appends assign offsets by patching the batch headers in place (baseOffset and leader
-epoch lie outside the CRC) and write the wire bytes unchanged. Reads return file
-regions, never decoded records.
+epoch lie outside the CRC) and write the wire bytes unchanged. A follower's appends
+(`append_as_follower`) keep the leader's offsets and epochs, so its segments hold the
+leader's bytes; all three kinds of append share one write path (`_store`). Reads
+return file regions, never decoded records.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from typing import Iterable
 from wire.error_codes import ErrorCode
 from wire.primitives import DecodeError
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND_TIME_BIT,
-                          LOG_OVERHEAD, BatchHeader, build_control_batch, decode_batch, decode_control_record, parse_header,
-                          set_base_offset, set_log_append_time, set_partition_leader_epoch)
+                          LOG_OVERHEAD, BatchHeader, build_control_batch, decode_batch, decode_control_record,
+                          has_valid_crc, iter_batches, parse_header, set_base_offset, set_log_append_time,
+                          set_partition_leader_epoch)
 
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import LogConfig
@@ -210,6 +213,26 @@ class PartitionLog:
         self._load_producer_state(recover_from=None)
         self._after_truncation()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it again at `offset`, as Kafka's follower does when its
+        log ends below the leader's log start (the records it lacks were deleted there).
+        The empty first segment's file keeps the new start across a restart."""
+        try:
+            for segment in self.segments:
+                segment.delete()
+            self.producer_state.clear()
+            segment = LogSegment(self.directory, offset, self.config.index_interval_bytes,
+                                 self._clock.wall_ms())
+            os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise self._storage_error("empty", exc) from None
+        segment.next_offset = offset
+        self.segments = [segment]
+        self._base_offsets = [offset]
+        self._directory_unsynced = True
+        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self._write_epochs(self.epochs.clear)
+
     def _cut_segments_at(self, offset: int) -> None:
         """Cut the segment holding `offset` there and delete every later one: the one way
         the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
@@ -237,9 +260,12 @@ class PartitionLog:
         if recover_from is None and start == self.log_end_offset:
             return
         for segment, position, header in self._headers_from(start):
-            first = self.producer_state.update(header)
-            if first is not None and recover_from is not None and \
-                    segment.base_offset >= recover_from and self._is_abort(segment, position, header):
+            coordinator_epoch, abort = -1, False
+            if header.is_control:
+                coordinator_epoch, abort = self._stored_marker(segment, position, header)
+            first = self.producer_state.update(header, coordinator_epoch)
+            if first is not None and abort and recover_from is not None and \
+                    segment.base_offset >= recover_from:
                 segment.txn_index.append(self._aborted_entry(header.producer_id, first,
                                                              header.base_offset))
 
@@ -250,13 +276,13 @@ class PartitionLog:
                 yield segment, pos, header
 
     @staticmethod
-    def _is_abort(segment: LogSegment, position: int, header: BatchHeader) -> bool:
-        """Whether the control batch at `position` is an ABORT marker."""
+    def _stored_marker(segment: LogSegment, position: int, header: BatchHeader) -> tuple[int, bool]:
+        """(coordinator epoch, whether it is an ABORT) of the control batch at `position`,
+        so that a replay restores what the append recorded; (-1, False) if unreadable."""
         try:
-            records = decode_batch(segment.region(position, position + header.size).read(), 1 << 20)
-            return bool(records) and decode_control_record(records[0]).type == CONTROL_ABORT
+            return PartitionLog._marker_of(segment.region(position, position + header.size).read())
         except DecodeError:
-            return False
+            return -1, False
 
     def _aborted_entry(self, producer_id: int, first_offset: int, marker_offset: int) -> AbortedTxn:
         """The index entry of a transaction just aborted (the producer state already
@@ -313,9 +339,7 @@ class PartitionLog:
         duplicate = self.producer_state.check(header)
         if duplicate is not None:
             return AppendResult(duplicate[0], duplicate[1], -1, True)
-        self._maybe_roll(header.size, header)
         base = self.log_end_offset
-        self._begin_epoch(leader_epoch, base)
         set_base_offset(batch, base)
         set_partition_leader_epoch(batch, leader_epoch)
         append_time = -1
@@ -325,12 +349,7 @@ class PartitionLog:
             header = header._replace(max_timestamp=append_time,
                                      attributes=header.attributes | LOG_APPEND_TIME_BIT)
         header = header._replace(base_offset=base, partition_leader_epoch=leader_epoch)
-        try:
-            self.segments[-1].append(batch, header)
-        except OSError as exc:
-            raise self._storage_error("append to", exc) from None
-        self.producer_state.update(header)
-        self._unflushed_messages += header.last_offset_delta + 1
+        self._store(batch, header, "append to")
         self.flush_if_due()
         return AppendResult(base, self.log_end_offset - 1, append_time, False)
 
@@ -352,33 +371,104 @@ class PartitionLog:
         batch = bytearray(build_control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT,
                                               producer_id, producer_epoch, coordinator_epoch,
                                               self._clock.wall_ms()))
-        header = parse_header(batch)
-        self._maybe_roll(header.size, header)
         base = self.log_end_offset
-        self._begin_epoch(leader_epoch, base)
         set_base_offset(batch, base)
         set_partition_leader_epoch(batch, leader_epoch)
-        header = header._replace(base_offset=base, partition_leader_epoch=leader_epoch)
+        header = parse_header(batch)
+        self._store(batch, header, "append a transaction marker to", coordinator_epoch, abort=not commit)
+        self.flush_if_due()
+        return base
+
+    def append_as_follower(self, records) -> int:
+        """Append a leader's batches as its Fetch response returned them (one or more
+        whole batches v2, maybe followed by a truncated one, which is ignored), byte for
+        byte: their offsets and leader epochs are kept. Returns how many were appended.
+
+        The first must start at the log end (OFFSET_OUT_OF_RANGE otherwise, nothing
+        written); each must be CRC-valid, magic 2, within the size recovery accepts and
+        above the previous one's offsets (CORRUPT_MESSAGE or MESSAGE_TOO_LARGE otherwise:
+        the batches before it stay appended). The producer state follows every batch, as
+        it would have on the leader, without refusing duplicates: the leader decided."""
+        batches = iter_batches(records)
+        appended = 0
+        expected = self.log_end_offset
+        try:
+            for header, batch in batches:
+                self._check_follower_batch(header, batch, expected, appended)
+                coordinator_epoch, abort = -1, False
+                if header.is_control:
+                    coordinator_epoch, abort = self._marker_of(batch)
+                self._store(batch, header, "append a leader's batch to", coordinator_epoch, abort)
+                appended += 1
+                expected = header.last_offset + 1
+        except DecodeError as exc:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+                              f"batch {appended + 1} from the leader of {self.topic}-{self.partition} "
+                              f"cannot be read: {exc}") from None
+        if appended:
+            self.flush_if_due()
+        return appended
+
+    def _check_follower_batch(self, header: BatchHeader, batch, expected: int, index: int) -> None:
+        """A leader's batch must continue this log: see `append_as_follower`."""
+        where = f"{self.topic}-{self.partition}"
+        if index == 0 and header.base_offset != expected:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"the leader's batches of {where} start at offset {header.base_offset}, "
+                              f"not at this log's end offset {expected}")
+        if header.base_offset < expected or header.last_offset_delta < 0:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+                              f"the leader's batch {index + 1} of {where} holds offsets "
+                              f"{header.base_offset}..{header.last_offset}, not after {expected - 1}")
+        if header.size > self._max_batch_bytes:
+            raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE,
+                              f"the leader's batch at offset {header.base_offset} of {where} has "
+                              f"{header.size} bytes, over the {self._max_batch_bytes} recovery accepts")
+        if not has_valid_crc(batch):
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
+                              f"the leader's batch at offset {header.base_offset} of {where} fails "
+                              f"its CRC check")
+
+    @staticmethod
+    def _marker_of(batch) -> tuple[int, bool]:
+        """(coordinator epoch, whether it is an ABORT) of a control batch; (-1, False)
+        for a control record that is no transaction marker."""
+        records = decode_batch(batch, 1 << 20)
+        if not records:
+            return -1, False
+        marker = decode_control_record(records[0])
+        if marker.type not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return -1, False
+        return marker.coordinator_epoch, marker.type == CONTROL_ABORT
+
+    def _store(self, batch, header: BatchHeader, what: str, coordinator_epoch: int = -1,
+               abort: bool = False) -> None:
+        """Write one batch whose offsets (from the log end on) and leader epoch are set, rolling
+        first if due, and account for it: the epoch history, the producer state (an
+        `abort` marker closing a transaction adds it to the transaction index) and the
+        count the flush policy looks at. The one write path of every append."""
+        self._maybe_roll(header.size, header)
+        self._begin_epoch(header.partition_leader_epoch, header.base_offset)
         segment = self.segments[-1]
         try:
             segment.append(batch, header)
         except OSError as exc:
-            raise self._storage_error("append a transaction marker to", exc) from None
+            raise self._storage_error(what, exc) from None
         first = self.producer_state.update(header, coordinator_epoch)
-        if first is not None and not commit:
-            segment.txn_index.append(self._aborted_entry(producer_id, first, base))
-        self._unflushed_messages += 1
-        self.flush_if_due()
-        return base
+        if first is not None and abort:
+            segment.txn_index.append(self._aborted_entry(header.producer_id, first, header.base_offset))
+        self._unflushed_messages += header.last_offset_delta + 1
 
     def _maybe_roll(self, incoming: int, header: BatchHeader) -> None:
+        """Roll before appending the batch of `header` (offsets set) when the active segment
+        is full, old, its indexes are full, or the batch's offsets overflow its relative offsets."""
         active = self.segments[-1]
         if active.size == 0:
             return
         cfg = self.config
         too_big = active.size + incoming > cfg.segment_bytes
         too_old = self._clock.wall_ms() - active.created_ms >= cfg.segment_ms
-        offset_overflow = header.last_offset_delta + self.log_end_offset - active.base_offset > 0x7FFFFFFF
+        offset_overflow = header.last_offset - active.base_offset > 0x7FFFFFFF
         # An index holds segment.index.bytes of entries, as Kafka's preallocated ones do.
         index_full = (active.offset_index.entries >= cfg.segment_index_bytes // OffsetIndex.entry.size
                       or active.time_index.entries >= cfg.segment_index_bytes // TimeIndex.entry.size)

@@ -179,6 +179,13 @@ class ProducerStateManager:
         for old in self._snapshot_offsets()[:-keep]:
             os.unlink(self._snapshot_path(old))
 
+    def clear(self) -> None:
+        """Forget every producer and remove every snapshot: the log was emptied."""
+        for offset in self._snapshot_offsets():
+            os.unlink(self._snapshot_path(offset))
+        self.producers = {}
+        self.ongoing = {}
+
     def load_snapshot(self, log_end_offset: int, upto: int | None = None) -> int:
         """Load the newest readable snapshot at or below `log_end_offset` (and `upto`
         when given); returns the offset from which batches must be replayed (0 when

@@ -111,10 +111,12 @@ class BrokerConnection:
                 raise
 
     async def request(self, api: Api, version: int, body: Struct, *,
-                      timeout: float | None = None) -> Struct:
-        """Send a request and return the decoded response body."""
+                      timeout: float | None = None, negotiated: bool = True) -> Struct:
+        """Send a request and return the decoded response body. `negotiated=False` sends
+        at `version` whatever ApiVersions listed: the inter-broker requests, whose versions
+        the cluster fixes rather than the client's range."""
         await self.open()
-        if version != self.version(api, version):  # e.g. a downgraded broker, reconnected
+        if negotiated and version != self.version(api, version):  # e.g. a downgraded broker
             raise UnsupportedVersion(f"{self.address} no longer speaks {api.name} v{version}")
         frame = await self._roundtrip(api, version, body, timeout)
         try:

@@ -1,0 +1,72 @@
+"""The requests only the controller answers (broker.cluster.controller); any other broker
+answers NOT_CONTROLLER, and clients then look the controller up in Metadata.
+
+- ElectLeaders v0–2 (flexible from v2; `kafka-leader-election.sh`,
+  AdminClient.electLeaders): election_type 0 preferred (v0 knows only that), 1 unclean;
+  topic_partitions null means every partition. Results are per partition: NONE,
+  ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE,
+  UNKNOWN_TOPIC_OR_PARTITION. A request the controller refuses as a whole carries its
+  error at the top level (v1+) and on every partition named, as Kafka answers.
+- ControlledShutdown v0–3 (flexible from v3): a broker about to stop asks the controller
+  to move its leadership away; the answer lists the partitions it still leads. A broker
+  epoch other than the registration's is STALE_BROKER_EPOCH (v0–1 send none: -1).
+"""
+
+from __future__ import annotations
+
+from wire.error_codes import ErrorCode
+from wire.messages import CONTROLLED_SHUTDOWN, ELECT_LEADERS
+
+from broker.errors import BrokerError
+
+_Elect = ELECT_LEADERS.response
+_Shutdown = CONTROLLED_SHUTDOWN.response
+
+
+def _active_controller(broker):
+    controller = getattr(broker, "controller", None)
+    if controller is None or not controller.is_active:
+        raise BrokerError(ErrorCode.NOT_CONTROLLER, f"broker {broker_id(broker)} is not the "
+                                                    f"controller")
+    return controller
+
+
+def broker_id(broker) -> str:
+    return str(getattr(broker, "node_id", "?"))
+
+
+async def handle(broker, header, request, client_host):
+    version = header.request_api_version
+    election_type = request.election_type if version >= 1 else 0
+    partitions = None
+    if request.topic_partitions is not None:
+        partitions = [(topic.topic, partition) for topic in request.topic_partitions
+                      for partition in topic.partitions]
+    try:
+        results = await _active_controller(broker).elect_leaders(election_type, partitions)
+    except BrokerError as exc:
+        failed = {tp: (exc.code, str(exc)) for tp in partitions or ()}
+        return _election_response(version, exc.code, failed)
+    return _election_response(version, ErrorCode.NONE, results)
+
+
+def _election_response(version: int, error: ErrorCode, results: dict):
+    topics: dict[str, list] = {}
+    for (topic, partition), (code, message) in results.items():
+        topics.setdefault(topic, []).append(_Elect.PartitionResult(
+            partition_id=partition, error_code=code, error_message=message))
+    return _Elect(throttle_time_ms=0, error_code=error if version >= 1 else 0,
+                  replica_election_results=[
+                      _Elect.ReplicaElectionResult(topic=topic, partition_result=partitions)
+                      for topic, partitions in topics.items()])
+
+
+async def controlled_shutdown(broker, header, request, client_host):
+    try:
+        remaining = await _active_controller(broker).controlled_shutdown(
+            request.broker_id, request.broker_epoch)
+    except BrokerError as exc:
+        return _Shutdown(error_code=exc.code)
+    return _Shutdown(remaining_partitions=[
+        _Shutdown.RemainingPartition(topic_name=topic, partition_index=partition)
+        for topic, partition in remaining])
