@@ -207,14 +207,14 @@ class Cluster:
 
     def controller_id(self, timeout: float = 30.0) -> int:
         """The controller, as the live brokers' Metadata names it once they agree."""
-        def agreed() -> int | None:
+        def agreed() -> list[int] | None:  # a list: broker 0 is a truthy answer
             seen = {getattr(self._try_metadata(b, []), "controller_id", None) for b in self.live}
-            if len(seen) == 1:
-                (controller,) = seen
-                return controller if controller in self.live else None
+            if len(seen) == 1 and seen <= set(self.live):
+                return list(seen)
             return None
 
-        return self._wait(agreed, timeout, "the live brokers to agree on a live controller")
+        (controller,) = self._wait(agreed, timeout, "the live brokers to agree on a live controller")
+        return controller
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
                      configs: Mapping[str, str] | None = None, timeout: float = 60.0) -> None:
@@ -377,6 +377,12 @@ class Workload:
         target = self.acked_count() + more
         wait_for(lambda: self.acked_count() >= target, timeout,
                  f"{more} more acknowledgements from {self.name} (at {self.acked_count()})")
+
+    def complete(self, timeout: float = 60.0) -> None:
+        """Send all `count` values, then wait until each is acknowledged or failed."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"{self.name} sent {self.sent} of {self.count} in {timeout:g} s"
+        self.finish(timeout)
 
     def finish(self, timeout: float = 150.0) -> None:
         """Stop sending; wait (bounded) until every value sent is acknowledged or failed."""

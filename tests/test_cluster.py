@@ -159,7 +159,7 @@ def test_produce_at_acks_all_and_consume_through_each_broker(cluster, request):
     workloads = [Workload(cluster.address(b), topic, 3, seed=seed, name=f"via{b}", rate=500,
                           count=60).start() for b in cluster.ids]
     for workload in workloads:
-        workload.finish(60)
+        workload.complete(60)
         assert workload.acked_count() == 60 and not workload.failed, workload.failed
     anomalies = verify(cluster, topic, 3, workloads, test=request.node.name, seed=seed)
     assert anomalies.clean and anomalies.read == 180, anomalies.summary()
@@ -193,13 +193,22 @@ def test_every_client_follows_a_leader_change(cluster):
     loop = asyncio.new_event_loop()
     confluent_producer = confluent_kafka.Producer({"bootstrap.servers": servers, "acks": "all"})
     kp_producer = kafka.KafkaProducer(bootstrap_servers=servers, acks="all")
-    aio_producer = aiokafka.AIOKafkaProducer(bootstrap_servers=servers, acks="all")
     confluent_consumer = confluent_kafka.Consumer({"bootstrap.servers": servers,
                                                    "group.id": "unused", "enable.auto.commit": False})
     kp_consumer = kafka.KafkaConsumer(bootstrap_servers=servers, group_id=None,
                                       enable_auto_commit=False)
-    aio_consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=servers, group_id=None,
+
+    async def aiokafka_clients():  # made on the loop they run on
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=servers, acks="all")
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=servers, group_id=None,
                                              enable_auto_commit=False)
+        await producer.start()
+        await consumer.start()
+        consumer.assign([aiokafka.TopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        return producer, consumer
+
+    aio_producer, aio_consumer = loop.run_until_complete(aiokafka_clients())
     read: dict[str, list[bytes]] = {"confluent": [], "kafka-python": [], "aiokafka": []}
 
     def produce_all(phase: str) -> None:
@@ -226,14 +235,10 @@ def test_every_client_follows_a_leader_change(cluster):
                 read["aiokafka"] += [r.value for r in records]
 
     try:
-        loop.run_until_complete(aio_producer.start())
-        loop.run_until_complete(aio_consumer.start())
         confluent_consumer.assign([confluent_kafka.TopicPartition(topic, 0,
                                                                   confluent_kafka.OFFSET_BEGINNING)])
         kp_consumer.assign([kafka.TopicPartition(topic, 0)])
         kp_consumer.seek_to_beginning()
-        aio_consumer.assign([aiokafka.TopicPartition(topic, 0)])
-        loop.run_until_complete(aio_consumer.seek_to_beginning())
 
         produce_all("before")
         consume_until(4)

@@ -81,7 +81,7 @@ def test_start_status_use_stop_and_start_again(cluster_dir, tmp_path):
         result = client.create_topics({"kept": NewTopic(2, 3, {"min.insync.replicas": "2"})})["kept"]
         assert result.error is None, result.error
     workload = Workload(bootstrap, "kept", 2, seed=17, rate=1000, count=100).start()
-    workload.finish(60)
+    workload.complete(60)
     assert workload.acked_count() == 100, workload.failed
     anomalies = count_anomalies(workload.acked, read_all(bootstrap, "kept", 2))
     assert anomalies.clean and anomalies.read == 100, anomalies.summary()
