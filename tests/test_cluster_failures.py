@@ -20,13 +20,14 @@ name and the seed of its random choices (SLUICE_SEED=<seed> replays them).
   member returns.
 
 The sessions are short (tests/cluster.py's FAST_FAILOVER: 6 s ZooKeeper session, 3 s
-replica lag), so each case takes seconds, not minutes. The ones marked `chaos` run long
-and are left to `make chaos`.
+replica lag), so each case takes 10-25 s. Marked `chaos`, left to `make chaos`: rounds of
+faults drawn at random from the above (SLUICE_CHAOS_ROUNDS, default 12), minutes long.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import random
 import time
 
@@ -86,7 +87,8 @@ class Run:
         cluster.create_topic(topic, partitions, 3, TOPIC_CONFIGS)
         cluster.wait_for_leaders(topic, full_isr=True)
         self.workloads = [Workload(cluster.all_servers, topic, partitions, seed=seed,
-                                   name=f"p{i}", rate=RATE).start() for i in range(2)]
+                                   name=f"p{i}", rate=RATE, count=RATE * 1800).start()
+                          for i in range(2)]
         self.progress()
 
     def progress(self, count: int = PROGRESS, timeout: float = 60.0) -> None:
@@ -175,7 +177,6 @@ def test_sigstop_the_leader_past_its_session_then_sigcont(cluster, start_run):
     run.check()
 
 
-@pytest.mark.chaos
 def test_a_rolling_restart_with_controlled_shutdown(cluster, start_run):
     run = start_run()
     for broker_id in run.rng.sample(cluster.ids, len(cluster.ids)):
@@ -193,7 +194,6 @@ def test_a_rolling_restart_with_controlled_shutdown(cluster, start_run):
     run.check()
 
 
-@pytest.mark.chaos
 def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, start_run):
     run = start_run()
     leaders = {p: info.leader_id for p, info in cluster.partitions(TOPIC).items()}
@@ -222,7 +222,6 @@ def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, start_run):
     run.check()
 
 
-@pytest.mark.chaos
 def test_with_unclean_election_off_a_partition_without_isr_stays_offline(cluster, start_run):
     topic = "fragile"
     run = start_run(topic=topic, partitions=1)
@@ -258,4 +257,65 @@ def test_with_unclean_election_off_a_partition_without_isr_stays_offline(cluster
     cluster.wait_for_leaders(topic, full_isr=True)
     assert cluster.leader_of(topic) == leader
     run.progress()
+    run.check()
+
+
+FAULTS = ("kill the leader", "kill a follower", "kill the controller", "stop a broker",
+          "pause the leader past its session", "restart ZooKeeper")
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(1800)
+def test_random_faults(cluster, zookeeper, start_run):
+    """Rounds of one fault each, drawn with the seed, each undone before the next: the
+    broker brought back, the ISR full again, the producers moving."""
+    run = start_run()
+    rounds = int(os.environ.get("SLUICE_CHAOS_ROUNDS", "12"))
+    for round_number in range(rounds):
+        fault = run.rng.choice(FAULTS)
+        partition = run.rng.randrange(PARTITIONS)
+        info = cluster.partitions(TOPIC)[partition]
+        print(f"round {round_number}: {fault} (partition {partition}: leader {info.leader_id}, "
+              f"isr {sorted(info.isr)})")
+        if fault == "kill the leader":
+            cluster.kill(info.leader_id)
+            cluster.wait_for_leaders(TOPIC)
+            run.progress(PROGRESS // 2)
+            cluster.restart(info.leader_id)
+        elif fault == "kill a follower":
+            follower = run.rng.choice(sorted(set(info.replicas) - {info.leader_id}))
+            cluster.kill(follower)
+            cluster.wait_for_isr(TOPIC, partition, set(info.replicas) - {follower})
+            run.progress(PROGRESS // 2)
+            cluster.restart(follower)
+        elif fault == "kill the controller":
+            controller = cluster.controller_id()
+            cluster.kill(controller)
+            assert cluster.controller_id() != controller
+            cluster.wait_for_leaders(TOPIC)
+            run.progress(PROGRESS // 2)
+            cluster.restart(controller)
+        elif fault == "stop a broker":
+            broker_id = run.rng.choice(cluster.ids)
+            assert cluster.stop(broker_id) == 0, cluster.output(broker_id)
+            cluster.wait_for_leaders(TOPIC, timeout=10)
+            run.progress(PROGRESS // 2)
+            cluster.restart(broker_id)
+        elif fault == "pause the leader past its session":
+            cluster.pause(info.leader_id)
+            try:
+                cluster.wait_for_brokers()
+                cluster.wait_for_leaders(TOPIC)
+                run.progress(PROGRESS // 2)
+            finally:
+                cluster.resume(info.leader_id)
+        else:
+            zookeeper.stop()
+            try:
+                run.progress(PROGRESS // 2)
+            finally:
+                zookeeper.start()
+        cluster.wait_for_brokers()
+        cluster.wait_for_leaders(TOPIC, full_isr=True)
+        run.progress(PROGRESS // 2)
     run.check()
