@@ -39,8 +39,8 @@ from wire.protocol import decode_response, encode_response
 
 INTER_BROKER = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ELECT_LEADERS,
                 ALTER_PARTITION]
-# The controller's requests (broker/handlers/elect_leaders.py) are served; these are not.
-NOT_SERVED = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, ALTER_PARTITION]
+# What the single node does not serve (ElectLeaders it answers: nothing to elect).
+NOT_SERVED = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ALTER_PARTITION]
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 ID = TOPIC_ID.hex  # its 16 bytes, in the hex strings below
 
@@ -509,7 +509,9 @@ def test_none_is_served_listed_or_negotiated():
         assert api.key not in CLIENT_VERSIONS or api is CONTROLLED_SHUTDOWN
     assert sorted(handlers.SERVED_APIS) == sorted(handlers.HANDLERS)
     assert sorted(handlers.CLUSTER_SERVED_APIS) == sorted({**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS})
-    assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key} <= set(handlers.CLUSTER_HANDLERS)
+    assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key,
+            CONTROLLED_SHUTDOWN.key} == set(handlers.CLUSTER_HANDLERS)
+    assert ELECT_LEADERS.key in handlers.HANDLERS
 
 
 def request_frame(api, version: int, correlation_id: int) -> bytes:

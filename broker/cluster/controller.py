@@ -117,6 +117,7 @@ class _Batch:
         self.full_leader_and_isr: set[int] = set()
         self.update_metadata: set[TopicPartition] = set()
         self.update_metadata_all = False
+        self.brokers_changed = False  # UpdateMetadata to all even without partitions: the live brokers moved
         self.stop_replica: dict[int, dict[TopicPartition, bool]] = defaultdict(dict)
 
     def tell_replicas(self, ctx: _Context, tp: TopicPartition, is_new: bool = False,
@@ -528,6 +529,7 @@ class Controller:
     async def _on_brokers_failure(self, dead: set[int]) -> None:
         ctx = self._ctx
         batch = _Batch()
+        batch.brokers_changed = True
         for tp in ctx.partitions():
             replicas = ctx.replicas(tp)
             state = ctx.states.get(tp)
@@ -793,7 +795,7 @@ class Controller:
             partitions = ctx.partitions()
         else:
             partitions = sorted(batch.update_metadata)
-        if partitions or batch.update_metadata_all:
+        if partitions or batch.update_metadata_all or batch.brokers_changed:
             for broker_id in sorted(ctx.live):
                 self._channels.send(broker_id, UPDATE_METADATA, UPDATE_METADATA_VERSION,
                                     self._update_metadata(broker_id, partitions))

@@ -1,5 +1,6 @@
 """The requests only the controller answers (broker.cluster.controller); any other broker
-answers NOT_CONTROLLER, and clients then look the controller up in Metadata.
+answers NOT_CONTROLLER, and clients then look the controller up in Metadata. The single
+node is its partitions' only replica: every election there is ELECTION_NOT_NEEDED.
 
 - ElectLeaders v0–2 (flexible from v2; `kafka-leader-election.sh`,
   AdminClient.electLeaders): election_type 0 preferred (v0 knows only that), 1 unclean;
@@ -24,24 +25,40 @@ _Shutdown = CONTROLLED_SHUTDOWN.response
 
 
 def _active_controller(broker):
-    controller = getattr(broker, "controller", None)
+    controller = broker.controller
     if controller is None or not controller.is_active:
-        raise BrokerError(ErrorCode.NOT_CONTROLLER, f"broker {broker_id(broker)} is not the "
-                                                    f"controller")
+        raise BrokerError(ErrorCode.NOT_CONTROLLER, f"broker {broker.node_id} is not the controller")
     return controller
 
 
-def broker_id(broker) -> str:
-    return str(getattr(broker, "node_id", "?"))
-
-
-async def handle(broker, header, request, client_host):
+def handle(broker, header, request, client_host):
     version = header.request_api_version
     election_type = request.election_type if version >= 1 else 0
     partitions = None
     if request.topic_partitions is not None:
         partitions = [(topic.topic, partition) for topic in request.topic_partitions
                       for partition in topic.partitions]
+    if broker.cluster is None:
+        return _single_node_election(broker, version, partitions)
+    return _elect(broker, version, election_type, partitions)
+
+
+def _single_node_election(broker, version: int, partitions):
+    topics = broker.topics
+    if partitions is None:
+        partitions = [p.key for p in topics.all_partitions()]
+    results = {}
+    for topic, index in partitions:
+        try:
+            topics.partition(topic, index)
+            results[(topic, index)] = (ErrorCode.ELECTION_NOT_NEEDED,
+                                       "the single node leads every partition it has")
+        except BrokerError as exc:
+            results[(topic, index)] = (exc.code, str(exc))
+    return _election_response(version, ErrorCode.NONE, results)
+
+
+async def _elect(broker, version: int, election_type: int, partitions):
     try:
         results = await _active_controller(broker).elect_leaders(election_type, partitions)
     except BrokerError as exc:
