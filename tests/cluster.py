@@ -162,7 +162,7 @@ class Cluster:
             self.resume(broker_id)
         if process.proc is not None:
             process.stop()
-        self._wait(lambda: not self.registered(broker_id), timeout,
+        self.wait(lambda: not self.registered(broker_id), timeout,
                    f"ZooKeeper to drop the registration of broker {broker_id}")
         process.start(timeout)
 
@@ -203,7 +203,7 @@ class Cluster:
                     return False
             return True
 
-        self._wait(formed, timeout, f"brokers {self.live} to register and agree on a controller")
+        self.wait(formed, timeout, f"brokers {self.live} to register and agree on a controller")
 
     def controller_id(self, timeout: float = 30.0) -> int:
         """The controller, as the live brokers' Metadata names it once they agree."""
@@ -213,7 +213,7 @@ class Cluster:
                 return list(seen)
             return None
 
-        (controller,) = self._wait(agreed, timeout, "the live brokers to agree on a live controller")
+        (controller,) = self.wait(agreed, timeout, "the live brokers to agree on a live controller")
         return controller
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
@@ -253,7 +253,7 @@ class Cluster:
 
         what = f"every partition of {topic} to have a live leader" + (
             " and a full ISR" if full_isr else "") + " in every live broker's Metadata"
-        self._wait(led, timeout, what)
+        self.wait(led, timeout, what)
 
     def leader_of(self, topic: str, partition: int = 0, via: int | None = None) -> int:
         return self.partitions(topic, via)[partition].leader_id
@@ -271,9 +271,9 @@ class Cluster:
             except (AssertionError, ClientError, KafkaError, OSError, TimeoutError):
                 return False
 
-        self._wait(reached, timeout, f"the ISR of {topic}-{partition} to be {list(wanted)}")
+        self.wait(reached, timeout, f"the ISR of {topic}-{partition} to be {list(wanted)}")
 
-    def _wait(self, predicate, timeout: float, what: str):
+    def wait(self, predicate, timeout: float, what: str):
         """wait_for, with each broker's last lines of output in the failure message; a
         broker that exited unasked fails the wait at once."""
         def checked():

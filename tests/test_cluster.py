@@ -32,7 +32,6 @@ from kazoo.client import KazooClient
 from broker.cluster.placement import assign_rack_unaware
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
                            pick_seed, read_all, verify)
-from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
