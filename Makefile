@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long bench
+.PHONY: demo test test-long chaos bench
 
 # -qq: pip prints errors only (a failed build still shows in full). At -q it also relays
 # setuptools' warnings about pyproject.toml (ext-modules "experimental", the license
@@ -22,7 +22,12 @@ demo: $(STAMP)
 	@$(PY) -m examples.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not chaos"
+
+# The long cluster failure runs (rolling restarts, a ZooKeeper outage, an offline
+# partition): -s shows each run's anomaly counts and seed.
+chaos: $(STAMP)
+	$(PY) -m pytest -q -s -m chaos
 
 # The long runs kept out of `make test` (run before resolving sink work): the
 # exactly-once sink over 1,000 micro-batches, its transactional ids still bounded.

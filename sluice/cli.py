@@ -1,5 +1,6 @@
-"""The `sluice` command: `sluice broker …` runs a broker; `sluice topics …`,
-`sluice groups …` and `sluice configs …` administer any Kafka-compatible cluster over the wire protocol.
+"""The `sluice` command: `sluice broker …` runs a broker, `sluice cluster …` a development
+cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …` and
+`sluice configs …` administer any Kafka-compatible cluster over the wire protocol.
 
 Each command's module is imported only when it runs: the admin commands never import
 `broker`.
@@ -13,6 +14,7 @@ USAGE = """usage: sluice COMMAND [ARGS]
 
 commands:
   broker    run a broker (sluice broker --help)
+  cluster   start, stop and check a development cluster: ZooKeeper and N brokers (sluice cluster --help)
   topics    create, list, describe, alter and delete topics (sluice topics --help)
   groups    list, describe and delete consumer groups, reset their offsets (sluice groups --help)
   configs   describe and change topic and broker configs (sluice configs --help)
@@ -28,6 +30,9 @@ def main(argv=None) -> int:
     if command == "broker":
         from broker.cli import main as broker_main
         return broker_main(rest)
+    if command == "cluster":
+        from sluice.cluster import main as cluster_main
+        return cluster_main(rest)
     if command == "topics":
         from sluice.topics import main as topics_main
         return topics_main(rest)

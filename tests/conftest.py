@@ -29,8 +29,9 @@ def broker(tmp_path):
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
-    """One real ZooKeeper server (tests/zookeeper.py) per test module, on a free loopback
-    port; tests keep apart by chroot. Fails, never skips, when Java or the jars are missing."""
+    """One real ZooKeeper server (sluice/zookeeper.py's, with tests/zookeeper.py's pause and
+    resume) per test module, on a free loopback port; tests keep apart by chroot. Fails,
+    never skips, when Java or the jars are missing or the server does not come up."""
     from tests.zookeeper import ZooKeeperServer, ZooKeeperUnavailable
 
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))

@@ -19,6 +19,7 @@ from broker.cluster.zk_layout import (BrokerRegistration, ClusterId, ConfigChang
                                       TopicAssignment, ZkDataError)
 from broker.cluster.zk_store import (BrokerIdInUse, ControllerMoved, Election, StaleVersion,
                                      Versioned, ZkStore)
+import sluice.zookeeper
 from tests import zookeeper as zookeeper_harness
 from tests.polling import wait_for
 
@@ -366,13 +367,13 @@ def test_a_paused_zookeeper_answers_again_once_resumed(zookeeper, open_store):
     assert broker.client.client_id == session
 
 
-def test_the_harness_says_what_is_missing(tmp_path, monkeypatch):
+def test_the_launcher_says_what_is_missing(tmp_path, monkeypatch):
     server = zookeeper_harness.ZooKeeperServer(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(zookeeper_harness.ZooKeeperUnavailable, match="`java` is not on PATH"):
         server.start()
     monkeypatch.undo()
-    monkeypatch.setattr(zookeeper_harness, "JARS_DIR", tmp_path)
+    monkeypatch.setattr(sluice.zookeeper, "JARS_DIR", tmp_path)
     with pytest.raises(zookeeper_harness.ZooKeeperUnavailable,
                        match="install Debian's `zookeeper` package"):
         server.start()
