@@ -273,20 +273,25 @@ class ZkStore:
         found = self._get(topic_config_path(topic), EntityConfig)
         return dict(found.value.config) if found else {}
 
+    def _topic_config_write(self, topic: str, configs: dict[str, str]):
+        """The write of /config/topics/<topic> for a transaction: a create, or a set on the
+        version read now (a concurrent change then fails the transaction)."""
+        path = topic_config_path(topic)
+        stat = self.client.exists(path)
+        data = EntityConfig(configs).to_json()
+        if stat is None:
+            return lambda transaction: transaction.create(path, data)
+        return lambda transaction: transaction.set_data(path, data, stat.version)
+
     def create_topic_with_configs(self, topic: str, assignment: TopicAssignment,
                                   configs: dict[str, str]) -> bool:
         """AdminZkClient's topic creation in one multi-op: /config/topics/<topic> (created,
         or replaced when a deleted topic left it) and /brokers/topics/<topic>; False if the
         topic exists."""
-        config_path = topic_config_path(topic)
-        config_stat = self.client.exists(config_path)
+        write_config = self._topic_config_write(topic, configs)
 
         def writes(transaction):
-            data = EntityConfig(configs).to_json()
-            if config_stat is None:
-                transaction.create(config_path, data)
-            else:
-                transaction.set_data(config_path, data, config_stat.version)
+            write_config(transaction)
             transaction.create(topic_path(topic), assignment.to_json())
 
         try:
@@ -299,22 +304,17 @@ class ZkStore:
 
     def set_topic_config(self, topic: str, configs: dict[str, str]) -> None:
         """Replace /config/topics/<topic> and note it under /config/changes, in one multi-op."""
-        path = topic_config_path(topic)
-        stat = self.client.exists(path)
+        write_config = self._topic_config_write(topic, configs)
 
         def writes(transaction):
-            data = EntityConfig(configs).to_json()
-            if stat is None:
-                transaction.create(path, data)
-            else:
-                transaction.set_data(path, data, stat.version)
+            write_config(transaction)
             transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"topics/{topic}").to_json(),
                                sequence=True)
 
         try:
             self._commit(writes, None)
         except (BadVersionError, NodeExistsError):
-            raise StaleVersion(f"{path} changed while it was being written") from None
+            raise StaleVersion(f"{topic_config_path(topic)} changed while it was being written") from None
 
     def config_changes(self, after: int) -> list[tuple[int, ConfigChange, int]]:
         """(sequence number, change, creation time in ms) of the /config/changes
