@@ -1,0 +1,248 @@
+"""Administration of a real 3-broker cluster (tests/cluster.py) through any broker, and
+leader elections on demand.
+
+- `sluice leader-election` (sluice/leader_election.py, ElectLeaders to the controller):
+  after a SIGKILL of partition 0's preferred leader, a failover and its return to the
+  ISR, a preferred election gives it back its leadership; a second run finds nothing to
+  do; unclean elections, unknown partitions and bad JSON files get Kafka's lines or a
+  readable error. Then Kafka's own kafka-leader-election (LeaderElectionCommand).
+- CreateTopics, CreatePartitions and DeleteTopics sent to a broker that is not the
+  controller (a raw request on one connection: the clients would route them to the
+  controller), and confluent-kafka's AdminClient bootstrapped from one such broker.
+- AlterConfigs and IncrementalAlterConfigs through one broker, DescribeConfigs through
+  another, and the live logs of every replica applying the change: a record over the new
+  max.message.bytes is MESSAGE_TOO_LARGE on the leader and, once leadership has moved, on
+  the new leader; the broker that was down during the change reads it at start.
+- A deleted topic leaves every broker's Metadata and data dir; a broker down during the
+  deletion removes its leftovers when it starts again.
+- Auto-creation through Metadata: LEADER_NOT_AVAILABLE first, then the topic with leaders.
+
+One cluster for the module (auto.leader.rebalance.enable=false, so that only the tests
+move leaders); each test starts with every broker running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+
+from tests import maven
+from tests.cluster import FAST_FAILOVER, Cluster
+from tests.polling import wait_for
+from wire.client import (TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
+                         UNCLEAN_ELECTION)
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
+from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, METADATA
+
+pytestmark = pytest.mark.timeout(180)
+
+REPO = Path(__file__).resolve().parent.parent
+LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory, zookeeper):
+    with Cluster(tmp_path_factory.mktemp("admin"), zookeeper, brokers=3,
+                 properties={**FAST_FAILOVER, "auto.leader.rebalance.enable": "false"}) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's cluster with every broker running (a failed test may have left one down)."""
+    for broker_id in shared_cluster.ids:
+        if shared_cluster.processes[broker_id].proc is None:
+            shared_cluster.restart(broker_id)
+    shared_cluster.wait_for_brokers()
+    return shared_cluster
+
+
+def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sluice.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def request(cluster: Cluster, broker_id: int, api, body, timeout: float = 30.0):
+    """One request to one broker, at the newest version both sides speak."""
+    async def send():
+        connection = BrokerConnection("127.0.0.1", cluster.processes[broker_id].port,
+                                      client_id="admin-test", request_timeout=timeout)
+        try:
+            await connection.open()
+            return await connection.request(api, connection.version(api), body, timeout=timeout)
+        finally:
+            await connection.close()
+
+    return asyncio.run(send())
+
+
+def not_controller(cluster: Cluster, count: int = 1) -> list[int]:
+    controller = cluster.controller_id()
+    return [b for b in cluster.ids if b != controller][:count]
+
+
+# -- leader elections on demand -------------------------------------------------------------
+
+def test_preferred_election_from_the_cli_gives_leadership_back(cluster):
+    topic = "elect-back"
+    cluster.create_topic(topic, 3, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    assert cluster.leader_of(topic) == preferred
+
+    cluster.kill(preferred)
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic)
+    assert cluster.leader_of(topic) != preferred
+    cluster.restart(preferred)
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic, full_isr=True)
+    assert cluster.leader_of(topic) != preferred  # no automatic rebalance in this cluster
+
+    # Through a broker that is not the controller: the client finds the controller.
+    elected = sluice("leader-election", "--bootstrap-server", cluster.address(not_controller(cluster)[0]),
+                     "--election-type", "preferred", "--all-topic-partitions")
+    assert elected.returncode == 0, elected
+    assert "Successfully completed leader election (PREFERRED) for partitions" in elected.stdout
+    moved = elected.stdout.split("Successfully completed leader election (PREFERRED) for partitions ")[1]
+    assert f"{topic}-0" in moved.splitlines()[0].split(", "), elected.stdout
+    cluster.wait_for_leaders(topic)
+    for broker_id in cluster.ids:
+        assert cluster.leader_of(topic, via=broker_id) == preferred, broker_id
+
+    again = sluice("leader-election", "--bootstrap-server", cluster.bootstrap_servers,
+                   "--election-type", "preferred", "--all-topic-partitions")
+    assert again.returncode == 0, again
+    assert "Successfully completed" not in again.stdout, again.stdout
+    assert again.stdout.startswith("Valid replica already elected for partitions ")
+    assert f"{topic}-0" in again.stdout.strip().split("partitions ", 1)[1].split(", ")
+
+
+def test_leader_election_answers_for_each_partition_named(cluster, tmp_path):
+    topic = "elect-named"
+    cluster.create_topic(topic, 2, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    servers = cluster.bootstrap_servers
+
+    unclean = sluice("leader-election", "--bootstrap-server", servers, "--election-type", "unclean",
+                     "--topic", topic, "--partition", "1")
+    assert (unclean.returncode, unclean.stdout) == (
+        0, f"Valid replica already elected for partitions {topic}-1\n"), unclean
+
+    partitions = tmp_path / "partitions.json"
+    partitions.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0},
+                                                     {"topic": topic, "partition": 7},
+                                                     {"topic": "no-such-topic", "partition": 0}]}))
+    mixed = sluice("leader-election", "--bootstrap-server", servers, "--election-type", "preferred",
+                   "--path-to-json-file", str(partitions), "--output", "table")
+    assert mixed.returncode == 1, mixed
+    lines = mixed.stdout.splitlines()
+    assert lines[0] == f"Valid replica already elected for partitions {topic}-0", mixed.stdout
+    assert sorted(line.split(": ")[1] for line in lines[1:]) == [f"{topic}-7", "no-such-topic-0"]
+    assert all(line.startswith("Error completing leader election (PREFERRED) for partition: ")
+               and "UNKNOWN_TOPIC_OR_PARTITION" in line for line in lines[1:]), mixed.stdout
+    assert "2 replica(s) could not be elected" in mixed.stderr and "Traceback" not in mixed.stderr
+
+    as_json = sluice("leader-election", "--bootstrap-server", servers, "--election-type", "preferred",
+                     "--topic", topic, "--partition", "0", "--output", "json")
+    assert as_json.returncode == 0, as_json
+    assert json.loads(as_json.stdout) == {"election_type": "preferred", "elected": [],
+                                          "not_needed": [{"topic": topic, "partition": 0}],
+                                          "failed": []}
+
+    partitions.write_text('{"partitions": [{"topic": "t", "partition": 0}, '
+                          '{"topic": "t", "partition": 0}]}')
+    for content, complaint in [('{"partitions": [{"topic": "t", "partition": 0}, '
+                                '{"topic": "t", "partition": 0}]}', "named more than once: t-0"),
+                               ("{not json", "is not JSON"),
+                               ('{"partitions": [{"topic": "t"}]}', 'is not {"topic": NAME'),
+                               ('{"partitions": []}', "names no partition")]:
+        partitions.write_text(content)
+        refused = sluice("leader-election", "--bootstrap-server", servers, "--election-type",
+                         "preferred", "--path-to-json-file", str(partitions))
+        assert refused.returncode == 1 and complaint in refused.stderr, (content, refused)
+        assert "Traceback" not in refused.stderr
+    missing = sluice("leader-election", "--bootstrap-server", servers, "--election-type",
+                     "preferred", "--path-to-json-file", str(tmp_path / "absent.json"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr, missing
+    usage = sluice("leader-election", "--bootstrap-server", servers, "--election-type",
+                   "preferred", "--topic", topic)
+    assert usage.returncode == 2 and "--topic and --partition go together" in usage.stderr, usage
+
+
+def test_the_client_follows_the_controller_when_it_moves(cluster):
+    """A client that cached the controller before it moved (SIGTERM: the controller resigns,
+    another takes over, the old one comes back as a plain broker) gets NOT_CONTROLLER from
+    it, looks the controller up again and retries."""
+    topic = "elect-client"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    with Client(cluster.all_servers, call_timeout=60) as client:
+        old = client.metadata([]).controller_id
+        first = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+        assert first[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED, first
+        cluster.stop(old)
+        cluster.wait_for_brokers()
+        cluster.restart(old)
+        cluster.wait_for_brokers()
+        cluster.wait_for_leaders(topic, full_isr=True)
+        assert cluster.controller_id() != old
+        assert client.cached_metadata.controller_id == old
+        results = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0), (topic, 5)])
+        assert client.cached_metadata.controller_id == cluster.controller_id()
+    assert set(results) == {(topic, 0), (topic, 5)}
+    assert results[(topic, 0)] is None or results[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED
+    assert results[(topic, 5)].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with Client(cluster.address(old), call_timeout=60) as client:
+        unclean = client.elect_leaders(UNCLEAN_ELECTION, [(topic, 0)])
+    assert unclean[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED, unclean
+
+
+@functools.lru_cache(maxsize=1)
+def _kafka_tools() -> list[Path]:
+    return maven.classpath(["org.apache.kafka:kafka-tools:" + maven.KAFKA_VERSION])
+
+
+def test_kafkas_leader_election_tool(cluster):
+    try:
+        command = maven.java_command(_kafka_tools(), LEADER_ELECTION, "--bootstrap-server",
+                                     cluster.bootstrap_servers, "--election-type", "PREFERRED",
+                                     "--topic", "elect-kafka", "--partition", "0")
+    except maven.MavenUnavailable as exc:
+        unavailable = str(exc)
+    else:
+        unavailable = None
+    if unavailable is not None:
+        pytest.fail(unavailable, pytrace=False)
+    topic = "elect-kafka"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    cluster.stop(preferred)  # controlled shutdown: leadership moves away at once
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic)
+    cluster.restart(preferred)
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic, full_isr=True)
+    assert cluster.leader_of(topic) != preferred
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" \
+        in done.stdout, done.stdout
+    cluster.wait_for_leaders(topic)
+    assert cluster.leader_of(topic) == preferred
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again
+    assert f"Valid replica already elected for partitions {topic}-0" in again.stdout, again.stdout
