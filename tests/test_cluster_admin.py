@@ -246,3 +246,190 @@ def test_kafkas_leader_election_tool(cluster):
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again
     assert f"Valid replica already elected for partitions {topic}-0" in again.stdout, again.stdout
+
+
+# -- topic administration through any broker ------------------------------------------------
+
+def _topic_body(name: str, partitions: int, replication_factor: int, configs=None):
+    Request = CREATE_TOPICS.request
+    return Request(timeout_ms=30000, validate_only=False, topics=[Request.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=replication_factor,
+        configs=[Request.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])])
+
+
+def partition_dirs(cluster: Cluster, broker_id: int, topic: str) -> list[str]:
+    """The directories of `topic`'s partitions (or what is left of them) in a broker's data dir."""
+    data = Path(cluster.processes[broker_id].data_dir)
+    return sorted(p.name for p in data.iterdir() if p.is_dir() and p.name.startswith(f"{topic}-"))
+
+
+def test_create_topics_and_partitions_through_brokers_that_are_not_the_controller(cluster):
+    plain, other = not_controller(cluster, 2)
+    created = request(cluster, plain, CREATE_TOPICS, _topic_body("via-plain", 2, 3,
+                                                                 {"retention.ms": "3600000"}))
+    (answer,) = created.topics
+    assert (answer.name, answer.error_code, answer.num_partitions, answer.replication_factor) == \
+        ("via-plain", 0, 2, 3), answer
+    cluster.wait_for_leaders("via-plain", full_isr=True)
+    for broker_id in cluster.ids:
+        info = cluster.partitions("via-plain", via=broker_id)
+        assert sorted(info) == [0, 1] and all(len(p.replicas) == 3 for p in info.values())
+        assert partition_dirs(cluster, broker_id, "via-plain") == ["via-plain-0", "via-plain-1"]
+    again = request(cluster, other, CREATE_TOPICS, _topic_body("via-plain", 2, 3))
+    assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    too_many = request(cluster, other, CREATE_TOPICS, _topic_body("too-many-replicas", 1, 4))
+    assert too_many.topics[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+    Partitions = CREATE_PARTITIONS.request
+    grown = request(cluster, other, CREATE_PARTITIONS, Partitions(
+        timeout_ms=30000, validate_only=False,
+        topics=[Partitions.CreatePartitionsTopic(name="via-plain", count=4, assignments=None)]))
+    assert grown.results[0].error_code == 0, grown
+    cluster.wait_for_leaders("via-plain", full_isr=True)
+    for broker_id in cluster.ids:
+        assert sorted(cluster.partitions("via-plain", via=broker_id)) == [0, 1, 2, 3]
+        assert len(partition_dirs(cluster, broker_id, "via-plain")) == 4
+    shrink = request(cluster, plain, CREATE_PARTITIONS, Partitions(
+        timeout_ms=30000, validate_only=False,
+        topics=[Partitions.CreatePartitionsTopic(name="via-plain", count=2, assignments=None)]))
+    assert shrink.results[0].error_code == ErrorCode.INVALID_PARTITIONS
+
+    # confluent-kafka's AdminClient knowing only that one broker.
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.address(plain)})
+    futures = admin.create_topics([confluent_kafka.admin.NewTopic("via-confluent", 3, 3)],
+                                  operation_timeout=30, request_timeout=30)
+    futures["via-confluent"].result(60)
+    cluster.wait_for_leaders("via-confluent", full_isr=True)
+    grown = admin.create_partitions([confluent_kafka.admin.NewPartitions("via-confluent", 5)],
+                                    operation_timeout=30, request_timeout=30)
+    grown["via-confluent"].result(60)
+    cluster.wait_for_leaders("via-confluent", full_isr=True)
+    listed = admin.list_topics("via-confluent", timeout=30).topics["via-confluent"]
+    assert sorted(listed.partitions) == [0, 1, 2, 3, 4]
+
+
+def _produce_value(cluster: Cluster, topic: str, size: int, via: str | None = None) -> None:
+    with Client(via or cluster.bootstrap_servers, call_timeout=60, retries=5) as client:
+        client.produce(topic, 0, [(None, b"x" * size)])
+
+
+def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
+    topic = "configured"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    first, second, third = cluster.ids
+    resource = (TOPIC_RESOURCE, topic)
+    _produce_value(cluster, topic, 5000)  # accepted under the default limit
+
+    with Client(cluster.address(first), call_timeout=60) as client:
+        assert client.alter_configs({resource: {"max.message.bytes": "2000"}}) == {resource: None}
+
+    def described(broker_id: int) -> dict[str, str]:
+        with Client(cluster.address(broker_id), call_timeout=60) as client:
+            return {k: e.value for k, e in client.describe_configs([resource])[resource].items()}
+
+    wait_for(lambda: all(described(b)["max.message.bytes"] == "2000" for b in cluster.ids), 15,
+             "every broker to describe max.message.bytes=2000")
+
+    leader = cluster.leader_of(topic)
+
+    def refused_on_leader() -> bool:
+        try:
+            _produce_value(cluster, topic, 5000, cluster.address(leader))
+        except KafkaError as exc:
+            assert exc.code == ErrorCode.MESSAGE_TOO_LARGE, exc
+            return True
+        return False
+
+    wait_for(refused_on_leader, 15, f"leader {leader} to refuse a 5000-byte record")
+    _produce_value(cluster, topic, 500)  # under the new limit
+
+    with Client(cluster.address(second), call_timeout=60) as client:
+        assert client.incremental_alter_configs(
+            {resource: [("retention.ms", SET_CONFIG, "7200000")]}) == {resource: None}
+    wait_for(lambda: all(described(b).get("retention.ms") == "7200000" for b in cluster.ids), 15,
+             "every broker to describe retention.ms=7200000")
+    assert described(third)["max.message.bytes"] == "2000"  # an incremental change keeps it
+
+    # Leadership moves (controlled shutdown of the leader): the new leader refuses too.
+    assert cluster.stop(leader) == 0
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic)
+    new_leader = cluster.leader_of(topic)
+    assert new_leader != leader
+    with pytest.raises(KafkaError) as refused:
+        _produce_value(cluster, topic, 5000, cluster.address(new_leader))
+    assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+    # Changed while the old leader was down: it reads the configs at start.
+    with Client(cluster.address(new_leader), call_timeout=60) as client:
+        assert client.incremental_alter_configs(
+            {resource: [("max.message.bytes", SET_CONFIG, "1000")]}) == {resource: None}
+    cluster.restart(leader)
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic, full_isr=True)
+    assert described(leader)["max.message.bytes"] == "1000"
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        elected = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+    assert elected[(topic, 0)] is None, elected
+    cluster.wait_for_leaders(topic)
+    assert cluster.leader_of(topic) == leader
+    with pytest.raises(KafkaError) as refused:
+        _produce_value(cluster, topic, 1500, cluster.address(leader))
+    assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_a_topic_deleted_through_a_non_controller_leaves_every_broker(cluster):
+    topic = "deleted"
+    cluster.create_topic(topic, 2, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    _produce_value(cluster, topic, 100)
+    plain, down = not_controller(cluster, 2)
+    assert all(partition_dirs(cluster, b, topic) for b in cluster.ids)
+
+    assert cluster.stop(down) == 0
+    cluster.wait_for_brokers()
+    deleted = request(cluster, plain, DELETE_TOPICS, DELETE_TOPICS.request(
+        timeout_ms=30000, topics=[DELETE_TOPICS.request.DeleteTopicState(name=topic)]))
+    assert deleted.responses[0].error_code == 0, deleted
+
+    def gone_everywhere() -> bool:
+        return all(topic not in cluster.metadata(b).topics and not partition_dirs(cluster, b, topic)
+                   for b in cluster.live)
+
+    cluster.wait(gone_everywhere, 30, f"{topic} to leave every live broker's Metadata and data dir")
+    assert partition_dirs(cluster, down, topic) == [f"{topic}-0", f"{topic}-1"]
+
+    cluster.restart(down)
+    cluster.wait_for_brokers()
+    assert partition_dirs(cluster, down, topic) == []
+    assert topic not in cluster.metadata(down).topics
+    # The name is free again: a new topic of that name (a new topic id) on every broker.
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    for broker_id in cluster.ids:
+        assert partition_dirs(cluster, broker_id, topic) == [f"{topic}-0"]
+
+
+def test_metadata_auto_creates_a_topic_in_the_cluster(cluster):
+    topic = "auto-created"
+    via = not_controller(cluster)[0]
+    Request = METADATA.request
+    body = Request(topics=[Request.MetadataRequestTopic(name=topic)],
+                   allow_auto_topic_creation=True)
+    first = request(cluster, via, METADATA, body)
+    (answer,) = first.topics
+    assert answer.error_code == ErrorCode.LEADER_NOT_AVAILABLE, answer
+
+    def led():
+        (answer,) = request(cluster, via, METADATA, body).topics
+        if answer.error_code or not answer.partitions:
+            return None
+        if any(p.error_code or p.leader_id < 0 for p in answer.partitions):
+            return None
+        return answer
+
+    answer = wait_for(led, 30, f"{topic} to be created with leaders")
+    assert len(answer.partitions) >= 1
+    assert all(len(p.replica_nodes) == 1 for p in answer.partitions)  # default.replication.factor
+    cluster.wait_for_leaders(topic)
