@@ -182,6 +182,41 @@ def test_leader_election_answers_for_each_partition_named(cluster, tmp_path):
     assert usage.returncode == 2 and "--topic and --partition go together" in usage.stderr, usage
 
 
+def test_unclean_election_from_the_cli_brings_an_offline_partition_back(cluster):
+    """RF=2: the follower leaves (out of the ISR), then the leader, the last ISR member: the
+    partition is offline. The follower comes back but is not in the ISR, and
+    unclean.leader.election.enable is false: still offline, until an unclean election on
+    demand makes it leader."""
+    topic = "elect-unclean"
+    cluster.create_topic(topic, 1, 2)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    leader, follower = cluster.partitions(topic)[0].replicas
+    _produce_value(cluster, topic, 100)
+    assert cluster.stop(follower) == 0  # controlled shutdown takes it out of the ISR
+    cluster.wait_for_brokers()
+    cluster.wait_for_isr(topic, 0, [leader])
+    assert cluster.stop(leader) == 0  # the last ISR member: nobody can take over
+    cluster.wait_for_brokers()
+    cluster.restart(follower)
+    cluster.wait_for_brokers()
+    offline = cluster.partitions(topic)[0]
+    assert offline.leader_id < 0 and offline.isr == (leader,), offline
+
+    preferred = sluice("leader-election", "--bootstrap-server", cluster.bootstrap_servers,
+                       "--election-type", "preferred", "--topic", topic, "--partition", "0")
+    assert preferred.returncode == 1 and "PREFERRED_LEADER_NOT_AVAILABLE" in preferred.stdout, preferred
+    unclean = sluice("leader-election", "--bootstrap-server", cluster.bootstrap_servers,
+                     "--election-type", "unclean", "--topic", topic, "--partition", "0")
+    assert (unclean.returncode, unclean.stdout) == (
+        0, f"Successfully completed leader election (UNCLEAN) for partitions {topic}-0\n"), unclean
+    cluster.wait_for_leaders(topic)
+    assert cluster.partitions(topic)[0].leader_id == follower
+    _produce_value(cluster, topic, 100)  # writable again
+    cluster.restart(leader)
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(topic, full_isr=True)
+
+
 def test_the_client_follows_the_controller_when_it_moves(cluster):
     """A client that cached the controller before it moved (SIGTERM: the controller resigns,
     another takes over, the old one comes back as a plain broker) gets NOT_CONTROLLER from
