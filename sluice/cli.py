@@ -1,6 +1,7 @@
 """The `sluice` command: `sluice broker …` runs a broker, `sluice cluster …` a development
-cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …` and
-`sluice configs …` administer any Kafka-compatible cluster over the wire protocol.
+cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …`, `sluice configs …`
+and `sluice leader-election …` administer any Kafka-compatible cluster over the wire
+protocol.
 
 Each command's module is imported only when it runs: the admin commands never import
 `broker`.
@@ -18,6 +19,8 @@ commands:
   topics    create, list, describe, alter and delete topics (sluice topics --help)
   groups    list, describe and delete consumer groups, reset their offsets (sluice groups --help)
   configs   describe and change topic and broker configs (sluice configs --help)
+  leader-election
+            elect preferred (or unclean) leaders now (sluice leader-election --help)
 """
 
 
@@ -42,6 +45,9 @@ def main(argv=None) -> int:
     if command == "configs":
         from sluice.configs import main as configs_main
         return configs_main(rest)
+    if command == "leader-election":
+        from sluice.leader_election import main as leader_election_main
+        return leader_election_main(rest)
     print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 

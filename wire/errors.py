@@ -36,6 +36,7 @@ class KafkaError(Exception):
             self.code = code
             name = f"error {code}"
         self.retriable = self.code in RETRIABLE
+        self.message = message  # the broker's own words, when it sent any
         detail = f": {message}" if message else ""
         super().__init__(f"{context + ': ' if context else ''}{name}{detail}")
 

@@ -21,8 +21,8 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
 from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
                                 UnsupportedVersion)
-from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, READ_COMMITTED,
-                               READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
+from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
+                               READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
                                ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
                                ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
                                GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
@@ -34,7 +34,8 @@ from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
 from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
                            DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
-                           DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS,
+                           DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, FIND_COORDINATOR,
+                           INCREMENTAL_ALTER_CONFIGS,
                            INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
 from wire.primitives import ZERO_UUID
@@ -57,6 +58,7 @@ _FIRST_TOPIC_ID_FETCH = 13
 _FIRST_TOPICS_DELETE = 6
 _FIRST_STATES_LIST_GROUPS = 4
 _FIRST_SOURCES_DESCRIBE_CONFIGS = 1
+_FIRST_TYPED_ELECT_LEADERS = 1  # v0 elects preferred leaders only
 # The oldest ListOffsets version that understands each special timestamp.
 _LIST_OFFSETS_MIN_VERSION = {MAX_TIMESTAMP: 7}
 _LIST_OFFSETS_MIN_VERSION_READ_COMMITTED = 2
@@ -869,6 +871,52 @@ class AsyncClient:
                 remaining.pop(answer.name, None)
             if remaining:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"create partitions {sorted(remaining)}")
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: Iterable[tuple[str, int]] | None = None, *,
+                            timeout_ms: int = 60000,
+                            ) -> dict[tuple[str, int], KafkaError | None]:
+        """Preferred (PREFERRED_ELECTION) or unclean (UNCLEAN_ELECTION) leader elections
+        through the controller, for `partitions` or (None) every partition of the cluster.
+        Each partition's error (None: elected; ELECTION_NOT_NEEDED: its leader is already
+        the one the election would pick) is returned, not raised; an error refusing the
+        whole request is raised."""
+        wanted = None if partitions is None else sorted(set(partitions))
+
+        async def attempt() -> dict[tuple[str, int], KafkaError | None]:
+            connection = await self._controller_connection()
+            version = connection.version(ELECT_LEADERS)
+            if election_type != PREFERRED_ELECTION and version < _FIRST_TYPED_ELECT_LEADERS:
+                raise UnsupportedVersion(f"ElectLeaders v{version} of broker {connection.address} "
+                                         f"elects preferred leaders only")
+            Request = ELECT_LEADERS.request
+            topics: dict[str, list[int]] = {}
+            for topic, partition in wanted or ():
+                topics.setdefault(topic, []).append(partition)
+            body = Request(election_type=election_type, timeout_ms=timeout_ms,
+                           topic_partitions=None if wanted is None else [
+                               Request.TopicPartitions(topic=topic, partitions=indexes)
+                               for topic, indexes in topics.items()])
+            response = await connection.request(ELECT_LEADERS, version, body,
+                                                timeout=self.request_timeout + timeout_ms / 1000)
+            if version >= 1 and response.error_code:
+                check(response.error_code, "elect leaders")
+            results = {}
+            for answer in response.replica_election_results:
+                for result in answer.partition_result:
+                    if result.error_code == ErrorCode.NOT_CONTROLLER:  # v0: no top-level error
+                        raise KafkaError(ErrorCode.NOT_CONTROLLER, "elect leaders")
+                    results[(answer.topic, result.partition_id)] = KafkaError(
+                        result.error_code, f"elect the leader of {answer.topic}-{result.partition_id}",
+                        result.error_message) if result.error_code else None
+            missing = [tp for tp in wanted or () if tp not in results]
+            if missing:
+                raise ProtocolViolation(f"elect leaders: the response has no result for {missing}")
+            for topic, _ in results:
+                self._forget_topic(topic)
             return results
 
         return await self._retrying(attempt, self._forget_controller)

@@ -50,6 +50,10 @@ DELETE_CONFIG = 1
 APPEND_CONFIG = 2
 SUBTRACT_CONFIG = 3
 
+# ElectLeaders' election types.
+PREFERRED_ELECTION = 0  # the first replica of the assignment, when alive and in sync
+UNCLEAN_ELECTION = 1  # any live replica, for a partition with no live in-sync leader
+
 
 class ProducerRecord(NamedTuple):
     """A record to produce; a timestamp of None means now (CreateTime)."""

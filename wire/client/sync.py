@@ -88,6 +88,7 @@ class Client:
     create_topics = _blocking("create_topics")
     delete_topics = _blocking("delete_topics")
     create_partitions = _blocking("create_partitions")
+    elect_leaders = _blocking("elect_leaders")
     describe_configs = _blocking("describe_configs")
     alter_configs = _blocking("alter_configs")
     incremental_alter_configs = _blocking("incremental_alter_configs")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from wire.client.errors import UnsupportedVersion
 from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
-                           DESCRIBE_TRANSACTIONS, FETCH, INCREMENTAL_ALTER_CONFIGS,
+                           DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, INCREMENTAL_ALTER_CONFIGS,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
                            METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
@@ -43,6 +43,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS.key: (0, 5),
     DELETE_GROUPS.key: (0, 2),
     CREATE_PARTITIONS.key: (0, 3),
+    ELECT_LEADERS.key: (0, 2),
     DESCRIBE_CONFIGS.key: (0, 4),
     ALTER_CONFIGS.key: (0, 2),
     INCREMENTAL_ALTER_CONFIGS.key: (0, 1),
