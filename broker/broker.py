@@ -10,6 +10,7 @@ Bytes after a request body's last field are ignored, as Kafka ignores them.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import logging
 import os
@@ -42,6 +43,25 @@ VERSION = "0.1.0"
 _CHECKPOINT_INTERVAL_S = 5.0
 _FLUSH_CHECK_INTERVAL_S = 1.0
 _SESSION_CHECK_INTERVAL_S = 0.25
+
+
+class DataDirInUse(OSError):
+    """Another process runs a broker on this data directory."""
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """An exclusive lock on `<data_dir>/.lock`, as Kafka takes one on each log directory:
+    two brokers on one directory would corrupt each other's logs and checkpoints. The
+    descriptor holds the lock until it is closed (or the process dies)."""
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirInUse(f"the data dir {data_dir} is in use by another broker ({path} is locked)") from None
+    return fd
 
 
 class Broker:
@@ -82,10 +102,19 @@ class Broker:
             idle_ms=config.connections_max_idle_ms,
             queued_max_requests=config.queued_max_requests))
         self._tasks: list[asyncio.Task] = []
+        self._data_dir_lock = -1
         self.clean_start = False
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
+        self._data_dir_lock = lock_data_dir(self.config.data_dir)
+        try:
+            await self._start()
+        except BaseException:
+            os.close(self._data_dir_lock)
+            raise
+
+    async def _start(self) -> None:
         self.dynamic_configs.load()  # the topic defaults the logs open with
         if self.cluster is not None:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
@@ -132,6 +161,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.topics.close()
+        os.close(self._data_dir_lock)
         log.info("Sluice broker (node %d) stopped cleanly", self.node_id)
 
     def _load_cluster_id(self) -> str:

@@ -131,8 +131,8 @@ def handle(broker, header, request, client_host):
     if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
         return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
-    response, keys = _answer_if_ready(broker, request, version, deadline)
-    return response if response is not None else _long_poll(broker, request, version, keys, deadline)
+    response, _ = _answer_if_ready(broker, request, version, deadline)
+    return response if response is not None else _long_poll(broker, request, version, deadline)
 
 
 def _answer_if_ready(broker, request, version, deadline):
@@ -145,10 +145,12 @@ def _answer_if_ready(broker, request, version, deadline):
     return None, keys
 
 
-async def _long_poll(broker, request, version, keys, deadline):
-    """Wait for the requested partitions' high watermarks until `min_bytes` or the deadline."""
+async def _long_poll(broker, request, version, deadline):
+    """Wait for the requested partitions' high watermarks until `min_bytes` or the deadline.
+    Checked before each wait, the first included: data may have come between the handler's
+    check and this task's start, waking nobody."""
     while True:
-        await broker.delayed.wait(keys, deadline - broker.clock.monotonic())
         response, keys = _answer_if_ready(broker, request, version, deadline)
         if response is not None:
             return response
+        await broker.delayed.wait(keys, deadline - broker.clock.monotonic())

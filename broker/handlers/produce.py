@@ -235,12 +235,14 @@ def _still_waiting(waiting: list) -> list:
 
 async def _wait_for_replicas(broker, waiting: list, timeout_ms: int, response):
     deadline = broker.clock.monotonic() + max(timeout_ms, 0) / 1000
-    while waiting:
+    while True:
+        # Checked before each wait, the first included: the high watermark may have moved
+        # between the append and this task's start, waking nobody.
+        waiting = _still_waiting(waiting)
         remaining = deadline - broker.clock.monotonic()
-        if remaining <= 0:
+        if not waiting or remaining <= 0:
             break
         await broker.delayed.wait([partition.key for partition, _, _ in waiting], remaining)
-        waiting = _still_waiting(waiting)
     for partition, required, result in waiting:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
         result.error_message = (f"the high watermark of {partition.topic}-{partition.index} did not "

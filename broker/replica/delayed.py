@@ -2,9 +2,11 @@
 for the high watermark.
 
 One place wakes them: a `Partition` calls `wake` when its high watermark moves (which is
-also when new data and a new last stable offset become visible). A waiter re-checks its
-own condition after every wake-up and waits again until its deadline, so a wake-up that
-is not for it costs one check. Deadlines come from the broker's clock.
+also when new data and a new last stable offset become visible). A waiter checks its own
+condition before every wait, the first included (a wake-up before it registered reached
+nobody: a waiting request's task starts after its handler returned), and waits again
+until its deadline, so a wake-up that is not for it costs one check. Deadlines come from
+the broker's clock.
 """
 
 from __future__ import annotations
