@@ -204,3 +204,29 @@ def test_compare_benchmark_runs_two_trees_side_by_side():
                for row in results["e2e"])
     report = compare.markdown_report(results)
     assert "| produce, kcat |" in report and "head / base p99" in report
+
+
+def test_cluster_benchmark_runs_every_section_and_reports(tmp_path):
+    """bench.cluster at its tiny size (a ZooKeeper server, three brokers and one alone):
+    produce, e2e and a SIGTERM failover each give figures, the goals are evaluated (met or
+    not: never asserted), and both reports are written."""
+    import json
+
+    from bench import cluster
+
+    results = cluster.run(cluster.TINY, "tiny", log=lambda line: None)
+    (row,) = results["produce"]
+    for target in ("rf1", "rf3"):
+        assert row[target]["all_written"] == [cluster.TINY.records] and row[target]["records_per_s"] > 0
+    assert len(row["rf3"]["broker_cpu_s_each"]) == cluster.BROKERS and row["ratio"] > 0
+    assert [r["target"] for r in results["e2e"]] == ["rf1", "rf3"]
+    (run,) = results["failover"]
+    assert run["fault"] == "SIGTERM" and run["recovered"] and run["unavailable_s"] > 0, run
+    assert run["led_partitions"] and run["victim"] != run["controller"]
+    assert 0 <= run["controller_noticed_s"] <= run["new_leaders_s"], run  # from the brokers' logs
+    assert {g["met"] for g in results["goals"]} <= {True, False} and len(results["goals"]) == 3
+
+    paths = cluster.write_reports(results, str(tmp_path))
+    assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
+    report = open(paths["md"]).read()
+    assert "## Goals" in report and "## 3. Unavailability after a leader fails" in report
