@@ -269,10 +269,21 @@ class ClusterMembership:
             if remaining == []:
                 log.info("controlled shutdown: the controller moved every leadership away")
                 return
+            if remaining and not any(self._movable(topic, index) for topic, index in remaining):
+                log.info("controlled shutdown: no other in-sync replica can take over the %d "
+                         "partition(s) still led here; shutting down", len(remaining))
+                return
             if attempt < attempts:
                 await self._broker.clock.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
         log.warning("controlled shutdown did not complete after %d attempt(s); shutting down anyway",
                     attempts)
+
+    def _movable(self, topic: str, index: int) -> bool:
+        """Whether another live broker is in the partition's ISR (it could lead it), as this
+        broker's metadata view says."""
+        state = self._broker.metadata.partition_state(topic, index)
+        return state is not None and any(
+            r != self._config.node_id and r not in state.offline_replicas for r in state.isr)
 
     async def _ask_controller(self) -> list | None:
         """The partitions the controller could not move, or None when it could not be asked."""
