@@ -75,6 +75,22 @@ def test_high_watermark_is_the_smallest_log_end_over_the_isr(tmp_path):
     assert partition.high_watermark == 5
 
 
+def test_a_leader_given_a_new_epoch_keeps_what_it_knows_of_its_followers(tmp_path):
+    """The controller removing a dead follower from the ISR gives the leader a new epoch; the
+    leader must not forget where the live follower is (the high watermark would wait for its
+    next fetch), while a broker newly leading knows no follower's position."""
+    partition = open_partition(tmp_path)
+    append(partition, 4)
+    partition.update_follower(1, 4)
+    assert partition.high_watermark == 0  # follower 2 unknown
+    partition.make_leader(partition.leader_epoch + 1, [0, 1, 2], [0, 1])
+    assert partition.high_watermark == 4
+    partition.make_follower(1, partition.leader_epoch + 1, [0, 1, 2], [0, 1])
+    partition.make_leader(partition.leader_epoch + 1, [0, 1, 2], [0, 1])
+    append(partition, 1)
+    assert partition.high_watermark == 4  # follower 1's position is unknown again
+
+
 def test_high_watermark_never_moves_backwards(tmp_path):
     partition = open_partition(tmp_path)
     append(partition, 4)

@@ -79,16 +79,20 @@ class Partition:
     # -- leadership and replicas ---------------------------------------------------------
     def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
         """Lead the partition from `leader_epoch` on, with these replicas and ISR (this
-        broker among them). Followers' positions are unknown until they fetch."""
+        broker among them). A new leader knows no follower's position until it fetches; a
+        leader staying leader (a new epoch for an ISR change) keeps what it knows, as
+        Kafka's does."""
         if self.local_id not in replicas or self.local_id not in isr:
             raise ValueError(f"broker {self.local_id} leads {self.topic}-{self.index} only as "
                              f"an in-sync replica, not with replicas {replicas} and ISR {isr}")
         now = self._clock.wall_ms()
+        known = self._followers if self.is_leader else {}
         self.leader_id = self.local_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
         self.isr = set(isr)
-        self._followers = {r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.local_id}
+        self._followers = {r: known.get(r) or FollowerState(last_caught_up_ms=now)
+                           for r in replicas if r != self.local_id}
         self._state_changed()
         self._maybe_advance_high_watermark()
 
