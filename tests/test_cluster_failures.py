@@ -20,8 +20,10 @@ name and the seed of its random choices (SLUICE_SEED=<seed> replays them).
   member returns.
 
 The sessions are short (tests/cluster.py's FAST_FAILOVER: 6 s ZooKeeper session, 3 s
-replica lag), so each case takes 10-25 s. Marked `chaos`, left to `make chaos`: rounds of
-faults drawn at random from the above (SLUICE_CHAOS_ROUNDS, default 12), minutes long.
+replica lag), so each case takes 10-25 s. Marked `chaos`, left to `make chaos` to keep
+`make test` within its time: the rolling restart, the ZooKeeper outage and the offline
+partition (the longest cases), and rounds of faults drawn at random from all of the above
+(SLUICE_CHAOS_ROUNDS, default 12), minutes long.
 """
 
 from __future__ import annotations
@@ -177,6 +179,7 @@ def test_sigstop_the_leader_past_its_session_then_sigcont(cluster, start_run):
     run.check()
 
 
+@pytest.mark.chaos
 def test_a_rolling_restart_with_controlled_shutdown(cluster, start_run):
     run = start_run()
     for broker_id in run.rng.sample(cluster.ids, len(cluster.ids)):
@@ -194,6 +197,7 @@ def test_a_rolling_restart_with_controlled_shutdown(cluster, start_run):
     run.check()
 
 
+@pytest.mark.chaos
 def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, start_run):
     run = start_run()
     leaders = {p: info.leader_id for p, info in cluster.partitions(TOPIC).items()}
@@ -225,6 +229,7 @@ def test_zookeeper_stopped_for_ten_seconds(cluster, zookeeper, start_run):
     run.check()
 
 
+@pytest.mark.chaos
 def test_with_unclean_election_off_a_partition_without_isr_stays_offline(cluster, start_run):
     topic = "fragile"
     run = start_run(topic=topic, partitions=1)
