@@ -565,7 +565,6 @@ def bench_failover(zookeeper, workdir: str, sizes: Sizes, log) -> list[dict]:
             run = failover_once(zookeeper, workdir, sizes, fault, session_ms, log)
             run["repeat"] = repeat
             runs.append(run)
-            noticed, leaders = run["controller_noticed_s"], run["new_leaders_s"]
             log(f"  {fault} broker {run['victim']} (led {run['led_partitions']}), session "
                 f"{session_ms} ms: unavailable {_fmt(run['unavailable_s'])} s; after the signal the "
                 f"controller noticed at {_fmt(run['controller_noticed_s'])} s, new leaders at "
