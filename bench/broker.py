@@ -1681,6 +1681,17 @@ def _rounded(value):
     return value
 
 
+def write_result_files(name: str, results: dict, out_dir: str, markdown: str) -> dict:
+    """`<name>-<date>[-<mode>].json` and `.md` in `out_dir` (a full run's without the mode),
+    each written atomically; their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    stem = f"{name}-{results['date']}" + ("" if results["mode"] == "full" else f"-{results['mode']}")
+    paths = {"json": os.path.join(out_dir, stem + ".json"), "md": os.path.join(out_dir, stem + ".md")}
+    _atomic_write(paths["json"], json.dumps(_rounded(results), indent=1) + "\n")
+    _atomic_write(paths["md"], markdown)
+    return paths
+
+
 def write_reports(results: dict, out_dir: str, with_chart: bool = True) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     stem = f"broker-{results['date']}" + ("-quick" if results["mode"] == "quick" else "") \

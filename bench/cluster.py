@@ -44,9 +44,9 @@ import tempfile
 import time
 import uuid
 
-from bench.broker import (DEFAULT_OUT, MB, REPO, VALUE_SIZE, SluiceTarget, _atomic_write, _fmt,
-                          _rounded, client_versions, cpu_seconds, e2e_once, kcat_records_file,
-                          produce_kcat, produce_python, value_pool, watermarks)
+from bench.broker import (DEFAULT_OUT, MB, REPO, VALUE_SIZE, SluiceTarget, _fmt, client_versions,
+                          cpu_seconds, e2e_once, kcat_records_file, produce_kcat, produce_python,
+                          value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
 
 BROKERS = 3
@@ -888,12 +888,7 @@ def markdown_report(results: dict) -> str:
 
 
 def write_reports(results: dict, out_dir: str) -> dict:
-    os.makedirs(out_dir, exist_ok=True)
-    stem = f"cluster-{results['date']}" + ("" if results["mode"] == "full" else f"-{results['mode']}")
-    paths = {"json": os.path.join(out_dir, stem + ".json"), "md": os.path.join(out_dir, stem + ".md")}
-    _atomic_write(paths["json"], json.dumps(_rounded(results), indent=1) + "\n")
-    _atomic_write(paths["md"], markdown_report(results))
-    return paths
+    return write_result_files("cluster", results, out_dir, markdown_report(results))
 
 
 def main(argv=None) -> None:

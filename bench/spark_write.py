@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from bench import spark_read
-from bench.broker import DEFAULT_OUT, _atomic_write, _fmt, _loads, _rounded
+from bench.broker import DEFAULT_OUT, _fmt, _loads, _rounded, write_result_files
 from bench.machine import describe_machine, machine_details
 
 PARTITIONS = 8
@@ -314,12 +314,7 @@ def markdown_report(results: dict) -> str:
 
 
 def write_reports(results: dict, out_dir: str) -> dict:
-    os.makedirs(out_dir, exist_ok=True)
-    stem = f"spark-{results['date']}" + ("" if results["mode"] == "full" else f"-{results['mode']}")
-    paths = {"json": os.path.join(out_dir, stem + ".json"), "md": os.path.join(out_dir, stem + ".md")}
-    _atomic_write(paths["json"], json.dumps(_rounded(results), indent=1) + "\n")
-    _atomic_write(paths["md"], markdown_report(results))
-    return paths
+    return write_result_files("spark", results, out_dir, markdown_report(results))
 
 
 def main(argv=None) -> None:
