@@ -39,6 +39,7 @@ from wire.messages import CONTROLLED_SHUTDOWN
 from broker.cluster.zk_layout import CONFIG_CHANGES, BrokerRegistration, Listener
 from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.errors import BrokerError
+from broker.producer_ids import BLOCK_SIZE
 from broker.storage.checkpoint import write_atomically
 
 log = logging.getLogger("sluice.cluster")
@@ -221,7 +222,7 @@ class ClusterMembership:
             return
         self._claiming = self._loop.create_task(self._claim_producer_block(size))
 
-    async def _claim_producer_block(self, size: int = 1000) -> None:
+    async def _claim_producer_block(self, size: int = BLOCK_SIZE) -> None:
         try:
             block = await asyncio.to_thread(self.zk.claim_producer_id_block, self._config.node_id, size)
         except (KazooException, StaleVersion) as exc:
