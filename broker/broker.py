@@ -31,7 +31,7 @@ from broker.cluster.membership import ClusterMembership, new_cluster_id
 from broker.producer_ids import ProducerIdAllocator, local_block_reserver
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
-from broker.server import CloseConnection, KafkaServer, Limits
+from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
 from broker.topics import TopicManager
@@ -219,7 +219,8 @@ class Broker:
     # -- requests ----------------------------------------------------------------------
     def handle_frame(self, frame: bytearray, client_host: str):
         """The response chunks to one request frame (None: no response), or an
-        awaitable of them when the handler must wait."""
+        awaitable of them when the handler must wait (in a `ResponseLater` when the
+        request has taken effect)."""
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
         except UnsupportedRequest as exc:
@@ -236,6 +237,8 @@ class Broker:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")
         response = handler(self, header, body, client_host)
+        if isinstance(response, ResponseLater):
+            return ResponseLater(self._encode_when_done(header, response.awaitable))
         if inspect.isawaitable(response):
             return self._encode_when_done(header, response)
         return self._encode(header, response)

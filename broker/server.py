@@ -10,12 +10,17 @@ pages the kernel provides as bytes actually arrive, so a forged size prefix cost
 nothing until the bytes exist and a large frame is never copied or regrown. A prefix
 above `socket.request.max.bytes` closes the connection.
 
-Answering: requests on one connection are answered one at a time, in order, as Kafka
-does. A request the handler answers at once is answered inside the read callback, and
-the responses to all requests of one read leave in one write. A request that must wait
-(a long-poll Fetch, a JoinGroup) is awaited in a task, after what is ready has been
-written; requests behind it queue, and reading pauses while a few are queued or while
-the client is not reading its responses. A request waiting in a long poll is cancelled
+Answering: requests on one connection are handled one at a time, in order, and their
+responses leave in that order. A request the handler answers at once is answered inside
+the read callback, and the responses to all requests of one read leave in one write. A
+request that must wait (a long-poll Fetch, a JoinGroup) is awaited by a writer task,
+after what is ready has been written, and the requests behind it queue. A request that
+has taken effect and only waits to be acknowledged (`ResponseLater`: an acks=all
+produce waiting for the followers) does not hold back the requests behind it: a client
+with several produce requests in flight has them all appended and replicated together,
+where Kafka, which reads a connection's next request only once it answered the last,
+has them wait for replication one after another. Reading pauses while a few requests
+are queued or awaiting their response, or while the client is not reading its responses. A request waiting in a long poll is cancelled
 when its client leaves or ends its input, freeing the connection at once.
 Response chunks that are file regions go out with sendfile (zero copy) when large,
 with pread when small.
@@ -35,12 +40,12 @@ Limits (Kafka's config names and defaults):
   all connections. At the bound, connections holding such requests stop reading until
   half are answered; the others read on, as what they send is answered at once (so a
   few clients that never read cannot stall the rest).
-- Per connection: reading pauses at 8 unanswered requests or 1 MiB of them; responses
-  are written every 64 KiB, and the transport's write buffer pauses answering above
-  asyncio's high-water mark (64 KiB) until the client reads. A connection thus holds at
-  most a 64 KiB read buffer, about 1 MiB of requests plus one request of up to
-  socket.request.max.bytes (100 MiB; pages exist only as bytes arrive), and its write
-  buffer plus one response.
+- Per connection: reading pauses at 8 requests queued or awaiting their response, or
+  1 MiB of queued ones; responses are written every 64 KiB, and the transport's write
+  buffer pauses answering above asyncio's high-water mark (64 KiB) until the client
+  reads. A connection thus holds at most a 64 KiB read buffer, about 1 MiB of requests
+  plus one request of up to socket.request.max.bytes (100 MiB; pages exist only as bytes
+  arrive), and its write buffer plus the responses of those 8 requests.
 - Accepting: out of descriptors (EMFILE and the like), accepting stops for 50 ms,
   doubling to 1 s while it lasts; that, refused connections and connection-closing
   warnings are logged at most 5 times per 10 s each, with a count of the rest.
@@ -104,6 +109,17 @@ class CloseConnection(Exception):
     """Raised by a handler: the request cannot be answered, so the connection closes."""
 
 
+class ResponseLater:
+    """A handler's answer to a request that has taken effect and whose response only
+    waits (an acks=all produce, for the followers): the requests behind it are answered
+    meanwhile, and the responses still leave in order."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable):
+        self.awaitable = awaitable
+
+
 class _FdFile:
     """What loop.sendfile needs of a file: its descriptor."""
 
@@ -137,8 +153,10 @@ class Connection(asyncio.BufferedProtocol):
         self._queued_bytes = 0            # of _frames
         self._out: list = []              # response bytes for the next write
         self._out_bytes = 0
-        self._task: asyncio.Task | None = None  # awaits a waiting request or a sendfile
-        self._waiting = False             # the task is inside a handler's wait
+        self._replies: collections.deque = collections.deque()  # (awaitable or chunks, blocking)
+        self._blocking = 0                # of _replies: answering waits while any
+        self._task: asyncio.Task | None = None  # sends _replies in order
+        self._waiting = False             # the task is awaiting a response
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
@@ -252,7 +270,7 @@ class Connection(asyncio.BufferedProtocol):
         resume at half of each."""
         if self._closed:
             return
-        queued = len(self._frames)
+        queued = len(self._frames) + len(self._replies)
         if not self._reading_paused:
             if (queued >= _MAX_QUEUED or self._queued_bytes >= _MAX_QUEUED_BYTES
                     or (queued and self.server.intake_full)):
@@ -271,12 +289,15 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- answering -------------------------------------------------------------------
     def _answer(self) -> None:
-        """Answer queued requests in order until one must wait, then write."""
-        while self._frames and self._task is None and not self._closed and self._writable.is_set():
+        """Answer queued requests in order until one blocks the rest, then write."""
+        while (self._frames and not self._blocking and not self._closed
+               and self._writable.is_set()):
             try:
                 result = self.handler(self._take(), self.client_host)
-                if inspect.isawaitable(result):
-                    self._start_task(result, None)
+                if isinstance(result, ResponseLater):
+                    self._reply_later(result.awaitable, blocking=False)
+                elif inspect.isawaitable(result):
+                    self._reply_later(result, blocking=True)
                 elif result is not None:
                     self._add_response(result)
             except Exception as exc:
@@ -291,12 +312,15 @@ class Connection(asyncio.BufferedProtocol):
         self.update_reading()
 
     def _add_response(self, chunks: list) -> None:
-        """Queue a response for the next write; one holding a large file region is
-        sent by a task, with sendfile. Gathered responses are written once they reach
-        _MAX_OUT_BYTES, so that a client not reading pauses writing (and answering)
-        before many responses pile up in memory."""
+        """Queue a response for the next write; behind a response still awaited, or when
+        it holds a large file region (sent with sendfile), the writer task sends it.
+        Gathered responses are written once they reach _MAX_OUT_BYTES, so that a client
+        not reading pauses writing (and answering) before many responses pile up in memory."""
+        if self._task is not None:
+            self._replies.append((chunks, False))
+            return
         if any(isinstance(c, FileRegion) and c.length >= _SENDFILE_MIN for c in chunks):
-            self._start_task(None, chunks)
+            self._reply_later(None, blocking=True, chunks=chunks)
             return
         size = _size_of(chunks)
         self._out.append(_SIZE.pack(size))
@@ -328,32 +352,54 @@ class Connection(asyncio.BufferedProtocol):
         self._flush()
         self.close()
 
-    def _start_task(self, awaitable, chunks: Chunks) -> None:
-        self._flush()  # what is ready goes out before the wait
-        self._task = asyncio.get_running_loop().create_task(self._finish(awaitable, chunks))
+    def _reply_later(self, awaitable, blocking: bool, chunks: Chunks = None) -> None:
+        """Hand a response (an awaitable of it, or chunks to sendfile) to the writer task,
+        starting it if need be; a blocking one stops answering until it is sent."""
+        self._replies.append((awaitable if awaitable is not None else chunks, blocking))
+        self._blocking += blocking
+        if self._task is None:
+            self._flush()  # what is ready goes out before the wait
+            self._task = asyncio.get_running_loop().create_task(self._write_replies())
 
-    async def _finish(self, awaitable, chunks: Chunks) -> None:
-        """Await a waiting request's response (when `awaitable`), send it, go on answering."""
+    async def _write_replies(self) -> None:
+        """Send the handed-over responses in order, awaiting each that is not ready; when
+        the last blocking one is sent, answering goes on."""
         try:
-            if awaitable is not None:
-                if self._closed:
-                    if inspect.iscoroutine(awaitable):
-                        awaitable.close()
-                    return
-                self._waiting = True
-                try:
-                    chunks = await awaitable
-                finally:
-                    self._waiting = False
-            if chunks is not None and not self._closed:
-                await self._send(chunks)
+            while self._replies and not self._closed:
+                entry, blocking = self._replies[0]
+                if not inspect.isawaitable(entry):
+                    chunks = entry
+                else:
+                    self._waiting = True
+                    try:
+                        chunks = await entry
+                    finally:
+                        self._waiting = False
+                if chunks is not None and not self._closed:
+                    await self._send(chunks)
+                self._replies.popleft()
+                self._blocking -= blocking
+                if blocking and not self._blocking:
+                    self._answer()
+                else:
+                    self.update_reading()
         except (Exception, asyncio.CancelledError) as exc:
             self._close_after(exc)
             return
         finally:
             self._task = None
             self.last_active = time.monotonic()
+            if self._closed:
+                self._drop_replies()
         self._answer()
+
+    def _drop_replies(self) -> None:
+        """The connection closed: responses not yet sent are dropped."""
+        for entry, _ in self._replies:
+            if inspect.iscoroutine(entry):
+                entry.close()
+        self._replies.clear()
+        self._blocking = 0
 
     async def _send(self, chunks: list) -> None:
         loop = asyncio.get_running_loop()
@@ -367,6 +413,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.transport.writelines(pending)
                 pending = []
                 await self._writable.wait()
+                if self.transport.is_closing():  # reset by the client: asyncio closes it
+                    raise ConnectionError("the connection closed")
                 sent = await loop.sendfile(self.transport, _FdFile(chunk.fd), chunk.position,
                                            chunk.length, fallback=True)
                 if sent != chunk.length:
@@ -382,14 +430,14 @@ class Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.last_active = time.monotonic()  # the client has read
         self._writable.set()
-        if self._task is None:
+        if not self._blocking:
             self._answer()
 
     def shutdown(self) -> asyncio.Task | None:
         """Answer what has arrived, then close; the task of a request still being
         answered, if any."""
         self._eof = True
-        if self._task is None:
+        if not self._blocking:
             self._answer()
         return self._task
 

@@ -25,6 +25,7 @@ from broker.errors import BrokerError
 from broker.replica.delayed import DelayedOperations
 from broker.replica.partition import Partition
 from broker.storage.log import PartitionLog
+from tests.polling import wait_for
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
 from tests.test_storage import BASE_TS, idempotent, make_batch
 from wire.client import Client, NewTopic
@@ -281,6 +282,39 @@ def test_acks_all_waits_for_the_follower_and_times_out_without_it(tmp_path):
             assert (header.correlation_id, answer.error_code, answer.base_offset) == (4, ErrorCode.NONE, 2)
             data = roundtrip(sock, FETCH, 12, _fetch(-1, 0), 7).responses[0].partitions[0]
             assert data.high_watermark == 3 and len(data.records) > 0
+
+
+def test_pipelined_acks_all_produces_are_appended_at_once_and_answered_in_order(tmp_path):
+    """A client with several acks=all produces in flight on one connection: the later ones
+    are appended while the first waits for the follower, one follower fetch acknowledges
+    them all, and the responses come in order, a fetch behind them included (handled
+    when it arrived, so it saw the high watermark before the follower fetched)."""
+    with EmbeddedBroker(tmp_path / "data") as embedded:
+        with Client(embedded.bootstrap_servers) as client:
+            client.create_topics({"replicated": NewTopic(1, 1, {})})
+        port = embedded.broker.server.port
+        partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
+        _on_loop(embedded, lambda: partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1]))
+        with connect(port) as sock:
+            sock.sendall(frame(PRODUCE, 9, _produce(-1, 30_000, 0), 1)
+                         + frame(PRODUCE, 9, _produce(-1, 30_000, 1), 2)
+                         + frame(PRODUCE, 9, _produce(1, 30_000, 2), 3)
+                         + frame(FETCH, 12, _fetch(-1, 0), 4))
+            wait_for(lambda: _on_loop(embedded, lambda: partition.log_end_offset) == 3,
+                     what="all three produces appended while the first waits")
+            assert _on_loop(embedded, lambda: partition.high_watermark) == 0
+            with connect(port) as follower:
+                roundtrip(follower, FETCH, 12, _fetch(1, 0), 5)
+                data = roundtrip(follower, FETCH, 12, _fetch(1, 3), 6).responses[0].partitions[0]
+                assert data.high_watermark == 3
+            sock.settimeout(10)
+            answers = [decode_response(api.key, version, recv_frame(sock))
+                       for api, version in ((PRODUCE, 9), (PRODUCE, 9), (PRODUCE, 9), (FETCH, 12))]
+        assert [header.correlation_id for header, _ in answers] == [1, 2, 3, 4]
+        produced = [body.responses[0].partition_responses[0] for _, body in answers[:3]]
+        assert [(p.error_code, p.base_offset) for p in produced] == [(ErrorCode.NONE, i) for i in range(3)]
+        fetched = answers[3][1].responses[0].partitions[0]  # read while the produces waited
+        assert (fetched.error_code, fetched.high_watermark) == (ErrorCode.NONE, 0)
 
 
 def test_a_broker_that_is_not_a_replica_gets_no_records(tmp_path):

@@ -49,7 +49,7 @@ from wire.primitives import DecodeError
 from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.errors import BrokerError
-from broker.server import CloseConnection
+from broker.server import CloseConnection, ResponseLater
 from broker.storage.log import MAX_DECOMPRESSED_BATCH
 from broker.topics import INTERNAL_TOPICS
 
@@ -163,8 +163,8 @@ def _writable(view):
 
 
 def handle(broker, header, request, client_host):
-    """The response, or (acks=all while the high watermark is short of a batch) an
-    awaitable of it."""
+    """The response, or (acks=all while the high watermark is short of a batch) the
+    response later: the batches are appended, only their acknowledgement waits."""
     acks = request.acks
     responses = []
     failed = None
@@ -212,7 +212,8 @@ def handle(broker, header, request, client_host):
     waiting = _still_waiting(waiting)
     if not waiting:
         return response
-    return _wait_for_replicas(broker, waiting, request.timeout_ms, response)
+    deadline = broker.clock.monotonic() + max(request.timeout_ms, 0) / 1000
+    return ResponseLater(_wait_for_replicas(broker, waiting, deadline, request.timeout_ms, response))
 
 
 def _still_waiting(waiting: list) -> list:
@@ -233,8 +234,7 @@ def _still_waiting(waiting: list) -> list:
     return remaining
 
 
-async def _wait_for_replicas(broker, waiting: list, timeout_ms: int, response):
-    deadline = broker.clock.monotonic() + max(timeout_ms, 0) / 1000
+async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms: int, response):
     while True:
         # Checked before each wait, the first included: the high watermark may have moved
         # between the append and this task's start, waking nobody.
