@@ -359,6 +359,37 @@ def test_pipelined_requests_on_one_connection(mock_cluster):
     assert sum(o.offset for o in offsets[0].values()) == 40
 
 
+def test_a_request_cancelled_as_its_response_arrives_is_cancelled(mock_cluster):
+    """A task stopped (cancelled) in the same loop step that its response lands in stops:
+    Python 3.11's asyncio.wait_for lost such cancellations, and a replica fetcher being
+    closed went on fetching forever, hanging its broker's shutdown."""
+    host, port = mock_cluster.rsplit(":", 1)
+
+    async def main():
+        connection = BrokerConnection(host, int(port))
+        await connection.open()
+        try:
+            outcomes = []
+            for _ in range(20):
+                body = API_VERSIONS.request(client_software_name="t", client_software_version="1")
+                task = asyncio.ensure_future(
+                    connection.request(API_VERSIONS, connection.version(API_VERSIONS), body))
+                while not connection._pending:  # the request is written
+                    await asyncio.sleep(0)
+                [future] = connection._pending.values()
+                future.add_done_callback(lambda _, task=task: task.cancel())
+                try:
+                    await task
+                    outcomes.append("answered")
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+            return outcomes
+        finally:
+            await connection.close()
+
+    assert run(main()) == ["cancelled"] * 20
+
+
 def test_response_size_limit_against_real_broker(mock_cluster):
     async def main():
         async with AsyncClient(mock_cluster, max_response_bytes=64, **FAST_RETRIES) as client:

@@ -187,14 +187,16 @@ class BrokerConnection:
                          timeout: float | None) -> memoryview:
         future = await self._write(api, version, body, expect_response=True)
         timeout = self.request_timeout if timeout is None else timeout
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            error = RequestTimedOut(f"{api.name} v{version} to {self.address}: no response "
-                                    f"within {timeout:g} s")
-            self._drop(ConnectionFailed(f"connection to {self.address} closed after a "
-                                        f"request timed out"))
-            raise error from None
+        # asyncio.wait, not wait_for: on Python 3.11 wait_for loses a cancellation that
+        # arrives as the response does, and a task being stopped would go on running.
+        done, _ = await asyncio.wait((future,), timeout=timeout)
+        if done:
+            return future.result()
+        error = RequestTimedOut(f"{api.name} v{version} to {self.address}: no response "
+                                f"within {timeout:g} s")
+        self._drop(ConnectionFailed(f"connection to {self.address} closed after a "
+                                    f"request timed out"))
+        raise error
 
     async def _write(self, api: Api, version: int, body: Struct,
                      expect_response: bool = False) -> asyncio.Future | None:
