@@ -137,13 +137,15 @@ def decode_record(key: bytes, value: bytes | None):
 
 
 def append_records(partition, records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
-                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
+                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> int:
     """Append records to a partition of the offsets topic (one batch per chunk), as
-    part of a producer's transaction when `producer_id` is given."""
+    part of a producer's transaction when `producer_id` is given; the log end offset
+    after them (what the high watermark must reach for them to be committed)."""
     for batch in batches_of(records, timestamp_ms, producer_id, producer_epoch):
         view = memoryview(batch)
         header = next(iter(iter_batches(view)))[0]
         partition.append_as_leader(header, view, required_acks=-1)
+    return partition.log_end_offset
 
 
 def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:

@@ -1,8 +1,11 @@
 """FindCoordinator v0–6, JoinGroup v0–9, SyncGroup v0–5, Heartbeat v0–4,
 LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2.
 
-- FindCoordinator: this broker coordinates every group (key type 0) and transactional
-  id (key type 1); v4+ answers a batch of keys; other key types are INVALID_REQUEST.
+- FindCoordinator: the leader of the key's partition of `__consumer_offsets` (key type
+  0, a group) or `__transaction_state` (1, a transactional id): this broker on the
+  single node. In a cluster the topic is created on the first lookup, and a key whose
+  partition has no live leader (or no topic yet) is COORDINATOR_NOT_AVAILABLE. v4+
+  answers a batch of keys; other key types are INVALID_REQUEST.
 - JoinGroup: v4+ new members must rejoin with the id sent back in MEMBER_ID_REQUIRED;
   v5+ static membership (group_instance_id); v7+ returns the protocol type; v9
   `skip_assignment` is always false (the leader computes the assignment).
@@ -20,6 +23,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
                            LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
 
+from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.errors import BrokerError
 from broker.groups.coordinator import DEAD
 
@@ -38,6 +42,8 @@ def find_coordinator(broker, header, request, client_host):
             continue
         endpoint = broker.metadata.coordinator(request.key_type, key)
         if endpoint is None:
+            if broker.admin is not None:
+                broker.admin.ensure_internal_topic(COORDINATOR_TOPICS[request.key_type])
             answers.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                             f"the coordinator of {key!r} has no leader", None))
         else:
