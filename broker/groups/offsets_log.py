@@ -13,7 +13,7 @@ an ABORT marker, at run time and when the log is replayed.
 
 Cleaning: the coordinator holds the live state in memory, so a partition that has grown
 past its threshold is cleaned by appending a snapshot of its live keys at the end and
-then deleting every segment before the snapshot. Replaying from the log start always
+then, once the snapshot is committed (replicated), deleting every segment before it. Replaying from the log start always
 yields the current state, before, during and after a cleaning.
 """
 
@@ -148,10 +148,23 @@ def append_records(partition, records: list[tuple[bytes, bytes | None]], timesta
     return partition.log_end_offset
 
 
-def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
-    """Replace a partition's history by a snapshot of its live records (see module doc)."""
+def write_snapshot(partition, live_records: list[tuple[bytes, bytes | None]],
+                   timestamp_ms: int) -> tuple[int, int]:
+    """The first half of a cleaning (see module doc): a snapshot of the partition's live
+    records appended in a new segment; (its first offset, the log end after it)."""
     partition.roll()
     snapshot_start = partition.log_end_offset
-    append_records(partition, live_records, timestamp_ms)
+    return snapshot_start, append_records(partition, live_records, timestamp_ms)
+
+
+def drop_before_snapshot(partition, snapshot_start: int) -> None:
+    """The second half, once the snapshot is committed: the history before it goes."""
     partition.flush()
     partition.delete_records_before(snapshot_start)
+
+
+def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+    """Both halves at once: for a partition whose appends are committed as they are
+    made (a single node's)."""
+    snapshot_start, _ = write_snapshot(partition, live_records, timestamp_ms)
+    drop_before_snapshot(partition, snapshot_start)
