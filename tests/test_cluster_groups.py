@@ -336,6 +336,20 @@ def lost_commits(acked: dict[int, int], committed: dict[tuple[str, int], int], t
             for p, o in sorted(acked.items()) if committed.get((topic, p), -1) < o]
 
 
+def close_member(worker: Worker) -> None:
+    """A clean close. aiokafka's stop() may raise CancelledError out of its fetcher's close
+    when a broker it fetched from was killed (the client's own failure at close, after its
+    last commit): that exit is tolerated, no other."""
+    try:
+        worker.close(60)
+    except AssertionError:
+        stderr = "".join(worker.stderr)
+        if not (worker.kind == "aiokafka" and "in close" in stderr and "fetcher.py" in stderr
+                and stderr.rstrip().endswith("asyncio.exceptions.CancelledError")):
+            raise
+        print("tolerated: aiokafka's stop() ended with CancelledError from its fetcher")
+
+
 def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) -> None:
     rng = random.Random(seed)
     topic, partitions, group = f"{name}-events", 6, f"{name}-group"
@@ -381,7 +395,7 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
         wait_for(lambda: acked <= {i for w in workers for i in w.ids()}, 60,
                  "every acknowledged record to be processed", interval=0.5)
         for w in workers:
-            w.close(60)
+            close_member(w)
         sampler.stop()
         with Client(cluster.bootstrap_servers, retries=30, retry_timeout=60) as client:
             final = sampler.record(client.fetch_offsets(group))
