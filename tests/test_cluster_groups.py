@@ -360,6 +360,9 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
     workers = [Worker(kind, bootstrap, group, topic, kind, SESSION_MS)
                for kind in ("confluent", "kafka-python", "aiokafka")]
     sampler = OffsetSampler(bootstrap, group)
+    # A wire client kept across the kills: it must find the new coordinator by itself
+    # (connection refused, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS are retried).
+    watcher = Client(bootstrap, retries=200, retry_timeout=90, request_timeout=5)
     counts = {"lost": 0, "committed offsets going backwards": 0, "lost commits": 0}
     try:
         workload.start()
@@ -374,15 +377,16 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
         for round_ in range(kills):
             workload.wait_acked(rng.randrange(100, 400), timeout=60)
             coordinator = coordinator_of(cluster, group)
+            watcher.fetch_offsets(group)
+            assert watcher.describe_groups([group])[group].coordinator.node_id == coordinator
             acked_before = acknowledged_commits(workers)
             cluster.kill(coordinator)
             killed_at = time.monotonic()
-            new = coordinator_of(cluster, group, timeout=90)
-            assert new != coordinator
             # The group goes on under the new coordinator, with every acknowledged commit.
-            with Client(cluster.bootstrap_servers, retries=30, retry_timeout=60) as client:
-                after = sampler.record(client.fetch_offsets(group))
-                wait_stable(client, group, topic, partitions, workers, timeout=90)
+            after = sampler.record(watcher.fetch_offsets(group))
+            new = watcher.describe_groups([group])[group].coordinator.node_id
+            assert new != coordinator and new == coordinator_of(cluster, group)
+            wait_stable(watcher, group, topic, partitions, workers, timeout=90)
             lost += lost_commits(acked_before, after, topic)
             print(f"{name} round {round_}: killed coordinator {coordinator}, now {new}; the group "
                   f"was stable again {time.monotonic() - killed_at:.1f} s after the kill")
@@ -413,6 +417,7 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
     finally:
         workload.abandon()
         sampler.stop()
+        watcher.close()
         for w in workers:
             w.kill()
 
