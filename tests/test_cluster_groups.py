@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -44,13 +45,15 @@ from broker.errors import BrokerError
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
+from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from tests.polling import wait_for
 from tests.replicas import topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
 from wire.client import Client, ClientError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
-from wire.messages import DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, LIST_GROUPS, OFFSET_FETCH
+from wire.messages import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, LIST_GROUPS, METADATA,
+                           OFFSET_FETCH)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -84,9 +87,10 @@ def coordinator_of(cluster: Cluster, group: str, timeout: float = 60.0) -> int:
     live leader for the group's partition."""
     def found():
         try:
-            with Client(cluster.bootstrap_servers, retries=0, call_timeout=10) as client:
+            with Client(cluster.bootstrap_servers, retries=0, retry_timeout=2,
+                        call_timeout=10) as client:
                 node = client.find_coordinator(group).node_id
-        except (ClientError, KafkaError):
+        except (ClientError, KafkaError, TimeoutError):
             return None
         return [node] if node in cluster.live else None
 
@@ -190,6 +194,51 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
     topics.close()
 
 
+# -- the wire client waiting for a coordinator ----------------------------------------------
+
+def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
+    """Scripted answers (tests/test_client_mock_cluster.py's ScriptedBroker): with one
+    retry allowed, FindCoordinator's COORDINATOR_NOT_AVAILABLE, OffsetFetch's
+    COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR are waited through (the coordinator
+    found again after NOT_COORDINATOR); while loading lasts past retry_timeout the
+    client gives up with that error."""
+    answers = {"find": [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 3,
+               "fetch": [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 4 + [ErrorCode.NOT_COORDINATOR]}
+
+    def find(body):
+        host, port = broker.address.rsplit(":", 1)
+        code = answers["find"].pop(0) if answers["find"] else 0
+        return FIND_COORDINATOR.response(coordinators=[FIND_COORDINATOR.response.Coordinator(
+            key=k, node_id=1, host=host, port=int(port), error_code=code)
+            for k in body.coordinator_keys])
+
+    def offset_fetch(body):
+        R = OFFSET_FETCH.response
+        code = answers["fetch"].pop(0) if answers["fetch"] else 0
+        return R(groups=[R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
+            R.OffsetFetchResponseTopics(name="t", partitions=[R.OffsetFetchResponsePartitions(
+                partition_index=0, committed_offset=42, metadata="")])] if not code else [])
+            for g in body.groups])
+
+    broker = ScriptedBroker({METADATA: 12, FIND_COORDINATOR: 4, OFFSET_FETCH: 8},
+                            {FIND_COORDINATOR.key: find, OFFSET_FETCH.key: offset_fetch})
+
+    async def main():
+        async with contextlib.AsyncExitStack() as stack:
+            client = await start_scripted(broker, stack, retries=1, retry_backoff_max=0.05,
+                                          retry_timeout=10)
+            committed = await client.fetch_offsets("g")
+            answers["fetch"] = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 1000
+            client.retry_timeout = 0.5
+            with pytest.raises(KafkaError) as still_loading:
+                await client.fetch_offsets("g")
+            return committed, still_loading.value.code
+
+    committed, code = asyncio.run(asyncio.wait_for(main(), 30))
+    assert committed[("t", 0)].offset == 42 and code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert len(broker.sent(FIND_COORDINATOR)) >= 5  # 3 refusals, then found again after NOT_COORDINATOR
+
+
 # -- placement -------------------------------------------------------------------------------
 
 def test_every_broker_names_the_leader_of_the_groups_partition(cluster):
@@ -284,7 +333,7 @@ class OffsetSampler:
 
     def __init__(self, bootstrap: str, group: str):
         self.group = group
-        self.client = Client(bootstrap, retries=0, request_timeout=3, call_timeout=5)
+        self.client = Client(bootstrap, retries=0, retry_timeout=2, request_timeout=3, call_timeout=5)
         self.highest: dict[tuple[str, int], int] = {}
         self.backwards: list[str] = []
         self.samples = self.failures = 0
