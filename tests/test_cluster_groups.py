@@ -4,8 +4,11 @@
 - The coordinator follows the leadership of `__consumer_offsets` on the coordinator
   itself, with real logs: resigning a partition drops its groups and answers their
   waiting JoinGroup NOT_COORDINATOR; leading it again replays only that partition
-  (COORDINATOR_LOAD_IN_PROGRESS meanwhile, other groups served) and brings the group
-  and its offsets back; a deposed coordinator's write is refused.
+  (COORDINATOR_LOAD_IN_PROGRESS meanwhile, other groups served) and brings the group,
+  its static member and its offsets back; a deposed coordinator's write is refused; a
+  static member's restart is stored and survives the next reload.
+- The wire client waits for a moving or loading coordinator until its retry timeout,
+  whatever its retry count (scripted answers).
 - FindCoordinator from every broker names the same broker: the leader of the
   `__consumer_offsets` partition Kafka's placement gives the group (Java's String
   hashCode, computed here independently). The other brokers answer NOT_COORDINATOR to
@@ -128,8 +131,8 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         return ErrorCode.NONE
 
     async def scenario():
-        async def join(member_id=""):
-            return await groups.join(moving, member_id, None, "client", "host", 10_000, 10_000,
+        async def join(member_id="", instance=None):
+            return await groups.join(moving, member_id, instance, "client", "host", 10_000, 10_000,
                                      "consumer", [("range", b"")], require_known_member_id=False)
 
         # 600 commits in the moving group's partition: its load yields to the loop.
@@ -138,8 +141,8 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
                 offset, -1, "", 0)}) == {("t", 0): 0}
         assert await groups.commit(staying, -1, "", None, {("t", 1): CommittedOffset(7, -1, "", 0)}) \
             == {("t", 1): 0}
-        first = await join()
-        await groups.sync(moving, first.generation, first.member_id, None, None, None,
+        first = await join(instance="static-1")  # a static member
+        await groups.sync(moving, first.generation, first.member_id, "static-1", None, None,
                           {first.member_id: b"all"})
         second = asyncio.ensure_future(join())  # waits for the first member to rejoin
         await asyncio.sleep(0.05)
@@ -189,6 +192,21 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
         assert groups.committed(moving)[("t", 0)].offset == 599  # the refused write is nowhere
+
+        # The static member restarts (a new member id, same instance id): its assignment
+        # comes back without a rebalance, the replacement stored before the answer.
+        again = await join(instance="static-1")
+        assert (again.error, again.generation) == (0, first.generation) and again.member_id != first.member_id
+        _, _, assignment = await groups.sync(moving, again.generation, again.member_id, "static-1",
+                                             None, None, {})
+        assert assignment == b"all" and groups.groups[moving].state == "Stable"
+        groups.coordinated.resigned(index)
+        partition.make_leader(partition.leader_epoch + 1, [0], [0])
+        groups.coordinated.elected(partition)
+        while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
+            assert time.monotonic() < wait_loaded
+            await asyncio.sleep(0.01)
+        assert groups.groups[moving].static_members == {"static-1": again.member_id}
 
     asyncio.run(scenario())
     topics.close()
