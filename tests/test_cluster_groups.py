@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -52,7 +53,7 @@ from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from tests.polling import wait_for
 from tests.replicas import topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
-from wire.client import Client, ClientError
+from wire.client import EARLIEST, Client, ClientError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, LIST_GROUPS, METADATA,
@@ -62,7 +63,9 @@ pytestmark = pytest.mark.timeout(240)
 
 REPO = Path(__file__).resolve().parent.parent
 PROPERTIES = {**FAST_FAILOVER, "group.initial.rebalance.delay.ms": "300",
-              "group.min.session.timeout.ms": "1000"}
+              "group.min.session.timeout.ms": "1000",
+              # Small offsets segments cleaned often: cleaning runs during the failovers too.
+              "offsets.topic.segment.bytes": "4096", "offsets.retention.check.interval.ms": "300"}
 OFFSETS_PARTITIONS = int(FAST_FAILOVER["offsets.topic.num.partitions"])
 SESSION_MS = 10_000
 
@@ -343,6 +346,33 @@ def test_groups_cli_against_any_broker(cluster):
     assert {p: committed[("cli", p)].offset for p in range(3)} == {0: 1, 1: 1, 2: 1}
 
 
+# -- cleaning ----------------------------------------------------------------------------------
+
+def test_cleaned_offsets_partition_survives_sigkill_of_its_leader(cluster):
+    """The coordinator cleans its `__consumer_offsets` partition (a snapshot, replicated,
+    then the history before it deleted): the log start offset moves, and after SIGKILL of
+    the coordinator the new one, loading its replica, has every last offset."""
+    cluster.create_topic("cleaned", partitions=2, replication_factor=3)
+    group = groups_on_every_partition("cleaned")[1]
+    partition = _java_partition(group, OFFSETS_PARTITIONS)
+    coordinator = coordinator_of(cluster, group)
+    with Client(cluster.bootstrap_servers, retries=20, retry_timeout=60) as client:
+        for r in range(200):
+            client.commit_offsets(group, {("cleaned", p): (r * 10 + p, f"r{r}") for p in range(2)})
+        expected = {("cleaned", p): (199 * 10 + p, "r199") for p in range(2)}
+        wait_for(lambda: client.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset > 0,
+                 20, f"a cleaning of {OFFSETS_TOPIC}-{partition}")
+    cluster.kill(coordinator)
+    try:
+        with Client(cluster.bootstrap_servers, retries=50, retry_timeout=90) as client:
+            committed = client.fetch_offsets(group)
+            assert client.describe_groups([group])[group].coordinator.node_id != coordinator
+        assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == expected
+    finally:
+        cluster.restart(coordinator)
+        cluster.wait_for_leaders(OFFSETS_TOPIC, full_isr=True, timeout=90)
+
+
 # -- failover ----------------------------------------------------------------------------------
 
 class OffsetSampler:
@@ -354,7 +384,8 @@ class OffsetSampler:
         self.client = Client(bootstrap, retries=0, retry_timeout=2, request_timeout=3, call_timeout=5)
         self.highest: dict[tuple[str, int], int] = {}
         self.backwards: list[str] = []
-        self.samples = self.failures = 0
+        self.samples = 0
+        self.failures: collections.Counter[str] = collections.Counter()  # unanswered, by error
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -367,8 +398,9 @@ class OffsetSampler:
         while not self._stop.wait(0.25):
             try:
                 committed = self.client.fetch_offsets(self.group)
-            except (ClientError, KafkaError, TimeoutError, OSError):
-                self.failures += 1
+            except (ClientError, KafkaError, TimeoutError, OSError) as exc:
+                self.failures[getattr(exc.__class__, "__name__")
+                              + (f" {exc.code.name}" if isinstance(exc, KafkaError) else "")] += 1
                 continue
             self.record(committed)
 
@@ -477,7 +509,7 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
                   "lost commits": len(lost)}
         print(f"{name} seed={seed}: acknowledged={len(acked)} processed={len(processed)} "
               f"failed sends={dict(workload.failed)} offset samples={sampler.samples} "
-              f"(unanswered {sampler.failures}) commit failures seen by members="
+              f"(unanswered {dict(sampler.failures)}) commit failures seen by members="
               f"{sum(len(w.commit_failures) for w in workers)} " +
               " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()))
         assert counts == {k: 0 for k in counts}, (sampler.backwards[:5], lost[:5])

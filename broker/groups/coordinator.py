@@ -186,7 +186,8 @@ class GroupCoordinator:
         # Partition index -> writes appended and awaiting replication before they are
         # applied: cleaning and expiry leave such a partition alone until they are done.
         self._in_flight: Counter[int] = Counter()
-        self._cleaning: set[int] = set()  # partitions whose cleaning waits for its snapshot
+        # Partition index -> the end of its cleaning, waiting for the snapshot's replication.
+        self._cleaning: dict[int, asyncio.Task] = {}
         self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
     # -- placement -------------------------------------------------------------------
@@ -947,7 +948,7 @@ class GroupCoordinator:
         segments (see offsets_log). The history before the snapshot goes once the
         snapshot is committed: at once on the single node, after its replication in a
         cluster."""
-        for index in sorted(self._upkeep_partitions() - self._cleaning):
+        for index in sorted(self._upkeep_partitions() - set(self._cleaning)):
             partition = self.broker.topics.partition(offsets_log.TOPIC, index)
             if partition.segment_count < 3 or partition.has_open_transactions:
                 continue  # small, or holding transactional offsets that still await a marker
@@ -963,8 +964,7 @@ class GroupCoordinator:
             if partition.high_watermark >= end:
                 offsets_log.drop_before_snapshot(partition, snapshot_start)
             else:
-                self._cleaning.add(index)
-                asyncio.get_running_loop().create_task(
+                self._cleaning[index] = asyncio.get_running_loop().create_task(
                     self._finish_cleaning(partition, snapshot_start, end))
 
     async def _finish_cleaning(self, partition, snapshot_start: int, end: int) -> None:
@@ -974,4 +974,4 @@ class GroupCoordinator:
         except (BrokerError, OSError) as exc:  # the next cleaning writes another snapshot
             self._write_failures("cleaning %s-%d stopped: %s", offsets_log.TOPIC, partition.index, exc)
         finally:
-            self._cleaning.discard(partition.index)
+            del self._cleaning[partition.index]

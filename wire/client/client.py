@@ -273,9 +273,11 @@ class AsyncClient:
 
     # -- retries -----------------------------------------------------------------------
     async def _retrying(self, attempt: Callable[[], Awaitable[_T]],
-                        before_retry: Callable[[], None] | None = None) -> _T:
+                        forget: Callable[[], None] | None = None) -> _T:
         """Run `attempt` until it succeeds, fails for good, or retries run out (a moving
-        coordinator's errors count against the time only)."""
+        coordinator's errors count against the time only). After a retriable error,
+        `forget()` drops what it makes doubtful, also when no retry is left: the next
+        call must not start from a dead coordinator or leader again."""
         if self._closed:
             raise ClientError("the client is closed")
         loop = asyncio.get_running_loop()
@@ -285,14 +287,14 @@ class AsyncClient:
             try:
                 return await attempt()
             except (KafkaError, ClientError) as exc:
+                if exc.retriable and forget is not None:
+                    forget()
                 delay = min(self.retry_backoff * 2 ** retry, self.retry_backoff_max)
                 if (not exc.retriable or counted >= self.retries or self._closed
                         or loop.time() + delay > deadline):
                     raise
                 if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_MOVING):
                     counted += 1
-            if before_retry is not None:
-                before_retry()
             await asyncio.sleep(delay)
             retry += 1
 
