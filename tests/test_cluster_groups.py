@@ -215,6 +215,81 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
     topics.close()
 
 
+def test_writes_are_answered_once_replicated(tmp_path):
+    """On the coordinator itself, its offsets partition led with a follower in the ISR
+    that fetches when the test says: an OffsetCommit and the leader's SyncGroup are
+    answered, and applied, only once the follower has the records; a commit whose
+    partition moves away meanwhile is NOT_COORDINATOR and never applied; with the ISR
+    below min.insync.replicas, COORDINATOR_NOT_AVAILABLE, and the SyncGroup's members
+    get that error too."""
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
+                          group_initial_rebalance_delay_ms=0)
+    topics = topic_manager(config)
+    topics.load()
+    topics.create("t", 1, {})
+    topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "min.insync.replicas": "2"})
+    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=SYSTEM_CLOCK,
+                                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
+    groups.load()
+    partition = topics.partition(OFFSETS_TOPIC, 0)
+    tp = ("t", 0)
+
+    async def elected(epoch: int, isr: list[int]) -> None:
+        partition.make_leader(epoch, [0, 1], isr)
+        groups.coordinated.elected(partition)
+        for _ in range(500):
+            if groups.coordinated.coordinated() == [0]:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the partition did not load")
+
+    def commit(offset: int, group: str = "g"):
+        return asyncio.ensure_future(groups.commit(group, -1, "", None, {tp: CommittedOffset(offset, -1, "", 0)}))
+
+    async def scenario():
+        await elected(partition.leader_epoch + 1, [0, 1])
+        pending = commit(5)
+        await asyncio.sleep(0.05)
+        assert not pending.done() and groups.committed("g") == {}  # not replicated: not applied
+        partition.update_follower(1, partition.log_end_offset)
+        assert await pending == {tp: 0} and groups.committed("g")[tp].offset == 5
+
+        joined = await groups.join("s", "", None, "c", "h", 10_000, 10_000, "consumer",
+                                   [("range", b"")], require_known_member_id=False)
+        sync = asyncio.ensure_future(groups.sync("s", joined.generation, joined.member_id, None,
+                                                 None, None, {joined.member_id: b"mine"}))
+        await asyncio.sleep(0.05)
+        assert not sync.done() and groups.groups["s"].state == "CompletingRebalance"
+        partition.update_follower(1, partition.log_end_offset)
+        assert (await sync)[2] == b"mine" and groups.groups["s"].state == "Stable"
+
+        pending = commit(6)
+        await asyncio.sleep(0.05)
+        partition.make_follower(1, partition.leader_epoch + 1, [0, 1], [0, 1])
+        groups.coordinated.resigned(0)
+        with pytest.raises(BrokerError) as refused:
+            await pending
+        assert refused.value.code == ErrorCode.NOT_COORDINATOR
+
+        await elected(partition.leader_epoch + 1, [0])  # the ISR below min.insync.replicas
+        assert groups.committed("g")[tp].offset in (5, 6)  # 6 only if the new leader kept it
+        kept = groups.committed("g")[tp].offset
+        with pytest.raises(BrokerError) as refused:
+            await commit(7)
+        assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert groups.committed("g")[tp].offset == kept
+        joined = await groups.join("s2", "", None, "c", "h", 10_000, 10_000, "consumer",
+                                   [("range", b"")], require_known_member_id=False)
+        with pytest.raises(BrokerError) as refused:
+            await groups.sync("s2", joined.generation, joined.member_id, None, None, None,
+                              {joined.member_id: b"mine"})
+        assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert groups.groups["s2"].state == "PreparingRebalance"  # it rebalances, as Kafka's
+
+    asyncio.run(scenario())
+    topics.close()
+
+
 # -- the wire client waiting for a coordinator ----------------------------------------------
 
 def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
