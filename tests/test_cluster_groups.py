@@ -22,7 +22,12 @@
   "lost" (acknowledged records no member processed), "committed offsets going
   backwards" (between successive OffsetFetch samples of the group), "lost commits"
   (acknowledged commits missing after the failover, and at the end). The chaos version
-  kills the coordinator several times (seed printed, SLUICE_SEED replays it).
+  (`make chaos`) injects SLUICE_CHAOS_ROUNDS (default 5) faults drawn from the seed
+  (printed; SLUICE_SEED replays it): SIGKILL of the coordinator, SIGSTOP of it past its
+  session, SIGKILL of another broker.
+- A replicated `__consumer_offsets` partition is cleaned by its coordinator (the
+  history goes only once the snapshot is replicated) and survives SIGKILL of its leader.
+- On the coordinator itself: writes are answered and applied only once replicated.
 """
 
 from __future__ import annotations
@@ -524,7 +529,16 @@ def close_member(worker: Worker) -> None:
         print("tolerated: aiokafka's stop() ended with CancelledError from its fetcher")
 
 
-def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) -> None:
+# The faults a round may inject: SIGKILL of the coordinator's broker; SIGSTOP of it past
+# its ZooKeeper session (another broker takes over; then resumed, the zombie is fenced
+# and follows); SIGKILL of another broker (the coordinator stays, its partition's epoch
+# moves on and it loads the partition again).
+FAULTS = ("kill coordinator", "pause coordinator", "kill other broker")
+
+
+def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> None:
+    """The mixed group consumes while each fault in `faults` is injected in turn (the
+    broker restarted or resumed between faults); then the counts."""
     rng = random.Random(seed)
     topic, partitions, group = f"{name}-events", 6, f"{name}-group"
     cluster.create_topic(topic, partitions=partitions, replication_factor=3,
@@ -548,24 +562,34 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
             p for w in reporting for p in w.assignment or ()}, 30,
             "commits of every partition of the members that report them")
         lost: list[str] = []
-        for round_ in range(kills):
+        for round_, fault in enumerate(faults):
             workload.wait_acked(rng.randrange(100, 400), timeout=60)
             coordinator = coordinator_of(cluster, group)
             watcher.fetch_offsets(group)
             assert watcher.describe_groups([group])[group].coordinator.node_id == coordinator
             acked_before = acknowledged_commits(workers)
-            cluster.kill(coordinator)
-            killed_at = time.monotonic()
-            # The group goes on under the new coordinator, with every acknowledged commit.
+            victim = coordinator if fault != "kill other broker" else \
+                rng.choice([b for b in cluster.live if b != coordinator])
+            if fault == "pause coordinator":
+                cluster.pause(victim)
+            else:
+                cluster.kill(victim)
+            faulted_at = time.monotonic()
+            cluster.wait(lambda: not cluster.registered(victim), 60,
+                         f"ZooKeeper to drop the registration of broker {victim}")
+            # The group goes on under the (new) coordinator, with every acknowledged commit.
             after = sampler.record(watcher.fetch_offsets(group))
             new = watcher.describe_groups([group])[group].coordinator.node_id
-            assert new != coordinator and new == coordinator_of(cluster, group)
+            assert new in cluster.live and (new != coordinator or victim != coordinator)
+            if fault == "pause coordinator":
+                cluster.resume(victim)  # a zombie, fenced by now, back among the clients
             wait_stable(watcher, group, topic, partitions, workers, timeout=90)
             lost += lost_commits(acked_before, after, topic)
-            print(f"{name} round {round_}: killed coordinator {coordinator}, now {new}; the group "
-                  f"was stable again {time.monotonic() - killed_at:.1f} s after the kill")
-            if round_ + 1 < kills:
-                cluster.restart(coordinator)
+            print(f"{name} round {round_}: {fault} (broker {victim}); coordinator {coordinator}, now "
+                  f"{new}; the group was stable again {time.monotonic() - faulted_at:.1f} s after the fault")
+            if round_ + 1 < len(faults):
+                if fault != "pause coordinator":
+                    cluster.restart(victim)
                 cluster.wait_for_leaders(topic, full_isr=True, timeout=90)
                 cluster.wait_for_leaders(OFFSETS_TOPIC, full_isr=True, timeout=90)
         workload.finish(60)
@@ -588,6 +612,10 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
               f"{sum(len(w.commit_failures) for w in workers)} " +
               " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()))
         assert counts == {k: 0 for k in counts}, (sampler.backwards[:5], lost[:5])
+    except AssertionError:
+        for b in cluster.ids:
+            print(f"---- broker {b}\n{cluster.output(b, 80)}")
+        raise
     finally:
         workload.abandon()
         sampler.stop()
@@ -599,14 +627,17 @@ def run_coordinator_kills(cluster: Cluster, seed: int, name: str, kills: int) ->
 def test_group_survives_sigkill_of_its_coordinator(cluster, request):
     seed = pick_seed()
     print(f"{request.node.name} seed={seed}")
-    run_coordinator_kills(cluster, seed, "failover", kills=1)
+    run_faults(cluster, seed, "failover", ["kill coordinator"])
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(900)
-def test_group_survives_repeated_coordinator_kills(tmp_path, zookeeper, request):
+def test_group_survives_repeated_coordinator_faults(tmp_path, zookeeper, request):
     seed = pick_seed()
     print(f"{request.node.name} seed={seed}")
-    rounds = int(os.environ.get("SLUICE_CHAOS_ROUNDS") or 4)
+    rounds = int(os.environ.get("SLUICE_CHAOS_ROUNDS") or 5)
+    draw = random.Random(f"{seed}-faults")
+    faults = [draw.choice(FAULTS) for _ in range(rounds)]
+    faults[0] = "kill coordinator"  # at least one coordinator failover, whatever the draw
     with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
-        run_coordinator_kills(cluster, seed, "chaos", kills=rounds)
+        run_faults(cluster, seed, "chaos", faults)

@@ -255,6 +255,9 @@ class GroupCoordinator:
         self._in_flight[index] += 1
         try:
             await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
+        except BrokerError as exc:
+            self._write_failures("a write to %s-%d was not committed: %s", offsets_log.TOPIC, index, exc)
+            raise
         finally:
             self._in_flight[index] -= 1
             if not self._in_flight[index]:
