@@ -375,6 +375,10 @@ def test_every_broker_names_the_leader_of_the_groups_partition(cluster):
             assert [(g.group_id, g.error_code) for g in fetched.groups] == [(group, ErrorCode.NOT_COORDINATOR)]
             fetched = raw(OFFSET_FETCH, 5, group_id=group, topics=None)
             assert fetched.error_code == ErrorCode.NOT_COORDINATOR
+            fetched = raw(OFFSET_FETCH, 1, group_id=group, topics=[
+                OFFSET_FETCH.request.OffsetFetchRequestTopic(name="placed", partition_indexes=[0, 1])])
+            assert [(t.name, p.partition_index, p.error_code) for t in fetched.topics for p in t.partitions] \
+                == [("placed", 0, ErrorCode.NOT_COORDINATOR), ("placed", 1, ErrorCode.NOT_COORDINATOR)]
             described = raw(DESCRIBE_GROUPS, 5, groups=[group], include_authorized_operations=False)
             assert [(g.group_id, g.error_code) for g in described.groups] == [(group, ErrorCode.NOT_COORDINATOR)]
             listed = raw(LIST_GROUPS, 4, states_filter=[])

@@ -13,8 +13,9 @@ an ABORT marker, at run time and when the log is replayed.
 
 Cleaning: the coordinator holds the live state in memory, so a partition that has grown
 past its threshold is cleaned by appending a snapshot of its live keys at the end and
-then, once the snapshot is committed (replicated), deleting every segment before it. Replaying from the log start always
-yields the current state, before, during and after a cleaning.
+then, once the snapshot is committed (replicated), deleting every segment before it.
+Replaying from the log start always yields the current state, before, during and after
+a cleaning.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ async def offset_commit(broker, header, request, client_host):
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", timestamp)
     try:
         codes = await broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
-                                     request.member_id, request.group_instance_id, offsets)
+                                           request.member_id, request.group_instance_id, offsets)
     except BrokerError as exc:
         codes = {tp: exc.code for tp in offsets}
     return Resp(topics=[Resp.OffsetCommitResponseTopic(name=topic.name, partitions=[
