@@ -25,6 +25,7 @@ from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
 from broker.cluster.metadata import LocalMetadata, MetadataCache
 from broker.errors import BrokerError
+from broker.groups import offsets_log
 from broker.groups.coordinator import GroupCoordinator
 from broker.cluster.admin import ClusterTopicAdmin
 from broker.cluster.membership import ClusterMembership, new_cluster_id
@@ -35,6 +36,7 @@ from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
 from broker.topics import TopicManager
+from broker.transactions import txn_log
 from broker.transactions.coordinator import TransactionCoordinator
 
 log = logging.getLogger("sluice.broker")
@@ -215,6 +217,15 @@ class Broker:
     def _flush_due(self) -> None:
         for partition in self.topics.all_partitions():
             partition.flush_if_due()
+
+    def coordinated_partitions(self, topic: str):
+        """The coordinator's view of its topic's partitions (`broker.coordinated`) for
+        `__consumer_offsets` and `__transaction_state`; None for any other topic."""
+        if topic == offsets_log.TOPIC:
+            return self.groups.coordinated
+        if topic == txn_log.TOPIC:
+            return self.transactions.coordinated
+        return None
 
     # -- requests ----------------------------------------------------------------------
     def handle_frame(self, frame: bytearray, client_host: str):

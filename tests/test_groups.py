@@ -1200,6 +1200,7 @@ def test_offsets_topic_is_cleaned_and_replays(start_broker):
 
 def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     """Offsets retention on the coordinator itself, with a manual clock."""
+    from broker.cluster.metadata import LocalMetadata
     from broker.config import BrokerConfig
     from broker.groups.coordinator import GroupCoordinator
     from broker.groups.offsets_log import CommittedOffset
@@ -1210,13 +1211,14 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     topics.load()
     topics.create("expiring", 2, {})
     clock = ManualClock()
-    broker = SimpleNamespace(config=config, topics=topics, clock=clock)
+    broker = SimpleNamespace(config=config, topics=topics, clock=clock,
+                             metadata=LocalMetadata(0, lambda: ("127.0.0.1", 9092), topics))
     groups = GroupCoordinator(broker)
 
     def commit(group, partition, offset):
         ts = clock.wall_ms()
-        codes = groups.commit(group, -1, "", None,
-                              {("expiring", partition): CommittedOffset(offset, -1, "", ts)})
+        codes = asyncio.run(groups.commit(group, -1, "", None,
+                                          {("expiring", partition): CommittedOffset(offset, -1, "", ts)}))
         assert codes == {("expiring", partition): 0}
 
     commit("old", 0, 5)

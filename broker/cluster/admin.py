@@ -10,6 +10,12 @@ AdminZkClient writes it; the controller acts on the znodes.
 - Add partitions: the assignment grows, written on the version it was read at (a
   concurrent change is retried by the client: REASSIGNMENT_IN_PROGRESS is not used; a
   lost race answers INVALID_PARTITIONS with the reason).
+- The internal topics (`__consumer_offsets`, `__transaction_state`) are created on the
+  first FindCoordinator for one of their keys, as Kafka creates them: the configured
+  partitions and replication factor (offsets.topic.* / transaction.state.log.*),
+  compacted, the transaction log with min.insync.replicas =
+  transaction.state.log.min.isr. With fewer live brokers than the replication factor
+  the creation fails (logged) and is tried again at the next lookup.
 - Delete: /admin/delete_topics/<t>.
 - Configs: /config/topics/<t> replaced and a /config/changes/config_change_ notification
   written in one multi-op; every broker re-reads the topic's configs on it
@@ -26,18 +32,22 @@ answers such requests with REQUEST_TIMED_OUT rather than stalling its other requ
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 from kazoo.exceptions import KazooException
 from wire.error_codes import ErrorCode
 
 from broker.cluster import placement
+from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.cluster.zk_layout import TopicAssignment
 from broker.cluster.zk_store import StaleVersion
 from broker.config import ConfigError, parse_topic_configs
 from broker.errors import BrokerError
 from broker.topics import (INTERNAL_REQUIRED_CONFIGS, INTERNAL_TOPICS, MAX_PARTITIONS,
                            validate_topic_name)
+
+log = logging.getLogger("sluice.admin")
 
 METADATA_CHANGED = ("metadata",)  # the DelayedOperations key woken by every UpdateMetadata
 
@@ -72,6 +82,7 @@ def _parse_configs(configs: dict[str, str | None]) -> dict[str, str]:
 class ClusterTopicAdmin:
     def __init__(self, broker):
         self._broker = broker
+        self._creating: dict[str, asyncio.Task] = {}  # internal topics being created
 
     @property
     def _store(self):
@@ -112,6 +123,34 @@ class ClusterTopicAdmin:
         await self._wait(lambda: self._has_leaders(name, count), timeout_ms,
                          f"topic {name!r} was created; its leaders were not known within {timeout_ms} ms")
         return topic_id, count, factor, overrides
+
+    def ensure_internal_topic(self, name: str) -> None:
+        """Create internal topic `name` in the background unless it exists or is being
+        created (see the module docstring)."""
+        if name in self._creating or self._broker.metadata.topic(name) is not None:
+            return
+        self._creating[name] = asyncio.get_running_loop().create_task(self._create_internal(name))
+
+    async def _create_internal(self, name: str) -> None:
+        cfg = self._broker.config
+        if name == COORDINATOR_TOPICS[0]:
+            partitions, factor = cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor
+            configs = {"segment.bytes": str(cfg.offsets_topic_segment_bytes), "compression.type": "producer"}
+        else:
+            partitions = cfg.transaction_state_log_num_partitions
+            factor = cfg.transaction_state_log_replication_factor
+            configs = {"segment.bytes": str(cfg.transaction_state_log_segment_bytes),
+                       "min.insync.replicas": str(cfg.transaction_state_log_min_isr)}
+        configs.update(INTERNAL_REQUIRED_CONFIGS)
+        try:
+            await self.create_topic(name, partitions, factor, None, configs, False, timeout_ms=0)
+            log.info("created internal topic %s: %d partitions, replication factor %d", name,
+                     partitions, factor)
+        except BrokerError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot create internal topic %s yet: %s", name, exc)
+        finally:
+            del self._creating[name]
 
     async def create_partitions(self, name: str, count: int,
                                 assignments: list[list[int]] | None, validate_only: bool,

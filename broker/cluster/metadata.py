@@ -22,6 +22,10 @@ from typing import Iterable, Protocol
 from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
+from broker.groups.offsets_log import partition_for
+
+# The topic of each FindCoordinator key type: 0 a group, 1 a transactional id.
+COORDINATOR_TOPICS = {0: "__consumer_offsets", 1: "__transaction_state"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class PartitionState:
 
 
 LEADER_DURING_DELETE = -2
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+_INTERNAL_TOPICS = frozenset(COORDINATOR_TOPICS.values())
 
 
 @dataclass
@@ -228,6 +232,11 @@ class MetadataCache:
                               f"replicas {replicas} must be distinct live brokers among {sorted(live)}")
 
     def coordinator(self, key_type: int, key: str) -> BrokerEndpoint | None:
-        """Groups and transactions are coordinated only on the single node so far: a
-        cluster answers that the coordinator is not available."""
-        return None
+        """The live leader of the partition of `__consumer_offsets` (key type 0, a group
+        id) or `__transaction_state` (1, a transactional id) that `key` maps to; None
+        while that topic does not exist or the partition has no live leader."""
+        topic = self._topics.get(COORDINATOR_TOPICS[key_type])
+        if topic is None or not topic.partitions:
+            return None
+        state = topic.partitions.get(partition_for(key, len(topic.partitions)))
+        return None if state is None or state.leader_id < 0 else self._brokers.get(state.leader_id)

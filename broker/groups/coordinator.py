@@ -34,6 +34,22 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   Pending offsets are invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT
   for them when asked for stable offsets), never expire, and keep their partition of
   `__consumer_offsets` from being cleaned.
+
+Coordination follows the leadership of `__consumer_offsets` (see broker.coordinated): a
+group's coordinator is the leader of partition abs(javaHash(group)) % partitions. On the
+single node every partition is loaded at start (or when the topic is created). In a
+cluster a partition is replayed when this broker becomes its leader and its groups are
+dropped when it stops leading (their waiting JoinGroup/SyncGroup answered
+NOT_COORDINATOR, their timers cancelled). Every request first checks that its group's
+partition is coordinated here: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
+it loads.
+
+Writes a client waits for (OffsetCommit, TxnOffsetCommit, the leader's SyncGroup, a
+static member's replacement, DeleteGroups, OffsetDelete) are answered once committed in
+Kafka's sense (acks=all, the high watermark past them) and only then applied to memory,
+in log order, so that nothing a client saw is lost when another replica takes over.
+Writes nobody waits for (an emptied group, expiry, cleaning) go to memory first and are
+appended without waiting; a failure there is logged at a bounded rate.
 """
 
 from __future__ import annotations
@@ -47,19 +63,32 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 
+from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+
 from broker.clock import Timer
+from broker.coordinated import CoordinatedPartitions, coordinator_error
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
+from broker.throttled_log import ThrottledLog
 
 log = logging.getLogger("sluice.groups")
+
+# Kafka's offsets.commit.timeout.ms: how long a write a client waits for may take to be
+# replicated before the client is answered COORDINATOR_NOT_AVAILABLE (and retries).
+COMMIT_TIMEOUT_S = 5.0
+_LOAD_YIELD_EVERY = 500  # records replayed between two turns of the event loop
+# A failed append of a transactional offset commit answers as these map; other
+# refusals (a fenced producer epoch, ...) are the producer's business and go back as they are.
+_COORDINATOR_WRITE_ERRORS = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_COORDINATOR})
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of the consumer's group protocol
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
-
-
 
 
 @dataclass
@@ -95,6 +124,7 @@ class Member:
 @dataclass
 class Group:
     group_id: str
+    partition: int = field(kw_only=True)  # its partition of __consumer_offsets
     state: str = EMPTY
     generation: int = 0
     protocol_type: str | None = None
@@ -104,6 +134,9 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, float] = field(default_factory=dict)  # member id -> deadline
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # The log end after the write each offset in `offsets` comes from: writes committed
+    # out of order (their waits end in any order) still apply in log order.
+    offsets_written_at: dict[tuple[str, int], int] = field(default_factory=dict)
     # Transactional commits awaiting their transaction's end: producer id -> offsets.
     pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     state_since_ms: int = field(kw_only=True)  # the coordinator clock's wall_ms()
@@ -148,71 +181,184 @@ class GroupCoordinator:
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.max_metadata_bytes = cfg.offset_metadata_max_bytes
         self.groups: dict[str, Group] = {}
+        self.coordinated = CoordinatedPartitions(offsets_log.TOPIC, self.load_partition,
+                                                 self.unload_partition)
+        # Partition index -> writes appended and awaiting replication before they are
+        # applied: cleaning and expiry leave such a partition alone until they are done.
+        self._in_flight: Counter[int] = Counter()
+        # Partition index -> the end of its cleaning, waiting for the snapshot's replication.
+        self._cleaning: dict[int, asyncio.Task] = {}
+        self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
-    # -- durability ------------------------------------------------------------------
+    # -- placement -------------------------------------------------------------------
     def _offsets_topic(self):
+        """The single node's offsets topic, created (and coordinated) on first use."""
         topics = self.broker.topics
         topic = topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             topic = topics.create(offsets_log.TOPIC, self.partitions,
                                   {"cleanup.policy": "compact",
                                    "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)})
+            for index, partition in topic.partitions.items():
+                self.coordinated.loaded(index, partition.leader_epoch)
         return topic
 
-    def _partition_of(self, group_id: str):
-        topic = self._offsets_topic()
-        return topic.partitions[offsets_log.partition_for(group_id, len(topic.partitions))]
+    def partition_for(self, group_id: str) -> int:
+        """The `__consumer_offsets` partition that holds the group. The single node
+        creates the topic if need be; a cluster counts the partitions of the topic in
+        its metadata view, `offsets.topic.num.partitions` while it has none (as Kafka)."""
+        if not self.broker.config.cluster_mode:
+            return offsets_log.partition_for(group_id, len(self._offsets_topic().partitions))
+        topic = self.broker.metadata.topic(offsets_log.TOPIC)
+        count = len(topic.partitions) if topic is not None and topic.partitions else self.partitions
+        return offsets_log.partition_for(group_id, count)
 
-    def _write(self, group_id: str, records: list) -> None:
-        """Append to the group's offsets partition; raises BrokerError if that fails."""
+    def _coordinating(self, group_id: str) -> int:
+        """The group's partition, once sure it is coordinated here: NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS otherwise."""
+        index = self.partition_for(group_id)
+        self.coordinated.epoch(index)
+        return index
+
+    def _leads(self, index: int) -> bool:
+        """Whether partition `index` is coordinated here and led at its coordinator epoch."""
         try:
-            offsets_log.append_records(self._partition_of(group_id), records, self.clock.wall_ms())
-        except BrokerError as exc:  # KAFKA_STORAGE_ERROR: the log has warned
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
+            self.coordinated.check_writable(partition, self.coordinated.epoch(index))
+        except BrokerError:
+            return False
+        return True
+
+    # -- durability ------------------------------------------------------------------
+    def _append(self, index: int, records: list, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH):
+        """Append to partition `index` as its coordinator (at its coordinator epoch);
+        (the partition, the log end after the records). BrokerError with the code the
+        coordinator answers: Kafka's mapping of the partition's refusals (a
+        transactional write's producer errors pass unchanged)."""
+        try:
+            epoch = self.coordinated.epoch(index)
+            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
+            self.coordinated.check_writable(partition, epoch)
+            end = offsets_log.append_records(partition, records, self.clock.wall_ms(),
+                                             producer_id, producer_epoch)
+        except BrokerError as exc:
+            if producer_id != NO_PRODUCER_ID and exc.code not in _COORDINATOR_WRITE_ERRORS:
+                raise
+            raise coordinator_error(exc) from None
+        return partition, end
+
+    async def _store(self, index: int, records: list, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = NO_PRODUCER_EPOCH) -> int:
+        """Append and wait until the records are committed; the log end after them."""
+        partition, end = self._append(index, records, producer_id, producer_epoch)
+        self._in_flight[index] += 1
+        try:
+            await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
+        except BrokerError as exc:
+            self._write_failures("a write to %s-%d was not committed: %s", offsets_log.TOPIC, index, exc)
+            raise
+        finally:
+            self._in_flight[index] -= 1
+            if not self._in_flight[index]:
+                del self._in_flight[index]
+        return end
+
+    def _write_later(self, group: Group, records: list) -> None:
+        """A write nobody waits for, its effect already in memory (Kafka's background
+        stores): a failure, such as the partition having moved, is only logged."""
+        try:
+            self._append(group.partition, records)
+        except BrokerError as exc:
+            self._write_failures("cannot write the state of group %s to %s-%d: %s", group.group_id,
+                                 offsets_log.TOPIC, group.partition, exc)
 
     def load(self) -> None:
-        """Replay `__consumer_offsets` (when it exists) into memory."""
+        """The single node: replay every partition of `__consumer_offsets` (when it
+        exists) into memory, and coordinate them all."""
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         if topic is None:
             return
-        for partition in topic.partitions.values():
-            pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
-            for entry in offsets_log.read_entries(partition):
-                if entry[0] == "marker":
-                    _, producer_id, committed = entry
-                    for group_id in pending.pop(producer_id, ()):
-                        group = self.groups.get(group_id)
-                        if group is not None:
-                            self._end_pending(group, producer_id, committed)
-                    continue
-                _, key, value, producer_id = entry
-                decoded = offsets_log.decode_record(key, value)
-                if decoded is None:
-                    continue
-                kind, ident, payload = decoded
-                if kind == "offset":
-                    group_id, topic_name, partition = ident
-                    # Without a group record (standalone commits) the commit timestamps
-                    # alone decide when its offsets expire, not the time of this start.
-                    group = self.groups.setdefault(group_id, Group(group_id, state_since_ms=0))
-                    if producer_id >= 0 and payload is not None:
-                        group.pending_txn.setdefault(producer_id, {})[(topic_name, partition)] = payload
-                        pending.setdefault(producer_id, set()).add(group_id)
-                    elif payload is None:
-                        group.offsets.pop((topic_name, partition), None)
-                    else:
-                        group.offsets[(topic_name, partition)] = payload
-                elif payload is None:
-                    self.groups.pop(ident, None)
-                else:
-                    self._restore(ident, payload)
-        for group_id in [g for g, group in self.groups.items() if not group.members and
-                         not group.offsets and not group.pending_txn and group.generation == 0]:
-            del self.groups[group_id]
+        for index, partition in sorted(topic.partitions.items()):
+            groups: dict[str, Group] = {}
+            for _ in self._replay(partition, groups):
+                pass
+            self.groups.update(groups)
+            self.coordinated.loaded(index, partition.leader_epoch)
         log.info("loaded %d consumer group(s) from %s", len(self.groups), offsets_log.TOPIC)
 
-    def _restore(self, group_id: str, value) -> None:
-        group = self.groups.setdefault(group_id, Group(group_id, state_since_ms=self.clock.wall_ms()))
+    async def load_partition(self, partition, epoch: int) -> None:
+        """A cluster broker now leads `partition` of `__consumer_offsets` at `epoch`:
+        replay it, letting other requests run meanwhile; its groups appear at once at the end."""
+        groups: dict[str, Group] = {}
+        for _ in self._replay(partition, groups):
+            await asyncio.sleep(0)
+        self.groups.update(groups)
+        log.info("loaded %d consumer group(s) from %s-%d at coordinator epoch %d", len(groups),
+                 offsets_log.TOPIC, partition.index, epoch)
+
+    def unload_partition(self, index: int) -> None:
+        """This broker no longer coordinates partition `index`: its groups go, their
+        waiting members are answered NOT_COORDINATOR (they look for the new coordinator)."""
+        dropped = [group for group in self.groups.values() if group.partition == index]
+        for group in dropped:
+            del self.groups[group.group_id]
+            if group.rebalance_timer is not None:
+                group.rebalance_timer.cancel()
+                group.rebalance_timer = None
+            for member in group.members.values():
+                for waiter in (member.join_waiter, member.sync_waiter):
+                    if waiter is not None and not waiter.done():
+                        waiter.set_exception(BrokerError(
+                            ErrorCode.NOT_COORDINATOR, f"this broker no longer coordinates group "
+                                                       f"{group.group_id!r}"))
+            group.set_state(DEAD, self.clock.wall_ms())
+        if dropped:
+            log.info("dropped %d consumer group(s) of %s-%d", len(dropped), offsets_log.TOPIC, index)
+
+    def _replay(self, partition, groups: dict[str, "Group"]):
+        """Replay one partition of the topic into `groups`; yields now and then so that
+        an asynchronous load can let other requests run."""
+        index = partition.index
+        pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
+        for count, entry in enumerate(offsets_log.read_entries(partition), 1):
+            if count % _LOAD_YIELD_EVERY == 0:
+                yield
+            if entry[0] == "marker":
+                _, producer_id, committed = entry
+                for group_id in pending.pop(producer_id, ()):
+                    group = groups.get(group_id)
+                    if group is not None:
+                        self._end_pending(group, producer_id, committed)
+                continue
+            _, key, value, producer_id = entry
+            decoded = offsets_log.decode_record(key, value)
+            if decoded is None:
+                continue
+            kind, ident, payload = decoded
+            if kind == "offset":
+                group_id, topic_name, topic_partition = ident
+                # Without a group record (standalone commits) the commit timestamps
+                # alone decide when its offsets expire, not the time of this start.
+                group = groups.setdefault(group_id, Group(group_id, partition=index, state_since_ms=0))
+                if producer_id >= 0 and payload is not None:
+                    group.pending_txn.setdefault(producer_id, {})[(topic_name, topic_partition)] = payload
+                    pending.setdefault(producer_id, set()).add(group_id)
+                elif payload is None:
+                    group.offsets.pop((topic_name, topic_partition), None)
+                else:
+                    group.offsets[(topic_name, topic_partition)] = payload
+            elif payload is None:
+                groups.pop(ident, None)
+            else:
+                self._restore(groups, index, ident, payload)
+        for group_id in [g for g, group in groups.items() if not group.members and
+                         not group.offsets and not group.pending_txn and group.generation == 0]:
+            del groups[group_id]
+
+    def _restore(self, groups: dict[str, Group], index: int, group_id: str, value) -> None:
+        group = groups.setdefault(group_id, Group(group_id, partition=index,
+                                                  state_since_ms=self.clock.wall_ms()))
         group.generation = value.generation
         group.protocol_type = value.protocol_type
         group.protocol_name = value.protocol
@@ -243,8 +389,13 @@ class GroupCoordinator:
                                      current_state_timestamp=group.state_since_ms, members=members)
         return offsets_log.group_record(group.group_id, value)
 
-    def _persist_group(self, group: Group) -> None:
-        self._write(group.group_id, [self._group_metadata_record(group)])
+    def _persist_group_later(self, group: Group) -> None:
+        self._write_later(group, [self._group_metadata_record(group)])
+
+    def _new_group(self, group_id: str, index: int) -> Group:
+        group = self.groups[group_id] = Group(group_id, partition=index,
+                                              state_since_ms=self.clock.wall_ms())
+        return group
 
     # -- lookups ---------------------------------------------------------------------
     @staticmethod
@@ -270,6 +421,7 @@ class GroupCoordinator:
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
                    protocol_type: str, protocols: list, require_known_member_id: bool) -> JoinResult:
         self._check_group_id(group_id)
+        index = self._coordinating(group_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             raise BrokerError(ErrorCode.INVALID_SESSION_TIMEOUT,
                               f"session timeout {session_timeout_ms} ms is outside "
@@ -278,7 +430,7 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
+            group = self._new_group(group_id, index)
         if not group.supports(protocol_type, protocols):
             raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                               "protocol type or protocols do not match the group's")
@@ -343,10 +495,21 @@ class GroupCoordinator:
             # As in Kafka, only a change of the group's protocol rebalances: the metadata of
             # a restarted member (the Java client's owned partitions, generation) may differ.
             if group.state == STABLE and group.select_protocol() == group.protocol_name:
-                self._persist_group(group)
+                generation = group.generation
+                try:
+                    await self._store(group.partition, [self._group_metadata_record(group)])
+                except BrokerError:
+                    # Kafka's answer to a failed store: the old member id is back.
+                    if group.static_members.get(instance_id) == new_id:
+                        group.members.pop(new_id, None)
+                        group.members[old_id] = old
+                        group.static_members[instance_id] = old_id
+                        if group.leader == new_id:
+                            group.leader = old_id
+                    raise
                 # The leader named is the one before the replacement, as Kafka answers: a
                 # rejoining leader must not assign again, a stable group would not share it.
-                return JoinResult(ErrorCode.NONE, group.generation, group.protocol_type,
+                return JoinResult(ErrorCode.NONE, generation, group.protocol_type,
                                   group.protocol_name, leader_before or "", new_id)
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
         self._prepare_rebalance(group, new_member=old is None)
@@ -407,7 +570,7 @@ class GroupCoordinator:
             group.generation += 1
             group.protocol_name = group.leader = None
             group.set_state(EMPTY, self.clock.wall_ms())
-            self._persist_group(group)
+            self._persist_group_later(group)
             return
         group.generation += 1
         group.protocol_type = next(iter(group.members.values())).protocol_type
@@ -425,6 +588,10 @@ class GroupCoordinator:
     async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> tuple[str | None, str | None, bytes]:
+        """A member's assignment. The leader's SyncGroup stores the group's metadata
+        with every assignment; members are answered once that is committed, or with the
+        store's error (the group then rebalances), as Kafka's."""
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
         if generation != group.generation:
@@ -438,22 +605,47 @@ class GroupCoordinator:
         if group.state == STABLE:
             return group.protocol_type, group.protocol_name, member.assignment
         member.last_heartbeat = self.clock.monotonic()
-        if member_id == group.leader:
-            for m in group.members.values():
-                m.assignment = assignments.get(m.member_id, b"")
-            self._persist_group(group)
-            group.set_state(STABLE, self.clock.wall_ms())
-            for m in group.members.values():
-                if m.sync_waiter is not None and not m.sync_waiter.done():
-                    m.sync_waiter.set_result(m.assignment)
-                m.sync_waiter = None
-            return group.protocol_type, group.protocol_name, member.assignment
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
+        if member_id == group.leader:
+            await self._store_assignment(group, {m: assignments.get(m, b"") for m in group.members})
         assignment = await waiter
         return group.protocol_type, group.protocol_name, assignment
 
+    async def _store_assignment(self, group: Group, assignments: dict[str, bytes]) -> None:
+        """The leader's assignment: written with the group's metadata, then given to the
+        members waiting in SyncGroup, unless the group moved on meanwhile (a new
+        rebalance, unloaded): those waiting then had their answer already."""
+        generation = group.generation
+        for m in group.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        error = None
+        try:
+            await self._store(group.partition, [self._group_metadata_record(group)])
+        except BrokerError as exc:
+            error = exc
+        if self.groups.get(group.group_id) is not group or group.state != COMPLETING \
+                or group.generation != generation:
+            return
+        if error is not None:
+            log.info("group %s: its assignment for generation %d was not stored (%s); rebalancing",
+                     group.group_id, generation, error)
+        else:
+            group.set_state(STABLE, self.clock.wall_ms())
+        for m in group.members.values():
+            if error is not None:
+                m.assignment = b""
+            if m.sync_waiter is not None and not m.sync_waiter.done():
+                if error is not None:
+                    m.sync_waiter.set_exception(BrokerError(error.code, str(error)))
+                else:
+                    m.sync_waiter.set_result(m.assignment)
+            m.sync_waiter = None
+        if error is not None and group.members:
+            self._prepare_rebalance(group, new_member=False)
+
     # -- heartbeat and leave -----------------------------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
         member.last_heartbeat = self.clock.monotonic()
@@ -464,7 +656,9 @@ class GroupCoordinator:
                               f"generation {generation} is not the group's {group.generation}")
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
-        """Remove members; returns an error code per (member id, instance id)."""
+        """Remove members; returns an error code per (member id, instance id). Raises
+        BrokerError when the group is not coordinated here."""
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         codes = []
         for member_id, instance_id in members:
@@ -494,7 +688,7 @@ class GroupCoordinator:
                 group.generation += 1
                 group.protocol_name = group.leader = None
                 group.set_state(EMPTY, self.clock.wall_ms())
-                self._persist_group(group)
+                self._persist_group_later(group)
         elif group.state == PREPARING:
             self._maybe_complete_join(group)
 
@@ -512,17 +706,19 @@ class GroupCoordinator:
                     self._remove_member(group, member, rebalance=True)
 
     # -- offsets ---------------------------------------------------------------------
-    def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
-               offsets: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], int]:
-        """Store offsets; returns an error code per partition. Raises BrokerError for
-        errors that concern the whole request."""
+    async def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                     offsets: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], int]:
+        """Store offsets; returns an error code per partition once they are committed
+        (then they are in memory). Raises BrokerError for errors that concern the whole
+        request."""
         self._check_group_id(group_id)
+        index = self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             if generation >= 0 or member_id:
                 raise BrokerError(ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID,
                                   f"group {group_id!r} has no generation {generation}")
-            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
+            group = self._new_group(group_id, index)
         elif group.members or generation >= 0 or member_id:
             if generation < 0 and not member_id:
                 raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -538,20 +734,33 @@ class GroupCoordinator:
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         codes, accepted = self._acceptable(offsets)
         if accepted:
-            self._write(group_id, [offsets_log.offset_record(group_id, t, p, c)
-                                   for (t, p), c in accepted.items()])
-            group.offsets.update(accepted)
+            end = await self._store(index, [offsets_log.offset_record(group_id, t, p, c)
+                                            for (t, p), c in accepted.items()])
+            self._apply_offsets(group, accepted, end)
         return codes
+
+    @staticmethod
+    def _apply_offsets(group: Group, offsets: dict[tuple[str, int], CommittedOffset | None],
+                       end: int) -> None:
+        """Committed offsets (None: deleted) written before log end `end` go to memory,
+        unless a later write of the same partition's offset was applied already."""
+        for tp, committed in offsets.items():
+            if group.offsets_written_at.get(tp, -1) > end:
+                continue
+            group.offsets_written_at[tp] = end
+            if committed is None:
+                group.offsets.pop(tp, None)
+            else:
+                group.offsets[tp] = committed
 
     def _acceptable(self, offsets: dict[tuple[str, int], CommittedOffset]) -> tuple[dict, dict]:
         """(error code per partition, the offsets that may be stored): partitions must
-        exist and metadata stay within `offset.metadata.max.bytes`."""
+        exist (in the cluster's metadata) and metadata stay within `offset.metadata.max.bytes`."""
         codes: dict[tuple[str, int], int] = {}
         accepted = {}
         for (topic, partition), committed in offsets.items():
-            try:
-                self.broker.topics.partition(topic, partition)
-            except BrokerError:
+            known = self.broker.metadata.topic(topic)
+            if known is None or partition not in known.partitions:
                 codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
@@ -562,18 +771,22 @@ class GroupCoordinator:
         return codes, accepted
 
     # -- transactional offsets --------------------------------------------------------
-    def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
-                   member_id: str, instance_id: str | None,
-                   offsets: dict[tuple[str, int], CommittedOffset],
-                   verify=None) -> dict[tuple[str, int], int]:
+    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                         member_id: str, instance_id: str | None,
+                         offsets: dict[tuple[str, int], CommittedOffset],
+                         verify=None) -> dict[tuple[str, int], int]:
         """Write offsets as part of a producer's transaction; they stay pending until
         `end_transaction`. `verify()` (the transaction coordinator's check) runs once
         the group accepted the commit, before anything is written. Returns an error
-        code per partition; raises BrokerError for whole-request errors."""
+        code per partition once the write is committed (the offsets are then pending in
+        memory); raises BrokerError for whole-request errors (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE when the write is not
+        replicated in time, the producer's errors from the append)."""
         self._check_group_id(group_id)
+        index = self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock.wall_ms())
+            group = self._new_group(group_id, index)
         if generation >= 0 or member_id or instance_id is not None:
             self._member(group, member_id, instance_id)
             if generation != group.generation:
@@ -584,30 +797,15 @@ class GroupCoordinator:
         codes, accepted = self._acceptable(offsets)
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
-            try:
-                offsets_log.append_records(self._partition_of(group_id), records, self.clock.wall_ms(),
-                                          producer_id, producer_epoch)
-            except BrokerError as exc:  # e.g. a stale producer epoch
-                code = exc.code
-                if code == ErrorCode.KAFKA_STORAGE_ERROR:  # not a TxnOffsetCommit error code
-                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                raise BrokerError(code, str(exc)) from None
+            await self._store(index, records, producer_id, producer_epoch)
             group.pending_txn.setdefault(producer_id, {}).update(accepted)
         return codes
-
-    def partition_for(self, group_id: str) -> int:
-        """The `__consumer_offsets` partition that holds the group (created if need be)."""
-        return offsets_log.partition_for(group_id, len(self._offsets_topic().partitions))
 
     def end_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
         """The transaction coordinator wrote a marker for `producer_id` to offsets
         partition `partition`: apply (COMMIT) or drop (ABORT) its pending offsets there."""
-        topic = self.broker.topics.topics.get(offsets_log.TOPIC)
-        if topic is None:
-            return
         for group in list(self.groups.values()):
-            if producer_id in group.pending_txn and \
-                    offsets_log.partition_for(group.group_id, len(topic.partitions)) == partition:
+            if group.partition == partition and producer_id in group.pending_txn:
                 self._end_pending(group, producer_id, committed)
 
     @staticmethod
@@ -618,17 +816,42 @@ class GroupCoordinator:
 
     def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with transactional offsets not yet committed or aborted."""
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return set()
         return {tp for offsets in group.pending_txn.values() for tp in offsets}
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's committed offsets (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+        unless coordinated here)."""
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         return {} if group is None or group.state == DEAD else group.offsets
 
-    def delete_group(self, group_id: str) -> None:
+    def describe(self, group_id: str) -> Group | None:
+        """The group (None when it does not exist), if coordinated here."""
+        self._coordinating(group_id)
+        group = self.groups.get(group_id)
+        return None if group is None or group.state == DEAD else group
+
+    def listed(self) -> list[Group]:
+        """The groups of the partitions coordinated here; COORDINATOR_LOAD_IN_PROGRESS
+        while one of them loads (Kafka's ListGroups answer)."""
+        topic = self.broker.topics.topics.get(offsets_log.TOPIC)
+        for index in sorted(topic.partitions) if topic is not None else ():
+            try:
+                self.coordinated.epoch(index)
+            except BrokerError as exc:
+                if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    raise
+        coordinated = set(self.coordinated.coordinated())
+        return [g for g in self.groups.values() if g.partition in coordinated and g.state != DEAD]
+
+    async def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its offsets; done once the tombstones are committed."""
         self._check_group_id(group_id)
+        index = self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -636,17 +859,29 @@ class GroupCoordinator:
             raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
         records = [offsets_log.offset_record(group_id, t, p, None) for t, p in group.offsets]
         records.append(offsets_log.group_record(group_id, None))
-        self._write(group_id, records)
+        # Dead while the tombstones are written: a new member or commit meanwhile makes
+        # a new group, written after them.
+        state = group.state
         group.set_state(DEAD, self.clock.wall_ms())
-        del self.groups[group_id]
+        try:
+            await self._store(index, records)
+        except BrokerError:
+            if self.groups.get(group_id) is group:
+                group.set_state(state, self.clock.wall_ms())
+            raise
+        if self.groups.get(group_id) is group:
+            del self.groups[group_id]
 
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    async def delete_offsets(self, group_id: str,
+                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """OffsetDelete: drop the group's committed offsets of `partitions`; returns an
-        error code per partition. Raises BrokerError for whole-request errors: no such
-        group (GROUP_ID_NOT_FOUND), or a group with members that is not a consumer group
-        (NON_EMPTY_GROUP). A consumer group keeps the offsets of topics its members
-        subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition without an offset is no error."""
+        error code per partition once the deletion is committed. Raises BrokerError for
+        whole-request errors: no such group (GROUP_ID_NOT_FOUND), or a group with members
+        that is not a consumer group (NON_EMPTY_GROUP). A consumer group keeps the offsets
+        of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition
+        without an offset is no error."""
         self._check_group_id(group_id)
+        index = self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -664,9 +899,9 @@ class GroupCoordinator:
             if (topic, partition) in group.offsets:
                 deleted.append((topic, partition))
         if deleted:
-            self._write(group_id, [offsets_log.offset_record(group_id, t, p, None) for t, p in deleted])
-            for tp in deleted:
-                del group.offsets[tp]
+            end = await self._store(index, [offsets_log.offset_record(group_id, t, p, None)
+                                            for t, p in deleted])
+            self._apply_offsets(group, dict.fromkeys(deleted), end)
         return codes
 
     @staticmethod
@@ -685,12 +920,19 @@ class GroupCoordinator:
                 topics.update(subscription.topics)
         return topics
 
+    def _upkeep_partitions(self) -> set[int]:
+        """The partitions expiry and cleaning may write: coordinated and led here, with
+        no client's write awaiting replication (it is not in memory yet)."""
+        return {index for index in self.coordinated.coordinated()
+                if index not in self._in_flight and self._leads(index)}
+
     def expire_offsets(self) -> None:
         """Drop offsets of groups that have been empty longer than the retention."""
         now_ms = self.clock.wall_ms()
+        writable = self._upkeep_partitions()
         for group in list(self.groups.values()):
-            if group.members or group.state != EMPTY or group.pending_txn or \
-                    now_ms - group.state_since_ms < self.retention_ms:
+            if group.partition not in writable or group.members or group.state != EMPTY or \
+                    group.pending_txn or now_ms - group.state_since_ms < self.retention_ms:
                 continue
             stale = [tp for tp, c in group.offsets.items() if now_ms - c.commit_timestamp >= self.retention_ms]
             if not stale:
@@ -701,23 +943,38 @@ class GroupCoordinator:
             if not group.offsets:
                 records.append(offsets_log.group_record(group.group_id, None))
                 del self.groups[group.group_id]
-            self._write(group.group_id, records)
+            self._write_later(group, records)
             log.info("expired %d offset(s) of empty group %s", len(stale), group.group_id)
 
     def clean_offsets_topic(self) -> None:
-        """Clean every offsets partition with two or more sealed segments (see offsets_log)."""
-        topic = self.broker.topics.topics.get(offsets_log.TOPIC)
-        if topic is None:
-            return
-        for index, partition in sorted(topic.partitions.items()):
+        """Clean every offsets partition coordinated here with two or more sealed
+        segments (see offsets_log). The history before the snapshot goes once the
+        snapshot is committed: at once on the single node, after its replication in a
+        cluster."""
+        for index in sorted(self._upkeep_partitions() - set(self._cleaning)):
+            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
             if partition.segment_count < 3 or partition.has_open_transactions:
                 continue  # small, or holding transactional offsets that still await a marker
             live = []
             for group in self.groups.values():
-                if offsets_log.partition_for(group.group_id, len(topic.partitions)) != index:
+                if group.partition != index:
                     continue
                 if group.generation or group.members:
                     live.append(self._group_metadata_record(group))
                 live += [offsets_log.offset_record(group.group_id, t, p, c)
                          for (t, p), c in group.offsets.items()]
-            offsets_log.clean(partition, live, self.clock.wall_ms())
+            snapshot_start, end = offsets_log.write_snapshot(partition, live, self.clock.wall_ms())
+            if partition.high_watermark >= end:
+                offsets_log.drop_before_snapshot(partition, snapshot_start)
+            else:
+                self._cleaning[index] = asyncio.get_running_loop().create_task(
+                    self._finish_cleaning(partition, snapshot_start, end))
+
+    async def _finish_cleaning(self, partition, snapshot_start: int, end: int) -> None:
+        try:
+            await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
+            offsets_log.drop_before_snapshot(partition, snapshot_start)
+        except (BrokerError, OSError) as exc:  # the next cleaning writes another snapshot
+            self._write_failures("cleaning %s-%d stopped: %s", offsets_log.TOPIC, partition.index, exc)
+        finally:
+            del self._cleaning[partition.index]

@@ -13,8 +13,9 @@ an ABORT marker, at run time and when the log is replayed.
 
 Cleaning: the coordinator holds the live state in memory, so a partition that has grown
 past its threshold is cleaned by appending a snapshot of its live keys at the end and
-then deleting every segment before the snapshot. Replaying from the log start always
-yields the current state, before, during and after a cleaning.
+then, once the snapshot is committed (replicated), deleting every segment before it.
+Replaying from the log start always yields the current state, before, during and after
+a cleaning.
 """
 
 from __future__ import annotations
@@ -137,19 +138,34 @@ def decode_record(key: bytes, value: bytes | None):
 
 
 def append_records(partition, records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
-                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
+                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> int:
     """Append records to a partition of the offsets topic (one batch per chunk), as
-    part of a producer's transaction when `producer_id` is given."""
+    part of a producer's transaction when `producer_id` is given; the log end offset
+    after them (what the high watermark must reach for them to be committed)."""
     for batch in batches_of(records, timestamp_ms, producer_id, producer_epoch):
         view = memoryview(batch)
         header = next(iter(iter_batches(view)))[0]
         partition.append_as_leader(header, view, required_acks=-1)
+    return partition.log_end_offset
+
+
+def write_snapshot(partition, live_records: list[tuple[bytes, bytes | None]],
+                   timestamp_ms: int) -> tuple[int, int]:
+    """The first half of a cleaning (see module doc): a snapshot of the partition's live
+    records appended in a new segment; (its first offset, the log end after it)."""
+    partition.roll()
+    snapshot_start = partition.log_end_offset
+    return snapshot_start, append_records(partition, live_records, timestamp_ms)
+
+
+def drop_before_snapshot(partition, snapshot_start: int) -> None:
+    """The second half, once the snapshot is committed: the history before it goes."""
+    partition.flush()
+    partition.delete_records_before(snapshot_start)
 
 
 def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
-    """Replace a partition's history by a snapshot of its live records (see module doc)."""
-    partition.roll()
-    snapshot_start = partition.log_end_offset
-    append_records(partition, live_records, timestamp_ms)
-    partition.flush()
-    partition.delete_records_before(snapshot_start)
+    """Both halves at once: for a partition whose appends are committed as they are
+    made (a single node's)."""
+    snapshot_start, _ = write_snapshot(partition, live_records, timestamp_ms)
+    drop_before_snapshot(partition, snapshot_start)

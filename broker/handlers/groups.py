@@ -1,16 +1,24 @@
 """FindCoordinator v0–6, JoinGroup v0–9, SyncGroup v0–5, Heartbeat v0–4,
 LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2.
 
-- FindCoordinator: this broker coordinates every group (key type 0) and transactional
-  id (key type 1); v4+ answers a batch of keys; other key types are INVALID_REQUEST.
+- FindCoordinator: the leader of the key's partition of `__consumer_offsets` (key type
+  0, a group) or `__transaction_state` (1, a transactional id): this broker on the
+  single node. In a cluster the topic is created on the first lookup, and a key whose
+  partition has no live leader (or no topic yet) is COORDINATOR_NOT_AVAILABLE. v4+
+  answers a batch of keys; other key types are INVALID_REQUEST.
 - JoinGroup: v4+ new members must rejoin with the id sent back in MEMBER_ID_REQUIRED;
   v5+ static membership (group_instance_id); v7+ returns the protocol type; v9
   `skip_assignment` is always false (the leader computes the assignment).
 - SyncGroup v5 checks protocol type and name; LeaveGroup v3+ removes a batch of
   members (by member id or instance id) with an error per member.
 - DescribeGroups reports a group that does not exist as Dead with no members.
-- ListGroups v4+ filters by state, v5+ by type (every group here is "classic").
-- DeleteGroups removes empty groups and their offsets (NON_EMPTY_GROUP otherwise).
+- ListGroups lists the groups this broker coordinates (each broker of a cluster its
+  own); v4+ filters by state, v5+ by type (every group here is "classic").
+- DeleteGroups removes empty groups and their offsets (NON_EMPTY_GROUP otherwise),
+  answered once the deletion is committed.
+- A group coordinated by another broker is NOT_COORDINATOR, one whose partition is
+  loading COORDINATOR_LOAD_IN_PROGRESS: the request's error code (LeaveGroup v3+ its
+  top-level one), each group's own for DescribeGroups and DeleteGroups.
 The membership rules themselves live in `broker.groups.coordinator`.
 """
 
@@ -20,6 +28,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
                            LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
 
+from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.errors import BrokerError
 from broker.groups.coordinator import DEAD
 
@@ -38,6 +47,8 @@ def find_coordinator(broker, header, request, client_host):
             continue
         endpoint = broker.metadata.coordinator(request.key_type, key)
         if endpoint is None:
+            if broker.admin is not None:
+                broker.admin.ensure_internal_topic(COORDINATOR_TOPICS[request.key_type])
             answers.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                             f"the coordinator of {key!r} has no leader", None))
         else:
@@ -99,10 +110,16 @@ def heartbeat(broker, header, request, client_host):
 def leave_group(broker, header, request, client_host):
     Resp = LEAVE_GROUP.response
     if header.request_api_version < 3:
-        [code] = broker.groups.leave(request.group_id, [(request.member_id, None)])
+        try:
+            [code] = broker.groups.leave(request.group_id, [(request.member_id, None)])
+        except BrokerError as exc:
+            code = exc.code
         return Resp(error_code=code)
     members = [(m.member_id, m.group_instance_id) for m in request.members]
-    codes = broker.groups.leave(request.group_id, members)
+    try:
+        codes = broker.groups.leave(request.group_id, members)
+    except BrokerError as exc:
+        return Resp(error_code=exc.code, members=[])
     return Resp(error_code=0, members=[
         Resp.MemberResponse(member_id=m, group_instance_id=i, error_code=code)
         for (m, i), code in zip(members, codes)])
@@ -112,7 +129,12 @@ def describe_groups(broker, header, request, client_host):
     Resp = DESCRIBE_GROUPS.response
     described = []
     for group_id in request.groups:
-        group = broker.groups.groups.get(group_id)
+        try:
+            group = broker.groups.describe(group_id)
+        except BrokerError as exc:
+            described.append(Resp.DescribedGroup(error_code=exc.code, group_id=group_id, group_state="",
+                                                 protocol_type="", protocol_data="", members=[]))
+            continue
         if group is None:
             described.append(Resp.DescribedGroup(error_code=0, group_id=group_id, group_state=DEAD,
                                                  protocol_type="", protocol_data="", members=[]))
@@ -135,7 +157,11 @@ def list_groups(broker, header, request, client_host):
     states = set(request.states_filter) if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
     listed = []
-    for group in broker.groups.groups.values():
+    try:
+        groups = broker.groups.listed()
+    except BrokerError as exc:
+        return Resp(error_code=exc.code, groups=[])
+    for group in groups:
         if (states and group.state not in states) or (types and _CLASSIC not in types):
             continue
         listed.append(Resp.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
@@ -143,12 +169,12 @@ def list_groups(broker, header, request, client_host):
     return Resp(error_code=0, groups=listed)
 
 
-def delete_groups(broker, header, request, client_host):
+async def delete_groups(broker, header, request, client_host):
     Resp = DELETE_GROUPS.response
     results = []
     for group_id in request.groups_names:
         try:
-            broker.groups.delete_group(group_id)
+            await broker.groups.delete_group(group_id)
             results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=0))
         except BrokerError as exc:
             results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=exc.code))

@@ -15,6 +15,11 @@
 - OffsetDelete (kafka-consumer-groups --delete-offsets): a whole-request error
   (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, INVALID_GROUP_ID) is the top-level error code
   with no topics; otherwise an error per partition (see the coordinator's rules).
+- Commits and deletions are answered once committed (replicated). A group coordinated
+  by another broker is NOT_COORDINATOR, one whose partition loads
+  COORDINATOR_LOAD_IN_PROGRESS: every partition's error for OffsetCommit (and for
+  OffsetFetch v0-1, which has no other), the top-level error of OffsetFetch v2-7 and
+  OffsetDelete, each group's own from OffsetFetch v8.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from broker.errors import BrokerError
 from broker.groups.offsets_log import CommittedOffset
 
 
-def offset_commit(broker, header, request, client_host):
+async def offset_commit(broker, header, request, client_host):
     Resp = OFFSET_COMMIT.response
     now = broker.clock.wall_ms()
     offsets = {}
@@ -36,8 +41,8 @@ def offset_commit(broker, header, request, client_host):
             offsets[(topic.name, p.partition_index)] = CommittedOffset(
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", timestamp)
     try:
-        codes = broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
-                                     request.member_id, request.group_instance_id, offsets)
+        codes = await broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
+                                           request.member_id, request.group_instance_id, offsets)
     except BrokerError as exc:
         codes = {tp: exc.code for tp in offsets}
     return Resp(topics=[Resp.OffsetCommitResponseTopic(name=topic.name, partitions=[
@@ -79,7 +84,12 @@ def offset_fetch(broker, header, request, client_host):
     if header.request_api_version >= 8:
         groups = []
         for group in request.groups:
-            found = _fetch_one(broker, group.group_id, group.topics, require_stable)
+            try:
+                found = _fetch_one(broker, group.group_id, group.topics, require_stable)
+            except BrokerError as exc:
+                groups.append(Resp.OffsetFetchResponseGroup(group_id=group.group_id, error_code=exc.code,
+                                                            topics=[]))
+                continue
             groups.append(Resp.OffsetFetchResponseGroup(group_id=group.group_id, error_code=0, topics=[
                 Resp.OffsetFetchResponseTopics(name=topic, partitions=[
                     Resp.OffsetFetchResponsePartitions(partition_index=p, **_fields(c))
@@ -87,17 +97,25 @@ def offset_fetch(broker, header, request, client_host):
         return Resp(groups=groups)
     if not request.group_id:
         return Resp(error_code=ErrorCode.INVALID_GROUP_ID, topics=[])
-    found = _fetch_one(broker, request.group_id, request.topics, require_stable)
+    try:
+        found = _fetch_one(broker, request.group_id, request.topics, require_stable)
+    except BrokerError as exc:
+        if header.request_api_version >= 2:
+            return Resp(error_code=exc.code, topics=[])
+        return Resp(topics=[Resp.OffsetFetchResponseTopic(name=t.name, partitions=[
+            Resp.OffsetFetchResponsePartition(partition_index=p, committed_offset=-1, metadata="",
+                                              error_code=exc.code)
+            for p in t.partition_indexes]) for t in request.topics or ()])
     return Resp(error_code=0, topics=[Resp.OffsetFetchResponseTopic(name=topic, partitions=[
         Resp.OffsetFetchResponsePartition(partition_index=p, **_fields(c))
         for p, c in partitions]) for topic, partitions in found])
 
 
-def offset_delete(broker, header, request, client_host):
+async def offset_delete(broker, header, request, client_host):
     Resp = OFFSET_DELETE.response
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
-        codes = broker.groups.delete_offsets(request.group_id, partitions)
+        codes = await broker.groups.delete_offsets(request.group_id, partitions)
     except BrokerError as exc:
         return Resp(error_code=exc.code, topics=[])
     return Resp(error_code=0, topics=[Resp.OffsetDeleteResponseTopic(name=topic.name, partitions=[

@@ -12,7 +12,9 @@ and a leader's ISR changes written to ZooKeeper.
   equal to the log's latest. A state that does not list this broker as a replica is
   UNKNOWN_TOPIC_OR_PARTITION.
 - Leader: the partition leads with the given replicas and ISR; it is no longer fetched.
-  Follower: it follows the given leader; its fetcher truncates it first.
+  Follower: it follows the given leader; its fetcher truncates it first. A partition of
+  a coordinator's topic is loaded by that coordinator when it starts leading here and
+  unloaded when it follows or stops (`broker.coordinated`).
 - ISR changes by a leader go to ZooKeeper before they count where they could lose data:
   a shrink (followers not caught up for replica.lag.time.max.ms) is written first and only
   then applied, since the controller elects new leaders from the ISR it reads there; an
@@ -109,13 +111,18 @@ class ReplicaManager:
             return ErrorCode.STALE_CONTROLLER_EPOCH
         self._states[key] = (state.controller_epoch, state.partition_epoch)
         self._isr_in_zk[key] = tuple(state.isr)
+        coordinated = self._broker.coordinated_partitions(topic)
         if state.leader == self.local_id:
             self._stop_following(key)
             partition.make_leader(state.leader_epoch, list(state.replicas), list(state.isr))
             log.info("%s-%d: leader at epoch %d, replicas %s, ISR %s", topic, state.partition_index,
                      state.leader_epoch, list(state.replicas), list(state.isr))
+            if coordinated is not None:
+                coordinated.elected(partition)
             return ErrorCode.NONE
         partition.make_follower(state.leader, state.leader_epoch, list(state.replicas), list(state.isr))
+        if coordinated is not None:
+            coordinated.resigned(state.partition_index)
         self._isr_pending.discard(key)
         if state.leader < 0:  # offline: nothing to follow until a leader is elected
             self._stop_following(key)
@@ -157,6 +164,9 @@ class ReplicaManager:
             key = (topic, index)
             self._stop_following(key)
             self._isr_pending.discard(key)
+            coordinated = self._broker.coordinated_partitions(topic)
+            if coordinated is not None:
+                coordinated.resigned(index)
             try:
                 partition = self._broker.topics.partition(topic, index)
             except BrokerError:

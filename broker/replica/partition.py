@@ -244,6 +244,19 @@ class Partition:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
 
+    async def until_replicated(self, required_offset: int, timeout_s: float) -> ErrorCode:
+        """Wait for `acks_all_result(required_offset)`, REQUEST_TIMED_OUT after
+        `timeout_s` (a coordinator's own write waits here as a produce does)."""
+        deadline = self._clock.monotonic() + timeout_s
+        while True:
+            code = self.acks_all_result(required_offset)
+            if code is not None:
+                return code
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self._delayed.wait([self.key], remaining)
+
     def append_as_follower(self, records, leader_high_watermark: int, leader_log_start_offset: int) -> int:
         """Append the leader's batches from its Fetch response (see
         `PartitionLog.append_as_follower`); returns how many. The high watermark then

@@ -6,7 +6,9 @@ the group coordinators it has found and, when idempotent, its producer id and
 per-partition sequence numbers.
 
 Retries are bounded by count (`retries`) and by time (`retry_timeout`), with
-exponential backoff between attempts. Before retrying, what the error makes doubtful
+exponential backoff between attempts; a coordinator that is moving or loading
+(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) is waited
+for until `retry_timeout` whatever the count, as Kafka's clients wait for theirs. Before retrying, what the error makes doubtful
 is forgotten: the topic's metadata for leader-routed requests, the coordinator for
 group requests, the controller for topic administration.
 """
@@ -51,6 +53,9 @@ _CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequence numbers wrap from 2**31 - 1 to 0
 _GROUP_KEY = 0  # FindCoordinator key types: consumer groups, transactional ids
 _TRANSACTION_KEY = 1
+# A coordinator moving to another broker or loading its state: waited for, not counted.
+_COORDINATOR_MOVING = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 _RESOURCE_NAMES = {2: "topic", 4: "broker"}
 _FIRST_BATCHED_FIND_COORDINATOR = 4
 _FIRST_GROUPS_OFFSET_FETCH = 8
@@ -268,23 +273,28 @@ class AsyncClient:
 
     # -- retries -----------------------------------------------------------------------
     async def _retrying(self, attempt: Callable[[], Awaitable[_T]],
-                        before_retry: Callable[[], None] | None = None) -> _T:
-        """Run `attempt` until it succeeds, fails for good, or retries run out."""
+                        forget: Callable[[], None] | None = None) -> _T:
+        """Run `attempt` until it succeeds, fails for good, or retries run out (a moving
+        coordinator's errors count against the time only). After a retriable error,
+        `forget()` drops what it makes doubtful, also when no retry is left: the next
+        call must not start from a dead coordinator or leader again."""
         if self._closed:
             raise ClientError("the client is closed")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_timeout
-        retry = 0
+        retry = counted = 0
         while True:
             try:
                 return await attempt()
             except (KafkaError, ClientError) as exc:
+                if exc.retriable and forget is not None:
+                    forget()
                 delay = min(self.retry_backoff * 2 ** retry, self.retry_backoff_max)
-                if (not exc.retriable or retry >= self.retries or self._closed
+                if (not exc.retriable or counted >= self.retries or self._closed
                         or loop.time() + delay > deadline):
                     raise
-            if before_retry is not None:
-                before_retry()
+                if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_MOVING):
+                    counted += 1
             await asyncio.sleep(delay)
             retry += 1
 
