@@ -7,9 +7,11 @@ coordinates: Kafka's coordinators follow the leadership of those partitions.
   led here and loaded at start. In a cluster a partition is loaded when this broker
   becomes its leader (its keys answer COORDINATOR_LOAD_IN_PROGRESS until the load is
   done) and unloaded when it stops leading (NOT_COORDINATOR from then on).
-- The coordinator epoch of a partition is its leader epoch when the load began. A
-  coordinator writes only while this broker leads the partition at that epoch, so a
-  coordinator deposed and elected again never writes from the state of its old term.
+- The coordinator epoch of a partition is its leader epoch, taken when the load began
+  and moved on by each later LeaderAndIsr that keeps this broker leading (the state in
+  memory stays valid: a leader's log is never truncated). A coordinator writes only
+  while this broker leads the partition at that epoch, so a coordinator deposed and
+  elected again reloads and never writes from the state of its old term.
 - A coordinator's write is done when it is committed in Kafka's sense: appended as
   leader (acks=all: refused while the ISR is below min.insync.replicas) and passed by
   the high watermark. Failures get the codes Kafka's coordinators answer with: a lost
@@ -79,13 +81,20 @@ class CoordinatedPartitions:
 
     def elected(self, partition) -> None:
         """The partition's leadership changed here (a LeaderAndIsr): load it when this
-        broker now leads it at an epoch not loaded yet, unload it when it follows."""
+        broker starts leading it, take the new epoch when it goes on leading it, unload it
+        when it follows."""
         index = partition.index
         if not partition.is_leader:
             self.resigned(index)
             return
         epoch = partition.leader_epoch
-        if self._epochs.get(index) == epoch or (index in self._loading and self._loading[index][0] == epoch):
+        if index in self._epochs:
+            # Led here throughout (a follower term would have unloaded it): the log is
+            # the one loaded, so only the epoch moves (the controller bumps it when it
+            # shrinks the ISR), as Kafka keeps a group partition it goes on leading.
+            self._epochs[index] = epoch
+            return
+        if index in self._loading and self._loading[index][0] == epoch:
             return
         self.resigned(index)
         task = asyncio.get_running_loop().create_task(self._load_partition(partition, epoch))
