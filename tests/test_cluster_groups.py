@@ -200,6 +200,8 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
         assert groups.committed(moving)[("t", 0)].offset == 599  # the refused write is nowhere
+        assert groups.groups[moving] is restored  # led on at the new epoch: kept, not reloaded
+        groups.heartbeat(moving, first.generation, first.member_id, None)
 
         # The static member restarts (a new member id, same instance id): its assignment
         # comes back without a rebalance, the replacement stored before the answer.
