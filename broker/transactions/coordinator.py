@@ -103,6 +103,7 @@ class TxnMetadata:
     last_update_ms: int = 0
     pending: bool = False  # a state change is being written (Kafka's pendingState)
     completion: asyncio.Task | None = None  # writing the markers, then Complete*
+    log_partition: int = -1  # the partition of `__transaction_state` holding the id
 
     @property
     def state_name(self) -> str:
@@ -218,9 +219,9 @@ class TransactionCoordinator:
     # -- loading ---------------------------------------------------------------------
     def _replay(self, partition) -> None:
         for key, value in txn_log.read_records(partition):
-            self._replay_record(key, value)
+            self._replay_record(key, value, partition.index)
 
-    def _replay_record(self, key, value) -> None:
+    def _replay_record(self, key, value, index: int) -> None:
         decoded = txn_log.decode_record(key, value)
         if decoded is None:
             return
@@ -234,10 +235,10 @@ class TransactionCoordinator:
             txn_id, v.producer_id, getattr(v, "previous_producer_id", NO_PRODUCER_ID),
             v.producer_epoch, NO_PRODUCER_EPOCH, v.transaction_timeout_ms,
             v.transaction_status, partitions if v.transaction_status not in _COMPLETE else set(),
-            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms)
+            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, log_partition=index)
 
-    def _ids_of(self, index: int, count: int) -> list[TxnMetadata]:
-        return [m for m in self.txns.values() if txn_log.partition_for(m.transactional_id, count) == index]
+    def _ids_of(self, index: int) -> list[TxnMetadata]:
+        return [m for m in self.txns.values() if m.log_partition == index]
 
     async def load(self) -> None:
         """The single node: replay all of `__transaction_state` (when it exists) and
@@ -268,10 +269,10 @@ class TransactionCoordinator:
         again, with this coordinator epoch)."""
         index = partition.index
         for count, (key, value) in enumerate(txn_log.read_records(partition), 1):
-            self._replay_record(key, value)
+            self._replay_record(key, value, index)
             if count % _LOAD_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
-        loaded = self._ids_of(index, self._partition_count())
+        loaded = self._ids_of(index)
         completing = [m for m in loaded if m.state in _COMPLETING]
         log.info("loaded %d transactional id(s) from %s-%d at coordinator epoch %d (%d to complete)",
                  len(loaded), txn_log.TOPIC, index, epoch, len(completing))
@@ -282,11 +283,7 @@ class TransactionCoordinator:
     def unload_partition(self, index: int) -> None:
         """This broker no longer coordinates partition `index`: forget its ids (their
         completions stop at their next step: `_coordinating` is false)."""
-        try:
-            count = self._partition_count()
-        except BrokerError:
-            count = self.partitions
-        for meta in self._ids_of(index, count):
+        for meta in self._ids_of(index):
             del self.txns[meta.transactional_id]
 
     def _in_background(self, coroutine, what: str) -> asyncio.Task:
@@ -319,7 +316,7 @@ class TransactionCoordinator:
             meta = self.txns[transactional_id] = TxnMetadata(
                 transactional_id, self.broker.producer_ids.allocate(), NO_PRODUCER_ID,
                 NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY,
-                last_update_ms=self.clock.wall_ms())
+                last_update_ms=self.clock.wall_ms(), log_partition=index)
         self._check_not_pending(meta)
         if expected is not None and not self._valid_producer_id(meta, *expected):
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
@@ -520,17 +517,13 @@ class TransactionCoordinator:
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
-        try:
-            count = self._partition_count()
-        except BrokerError:
-            return
         for index in self.coordinated.coordinated():
             partition = topic.partitions.get(index)
             if partition is None or partition.segment_count < 3:
                 continue
             live = [txn_log.txn_record(m.transactional_id, m.producer_id, m.producer_epoch,
                                        m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
-                    for m in self._ids_of(index, count) if m.producer_epoch != NO_PRODUCER_EPOCH]
+                    for m in self._ids_of(index) if m.producer_epoch != NO_PRODUCER_EPOCH]
             txn_log.clean(partition, live, now)
 
     async def _expire(self, meta: TxnMetadata) -> None:
@@ -565,14 +558,10 @@ class TransactionCoordinator:
              duration_ms: int) -> list[TxnMetadata]:
         """The transactions of the partitions coordinated here (loaded ones only)."""
         now = self.clock.wall_ms()
-        try:
-            count = self._partition_count()
-        except BrokerError:
-            return []
         coordinated = set(self.coordinated.coordinated())
         return [m for m in self.txns.values()
                 if m.state != DEAD and m.producer_epoch != NO_PRODUCER_EPOCH
-                and txn_log.partition_for(m.transactional_id, count) in coordinated
+                and m.log_partition in coordinated
                 and (not states or m.state in states)
                 and (not producer_ids or m.producer_id in producer_ids)
                 and (duration_ms < 0 or now - m.start_ms > duration_ms)]
