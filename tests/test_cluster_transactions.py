@@ -369,8 +369,8 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         txn_id = txn_id_coordinated_by(cluster, victim)
         copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
         # The first commit kills the coordinator once PrepareCommit is replicated.
-        cluster.wait(lambda: cluster.processes[victim].proc.poll() is not None, 120,
-                     "the coordinator to die at its fail point")
+        wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
+                 "the coordinator to die at its fail point")
         cluster.kill(victim)  # reaped: out of bootstrap_servers and the waits
         assert "fail point txn-after-prepare-commit reached" in cluster.output(victim, 200)
         copier.finish()
