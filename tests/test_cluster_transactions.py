@@ -413,19 +413,21 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
         source, sink = unique("chaos-in"), unique("chaos-out")
         for topic in (source, sink):
             cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
-        inputs = feed(cluster, source, 3000)
+        inputs = feed(cluster, source, 6000)
         txn_id = unique("chaos-copier")
         copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
-        for round_ in range(4):
-            copier.wait_copied(min(len(inputs), (round_ + 1) * 400), 180)
-            kind = rng.choice(["coordinator", "leader", "controller"])
+        kinds = ["coordinator", "leader", "controller"]
+        rng.shuffle(kinds)
+        kinds += [rng.choice(kinds) for _ in range(2)]  # each kind once, then any
+        for round_, kind in enumerate(kinds):
+            copier.wait_copied((round_ + 1) * len(inputs) // (len(kinds) + 1), 180)
             if kind == "coordinator":
                 target = coordinator_of(cluster, txn_id)
             elif kind == "leader":
                 target = cluster.leader_of(sink, rng.randrange(COPY_PARTITIONS))
             else:
                 target = cluster.controller_id()
-            print(f"round {round_}: SIGKILL broker {target} ({kind})")
+            print(f"round {round_}: SIGKILL broker {target} ({kind}) at {copier.copied} copied")
             cluster.kill(target)
             cluster.restart(target)  # once ZooKeeper has ended its session
             cluster.wait_for_brokers()

@@ -95,13 +95,13 @@ async def add_partitions_to_txn(broker, header, request, client_host):
     version = header.request_api_version
     if version < 4:
         codes = await _add_one(broker, version, request.v3_and_below_transactional_id,
-                         request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                         False, request.v3_and_below_topics)
+                               request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                               False, request.v3_and_below_topics)
         return Resp(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(Resp, codes))
     results = []
     for txn in request.transactions:
-        codes = await _add_one(broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                         txn.verify_only, txn.topics)
+        codes = await _add_one(broker, version, txn.transactional_id, txn.producer_id,
+                               txn.producer_epoch, txn.verify_only, txn.topics)
         results.append(Resp.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
                                                      topic_results=_topic_results(Resp, codes)))
     return Resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
@@ -132,7 +132,7 @@ async def add_offsets_to_txn(broker, header, request, client_host):
 async def end_txn(broker, header, request, client_host):
     try:
         await broker.transactions.end_txn(request.transactional_id, request.producer_id,
-                                    request.producer_epoch, request.committed)
+                                          request.producer_epoch, request.committed)
     except BrokerError as exc:
         return END_TXN.response(throttle_time_ms=0,
                                 error_code=fenced_for(exc.code, header.request_api_version, 2),
