@@ -170,9 +170,9 @@ class TransactionCoordinator:
     async def _append(self, index: int, epoch: int, records) -> None:
         """Append to partition `index` as its coordinator at `epoch` and wait until the
         records are committed (acks=all against transaction.state.log.min.isr)."""
-        partition = self.broker.topics.partition(txn_log.TOPIC, index)
-        self.coordinated.check_writable(partition, epoch)
         try:
+            partition = self.broker.topics.partition(txn_log.TOPIC, index)
+            self.coordinated.check_writable(partition, epoch)
             end = txn_log.append_records(partition, records, self.clock.wall_ms())
         except BrokerError as exc:
             log.warning("cannot write to %s-%d: %s", txn_log.TOPIC, index, exc)
