@@ -124,7 +124,7 @@ class Broker:
         self.clean_start = self.topics.load()
         if self.cluster is None:
             self.groups.load()
-            self.transactions.load()  # after the groups: completing transactions commits their offsets
+            await self.transactions.load()  # after the groups: completing transactions commits their offsets
         else:
             await self.cluster.remove_stray_replicas()
         await self.server.start()
@@ -159,6 +159,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.leave()
         await self.server.stop()
+        await self.transactions.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

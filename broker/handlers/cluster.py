@@ -10,8 +10,11 @@
   v3+ may name the caller's current id and epoch (KIP-360): the epoch is bumped, or a
   new id is handed out when the epoch would overflow.
 - With a transactional id the transaction coordinator answers (see
-  `broker.transactions.coordinator`); naming only one of producer id and epoch is
-  INVALID_REQUEST, and PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH below v4.
+  `broker.transactions.coordinator`), once the new state is committed to
+  `__transaction_state`; a broker that does not coordinate the id answers
+  NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while loading it); naming only one of
+  producer id and epoch is INVALID_REQUEST, and PRODUCER_FENCED is answered as
+  INVALID_PRODUCER_EPOCH below v4.
   Errors carry producer id -1 and epoch -1.
 """
 
@@ -48,16 +51,8 @@ def init_producer_id(broker, header, request, client_host):
         pid, epoch = request.producer_id, request.producer_epoch
         if (pid < 0) != (epoch < 0):
             return Resp(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
-        try:
-            pid, epoch = broker.transactions.init_producer_id(
-                request.transactional_id, request.transaction_timeout_ms,
-                (pid, epoch) if pid >= 0 else None)
-        except BrokerError as exc:
-            code = exc.code
-            if code == ErrorCode.PRODUCER_FENCED and header.request_api_version < 4:
-                code = ErrorCode.INVALID_PRODUCER_EPOCH
-            return Resp(error_code=code, producer_id=-1, producer_epoch=-1)
-        return Resp(error_code=0, producer_id=pid, producer_epoch=epoch)
+        return _init_transactional(broker, header.request_api_version, request,
+                                   (pid, epoch) if pid >= 0 else None)
     if request.producer_id >= 0 and 0 <= request.producer_epoch < _MAX_EPOCH - 1:
         return Resp(error_code=0, producer_id=request.producer_id,
                     producer_epoch=request.producer_epoch + 1)
@@ -66,6 +61,19 @@ def init_producer_id(broker, header, request, client_host):
     except BrokerError as exc:  # a cluster broker still claiming a block of ids
         return Resp(error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return Resp(error_code=0, producer_id=producer_id, producer_epoch=0)
+
+
+async def _init_transactional(broker, version: int, request, expected):
+    Resp = INIT_PRODUCER_ID.response
+    try:
+        pid, epoch = await broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, expected)
+    except BrokerError as exc:
+        code = exc.code
+        if code == ErrorCode.PRODUCER_FENCED and version < 4:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        return Resp(error_code=code, producer_id=-1, producer_epoch=-1)
+    return Resp(error_code=0, producer_id=pid, producer_epoch=epoch)
 
 
 def describe_log_dirs(broker, header, request, client_host):

@@ -31,11 +31,22 @@
 - Transactions: transactional batches need the request's transactional id
   (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one, as Kafka answers) and a producer
   id; a request with a transactional id must hold only transactional batches
-  (INVALID_RECORD). The transaction coordinator must know the partition as part of
-  the producer's ongoing transaction: INVALID_TXN_STATE when it is not
-  (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced epoch,
-  INVALID_PRODUCER_ID_MAPPING for another producer id, NOT_ENOUGH_REPLICAS (retriable)
-  while the transaction completes.
+  (INVALID_RECORD). On the single node the transaction coordinator (local) must know
+  the partition as part of the producer's ongoing transaction: INVALID_TXN_STATE when
+  it is not (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced
+  epoch, INVALID_PRODUCER_ID_MAPPING for another producer id, NOT_ENOUGH_REPLICAS
+  (retriable) while the transaction completes.
+  In a cluster the leader is usually not the coordinator, and it does what Kafka's
+  leaders do without KIP-890's verification: it appends the transactional batch
+  without asking (no round trip to the coordinator on a produce's path). Fencing then
+  rests on the partition's producer state: once the coordinator wrote a marker with a
+  bumped epoch (InitProducerId of a new producer, a timed-out transaction), the old
+  epoch's batches are INVALID_PRODUCER_EPOCH there. What is lost against KIP-890: a
+  zombie's batch arriving at a partition its transaction never wrote before is
+  appended, leaving a transaction there open until the producer's next marker or an
+  admin's WriteTxnMarkers (kafka-transactions.sh abort); clients do not send such
+  batches (they send to a partition only after AddPartitionsToTxn succeeded, and
+  abort only after their produces are answered).
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
 """
@@ -147,6 +158,8 @@ def _check_transactional(broker, version: int, transactional_id: str | None, hea
                           "transactional batches need the request's transactional id")
     if header.producer_id < 0:
         raise BrokerError(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
+    if broker.config.cluster_mode:
+        return  # Kafka's leaders without KIP-890 verification: see the module's docstring
     code = broker.transactions.check_write(transactional_id, header.producer_id,
                                            header.producer_epoch, (topic, partition))
     if code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:

@@ -14,15 +14,25 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   epoch bump per transaction).
 - TxnOffsetCommit: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION; the group checks
   the member, instance and generation when given (v3+: UNKNOWN_MEMBER_ID,
-  FENCED_INSTANCE_ID, ILLEGAL_GENERATION); the group's offsets partition must be in the
-  producer's transaction (INVALID_TXN_STATE below v4, TRANSACTION_ABORTABLE from v4;
-  a stale epoch is INVALID_PRODUCER_EPOCH, an unknown producer
-  INVALID_PRODUCER_ID_MAPPING, a completing transaction COORDINATOR_NOT_AVAILABLE so
-  that the client retries). The offsets stay pending until the transaction ends.
-- WriteTxnMarkers (what Kafka's coordinators send to partition leaders; also used by
-  admin tools to abort hanging transactions) appends the markers as asked, with an
-  error per partition (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH,
-  TRANSACTION_COORDINATOR_FENCED).
+  FENCED_INSTANCE_ID, ILLEGAL_GENERATION); on the single node the group's offsets
+  partition must be in the producer's transaction (INVALID_TXN_STATE below v4,
+  TRANSACTION_ABORTABLE from v4; a stale epoch is INVALID_PRODUCER_EPOCH, an unknown
+  producer INVALID_PRODUCER_ID_MAPPING, a completing transaction
+  COORDINATOR_NOT_AVAILABLE so that the client retries). In a cluster the group
+  coordinator does not ask the transaction coordinator (Kafka without KIP-890's
+  verification; see `broker.handlers.produce`). The offsets stay pending until the
+  transaction ends.
+- WriteTxnMarkers (what a transaction coordinator on another broker sends to the
+  partition leaders; also used by admin tools to abort hanging transactions) appends
+  the markers as asked and answers once each is committed (acks=all), with an error
+  per partition (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+  INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older
+  than the producer's last marker there, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+  REQUEST_TIMED_OUT).
+- Every coordinator request (and DescribeTransactions per id) is answered
+  NOT_COORDINATOR by a broker that does not coordinate the transactional id, and
+  COORDINATOR_LOAD_IN_PROGRESS while it loads it; ListTransactions lists the
+  transactions of the partitions coordinated here.
 - DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an unknown id. ListTransactions
   filters by state names (unknown ones are listed back), producer ids and, v1+, by
   running longer than `duration_filter` ms.
@@ -34,6 +44,8 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
 
 from __future__ import annotations
 
+import inspect
+
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_PRODUCERS,
                            DESCRIBE_TRANSACTIONS, END_TXN, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT,
@@ -42,6 +54,7 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_P
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
+from broker.transactions.markers import append_local_markers
 from broker.transactions.txn_log import STATES_BY_NAME
 
 
@@ -53,14 +66,13 @@ def fenced_for(code: int, version: int, since: int) -> int:
 
 
 def _exists(broker, topic: str, partition: int) -> bool:
-    try:
-        broker.topics.partition(topic, partition)
-        return True
-    except BrokerError:
-        return False
+    """Whether the partition exists (in the metadata view: in a cluster the coordinator
+    need not hold a replica of it)."""
+    known = broker.metadata.topic(topic)
+    return known is not None and partition in known.partitions
 
 
-def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only, topics):
+async def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only, topics):
     """Error code per (topic, partition) for one transaction of an AddPartitionsToTxn."""
     partitions = [(t.name, p) for t in topics for p in t.partitions]
     missing = {tp for tp in partitions if not _exists(broker, *tp)}
@@ -71,25 +83,25 @@ def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only,
     try:
         if verify_only:
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
-        coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
+        await coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
         code = ErrorCode.NONE
     except BrokerError as exc:
         code = fenced_for(exc.code, version, 2)
     return {tp: code for tp in partitions}
 
 
-def add_partitions_to_txn(broker, header, request, client_host):
+async def add_partitions_to_txn(broker, header, request, client_host):
     Resp = ADD_PARTITIONS_TO_TXN.response
     version = header.request_api_version
     if version < 4:
-        codes = _add_one(broker, version, request.v3_and_below_transactional_id,
-                         request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                         False, request.v3_and_below_topics)
+        codes = await _add_one(broker, version, request.v3_and_below_transactional_id,
+                               request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                               False, request.v3_and_below_topics)
         return Resp(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(Resp, codes))
     results = []
     for txn in request.transactions:
-        codes = _add_one(broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch,
-                         txn.verify_only, txn.topics)
+        codes = await _add_one(broker, version, txn.transactional_id, txn.producer_id,
+                               txn.producer_epoch, txn.verify_only, txn.topics)
         results.append(Resp.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
                                                      topic_results=_topic_results(Resp, codes)))
     return Resp(throttle_time_ms=0, error_code=0, results_by_transaction=results)
@@ -104,23 +116,23 @@ def _topic_results(Resp, codes):
             for topic, results in by_topic.items()]
 
 
-def add_offsets_to_txn(broker, header, request, client_host):
+async def add_offsets_to_txn(broker, header, request, client_host):
     code = ErrorCode.NONE
     try:
         if not request.group_id:
             raise BrokerError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
         partition = broker.groups.partition_for(request.group_id)
-        broker.transactions.add_partitions(request.transactional_id, request.producer_id,
-                                           request.producer_epoch, {(offsets_log.TOPIC, partition)})
+        await broker.transactions.add_partitions(request.transactional_id, request.producer_id,
+                                                 request.producer_epoch, {(offsets_log.TOPIC, partition)})
     except BrokerError as exc:
         code = fenced_for(exc.code, header.request_api_version, 2)
     return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=code)
 
 
-def end_txn(broker, header, request, client_host):
+async def end_txn(broker, header, request, client_host):
     try:
-        broker.transactions.end_txn(request.transactional_id, request.producer_id,
-                                    request.producer_epoch, request.committed)
+        await broker.transactions.end_txn(request.transactional_id, request.producer_id,
+                                          request.producer_epoch, request.committed)
     except BrokerError as exc:
         return END_TXN.response(throttle_time_ms=0,
                                 error_code=fenced_for(exc.code, header.request_api_version, 2),
@@ -138,7 +150,7 @@ def _offset_commit_error(code: int, version: int) -> int:
     return code
 
 
-def txn_offset_commit(broker, header, request, client_host):
+async def txn_offset_commit(broker, header, request, client_host):
     Resp = TXN_OFFSET_COMMIT.response
     version = header.request_api_version
     now = broker.clock.wall_ms()
@@ -161,10 +173,13 @@ def txn_offset_commit(broker, header, request, client_host):
                 raise BrokerError(_offset_commit_error(code, version))
 
         try:
-            codes.update(broker.groups.txn_commit(
+            answer = broker.groups.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch,
                 request.generation_id, request.member_id, request.group_instance_id, offsets,
-                verify=verify))
+                verify=None if broker.config.cluster_mode else verify)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            codes.update(answer)
         except BrokerError as exc:
             codes.update({tp: exc.code for tp in offsets})
     return Resp(throttle_time_ms=0, topics=[Resp.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
@@ -173,29 +188,19 @@ def txn_offset_commit(broker, header, request, client_host):
         for p in topic.partitions]) for topic in request.topics])
 
 
-def write_txn_markers(broker, header, request, client_host):
+async def write_txn_markers(broker, header, request, client_host):
     Resp = WRITE_TXN_MARKERS.response
     results = []
     for marker in request.markers:
-        topics = []
-        for topic in marker.topics:
-            partitions = []
-            for partition in topic.partition_indexes:
-                code = ErrorCode.NONE
-                try:
-                    broker.topics.partition(topic.name, partition).append_marker_as_leader(
-                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
-                        marker.transaction_result)
-                except BrokerError as exc:
-                    code = exc.code
-                else:
-                    if topic.name == offsets_log.TOPIC:
-                        broker.groups.end_transaction(marker.producer_id, partition,
-                                                      marker.transaction_result)
-                partitions.append(Resp.WritableTxnMarkerPartitionResult(partition_index=partition,
-                                                                        error_code=code))
-            topics.append(Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
-        results.append(Resp.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
+        partitions = [(topic.name, p) for topic in marker.topics for p in topic.partition_indexes]
+        codes = await append_local_markers(broker, marker.producer_id, marker.producer_epoch,
+                                           marker.coordinator_epoch, marker.transaction_result,
+                                           partitions)
+        results.append(Resp.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+            Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=[
+                Resp.WritableTxnMarkerPartitionResult(partition_index=p, error_code=codes[(topic.name, p)])
+                for p in topic.partition_indexes])
+            for topic in marker.topics]))
     return Resp(markers=results)
 
 

@@ -1,10 +1,24 @@
 """The transaction coordinator: transactional ids, producer epochs, two-phase commit.
 
-This broker coordinates every transactional id. States (Kafka's): Empty -> Ongoing
+The coordinator of a transactional id is the leader of its partition of
+`__transaction_state` (abs(javaHash(id)) % partitions): on the single node this broker
+for every id, in a cluster the broker leading that partition (`self.coordinated`, see
+`broker.coordinated`): a partition is loaded when this broker becomes its leader
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile, NOT_COORDINATOR for ids of partitions led
+elsewhere) and its ids are forgotten when it stops leading. Loading completes the
+transactions it finds in PrepareCommit/PrepareAbort. The coordinator epoch written into
+markers is the partition's coordinator epoch (its leader epoch when loaded).
+
+States (Kafka's): Empty -> Ongoing
 (first AddPartitionsToTxn/AddOffsetsToTxn) -> PrepareCommit | PrepareAbort (EndTxn) ->
 CompleteCommit | CompleteAbort (markers written) -> Ongoing again with the next
-transaction, or Empty again through InitProducerId. Every transition is written to
-`__transaction_state` before it takes effect and before the request is answered.
+transaction, or Empty again through InitProducerId. Every transition is appended to
+`__transaction_state` and takes effect in memory, and the request is answered, only once
+it is committed (acks=all against transaction.state.log.min.isr), as Kafka orders it;
+while it is being written the id has a pending transition and other requests for it
+get CONCURRENT_TRANSACTIONS. A failed write changes nothing (NOT_COORDINATOR when the
+leadership moved, COORDINATOR_NOT_AVAILABLE otherwise: the client retries).
+
 Rules (Kafka's, transactions version 1: the epoch changes only through
 InitProducerId and fencing, not with every transaction):
 - InitProducerId: a new transactional id gets a new producer id at epoch 0; a known
@@ -21,34 +35,39 @@ InitProducerId and fencing, not with every transaction):
   producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (the
   handlers answer INVALID_PRODUCER_EPOCH to versions that predate PRODUCER_FENCED, and
   to produces and offset commits, as Kafka's partition leaders do).
-- EndTxn on an Ongoing transaction logs PrepareCommit/PrepareAbort, writes a COMMIT
-  or ABORT marker (with the producer id and epoch and the coordinator epoch) to every
-  partition of the transaction, `__consumer_offsets` partitions included (which applies
-  or drops the pending offsets there), then logs CompleteCommit/CompleteAbort. A retry
+- EndTxn on an Ongoing transaction logs PrepareCommit/PrepareAbort and, only once that
+  is committed, writes a COMMIT or ABORT marker (with the producer id and epoch and
+  the coordinator epoch) to every partition of the transaction, `__consumer_offsets`
+  partitions included (which applies or drops the pending offsets there): locally or
+  with WriteTxnMarkers to the partition's leader (`broker.transactions.markers`), then
+  logs CompleteCommit/CompleteAbort. EndTxn is answered after that (see `end_txn`). A retry
   of a completed EndTxn with the same result succeeds; the opposite result, or EndTxn
   with no transaction, is INVALID_TXN_STATE; one while the markers are being written
   is CONCURRENT_TRANSACTIONS.
 - Transactions Ongoing for longer than their timeout are aborted by a background task
   (every transaction.abort.timed.out.transaction.cleanup.interval.ms) with a bumped
   epoch, so the abandoned producer is fenced. Transactions found in PrepareCommit or
-  PrepareAbort on start (a crash between the two log writes) are completed by writing
-  their markers again; partitions tolerate a marker for a producer whose transaction
-  is already closed. Markers that failed to be written are retried by the same task.
+  PrepareAbort on start or on load (a crash or failover between the two log writes)
+  are completed by writing their markers again; partitions tolerate a marker for a
+  producer whose transaction is already closed. Markers are retried until written or
+  the coordinator resigns; a completion that stopped is started again by that task.
 - Transactional ids idle (Empty or Complete*) for transactional.id.expiration.ms are
   forgotten (a tombstone is written).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
+from broker.coordinated import CoordinatedPartitions, coordinator_error
 from broker.errors import BrokerError
 from broker.failpoints import fail_point
-from broker.groups import offsets_log
 from broker.transactions import txn_log
+from broker.transactions.markers import MarkerWriter
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
                                          PREPARE_ABORT, PREPARE_COMMIT, PREPARE_EPOCH_FENCE,
                                          STATE_NAMES)
@@ -60,6 +79,8 @@ NO_PRODUCER_EPOCH = -1
 _MAX_EPOCH = 32767  # Short.MaxValue: reserved so that a producer can always be fenced
 _COMPLETING = (PREPARE_COMMIT, PREPARE_ABORT)
 _COMPLETE = (COMPLETE_COMMIT, COMPLETE_ABORT)
+_WRITE_TIMEOUT_S = 10.0  # for a state change to be committed (COORDINATOR_NOT_AVAILABLE after)
+_LOAD_YIELD_EVERY = 200  # records replayed between yields to the event loop
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -80,7 +101,9 @@ class TxnMetadata:
     partitions: set = field(default_factory=set)  # (topic, partition) in the transaction
     start_ms: int = -1
     last_update_ms: int = 0
-    unmarked: set | None = None  # partitions still owed a marker while completing
+    pending: bool = False  # a state change is being written (Kafka's pendingState)
+    completion: asyncio.Task | None = None  # writing the markers, then Complete*
+    log_partition: int = -1  # the partition of `__transaction_state` holding the id
 
     @property
     def state_name(self) -> str:
@@ -95,21 +118,74 @@ class TransactionCoordinator:
         self.max_timeout_ms = cfg.transaction_max_timeout_ms
         self.partitions = cfg.transaction_state_log_num_partitions
         self.expiration_ms = cfg.transactional_id_expiration_ms
-        self.coordinator_epoch = 0
         self.txns: dict[str, TxnMetadata] = {}
+        self.coordinated = CoordinatedPartitions(txn_log.TOPIC, self.load_partition, self.unload_partition)
+        self.markers = MarkerWriter(broker)
+        self._background: set[asyncio.Task] = set()
 
-    # -- durability ------------------------------------------------------------------
+    # -- where a transactional id lives ------------------------------------------------
     def _topic(self):
+        """The single node's `__transaction_state`, created on first use (every partition
+        coordinated here at once)."""
         topics = self.broker.topics
         topic = topics.topics.get(txn_log.TOPIC)
         if topic is None:
             topic = topics.create(txn_log.TOPIC, self.partitions, {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.broker.config.transaction_state_log_segment_bytes)})
+            for index, partition in topic.partitions.items():
+                self.coordinated.loaded(index, partition.leader_epoch)
         return topic
 
-    def _transition(self, meta: TxnMetadata, **changes) -> None:
-        """Log `meta` with `changes` applied, then apply them (not if the write fails)."""
+    def _partition_count(self, create: bool = False) -> int:
+        """The partitions of `__transaction_state`: the single node's (created when
+        `create`: a write is coming), or the cluster's as the metadata view has them."""
+        if not self.broker.config.cluster_mode:
+            topic = self._topic() if create else self.broker.topics.topics.get(txn_log.TOPIC)
+            return self.partitions if topic is None else len(topic.partitions)
+        topic = self.broker.metadata.topic(txn_log.TOPIC)
+        if topic is None or not topic.partitions:
+            raise BrokerError(ErrorCode.NOT_COORDINATOR, f"{txn_log.TOPIC} does not exist yet")
+        return len(topic.partitions)
+
+    def _coordinator_of(self, transactional_id: str, create: bool = False) -> tuple[int, int]:
+        """(partition index, coordinator epoch) of the id; NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS unless this broker coordinates it. The single
+        node before its first transactional id: the partition to be, epoch 0 (nothing
+        is known there yet, so nothing is written unless `create`)."""
+        if not transactional_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+        index = txn_log.partition_for(transactional_id, self._partition_count(create))
+        if not self.broker.config.cluster_mode and txn_log.TOPIC not in self.broker.topics.topics:
+            return index, 0
+        return index, self.coordinated.epoch(index)
+
+    def _coordinating(self, index: int, epoch: int) -> bool:
+        try:
+            return self.coordinated.epoch(index) == epoch
+        except BrokerError:
+            return False
+
+    # -- durability ------------------------------------------------------------------
+    async def _append(self, index: int, epoch: int, records) -> None:
+        """Append to partition `index` as its coordinator at `epoch` and wait until the
+        records are committed (acks=all against transaction.state.log.min.isr)."""
+        try:
+            partition = self.broker.topics.partition(txn_log.TOPIC, index)
+            self.coordinated.check_writable(partition, epoch)
+            end = txn_log.append_records(partition, records, self.clock.wall_ms())
+        except BrokerError as exc:
+            log.warning("cannot write to %s-%d: %s", txn_log.TOPIC, index, exc)
+            raise coordinator_error(exc) from None
+        await self.coordinated.committed(partition, end, _WRITE_TIMEOUT_S)
+
+    async def _transition(self, meta: TxnMetadata, index: int, epoch: int, **changes) -> None:
+        """Log `meta` with `changes` applied; once that is committed, apply them (not if
+        the write fails). Meanwhile the id has a pending transition: other requests for it
+        get CONCURRENT_TRANSACTIONS (Kafka's pendingState). The write goes on should the
+        request be cancelled (its client gone). A transaction that reaches PrepareCommit
+        or PrepareAbort starts its completion then."""
+        self._check_not_pending(meta)
         fields = {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                   "timeout_ms": meta.timeout_ms, "state": meta.state,
                   "partitions": meta.partitions, "start_ms": meta.start_ms}
@@ -118,54 +194,119 @@ class TransactionCoordinator:
         record = txn_log.txn_record(meta.transactional_id, fields["producer_id"],
                                     fields["producer_epoch"], fields["timeout_ms"], fields["state"],
                                     fields["partitions"], now, fields["start_ms"])
-        topic = self._topic()
-        partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
+        meta.pending = True
+        write = self._in_background(self._write_transition(meta, index, epoch, record, changes, now),
+                                    f"writing the state of {meta.transactional_id}")
+        await asyncio.shield(write)
+
+    async def _write_transition(self, meta: TxnMetadata, index: int, epoch: int, record,
+                                changes: dict, now: int) -> None:
         try:
-            txn_log.append_records(partition, [record], now)
-        except BrokerError as exc:
-            log.error("cannot write to %s: %s", txn_log.TOPIC, exc)
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+            await self._append(index, epoch, [record])
+        finally:
+            meta.pending = False
+        if self.txns.get(meta.transactional_id) is not meta or not self._coordinating(index, epoch):
+            raise BrokerError(ErrorCode.NOT_COORDINATOR,
+                              f"{txn_log.TOPIC}-{index} was unloaded while writing to it")
         for name, value in changes.items():
             setattr(meta, name, value)
         meta.last_update_ms = now
+        if meta.state in _COMPLETING:
+            if meta.state == PREPARE_COMMIT:
+                fail_point("txn-after-prepare-commit")
+            self._complete_soon(meta, index, epoch)
 
-    def load(self) -> None:
-        """Replay `__transaction_state` (when it exists); complete the transactions a
-        crash left between PrepareCommit/PrepareAbort and CompleteCommit/CompleteAbort."""
+    # -- loading ---------------------------------------------------------------------
+    def _replay(self, partition) -> None:
+        for key, value in txn_log.read_records(partition):
+            self._replay_record(key, value, partition.index)
+
+    def _replay_record(self, key, value, index: int) -> None:
+        decoded = txn_log.decode_record(key, value)
+        if decoded is None:
+            return
+        txn_id, v = decoded
+        if v is None or v.transaction_status in (DEAD, PREPARE_EPOCH_FENCE) or \
+                v.transaction_status not in STATE_NAMES:
+            self.txns.pop(txn_id, None)
+            return
+        partitions = {(p.topic, i) for p in (v.transaction_partitions or ()) for i in p.partition_ids}
+        self.txns[txn_id] = TxnMetadata(
+            txn_id, v.producer_id, getattr(v, "previous_producer_id", NO_PRODUCER_ID),
+            v.producer_epoch, NO_PRODUCER_EPOCH, v.transaction_timeout_ms,
+            v.transaction_status, partitions if v.transaction_status not in _COMPLETE else set(),
+            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, log_partition=index)
+
+    def _ids_of(self, index: int) -> list[TxnMetadata]:
+        return [m for m in self.txns.values() if m.log_partition == index]
+
+    async def load(self) -> None:
+        """The single node: replay all of `__transaction_state` (when it exists) and
+        complete the transactions a crash left between PrepareCommit/PrepareAbort and
+        CompleteCommit/CompleteAbort, before serving."""
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
-        for partition in topic.partitions.values():
-            for key, value in txn_log.read_records(partition):
-                decoded = txn_log.decode_record(key, value)
-                if decoded is None:
-                    continue
-                txn_id, v = decoded
-                if v is None or v.transaction_status in (DEAD, PREPARE_EPOCH_FENCE) or \
-                        v.transaction_status not in STATE_NAMES:
-                    self.txns.pop(txn_id, None)
-                    continue
-                partitions = {(p.topic, i) for p in (v.transaction_partitions or ()) for i in p.partition_ids}
-                self.txns[txn_id] = TxnMetadata(
-                    txn_id, v.producer_id, getattr(v, "previous_producer_id", NO_PRODUCER_ID),
-                    v.producer_epoch, NO_PRODUCER_EPOCH, v.transaction_timeout_ms,
-                    v.transaction_status, partitions if v.transaction_status not in _COMPLETE else set(),
-                    v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms)
+        for index, partition in sorted(topic.partitions.items()):
+            self._replay(partition)
+            self.coordinated.loaded(index, partition.leader_epoch)
         completing = [m for m in self.txns.values() if m.state in _COMPLETING]
         for meta in completing:
             log.info("completing transaction of %s (producer %d epoch %d) left in %s",
                      meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state_name)
-            self._complete(meta)
+            try:
+                await self._completion(meta, *self._coordinator_of(meta.transactional_id))
+            except BrokerError as exc:
+                log.warning("could not complete the transaction of %s: %s", meta.transactional_id, exc)
         ongoing = sum(m.state == ONGOING for m in self.txns.values())
         log.info("loaded %d transactional id(s) from %s (%d ongoing, %d completed on load)",
                  len(self.txns), txn_log.TOPIC, ongoing, len(completing))
 
+    async def load_partition(self, partition, epoch: int) -> None:
+        """A cluster broker now leads `partition` of `__transaction_state` at `epoch`:
+        replay it (yielding to other requests now and then), then complete the
+        transactions it holds in PrepareCommit/PrepareAbort (their markers are written
+        again, with this coordinator epoch)."""
+        index = partition.index
+        for count, (key, value) in enumerate(txn_log.read_records(partition), 1):
+            self._replay_record(key, value, index)
+            if count % _LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        loaded = self._ids_of(index)
+        completing = [m for m in loaded if m.state in _COMPLETING]
+        log.info("loaded %d transactional id(s) from %s-%d at coordinator epoch %d (%d to complete)",
+                 len(loaded), txn_log.TOPIC, index, epoch, len(completing))
+        for meta in completing:
+            # Runs once this returns and the partition counts as coordinated at `epoch`.
+            self._complete_soon(meta, index, epoch)
+
+    def unload_partition(self, index: int) -> None:
+        """This broker no longer coordinates partition `index`: forget its ids (their
+        completions stop at their next step: `_coordinating` is false)."""
+        for meta in self._ids_of(index):
+            del self.txns[meta.transactional_id]
+
+    def _in_background(self, coroutine, what: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+
+        def done(task: asyncio.Task) -> None:
+            self._background.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                if isinstance(exc, BrokerError):
+                    log.info("%s: %s", what, exc)
+                else:
+                    log.error("%s failed", what, exc_info=exc)
+
+        task.add_done_callback(done)
+        return task
+
     # -- InitProducerId --------------------------------------------------------------
-    def init_producer_id(self, transactional_id: str, timeout_ms: int,
-                         expected: tuple[int, int] | None) -> tuple[int, int]:
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None) -> tuple[int, int]:
         """(producer id, epoch) for a transactional producer; raises BrokerError."""
-        if not transactional_id:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+        index, coordinator_epoch = self._coordinator_of(transactional_id, create=True)
         if not 0 < timeout_ms <= self.max_timeout_ms:
             raise BrokerError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                               f"transaction timeout {timeout_ms} ms is outside "
@@ -175,17 +316,18 @@ class TransactionCoordinator:
             meta = self.txns[transactional_id] = TxnMetadata(
                 transactional_id, self.broker.producer_ids.allocate(), NO_PRODUCER_ID,
                 NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, EMPTY,
-                last_update_ms=self.clock.wall_ms())
+                last_update_ms=self.clock.wall_ms(), log_partition=index)
+        self._check_not_pending(meta)
         if expected is not None and not self._valid_producer_id(meta, *expected):
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"producer {expected[0]} is not {transactional_id!r}'s current producer")
         if meta.state in _COMPLETING:
-            self._complete(meta)  # retry markers a failure left unwritten
+            self._complete_soon(meta, index, coordinator_epoch)
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING:
             # Abort the open transaction (fencing its producer) and have the client retry:
             # the retry bumps the epoch once more (or rotates the producer id).
-            self._fence_and_abort(meta)
+            await self._fence_and_abort(meta, index, coordinator_epoch)
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "aborted the ongoing transaction first")
         if epoch_exhausted(meta.producer_epoch) and (expected is None or expected[1] == meta.producer_epoch):
             pid, epoch = self.broker.producer_ids.allocate(), 0
@@ -204,9 +346,9 @@ class TransactionCoordinator:
                 raise BrokerError(ErrorCode.PRODUCER_FENCED,
                                   f"epoch {expected[1]} is neither the current {meta.producer_epoch} "
                                   f"nor the previous {meta.last_producer_epoch}")
-        self._transition(meta, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
-                         state=EMPTY, partitions=set(), start_ms=-1)
-        meta.last_producer_id, meta.last_producer_epoch = last_pid, last_epoch
+        await self._transition(meta, index, coordinator_epoch, producer_id=pid, producer_epoch=epoch,
+                               timeout_ms=timeout_ms, state=EMPTY, partitions=set(), start_ms=-1,
+                               last_producer_id=last_pid, last_producer_epoch=last_epoch)
         log.info("initialized transactional id %s with producer %d epoch %d",
                  transactional_id, pid, epoch)
         return pid, epoch
@@ -216,41 +358,49 @@ class TransactionCoordinator:
         return (meta.producer_epoch == NO_PRODUCER_EPOCH or producer_id == meta.producer_id or
                 (producer_id == meta.last_producer_id and epoch_exhausted(epoch)))
 
+    @staticmethod
+    def _check_not_pending(meta: TxnMetadata) -> None:
+        if meta.pending:
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                              f"a state change of {meta.transactional_id!r} is being written")
+
     # -- adding partitions -----------------------------------------------------------
-    def _known(self, transactional_id: str) -> TxnMetadata:
-        if not transactional_id:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+    def _known(self, transactional_id: str) -> tuple[TxnMetadata, int, int]:
+        """The id's state, partition index and coordinator epoch."""
+        index, epoch = self._coordinator_of(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                               f"transactional id {transactional_id!r} is not known")
-        return meta
+        return meta, index, epoch
 
-    def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
-        meta = self._known(transactional_id)
+    def _current(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[TxnMetadata, int, int]:
+        meta, index, coordinator_epoch = self._known(transactional_id)
         if meta.producer_id != producer_id:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                               f"producer {producer_id} is not {transactional_id!r}'s ({meta.producer_id})")
         if meta.producer_epoch != epoch:
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
-        return meta
+        return meta, index, coordinator_epoch
 
-    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: set[tuple[str, int]]) -> None:
-        meta = self._current(transactional_id, producer_id, epoch)
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                             partitions: set[tuple[str, int]]) -> None:
+        meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
+        self._check_not_pending(meta)
         if meta.state in _COMPLETING:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
         if meta.state == ONGOING and partitions <= meta.partitions:
             return
         start = self.clock.wall_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
-        self._transition(meta, state=ONGOING, partitions=meta.partitions | partitions, start_ms=start)
+        await self._transition(meta, index, coordinator_epoch, state=ONGOING,
+                               partitions=meta.partitions | partitions, start_ms=start)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                           partitions) -> dict[tuple[str, int], int]:
         """Whether each partition is in the producer's transaction (NONE) or not
         (TRANSACTION_ABORTABLE); raises BrokerError for the producer itself."""
-        meta = self._current(transactional_id, producer_id, epoch)
+        meta, _, _ = self._current(transactional_id, producer_id, epoch)
         if meta.state in _COMPLETING:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction is completing")
         return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE
@@ -261,21 +411,33 @@ class TransactionCoordinator:
         """None when a transactional write to `tp` (a produce or offset commit) belongs
         to the producer's ongoing transaction; else the coordinator's reason, mapped as
         Kafka's partition leaders map it (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH,
-        CONCURRENT_TRANSACTIONS -> NOT_ENOUGH_REPLICAS, so that clients retry)."""
+        CONCURRENT_TRANSACTIONS and a coordinator moving or loading -> NOT_ENOUGH_REPLICAS,
+        so that clients retry)."""
         try:
             code = self.verify_partitions(transactional_id, producer_id, epoch, [tp])[tp]
         except BrokerError as exc:
             code = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
-                    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS}.get(exc.code, exc.code)
+                    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
+                    }.get(exc.code, exc.code)
         return None if code == ErrorCode.NONE else code
 
     # -- ending transactions ---------------------------------------------------------
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        meta = self._known(transactional_id)
-        self._end(meta, producer_id, epoch, commit, from_client=True)
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """End the producer's transaction. Answered once the markers are written and
+        CompleteCommit/CompleteAbort is committed (Kafka answers as soon as
+        PrepareCommit/PrepareAbort is, and writes the markers after): a client that saw
+        its commit succeed then reads its records with read_committed at once, as it
+        did on the single node; a marker held up by a leader change makes the client
+        time out and retry EndTxn, which gets CONCURRENT_TRANSACTIONS until the
+        completion is done and then NONE (a retry of what is done)."""
+        meta, index, coordinator_epoch = self._known(transactional_id)
+        await self._end(meta, index, coordinator_epoch, producer_id, epoch, commit, from_client=True)
 
-    def _end(self, meta: TxnMetadata, producer_id: int, epoch: int, commit: bool,
-             from_client: bool) -> None:
+    async def _end(self, meta: TxnMetadata, index: int, coordinator_epoch: int, producer_id: int,
+                   epoch: int, commit: bool, from_client: bool) -> None:
+        self._check_not_pending(meta)
         if meta.producer_id != producer_id:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                               f"producer {producer_id} is not {meta.transactional_id!r}'s ({meta.producer_id})")
@@ -284,60 +446,43 @@ class TransactionCoordinator:
                               f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
         result = "commit" if commit else "abort"
         if meta.state == ONGOING:
-            if epoch != meta.producer_epoch:
-                meta.last_producer_epoch = NO_PRODUCER_EPOCH  # a fence: no retry may resume
-            self._transition(meta, producer_epoch=epoch,
-                             state=PREPARE_COMMIT if commit else PREPARE_ABORT)
-            if commit:
-                fail_point("txn-after-prepare-commit")
-            self._complete(meta)
+            fenced = {} if epoch == meta.producer_epoch else {"last_producer_epoch": NO_PRODUCER_EPOCH}
+            await self._transition(meta, index, coordinator_epoch, producer_epoch=epoch,
+                                   state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+                                   **fenced)  # a fence: no retry may resume
+            await asyncio.shield(meta.completion)
         elif meta.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
         elif meta.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
-            self._complete(meta)
-            if meta.state in _COMPLETING:
-                raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {result} is being completed")
+            self._complete_soon(meta, index, coordinator_epoch)
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {result} is being completed")
         else:
             raise BrokerError(ErrorCode.INVALID_TXN_STATE,
                               f"cannot {result}: the transaction of {meta.transactional_id!r} is "
                               f"{meta.state_name}")
 
-    def _fence_and_abort(self, meta: TxnMetadata) -> None:
+    async def _fence_and_abort(self, meta: TxnMetadata, index: int, coordinator_epoch: int) -> None:
         """Abort the Ongoing transaction with the epoch bumped, fencing its producer."""
-        self._end(meta, meta.producer_id, meta.producer_epoch + 1, commit=False, from_client=False)
+        await self._end(meta, index, coordinator_epoch, meta.producer_id, meta.producer_epoch + 1,
+                        commit=False, from_client=False)
 
-    def _complete(self, meta: TxnMetadata) -> None:
-        """Write the markers of a PrepareCommit/PrepareAbort transaction, then log its
-        completion. A marker that cannot be written leaves the transaction completing;
-        the background task retries it."""
+    def _complete_soon(self, meta: TxnMetadata, index: int, coordinator_epoch: int) -> asyncio.Task:
+        """The task completing a PrepareCommit/PrepareAbort transaction, started unless
+        one runs already."""
+        if meta.completion is None or meta.completion.done():
+            meta.completion = self._in_background(self._completion(meta, index, coordinator_epoch),
+                                                  f"completing the transaction of {meta.transactional_id}")
+        return meta.completion
+
+    async def _completion(self, meta: TxnMetadata, index: int, coordinator_epoch: int) -> None:
+        """Write the markers of a PrepareCommit/PrepareAbort transaction (only once that
+        state is committed: a coordinator taking over must find it, and finish what was
+        begun), then log its completion."""
         commit = meta.state == PREPARE_COMMIT
-        if meta.unmarked is None:
-            meta.unmarked = set(meta.partitions)
-        groups = self.broker.groups
-        for topic, partition in sorted(meta.unmarked):
-            try:
-                self.broker.topics.partition(topic, partition).append_marker_as_leader(
-                    meta.producer_id, meta.producer_epoch, self.coordinator_epoch, commit)
-            except BrokerError as exc:
-                if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    log.warning("%s-%d is gone; no marker for producer %d", topic, partition, meta.producer_id)
-                elif exc.code == ErrorCode.KAFKA_STORAGE_ERROR:  # the log has warned
-                    return  # retried by the background task
-                else:
-                    log.warning("marker for producer %d refused by %s-%d: %s", meta.producer_id,
-                                topic, partition, exc)
-            else:
-                if topic == offsets_log.TOPIC:
-                    groups.end_transaction(meta.producer_id, partition, commit)
-            meta.unmarked.discard((topic, partition))
-            if commit and meta.unmarked:
-                fail_point("txn-mid-commit-markers")
-        try:
-            self._transition(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                             partitions=set())
-        except BrokerError:
-            return  # retried by the background task
-        meta.unmarked = None
+        await self.markers.write(meta.producer_id, meta.producer_epoch, coordinator_epoch, commit,
+                                 meta.partitions, lambda: self._coordinating(index, coordinator_epoch))
+        await self._transition(meta, index, coordinator_epoch,
+                               state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set())
         log.debug("transaction of %s %s", meta.transactional_id, "committed" if commit else "aborted")
 
     # -- background ------------------------------------------------------------------
@@ -345,46 +490,64 @@ class TransactionCoordinator:
         """Abort transactions Ongoing past their timeout; finish stalled completions."""
         now = self.clock.wall_ms()
         for meta in list(self.txns.values()):
+            if meta.pending or (meta.completion is not None and not meta.completion.done()):
+                continue
             try:
-                if meta.state in _COMPLETING:
-                    self._complete(meta)
-                elif meta.state == ONGOING and meta.start_ms + meta.timeout_ms < now:
-                    log.info("aborting the transaction of %s (producer %d epoch %d): its timeout "
-                             "of %d ms has passed", meta.transactional_id, meta.producer_id,
-                             meta.producer_epoch, meta.timeout_ms)
-                    self._fence_and_abort(meta)
-            except BrokerError as exc:
-                log.warning("could not abort the transaction of %s: %s", meta.transactional_id, exc)
+                index, coordinator_epoch = self._coordinator_of(meta.transactional_id)
+            except BrokerError:
+                continue
+            if meta.state in _COMPLETING:
+                self._complete_soon(meta, index, coordinator_epoch)
+            elif meta.state == ONGOING and meta.start_ms + meta.timeout_ms < now:
+                log.info("aborting the transaction of %s (producer %d epoch %d): its timeout "
+                         "of %d ms has passed", meta.transactional_id, meta.producer_id,
+                         meta.producer_epoch, meta.timeout_ms)
+                self._in_background(self._fence_and_abort(meta, index, coordinator_epoch),
+                                    f"aborting the transaction of {meta.transactional_id}")
 
     def upkeep(self) -> None:
         """Forget transactional ids idle past transactional.id.expiration.ms; clean
-        every partition of `__transaction_state` with two or more sealed segments."""
+        every coordinated partition of `__transaction_state` with two or more sealed
+        segments."""
         now = self.clock.wall_ms()
+        for meta in list(self.txns.values()):
+            if meta.state in (EMPTY, *_COMPLETE) and not meta.pending \
+                    and now - meta.last_update_ms >= self.expiration_ms:
+                self._in_background(self._expire(meta), f"expiring {meta.transactional_id}")
         topic = self.broker.topics.topics.get(txn_log.TOPIC)
         if topic is None:
             return
-        for meta in list(self.txns.values()):
-            if meta.state in (EMPTY, *_COMPLETE) and now - meta.last_update_ms >= self.expiration_ms:
-                partition = topic.partitions[txn_log.partition_for(meta.transactional_id, len(topic.partitions))]
-                try:
-                    txn_log.append_records(partition, [txn_log.tombstone(meta.transactional_id)], now)
-                except BrokerError:  # KAFKA_STORAGE_ERROR: the log has warned
-                    continue
-                del self.txns[meta.transactional_id]
-                log.info("transactional id %s expired", meta.transactional_id)
-        for index, partition in sorted(topic.partitions.items()):
-            if partition.segment_count < 3:
+        for index in self.coordinated.coordinated():
+            partition = topic.partitions.get(index)
+            if partition is None or partition.segment_count < 3:
                 continue
             live = [txn_log.txn_record(m.transactional_id, m.producer_id, m.producer_epoch,
                                        m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
-                    for m in self.txns.values() if m.producer_epoch != NO_PRODUCER_EPOCH
-                    and txn_log.partition_for(m.transactional_id, len(topic.partitions)) == index]
+                    for m in self._ids_of(index) if m.producer_epoch != NO_PRODUCER_EPOCH]
             txn_log.clean(partition, live, now)
+
+    async def _expire(self, meta: TxnMetadata) -> None:
+        index, coordinator_epoch = self._coordinator_of(meta.transactional_id)
+        meta.pending = True
+        try:
+            await self._append(index, coordinator_epoch, [txn_log.tombstone(meta.transactional_id)])
+        finally:
+            meta.pending = False
+        if self.txns.get(meta.transactional_id) is meta:
+            del self.txns[meta.transactional_id]
+            log.info("transactional id %s expired", meta.transactional_id)
+
+    async def close(self) -> None:
+        """The broker stops: state changes and completions in progress end here (the
+        next coordinator finishes them from the log)."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.markers.close()
 
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:
-        if not transactional_id:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
+        self._coordinator_of(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None or meta.state == DEAD or meta.producer_epoch == NO_PRODUCER_EPOCH:
             raise BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
@@ -393,9 +556,12 @@ class TransactionCoordinator:
 
     def list(self, states: set[int] | None, producer_ids: set[int] | None,
              duration_ms: int) -> list[TxnMetadata]:
+        """The transactions of the partitions coordinated here (loaded ones only)."""
         now = self.clock.wall_ms()
+        coordinated = set(self.coordinated.coordinated())
         return [m for m in self.txns.values()
                 if m.state != DEAD and m.producer_epoch != NO_PRODUCER_EPOCH
+                and m.log_partition in coordinated
                 and (not states or m.state in states)
                 and (not producer_ids or m.producer_id in producer_ids)
                 and (duration_ms < 0 or now - m.start_ms > duration_ms)]

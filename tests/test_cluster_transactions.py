@@ -1,0 +1,465 @@
+"""Transactions on three brokers (real ZooKeeper, real broker processes, real clients).
+
+- A confluent-kafka transactional producer commits and aborts transactions over an
+  RF=3 topic whose partitions are led by all three brokers: the coordinator writes its
+  markers locally and with WriteTxnMarkers to the other leaders. A read_committed
+  reader (kafka-python) sees exactly the committed records: the anomalies lost,
+  duplicated and aborted read are counted, printed, and 0. Only the coordinator
+  answers for the transactional id (DescribeTransactions, ListTransactions); the others
+  say NOT_COORDINATOR.
+- Fencing without the coordinator on the produce path (the leaders do not ask it,
+  Kafka's behaviour without KIP-890): a second producer with the same transactional.id
+  aborts the first one's open transaction; the first one's records are never read.
+- Consume -> transform -> produce with send_offsets_to_transaction, copying a topic
+  while the transaction coordinator's broker dies (SIGKILL, by the fail point right
+  after PrepareCommit is committed): the new coordinator completes the prepared
+  transaction, and output == input exactly once (lost, duplicated, aborted reads all
+  0). A marker with the old coordinator epoch is then refused
+  (TRANSACTION_COORDINATOR_FENCED).
+- `chaos`: the same copy under random SIGKILLs of the coordinator, of a partition
+  leader and of the controller (seed printed; SLUICE_SEED replays it).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+import uuid
+
+import pytest
+
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.offsets_log import partition_for
+from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
+from tests.polling import wait_for
+from tests.test_transactions import Raw
+from wire.error_codes import ErrorCode
+from wire.messages import (DESCRIBE_TRANSACTIONS, FIND_COORDINATOR, LIST_TRANSACTIONS,
+                           WRITE_TXN_MARKERS)
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+
+pytestmark = pytest.mark.timeout(240)
+
+TXN_TOPIC = "__transaction_state"
+PROPERTIES = {**FAST_FAILOVER,
+              "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+              "group.initial.rebalance.delay.ms": "0"}
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    with Cluster(tmp_path_factory.mktemp("txn-cluster"), zookeeper, brokers=3,
+                 properties=PROPERTIES) as running:
+        yield running
+
+
+def raw(cluster: Cluster, broker_id: int) -> Raw:
+    return Raw(int(cluster.address(broker_id).rsplit(":", 1)[1]))
+
+
+def coordinator_of(cluster: Cluster, txn_id: str, timeout: float = 60.0) -> int:
+    """The broker FindCoordinator names for the transactional id (creating
+    `__transaction_state` on the first lookup)."""
+    def found():
+        conn = raw(cluster, cluster.live[0])
+        try:
+            answer = conn.call(FIND_COORDINATOR, 3, key=txn_id, key_type=1)
+        finally:
+            conn.close()
+        return [answer.node_id] if answer.error_code == 0 and answer.node_id in cluster.live else None
+
+    return cluster.wait(found, timeout, f"a live coordinator for {txn_id!r}")[0]
+
+
+def read_committed(cluster: Cluster, topic: str, partitions: int, expect: int,
+                   timeout: float = 60.0) -> list[bytes]:
+    """Every value of the topic a read_committed reader (kafka-python, no group) gets:
+    until each partition's last stable offset is reached and `expect` values arrived."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers.split(","),
+                                   group_id=None, isolation_level="read_committed",
+                                   enable_auto_commit=False, auto_offset_reset="earliest")
+    got: list[bytes] = []
+    try:
+        tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=200)
+            got += [r.value for records in batch.values() for r in records]
+            ends = consumer.end_offsets(tps)  # the last stable offsets (read_committed)
+            if len(got) >= expect and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+    finally:
+        consumer.close(autocommit=False)
+    return got
+
+
+def count_anomalies(test: str, expected: list[bytes], aborted: set[bytes], read: list[bytes],
+                    seed: int | None = None) -> dict:
+    counts = collections.Counter(read)
+    anomalies = {"lost": sum(1 for v in set(expected) if counts[v] == 0),
+                 "duplicated": sum(n - 1 for v, n in counts.items() if n > 1),
+                 "aborted reads": sum(counts[v] for v in aborted),
+                 "unexpected": sum(n for v, n in counts.items() if v not in set(expected) | aborted)}
+    print(f"{test}{'' if seed is None else f' seed={seed}'}: read {len(read)} of {len(expected)}; "
+          + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
+    return anomalies
+
+
+# -- commit and abort across three leaders ---------------------------------------------
+
+def test_commits_and_aborts_over_partitions_led_by_every_broker(cluster):
+    topic = unique("txn-spread")
+    cluster.create_topic(topic, 6, 3, {"min.insync.replicas": "2"})
+    cluster.wait_for_leaders(topic, full_isr=True)
+    leaders = {p: info.leader_id for p, info in cluster.partitions(topic).items()}
+    assert set(leaders.values()) == set(cluster.ids), leaders
+    txn_id = unique("spread")
+    coordinator = coordinator_of(cluster, txn_id)
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                            "linger.ms": 5})
+    producer.init_transactions(60)
+    committed, aborted = [], set()
+    for n in range(8):
+        values = [f"{n}-{i}".encode() for i in range(18)]
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value, partition=i % 6)
+        if n % 3 == 2:
+            assert producer.flush(30) == 0
+            producer.abort_transaction(30)
+            aborted.update(values)
+        else:
+            producer.commit_transaction(30)
+            committed += values
+    producer.flush(10)
+    anomalies = count_anomalies("commit/abort over 3 leaders", committed, aborted,
+                                read_committed(cluster, topic, 6, len(committed)))
+    assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+    # Only the coordinator answers for the id.
+    for broker_id in cluster.ids:
+        conn = raw(cluster, broker_id)
+        try:
+            state = conn.call(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[txn_id]).transaction_states[0]
+            listed = conn.call(LIST_TRANSACTIONS, 1, state_filters=[], producer_id_filters=[],
+                               duration_filter=-1)
+        finally:
+            conn.close()
+        ids = {t.transactional_id for t in listed.transaction_states}
+        if broker_id == coordinator:
+            assert (state.error_code, state.transaction_state) == (0, "CompleteCommit")
+            assert txn_id in ids
+        else:
+            assert state.error_code == ErrorCode.NOT_COORDINATOR
+            assert txn_id not in ids
+
+
+def test_a_second_producer_fences_the_first_without_coordinator_checks_on_produce(cluster):
+    topic = unique("txn-fence")
+    cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    txn_id = unique("fenced")
+    first = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                         "linger.ms": 5})
+    first.init_transactions(60)
+    first.begin_transaction()
+    for i in range(9):
+        first.produce(topic, value=b"zombie-%d" % i, partition=i % 3)
+    assert first.flush(30) == 0
+    second = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                          "linger.ms": 5})
+    second.init_transactions(60)  # aborts the first one's transaction with a bumped epoch
+    second.begin_transaction()
+    for i in range(9):
+        second.produce(topic, value=b"live-%d" % i, partition=i % 3)
+    second.commit_transaction(30)
+    # The zombie's next write and its commit are refused: by the leaders (the abort
+    # markers carry the bumped epoch) and by the coordinator.
+    with pytest.raises(ck.KafkaException) as failure:
+        first.produce(topic, value=b"zombie-late", partition=0)
+        first.flush(30)
+        first.commit_transaction(30)
+    assert failure.value.args[0].fatal() or failure.value.args[0].txn_requires_abort(), failure.value
+    read = read_committed(cluster, topic, 3, 9)
+    anomalies = count_anomalies("fencing", [b"live-%d" % i for i in range(9)],
+                                {b"zombie-%d" % i for i in range(9)} | {b"zombie-late"}, read)
+    assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+
+# -- consume -> transform -> produce across a coordinator failover ------------------------
+
+COPY_PARTITIONS = 3
+
+
+class Copier:
+    """Copies `source` to `sink` (same partition), `<input>#<attempt>` for each record,
+    in transactions of up to 50 records with the consumer's positions sent along
+    (send_offsets_to_transaction), from a thread. A transaction that fails is aborted
+    (or its producer replaced when the error is fatal), and the consumer is replaced
+    too, so that it resumes from the group's committed offsets. Attempts whose commit
+    returned are `committed`, whose abort returned `aborted`; the others' outcome is
+    unknown (either is fine, but only once)."""
+
+    def __init__(self, cluster: Cluster, source: str, sink: str, txn_id: str, expected: int):
+        self.cluster, self.source, self.sink, self.txn_id = cluster, source, sink, txn_id
+        self.group = unique("copier-group")
+        self.expected = expected
+        self.committed: set[int] = set()
+        self.aborted: set[int] = set()
+        self.copied = 0  # input records in committed attempts
+        self.failures: collections.Counter[str] = collections.Counter()
+        self.error: BaseException | None = None
+        self.step = "starting"  # what the copier does now: named when it stalls
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="copier", daemon=True)
+
+    def _producer(self):
+        producer = ck.Producer({"bootstrap.servers": self.cluster.all_servers,
+                                "transactional.id": self.txn_id, "linger.ms": 5,
+                                "transaction.timeout.ms": 30_000,
+                                "topic.metadata.refresh.interval.ms": 1000})
+        producer.init_transactions(120)
+        return producer
+
+    def _consumer(self):
+        consumer = ck.Consumer({"bootstrap.servers": self.cluster.all_servers, "group.id": self.group,
+                                "isolation.level": "read_committed", "enable.auto.commit": False,
+                                "auto.offset.reset": "earliest", "session.timeout.ms": 10_000,
+                                "topic.metadata.refresh.interval.ms": 1000})
+        consumer.subscribe([self.source])
+        return consumer
+
+    def start(self) -> "Copier":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self._copy()
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    def _copy(self) -> None:
+        producer, consumer = self._producer(), self._consumer()
+        attempt = 0
+        deadline = time.monotonic() + 180
+        try:
+            while self.copied < self.expected and not self._stop and time.monotonic() < deadline:
+                self.step = "consuming"
+                messages = [m for m in consumer.consume(50, 0.5) if not m.error()]
+                if not messages:
+                    continue
+                attempt += 1
+                outcome = self._transaction(producer, consumer, messages, attempt)
+                if outcome == "committed":
+                    self.committed.add(attempt)
+                    self.copied += len(messages)
+                    continue
+                if outcome == "aborted":
+                    self.aborted.add(attempt)
+                elif outcome == "fatal":
+                    self.step = "replacing the producer"
+                    producer = self._producer()  # fences the old one, aborts its transaction
+                self.step = "replacing the consumer"
+                consumer.close()
+                consumer = self._consumer()
+        finally:
+            consumer.close()
+
+    def _transaction(self, producer, consumer, messages, attempt: int) -> str:
+        try:
+            self.step = f"producing transaction {attempt}"
+            producer.begin_transaction()
+            for m in messages:
+                producer.produce(self.sink, value=m.value() + b"#%d" % attempt, partition=m.partition())
+            ends = {}
+            for m in messages:
+                ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
+            self.step = f"sending the offsets of transaction {attempt}"
+            producer.send_offsets_to_transaction(
+                [ck.TopicPartition(self.source, p, o) for p, o in sorted(ends.items())],
+                consumer.consumer_group_metadata(), 60)
+            self.step = f"committing transaction {attempt}"
+            for _ in range(10):
+                try:
+                    producer.commit_transaction(60)
+                    return "committed"
+                except ck.KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise
+                    self.failures[f"commit {exc.args[0].name()}"] += 1
+            return "fatal"
+        except ck.KafkaException as exc:
+            error = exc.args[0]
+            self.failures[error.name()] += 1
+            if error.txn_requires_abort():
+                self.step = f"aborting transaction {attempt}"
+                try:
+                    producer.abort_transaction(60)
+                    return "aborted"
+                except ck.KafkaException as abort_failure:
+                    self.failures[f"abort {abort_failure.args[0].name()}"] += 1
+            return "fatal"
+
+    def wait_copied(self, count: int, timeout: float) -> None:
+        """Until `count` records are copied; on a stall, every broker's whole output is
+        kept in the test's directory (named in the failure) for a post mortem."""
+        try:
+            wait_for(lambda: self.copied >= count or self.error is not None, timeout,
+                     f"{count} records copied")
+        except AssertionError as exc:
+            kept = []
+            for broker_id, process in self.cluster.processes.items():
+                path = self.cluster.directory / f"broker-{broker_id}.output"
+                path.write_text("".join(process.output))
+                kept.append(str(path))
+            raise AssertionError(f"{exc}: {self.copied} copied, the copier is {self.step}, "
+                                 f"client errors {dict(self.failures)}; outputs in {kept}") from None
+        assert self.error is None, self.error
+
+    def finish(self, timeout: float = 200.0) -> None:
+        self._thread.join(timeout)
+        alive = self._thread.is_alive()
+        self._stop = True
+        assert not alive, (f"the copy did not finish in {timeout:g} s ({self.copied} of {self.expected}; "
+                           f"the copier is {self.step})")
+        assert self.error is None, self.error
+        assert self.copied >= self.expected, f"copied {self.copied} of {self.expected}"
+
+    def anomalies(self, test: str, inputs: list[bytes], seed: int | None = None) -> dict:
+        read = read_committed(self.cluster, self.sink, COPY_PARTITIONS, len(inputs))
+        stripped = [value.rsplit(b"#", 1)[0] for value in read]
+        aborted_reads = sum(1 for value in read if int(value.rsplit(b"#", 1)[1]) in self.aborted)
+        counts = collections.Counter(stripped)
+        anomalies = {"lost": sum(1 for v in inputs if counts[v] == 0),
+                     "duplicated": sum(n - 1 for n in counts.values() if n > 1),
+                     "aborted reads": aborted_reads,
+                     "unexpected": sum(n for v, n in counts.items() if v not in set(inputs))}
+        print(f"{test}{'' if seed is None else f' seed={seed}'}: {len(inputs)} in, {len(read)} out, "
+              f"{len(self.committed)} transactions committed, {len(self.aborted)} aborted, "
+              f"client errors {dict(self.failures)}; "
+              + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
+        return anomalies
+
+
+def feed(cluster: Cluster, topic: str, count: int) -> list[bytes]:
+    inputs = [b"in-%d" % i for i in range(count)]
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+                            "acks": "all", "linger.ms": 5})
+    for i, value in enumerate(inputs):
+        producer.produce(topic, value=value, partition=i % COPY_PARTITIONS)
+    assert producer.flush(60) == 0
+    return inputs
+
+
+def txn_id_coordinated_by(cluster: Cluster, broker_id: int) -> str:
+    """A transactional id whose `__transaction_state` partition `broker_id` leads."""
+    coordinator_of(cluster, "probe")  # creates the topic
+    cluster.wait_for_leaders(TXN_TOPIC, full_isr=True)
+    partitions = cluster.partitions(TXN_TOPIC)
+    led = {p for p, info in partitions.items() if info.leader_id == broker_id}
+    assert led, f"broker {broker_id} leads no partition of {TXN_TOPIC}: {partitions}"
+    return next(t for t in (f"copier-{uuid.uuid4().hex[:6]}-{i}" for i in range(10_000))
+                if partition_for(t, len(partitions)) in led)
+
+
+# Until the group coordinator of branch issue18-groups is merged, consumer groups (and so
+# send_offsets_to_transaction) do not work in a cluster.
+needs_cluster_groups = pytest.mark.skipif(not hasattr(GroupCoordinator, "load_partition"),
+                                          reason="the group coordinator does not follow leadership yet")
+
+
+@needs_cluster_groups
+def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(tmp_path, zookeeper,
+                                                                               monkeypatch):
+    victim = 2
+    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES)
+    try:
+        for broker_id in cluster.ids:
+            if broker_id == victim:
+                monkeypatch.setenv("SLUICE_FAILPOINTS", "txn-after-prepare-commit")
+            cluster.processes[broker_id].start()
+            monkeypatch.delenv("SLUICE_FAILPOINTS", raising=False)
+        cluster.wait_for_brokers()
+        source, sink = unique("copy-in"), unique("copy-out")
+        for topic in (source, sink):
+            cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        inputs = feed(cluster, source, 600)
+        txn_id = txn_id_coordinated_by(cluster, victim)
+        copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
+        # The first commit kills the coordinator once PrepareCommit is replicated.
+        wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
+                 "the coordinator to die at its fail point")
+        cluster.kill(victim)  # reaped: out of bootstrap_servers and the waits
+        assert "fail point txn-after-prepare-commit reached" in cluster.output(victim, 200)
+        copier.finish()
+        successor = coordinator_of(cluster, txn_id)
+        assert successor != victim
+        assert "(1 to complete)" in "".join(cluster.processes[successor].output), \
+            "the new coordinator did not complete the prepared transaction on load"
+        anomalies = copier.anomalies("copy across a coordinator killed after PrepareCommit", inputs)
+        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+        # The markers written since carry the new coordinator epoch: one of the old epoch
+        # (0) is refused by every partition of the sink.
+        conn = raw(cluster, successor)
+        state = conn.call(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[txn_id]).transaction_states[0]
+        conn.close()
+        assert state.error_code == 0 and state.transaction_state == "CompleteCommit", state
+        Req = WRITE_TXN_MARKERS.request
+        for partition, info in sorted(cluster.partitions(sink).items()):
+            conn = raw(cluster, info.leader_id)
+            answer = conn.call(WRITE_TXN_MARKERS, 1, markers=[Req.WritableTxnMarker(
+                producer_id=state.producer_id, producer_epoch=state.producer_epoch,
+                transaction_result=False, coordinator_epoch=0,
+                topics=[Req.WritableTxnMarkerTopic(name=sink, partition_indexes=[partition])])])
+            conn.close()
+            code = answer.markers[0].topics[0].partitions[0].error_code
+            assert code == ErrorCode.TRANSACTION_COORDINATOR_FENCED, (partition, code)
+    finally:
+        cluster.close()
+
+
+@needs_cluster_groups
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
+    """Rounds of SIGKILL (the transaction coordinator, a leader of the sink, the
+    controller: drawn with the printed seed), each broker restarted before the next."""
+    seed = pick_seed()
+    rng = random.Random(seed)
+    print(f"test_copy_is_exactly_once_under_random_kills seed={seed}")
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
+        source, sink = unique("chaos-in"), unique("chaos-out")
+        for topic in (source, sink):
+            cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        inputs = feed(cluster, source, 6000)
+        txn_id = unique("chaos-copier")
+        copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
+        kinds = ["coordinator", "leader", "controller"]
+        rng.shuffle(kinds)
+        kinds += [rng.choice(kinds) for _ in range(2)]  # each kind once, then any
+        for round_, kind in enumerate(kinds):
+            copier.wait_copied((round_ + 1) * len(inputs) // (len(kinds) + 1), 180)
+            if kind == "coordinator":
+                target = coordinator_of(cluster, txn_id)
+            elif kind == "leader":
+                target = cluster.leader_of(sink, rng.randrange(COPY_PARTITIONS))
+            else:
+                target = cluster.controller_id()
+            print(f"round {round_}: SIGKILL broker {target} ({kind}) at {copier.copied} copied")
+            cluster.kill(target)
+            cluster.restart(target)  # once ZooKeeper has ended its session
+            cluster.wait_for_brokers()
+        copier.finish(400)
+        anomalies = copier.anomalies("copy under random kills", inputs, seed)
+        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}, f"seed={seed}"
