@@ -30,7 +30,6 @@ import uuid
 
 import pytest
 
-from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_log import partition_for
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from tests.polling import wait_for
@@ -372,13 +371,6 @@ def txn_id_coordinated_by(cluster: Cluster, broker_id: int) -> str:
                 if partition_for(t, len(partitions)) in led)
 
 
-# Until the group coordinator of branch issue18-groups is merged, consumer groups (and so
-# send_offsets_to_transaction) do not work in a cluster.
-needs_cluster_groups = pytest.mark.skipif(not hasattr(GroupCoordinator, "load_partition"),
-                                          reason="the group coordinator does not follow leadership yet")
-
-
-@needs_cluster_groups
 def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(tmp_path, zookeeper,
                                                                                monkeypatch):
     victim = 2
@@ -429,7 +421,6 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         cluster.close()
 
 
-@needs_cluster_groups
 @pytest.mark.chaos
 @pytest.mark.timeout(600)
 def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
