@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import broker, cluster, codec, connections, durability, spark_write
+from bench import broker, cluster, codec, connections, coordinators, durability, spark_write
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -14,5 +14,7 @@ print()
 durability.main(["--quick"] if quick else [])
 print()
 cluster.main(["--quick"] if quick else [])  # 3 brokers under ZooKeeper vs one
+print()
+coordinators.main(["--quick"] if quick else [])  # groups and transactions in the cluster
 print()
 connections.main([])  # RSS per idle connection
