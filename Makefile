@@ -22,7 +22,7 @@ demo: $(STAMP)
 	@$(PY) -m examples.demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not chaos"
+	$(PY) -m pytest -q -m "not chaos and not long"
 
 # The long cluster failure runs (rolling restarts, a ZooKeeper outage, an offline
 # partition): -s shows each run's anomaly counts and seed.
@@ -30,9 +30,10 @@ chaos: $(STAMP)
 	$(PY) -m pytest -q -s -m chaos
 
 # The long runs kept out of `make test` (run before resolving sink work): the
-# exactly-once sink over 1,000 micro-batches, its transactional ids still bounded.
+# exactly-once sink where transactions time out, fail half way or are fenced, and over
+# 1,000 micro-batches with its transactional ids still bounded.
 test-long: $(STAMP)
-	SLUICE_SINK_BATCHES=1000 $(PY) -m pytest -q -s tests/test_spark_sink_failures.py -k bounded
+	SLUICE_SINK_BATCHES=1000 $(PY) -m pytest -q -s -m long
 
 # make bench BENCH_ARGS=--quick for the short run
 bench: $(STAMP)

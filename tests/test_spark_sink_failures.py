@@ -20,6 +20,7 @@ import threading
 import pytest
 
 pytest.importorskip("pyspark")
+pytestmark = pytest.mark.long  # minutes of Spark drivers outliving timeouts: `make test-long`
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.polling import wait_for  # noqa: E402
