@@ -81,7 +81,7 @@ class Sizes:
     step_timeout: float
 
 
-FULL = Sizes(records=5_000_000, produce_repeats=1, produce_partitions=(1, 8), clients=("python", "kcat"),
+FULL = Sizes(records=5_000_000, produce_repeats=3, produce_partitions=(1, 8), clients=("python", "kcat"),
              e2e_rate=10_000, e2e_seconds=15.0, e2e_warmup_seconds=2.0,
              failover_repeats=3, session_timeouts_ms=(DEFAULT_SESSION_MS, 6_000), failover_partitions=6,
              failover_rate=2_000, failover_warmup_seconds=3.0, failover_after_seconds=1.0,
