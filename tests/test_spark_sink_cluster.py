@@ -126,7 +126,7 @@ def count_anomalies(cluster: Cluster, test: str, output: str, expected: dict, se
     out = Output(bootstrap, output, PARTITIONS)
     committed = Output.ids(out.committed)
     aborted_at = {(r[1], r[7]) for r in out.aborted}
-    reads = read_by_two(bootstrap, output, PARTITIONS, "read_committed")
+    reads = read_by_two(bootstrap, output, PARTITIONS, "read_committed", len(expected))
     examples: list[str] = []
     counts = {"lost": len(set(expected) - set(committed)),
               "duplicated": sum(n - 1 for n in committed.values() if n > 1),
