@@ -18,12 +18,12 @@ import uuid
 import pytest
 
 from wire.client import (CLIENT_VERSIONS, EARLIEST, LATEST, READ_COMMITTED, AsyncClient,
-                         BrokerConnection, Client, ConnectionFailed, NewTopic, ProducerRecord,
+                         BrokerConnection, BrokerUnreachable, Client, ConnectionFailed, NewTopic, ProducerRecord,
                          ProtocolViolation, RequestTimedOut, ResponseTooLarge, UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import (API_VERSIONS, CREATE_TOPICS, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID,
-                           METADATA, OFFSET_FETCH, PRODUCE)
+                           LIST_OFFSETS, METADATA, OFFSET_FETCH, PRODUCE)
 from wire.protocol import decode_request, encode_response
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, build_batch, build_control_batch,
                           iter_batches)
@@ -863,3 +863,63 @@ def test_fetch_records_drops_aborted_transactions_and_earlier_offsets():
     assert read_committed.result.aborted_transactions == ((5, 0),)
     # The scripted metadata has no topic ids, so fetches stay below v13 and use names.
     assert {version for version, _ in broker.sent(FETCH)} == {12}
+
+
+def test_a_dead_leader_or_coordinator_is_waited_for_whatever_the_retry_count():
+    """A broker the cluster names (partition leader, coordinator) refusing connections is
+    a failover in progress: with one retry allowed, the client keeps asking until the
+    metadata / FindCoordinator names a live broker (here after 5 answers naming a closed
+    port), and gives up with BrokerUnreachable only at its retry timeout. A cluster of
+    which no broker answers still fails after the counted retries
+    (test_connecting_to_a_closed_port_fails_fast)."""
+    dead = closed_port()
+    named_dead = {"leader": 5, "coordinator": 5}
+
+    def metadata(body):
+        R = METADATA.response
+        host, port = broker.address.rsplit(":", 1)
+        leader = 2 if named_dead["leader"] > 0 else 1
+        named_dead["leader"] -= 1
+        return R(brokers=[R.MetadataResponseBroker(node_id=1, host=host, port=int(port)),
+                          R.MetadataResponseBroker(node_id=2, host="127.0.0.1", port=dead)],
+                 cluster_id="scripted", controller_id=1,
+                 topics=[R.MetadataResponseTopic(name="t", partitions=[R.MetadataResponsePartition(
+                     partition_index=0, leader_id=leader, replica_nodes=[1, 2], isr_nodes=[1, 2])])])
+
+    def find(body):
+        host, port = broker.address.rsplit(":", 1)
+        node, port = (2, dead) if named_dead["coordinator"] > 0 else (1, int(port))
+        named_dead["coordinator"] -= 1
+        return FIND_COORDINATOR.response(coordinators=[FIND_COORDINATOR.response.Coordinator(
+            key=k, node_id=node, host=host, port=port) for k in body.coordinator_keys])
+
+    def offset_fetch(body):
+        R = OFFSET_FETCH.response
+        return R(groups=[R.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
+            R.OffsetFetchResponseTopics(name="t", partitions=[R.OffsetFetchResponsePartitions(
+                partition_index=0, committed_offset=42, metadata="")])]) for g in body.groups])
+
+    def list_offsets(body):
+        R = LIST_OFFSETS.response
+        return R(topics=[R.ListOffsetsTopicResponse(name="t", partitions=[
+            R.ListOffsetsPartitionResponse(partition_index=0, offset=7, timestamp=-1)])])
+
+    broker = ScriptedBroker({METADATA: 12, FIND_COORDINATOR: 4, OFFSET_FETCH: 8, LIST_OFFSETS: 7},
+                            {METADATA.key: metadata, FIND_COORDINATOR.key: find,
+                             OFFSET_FETCH.key: offset_fetch, LIST_OFFSETS.key: list_offsets})
+
+    async def main():
+        async with contextlib.AsyncExitStack() as stack:
+            client = await start_scripted(broker, stack, retries=1, retry_backoff_max=0.05, retry_timeout=10)
+            end = (await client.list_offsets("t", [0], LATEST))[0].offset
+            committed = await client.fetch_offsets("g")
+            named_dead["coordinator"] = 1000
+            client.retry_timeout = 0.5
+            started = time.monotonic()
+            with pytest.raises(BrokerUnreachable, match=str(dead)):
+                await client.fetch_offsets("other")
+            return end, committed, time.monotonic() - started
+
+    end, committed, gave_up_after = run(main())
+    assert end == 7 and committed[("t", 0)].offset == 42
+    assert 0.4 < gave_up_after < 5

@@ -21,7 +21,10 @@
   SIGKILLed. The group carries on with the new coordinator. Counted by name, all 0:
   "lost" (acknowledged records no member processed), "committed offsets going
   backwards" (between successive OffsetFetch samples of the group), "lost commits"
-  (acknowledged commits missing after the failover, and at the end). The chaos version
+  (acknowledged commits missing after the failover, and at the end), and, with the
+  topic read back at the end by confluent-kafka and kafka-python beside the producer's
+  acknowledgements, "non-monotonic offsets" and "inconsistent offsets between
+  consumers" (tests/anomalies.py). The chaos version
   (`make chaos`) injects SLUICE_CHAOS_ROUNDS (default 5) faults drawn from the seed
   (printed; SLUICE_SEED replays it): SIGKILL of the coordinator, SIGSTOP of it past its
   session, SIGKILL of another broker.
@@ -53,6 +56,7 @@ from broker.config import BrokerConfig
 from broker.errors import BrokerError
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
+from tests.anomalies import offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from tests.polling import wait_for
@@ -609,15 +613,21 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
             final = sampler.record(client.fetch_offsets(group))
         lost += lost_commits(acknowledged_commits(workers), final, topic)
         processed = {i for w in workers for i in w.ids()}
+        # The topic read back by two independent consumers, the producer's acknowledgements
+        # (partition, offset, value) a third view of it.
+        views = {**read_by_two(cluster.bootstrap_servers, topic, partitions),
+                 "producer acks": [(a.partition, a.offset, a.value) for a in workload.acked]}
+        examples: list[str] = []
         counts = {"lost": len(acked - processed),
                   "committed offsets going backwards": len(sampler.backwards),
-                  "lost commits": len(lost)}
+                  "lost commits": len(lost),
+                  **offset_anomalies(views, examples)}
         print(f"{name} seed={seed}: acknowledged={len(acked)} processed={len(processed)} "
               f"failed sends={dict(workload.failed)} offset samples={sampler.samples} "
               f"(unanswered {dict(sampler.failures)}) commit failures seen by members="
               f"{sum(len(w.commit_failures) for w in workers)} " +
               " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()))
-        assert counts == {k: 0 for k in counts}, (sampler.backwards[:5], lost[:5])
+        assert counts == {k: 0 for k in counts}, (sampler.backwards[:5], lost[:5], examples)
     except AssertionError:
         for b in cluster.ids:
             print(f"---- broker {b}\n{cluster.output(b, 80)}")

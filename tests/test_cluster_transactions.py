@@ -13,8 +13,9 @@
 - Consume -> transform -> produce with send_offsets_to_transaction, copying a topic
   while the transaction coordinator's broker dies (SIGKILL, by the fail point right
   after PrepareCommit is committed): the new coordinator completes the prepared
-  transaction, and output == input exactly once (lost, duplicated, aborted reads all
-  0). A marker with the old coordinator epoch is then refused
+  transaction, and output == input exactly once as two independent read_committed
+  consumers (confluent-kafka, kafka-python) read it: lost, duplicated, aborted reads,
+  non-monotonic offsets and inconsistent offsets between consumers all 0. A marker with the old coordinator epoch is then refused
   (TRANSACTION_COORDINATOR_FENCED).
 - `chaos`: the same copy under random SIGKILLs of the coordinator, of a partition
   leader and of the controller (seed printed; SLUICE_SEED replays it).
@@ -31,6 +32,7 @@ import uuid
 import pytest
 
 from broker.groups.offsets_log import partition_for
+from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from tests.polling import wait_for
 from tests.test_transactions import Raw
@@ -197,6 +199,7 @@ def test_a_second_producer_fences_the_first_without_coordinator_checks_on_produc
 # -- consume -> transform -> produce across a coordinator failover ------------------------
 
 COPY_PARTITIONS = 3
+COPY_CLEAN = {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0, NON_MONOTONIC: 0, INCONSISTENT: 0}
 
 
 class Copier:
@@ -335,18 +338,29 @@ class Copier:
         assert self.copied >= self.expected, f"copied {self.copied} of {self.expected}"
 
     def anomalies(self, test: str, inputs: list[bytes], seed: int | None = None) -> dict:
-        read = read_committed(self.cluster, self.sink, COPY_PARTITIONS, len(inputs))
-        stripped = [value.rsplit(b"#", 1)[0] for value in read]
-        aborted_reads = sum(1 for value in read if int(value.rsplit(b"#", 1)[1]) in self.aborted)
-        counts = collections.Counter(stripped)
-        anomalies = {"lost": sum(1 for v in inputs if counts[v] == 0),
-                     "duplicated": sum(n - 1 for n in counts.values() if n > 1),
-                     "aborted reads": aborted_reads,
-                     "unexpected": sum(n for v, n in counts.items() if v not in set(inputs))}
-        print(f"{test}{'' if seed is None else f' seed={seed}'}: {len(inputs)} in, {len(read)} out, "
+        """The sink as two independent read_committed consumers (confluent-kafka,
+        kafka-python) read it: each one's lost, duplicated, aborted reads and unexpected
+        summed over both, and the offset anomalies between them."""
+        reads = read_by_two(self.cluster.bootstrap_servers, self.sink, COPY_PARTITIONS, "read_committed",
+                            len(inputs))
+        anomalies = {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+        for records in reads.values():
+            read = [value for _, _, value in records]
+            stripped = [value.rsplit(b"#", 1)[0] for value in read]
+            counts = collections.Counter(stripped)
+            anomalies["lost"] += sum(1 for v in inputs if counts[v] == 0)
+            anomalies["duplicated"] += sum(n - 1 for n in counts.values() if n > 1)
+            anomalies["aborted reads"] += sum(1 for value in read if int(value.rsplit(b"#", 1)[1]) in self.aborted)
+            anomalies["unexpected"] += sum(n for v, n in counts.items() if v not in set(inputs))
+        examples: list[str] = []
+        anomalies.update(offset_anomalies(reads, examples))
+        print(f"{test}{'' if seed is None else f' seed={seed}'}: {len(inputs)} in, "
+              f"{'/'.join(str(len(r)) for r in reads.values())} out ({', '.join(reads)}), "
               f"{len(self.committed)} transactions committed, {len(self.aborted)} aborted, "
               f"client errors {dict(self.failures)}; "
               + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
+        for example in examples:
+            print(f"  {example}")
         return anomalies
 
 
@@ -399,7 +413,7 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         assert "(1 to complete)" in "".join(cluster.processes[successor].output), \
             "the new coordinator did not complete the prepared transaction on load"
         anomalies = copier.anomalies("copy across a coordinator killed after PrepareCommit", inputs)
-        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+        assert anomalies == COPY_CLEAN
 
         # The markers written since carry the new coordinator epoch: one of the old epoch
         # (0) is refused by every partition of the sink.
@@ -453,4 +467,4 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
             cluster.wait_for_brokers()
         copier.finish(400)
         anomalies = copier.anomalies("copy under random kills", inputs, seed)
-        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}, f"seed={seed}"
+        assert anomalies == COPY_CLEAN, f"seed={seed}"

@@ -104,7 +104,7 @@ def record_id(value: bytes) -> str:
 class Output:
     """A topic's records, from the raw log, by fate: committed, aborted, open (no marker
     yet) or plain (non-transactional). Each record is (id, partition, key, value, headers,
-    producer id, producer epoch)."""
+    producer id, producer epoch, offset). `bootstrap` may list several brokers."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int):
         self.committed, self.aborted, self.open, self.plain = [], [], [], []
@@ -132,7 +132,7 @@ class Output:
                             (self.committed if committed else self.aborted).extend(pending.pop(pid, []))
                             continue
                         rows = [(record_id(r.value), p, r.key, r.value, tuple(r.headers), pid,
-                                 header.producer_epoch) for r in records]
+                                 header.producer_epoch, r.offset) for r in records]
                         if header.is_transactional:
                             pending.setdefault(pid, []).extend(rows)
                             last_write[pid] = header.max_timestamp

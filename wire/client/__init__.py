@@ -10,8 +10,8 @@ Broker error codes raise `wire.errors.KafkaError`; failures of the client itself
 
 from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
-from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
-                                ResponseTooLarge, UnsupportedVersion)
+from wire.client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
+                                RequestTimedOut, ResponseTooLarge, UnsupportedVersion)
 from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
                                DYNAMIC_BROKER_CONFIG, SET_CONFIG, SUBTRACT_CONFIG,
                                DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
@@ -30,7 +30,7 @@ from wire.client.versions import CLIENT_VERSIONS
 __all__ = [
     "AsyncClient", "Client", "BrokerConnection", "CLIENT_VERSIONS",
     "DEFAULT_MAX_DECOMPRESSED_BYTES", "DEFAULT_MAX_RESPONSE_BYTES",
-    "ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
+    "BrokerUnreachable", "ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
     "ResponseTooLarge", "UnsupportedVersion",
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_COMMITTED", "READ_UNCOMMITTED",
     "TOPIC_RESOURCE", "BROKER_RESOURCE", "UNKNOWN_CONFIG", "DYNAMIC_TOPIC_CONFIG",

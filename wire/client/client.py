@@ -21,8 +21,8 @@ import time
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
-from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
-                                UnsupportedVersion)
+from wire.client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
+                                RequestTimedOut, UnsupportedVersion)
 from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
                                READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
                                ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
@@ -248,7 +248,17 @@ class AsyncClient:
             broker = self._cluster.brokers.get(node_id)
             if broker is None:
                 raise ConnectionFailed(f"broker {node_id} is not in the cluster metadata")
-        return await self._connection(broker.host, broker.port)
+        return await self._named_connection(broker.host, broker.port)
+
+    async def _named_connection(self, host: str, port: int) -> BrokerConnection:
+        """A connection to a broker the cluster named for a role; BrokerUnreachable when
+        it cannot be had."""
+        try:
+            return await self._connection(host, port)
+        except BrokerUnreachable:
+            raise
+        except ConnectionFailed as exc:
+            raise BrokerUnreachable(str(exc)) from exc
 
     async def _any_connection(self) -> BrokerConnection:
         """A connection to some broker: an open one if any, else the first known broker
@@ -275,9 +285,10 @@ class AsyncClient:
     async def _retrying(self, attempt: Callable[[], Awaitable[_T]],
                         forget: Callable[[], None] | None = None) -> _T:
         """Run `attempt` until it succeeds, fails for good, or retries run out (a moving
-        coordinator's errors count against the time only). After a retriable error,
-        `forget()` drops what it makes doubtful, also when no retry is left: the next
-        call must not start from a dead coordinator or leader again."""
+        coordinator's errors and an unreachable leader or coordinator count against the
+        time only). After a retriable error, `forget()` drops what it makes doubtful, also
+        when no retry is left: the next call must not start from a dead coordinator or
+        leader again."""
         if self._closed:
             raise ClientError("the client is closed")
         loop = asyncio.get_running_loop()
@@ -293,7 +304,8 @@ class AsyncClient:
                 if (not exc.retriable or counted >= self.retries or self._closed
                         or loop.time() + delay > deadline):
                     raise
-                if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_MOVING):
+                if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_MOVING
+                        or isinstance(exc, BrokerUnreachable)):
                     counted += 1
             await asyncio.sleep(delay)
             retry += 1
@@ -614,7 +626,7 @@ class AsyncClient:
             coordinator = self._coordinators.get((key_type, key))
             if coordinator is None:
                 coordinator = await self._find_coordinator(key, key_type)
-            return await send(await self._connection(coordinator.host, coordinator.port))
+            return await send(await self._named_connection(coordinator.host, coordinator.port))
 
         return await self._retrying(attempt, lambda: self._coordinators.pop((key_type, key), None))
 

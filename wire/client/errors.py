@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-__all__ = ["ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
-           "ResponseTooLarge", "UnsupportedVersion"]
+__all__ = ["BrokerUnreachable", "ClientError", "ConnectionFailed", "ProtocolViolation",
+           "RequestTimedOut", "ResponseTooLarge", "UnsupportedVersion"]
 
 
 class ClientError(Exception):
@@ -21,6 +21,14 @@ class ConnectionFailed(ClientError, ConnectionError):
     """
 
     retriable = True
+
+
+class BrokerUnreachable(ConnectionFailed):
+    """A broker the cluster named (a partition's leader, a coordinator) cannot be reached:
+    it is down, and the cluster moves its roles elsewhere once it notices (its ZooKeeper
+    session ends). Like a moving coordinator, retried until the retry timeout without
+    counting against `retries`, as Kafka's clients wait for a node to come back or be
+    replaced; a cluster of which no broker is reachable still fails after the retries."""
 
 
 class RequestTimedOut(ClientError, TimeoutError):
