@@ -108,3 +108,15 @@ def spark_kafka(spark):
     if _spark_kafka_problem is not None:
         pytest.fail(f"Spark's Kafka connector is not on the classpath: {_spark_kafka_problem}")
     return spark
+
+
+@pytest.fixture
+def zk(zookeeper):
+    """A kazoo session with the module's ZooKeeper, to read and write znodes as a test."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()

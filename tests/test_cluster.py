@@ -27,7 +27,6 @@ import aiokafka
 import confluent_kafka
 import kafka
 import pytest
-from kazoo.client import KazooClient
 
 from broker.cluster.placement import assign_rack_unaware
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
@@ -43,15 +42,6 @@ MIN_ISR = {"min.insync.replicas": "2"}
 def cluster(tmp_path, zookeeper):
     with Cluster(tmp_path, zookeeper, brokers=3, properties=FAST_FAILOVER) as running:
         yield running
-
-
-@pytest.fixture
-def zk(zookeeper):
-    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 # -- the verifier ---------------------------------------------------------------------------

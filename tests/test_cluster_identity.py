@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from tests.cluster import FAST_FAILOVER, Cluster
 
@@ -75,15 +74,6 @@ def test_a_data_dir_of_another_cluster_or_broker_id_is_refused(tmp_path, zookeep
     finally:
         cluster_a.close()
         cluster_b.close()
-
-
-@pytest.fixture
-def zk(zookeeper):
-    client = KazooClient(hosts=zookeeper.hosts, timeout=10)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def test_a_second_process_with_a_live_brokers_id_is_refused(tmp_path, zookeeper, zk):

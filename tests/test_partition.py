@@ -254,13 +254,20 @@ def _fetch(replica_id: int, offset: int, max_wait_ms: int = 0):
                        partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
 
 
+def _leading_with_an_absent_follower(embedded):
+    """Partition 0 of a new topic "replicated", led here with broker 1 (which never
+    fetches unless a test fetches as it) in its ISR."""
+    with Client(embedded.bootstrap_servers) as client:
+        client.create_topics({"replicated": NewTopic(1, 1, {})})
+    partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
+    _on_loop(embedded, lambda: partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1]))
+    return partition
+
+
 def test_acks_all_waits_for_the_follower_and_times_out_without_it(tmp_path):
     with EmbeddedBroker(tmp_path / "data") as embedded:
-        with Client(embedded.bootstrap_servers) as client:
-            client.create_topics({"replicated": NewTopic(1, 1, {})})
+        _leading_with_an_absent_follower(embedded)
         port = embedded.broker.server.port
-        partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
-        _on_loop(embedded, lambda: partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1]))
         with connect(port) as sock:
             answer = roundtrip(sock, PRODUCE, 9, _produce(-1, 300, 0), 1).responses[0].partition_responses[0]
             assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT  # appended, never replicated
@@ -290,11 +297,8 @@ def test_pipelined_acks_all_produces_are_appended_at_once_and_answered_in_order(
     them all, and the responses come in order, a fetch behind them included (handled
     when it arrived, so it saw the high watermark before the follower fetched)."""
     with EmbeddedBroker(tmp_path / "data") as embedded:
-        with Client(embedded.bootstrap_servers) as client:
-            client.create_topics({"replicated": NewTopic(1, 1, {})})
+        partition = _leading_with_an_absent_follower(embedded)
         port = embedded.broker.server.port
-        partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
-        _on_loop(embedded, lambda: partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1]))
         with connect(port) as sock:
             sock.sendall(frame(PRODUCE, 9, _produce(-1, 30_000, 0), 1)
                          + frame(PRODUCE, 9, _produce(-1, 30_000, 1), 2)
