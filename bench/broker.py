@@ -1681,6 +1681,31 @@ def _rounded(value):
     return value
 
 
+def section_timer(results: dict):
+    """`timed(name, fn, *args)`: runs fn(*args), noting its seconds in
+    results["section_seconds"][name] (also when it fails)."""
+    results["section_seconds"] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            results["section_seconds"][name] = round(time.perf_counter() - t0, 1)
+
+    return timed
+
+
+def publish(name: str, results: dict, markdown: str, out_dir: str | None) -> None:
+    """Print a run's report and, unless `out_dir` is None, write it and the results
+    there (`write_result_files`), naming the files written."""
+    print()
+    print(markdown)
+    if out_dir is not None:
+        paths = write_result_files(name, results, out_dir, markdown)
+        print("written: " + ", ".join(os.path.relpath(p, REPO) for p in paths.values()))
+
+
 def write_result_files(name: str, results: dict, out_dir: str, markdown: str) -> dict:
     """`<name>-<date>[-<mode>].json` and `.md` in `out_dir` (a full run's without the mode),
     each written atomically; their paths."""
@@ -1758,16 +1783,9 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool 
                "sizes": dataclasses.asdict(sizes)}
     workdir = tempfile.mkdtemp(prefix="sluice-bench-broker-")
     started = time.perf_counter()
-    results["section_seconds"] = {}
+    timed = section_timer(results)
     results["kafka"] = {"version": None, "included": False,
                         "unavailable": None if with_kafka else "left out (--no-kafka)"}
-
-    def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            results["section_seconds"][name] = round(time.perf_counter() - t0, 1)
 
     def kafka_missing(reason):
         results["kafka"]["unavailable"] = reason

@@ -44,10 +44,11 @@ import tempfile
 import time
 import uuid
 
-from bench.broker import (DEFAULT_OUT, MB, REPO, VALUE_SIZE, SluiceTarget, _fmt, client_versions,
+from bench.broker import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, client_versions,
                           cpu_seconds, e2e_once, kcat_records_file, produce_kcat, produce_python,
-                          value_pool, watermarks, write_result_files)
+                          publish, section_timer, value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
+from tests.polling import wait_for
 
 BROKERS = 3
 REPLICATION = 3
@@ -99,18 +100,6 @@ TINY = dataclasses.replace(QUICK, records=3_000, produce_partitions=(1,), client
 
 # -- the cluster ------------------------------------------------------------------------
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    """Poll `predicate` until it returns something truthy; TimeoutError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:g} s for {what}")
-        time.sleep(interval)
-
-
 class LocalCluster:
     """`brokers` broker processes under a ZooKeeper chroot of their own, on fixed loopback
     ports; `properties` go into every broker's server.properties."""
@@ -142,7 +131,7 @@ class LocalCluster:
         try:
             for process in self.processes.values():
                 process.start(timeout=60)
-            wait_until(self._formed, self.timeout, f"brokers {sorted(self.processes)} to register "
+            wait_for(self._formed, self.timeout, f"brokers {sorted(self.processes)} to register "
                                                    "and agree on a controller")
         except BaseException:
             self.close()
@@ -191,7 +180,7 @@ class LocalCluster:
             seen = {getattr(self.metadata(b, []), "controller_id", None) for b in self.live}
             return list(seen) if len(seen) == 1 and seen <= set(self.live) else None
 
-        return wait_until(agreed, self.timeout, "the brokers to agree on a controller")[0]
+        return wait_for(agreed, self.timeout, "the brokers to agree on a controller")[0]
 
     def leaders(self, topic: str) -> dict[int, int]:
         """partition -> leader, once every live broker's Metadata agrees on a live leader
@@ -209,7 +198,7 @@ class LocalCluster:
                 views.append({p: i.leader_id for p, i in info.partitions.items()})
             return views[0] if all(v == views[0] for v in views) else None
 
-        return wait_until(agreed, self.timeout, f"{topic}: a leader and a full ISR per partition "
+        return wait_for(agreed, self.timeout, f"{topic}: a leader and a full ISR per partition "
                                                 "in every broker's Metadata")
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
@@ -693,18 +682,11 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
     results = {"mode": mode, "date": datetime.date.today().isoformat(),
                "started": datetime.datetime.now().isoformat(timespec="seconds"),
                "machine": machine_details(), "clients": client_versions(),
-               "load_average_before": os.getloadavg(), "sizes": dataclasses.asdict(sizes),
-               "section_seconds": {}}
+               "load_average_before": os.getloadavg(), "sizes": dataclasses.asdict(sizes)}
+    timed = section_timer(results)
     started = time.perf_counter()
     workdir = tempfile.mkdtemp(prefix="sluice-bench-cluster-")
     zookeeper = ZooKeeperServer(os.path.join(workdir, "zookeeper"))
-
-    def timed(name, fn, *args):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            results["section_seconds"][name] = round(time.perf_counter() - t0, 1)
 
     try:
         zookeeper.start()
@@ -916,12 +898,7 @@ def main(argv=None) -> None:
         print(line, flush=True)
 
     results = run(sizes, mode, sections, log)
-    report = markdown_report(results)
-    print()
-    print(report)
-    if not args.no_write:
-        paths = write_reports(results, args.out)
-        print("written: " + ", ".join(os.path.relpath(p, REPO) for p in paths.values()))
+    publish("cluster", results, markdown_report(results), None if args.no_write else args.out)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,11 @@ import threading
 import time
 import uuid
 
-from bench.broker import DEFAULT_OUT, REPO, VALUE_SIZE, SluiceTarget, _fmt, client_versions, write_result_files
-from bench.cluster import LocalCluster, wait_until
+from bench.broker import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
+from bench.cluster import LocalCluster
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
+from tests.polling import wait_for
 
 PARTITIONS = 6
 CONSUMERS = 3
@@ -153,9 +154,9 @@ def kill_once(zookeeper, workdir: str, sizes: Sizes) -> dict:
         members = [GroupMember(cluster.bootstrap, group, topic, stop) for _ in range(CONSUMERS)]
         for member in members:
             member.start()
-        wait_until(lambda: all(m.assigned and m.commits for m in members), sizes.step_timeout,
+        wait_for(lambda: all(m.assigned and m.commits for m in members), sizes.step_timeout,
                    "every consumer to be assigned partitions and to commit")
-        wait_until(lambda: _stable_on_live_coordinator(cluster, group), sizes.step_timeout,
+        wait_for(lambda: _stable_on_live_coordinator(cluster, group), sizes.step_timeout,
                    "the group to be Stable")
         time.sleep(sizes.warmup_seconds)
         victim = _coordinator(cluster, group)
@@ -163,10 +164,10 @@ def kill_once(zookeeper, workdir: str, sizes: Sizes) -> dict:
         killed_ns = time.monotonic_ns()
         cluster.processes[victim].proc.send_signal(signal.SIGKILL)
         cluster.processes[victim].proc.wait(30)
-        stable_at = wait_until(lambda: _stable_on_live_coordinator(cluster, group) and time.monotonic_ns(),
+        stable_at = wait_for(lambda: _stable_on_live_coordinator(cluster, group) and time.monotonic_ns(),
                                sizes.step_timeout, "the group to be Stable on a new coordinator",
                                interval=0.05)
-        wait_until(lambda: any(sent > killed_ns for m in members for sent, _ in m.commits),
+        wait_for(lambda: any(sent > killed_ns for m in members for sent, _ in m.commits),
                    sizes.step_timeout, "a commit sent after the kill to succeed", interval=0.05)
         first_commit = min(done for m in members for sent, done in m.commits if sent > killed_ns)
         return {"victim": victim, "victim_was_controller": victim == controller,
@@ -342,12 +343,7 @@ def main(argv=None) -> None:
         print(line, flush=True)
 
     results = run(sizes, mode, sections, log)
-    report = markdown_report(results)
-    print()
-    print(report)
-    if not args.no_write:
-        paths = write_result_files("coordinators", results, args.out, report)
-        print("written: " + ", ".join(os.path.relpath(p, REPO) for p in paths.values()))
+    publish("coordinators", results, markdown_report(results), None if args.no_write else args.out)
 
 
 if __name__ == "__main__":
