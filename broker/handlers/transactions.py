@@ -44,7 +44,6 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
 
 from __future__ import annotations
 
-import inspect
 
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_PRODUCERS,
@@ -173,13 +172,10 @@ async def txn_offset_commit(broker, header, request, client_host):
                 raise BrokerError(_offset_commit_error(code, version))
 
         try:
-            answer = broker.groups.txn_commit(
+            codes.update(await broker.groups.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch,
                 request.generation_id, request.member_id, request.group_instance_id, offsets,
-                verify=None if broker.config.cluster_mode else verify)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            codes.update(answer)
+                verify=None if broker.config.cluster_mode else verify))
         except BrokerError as exc:
             codes.update({tp: exc.code for tp in offsets})
     return Resp(throttle_time_ms=0, topics=[Resp.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
