@@ -30,6 +30,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.cluster.admin import ClusterTopicAdmin
 from broker.cluster.membership import ClusterMembership, new_cluster_id
 from broker.producer_ids import ProducerIdAllocator, local_block_reserver
+from broker.fetch_sessions import FetchSessionCache
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
@@ -73,6 +74,7 @@ class Broker:
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
         self.delayed = DelayedOperations(clock)  # fetches and acks=all produces waiting on partitions
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
         self.controller = None  # in a cluster: this broker's controller (active or not), once joined
         if config.cluster_mode:

@@ -204,6 +204,7 @@ class BrokerConfig:
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     connections_max_idle_ms: int = 600_000
     queued_max_requests: int = 500
+    max_incremental_fetch_session_cache_slots: int = 1000
     # Cluster mode (ZooKeeper): off while zookeeper_connect is None, the single node.
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
@@ -336,6 +337,7 @@ _CONNECTION_KEYS = {
     "max.connections.per.ip": ("max_connections_per_ip", 0, INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", 1, LONG_MAX),
     "queued.max.requests": ("queued_max_requests", 1, INT_MAX),
+    "max.incremental.fetch.session.cache.slots": ("max_incremental_fetch_session_cache_slots", 0, INT_MAX),
 }
 
 

@@ -13,8 +13,8 @@
   (producer id, first offset) with records between the fetch offset and the end of
   the batches returned, from the segments' transaction indexes (an empty list when
   there are none); `aborted_transactions` is null for read_uncommitted.
-- v7+ fetch sessions are declined: a request to open one (id 0, epoch 0) gets a full
-  response with session id 0; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+- v7+ incremental fetch sessions (KIP-227; broker.fetch_sessions): an incremental fetch
+  reads every partition of its session and answers only those with something new.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 - Only the leader is fetched from, by consumers and followers alike:
   NOT_LEADER_OR_FOLLOWER elsewhere. A partition with an error (this one included, as
@@ -34,6 +34,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
 from broker.errors import BrokerError
+from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH
 
 
 MIN_VERSION = 4
@@ -47,110 +48,161 @@ def _replica_id(request, version: int) -> int:
     return request.replica_id
 
 
-def _build(broker, request, version):
-    """One pass over the requested partitions: (response topics, bytes, partition keys,
-    whether a partition's answer is already final: an error or a diverging epoch, which
-    waiting cannot change)."""
+def _build(broker, request, version, wanted):
+    """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
+    in order): ((topic ref, PartitionData) answered, bytes, partition keys, whether a
+    partition's answer is already final: an error or a diverging epoch, which waiting
+    cannot change)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
+    by_id = version >= 13
     total = 0
     settled = False
     keys = []
-    topics_out = []
-    for fetch_topic in request.topics:
-        if version >= 13:
-            topic = broker.topics.by_id.get(fetch_topic.topic_id)
-            name = topic.name if topic else None
-        else:
-            name = fetch_topic.topic
-            topic = broker.topics.topics.get(name)
-        partitions_out = []
-        for wanted in fetch_topic.partitions:
-            out = _Resp.PartitionData(partition_index=wanted.partition, high_watermark=-1,
-                                      last_stable_offset=-1, log_start_offset=-1,
-                                      aborted_transactions=[] if committed else None,
-                                      preferred_read_replica=-1, records=b"")
-            partitions_out.append(out)
-            if topic is None:
-                known = (broker.metadata.topic_by_id(fetch_topic.topic_id) if version >= 13
-                         else broker.metadata.topic(name))
-                if known is not None:  # a cluster's topic this broker holds no replica of
-                    out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                else:
-                    out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                settled = True
-                continue
-            try:
-                partition = broker.topics.partition(name, wanted.partition)
-                keys.append(partition.key)
-                partition.check_leader_epoch(wanted.current_leader_epoch)
-                partition.check_leader()
-            except BrokerError as exc:
-                out.error_code = exc.code
-                settled = True
-                continue
-            try:
-                limit = max(min(wanted.partition_max_bytes, budget - total), 0)
-                diverging = None
-                if version >= 12 and wanted.last_fetched_epoch >= 0:
-                    diverging = partition.diverging_epoch(wanted.last_fetched_epoch, wanted.fetch_offset)
-                if diverging is not None:
-                    region = None
-                    settled = True
-                    out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
-                elif replica_id >= 0:
-                    region = None
-                    if partition.update_follower(replica_id, wanted.fetch_offset):
-                        region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
-                else:
-                    region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0)
-                    if committed:
-                        out.aborted_transactions = [
-                            _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-                            for a in aborted]
-            except BrokerError as exc:  # e.g. OFFSET_OUT_OF_RANGE, answered with the positions
-                out.error_code = exc.code
-                settled = True
+    answered = []
+    topics = {}  # ref -> (name, Topic or None)
+    for ref, wanted in wanted:
+        found = topics.get(ref)
+        if found is None:
+            topic = broker.topics.by_id.get(ref) if by_id else broker.topics.topics.get(ref)
+            found = topics[ref] = (topic.name if topic is not None else None, topic)
+        name, topic = found
+        out = _Resp.PartitionData(partition_index=wanted.partition, high_watermark=-1,
+                                  last_stable_offset=-1, log_start_offset=-1,
+                                  aborted_transactions=[] if committed else None,
+                                  preferred_read_replica=-1, records=b"")
+        answered.append((ref, out))
+        if topic is None:
+            known = broker.metadata.topic_by_id(ref) if by_id else broker.metadata.topic(ref)
+            if known is not None:  # a cluster's topic this broker holds no replica of
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            settled = True
+            continue
+        try:
+            partition = broker.topics.partition(name, wanted.partition)
+            keys.append(partition.key)
+            partition.check_leader_epoch(wanted.current_leader_epoch)
+            partition.check_leader()
+        except BrokerError as exc:
+            out.error_code = exc.code
+            settled = True
+            continue
+        try:
+            limit = max(min(wanted.partition_max_bytes, budget - total), 0)
+            diverging = None
+            if version >= 12 and wanted.last_fetched_epoch >= 0:
+                diverging = partition.diverging_epoch(wanted.last_fetched_epoch, wanted.fetch_offset)
+            if diverging is not None:
                 region = None
-            out.high_watermark = partition.high_watermark
-            out.last_stable_offset = partition.last_stable_offset
-            out.log_start_offset = partition.log_start_offset
-            if region is not None:
-                out.records = region
-                total += len(region)
-        topics_out.append(_Resp.FetchableTopicResponse(topic=name if version < 13 else None,
-                                                       topic_id=fetch_topic.topic_id if version >= 13 else ZERO_UUID,
-                                                       partitions=partitions_out))
-    return topics_out, total, keys, settled
+                settled = True
+                out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
+            elif replica_id >= 0:
+                region = None
+                if partition.update_follower(replica_id, wanted.fetch_offset):
+                    region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
+            else:
+                region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0)
+                if committed:
+                    out.aborted_transactions = [
+                        _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in aborted]
+        except BrokerError as exc:  # e.g. OFFSET_OUT_OF_RANGE, answered with the positions
+            out.error_code = exc.code
+            settled = True
+            region = None
+        out.high_watermark = partition.high_watermark
+        out.last_stable_offset = partition.last_stable_offset
+        out.log_start_offset = partition.log_start_offset
+        if region is not None:
+            out.records = region
+            total += len(region)
+    return answered, total, keys, settled
+
+
+def _grouped(answered, by_id: bool) -> list:
+    """FetchableTopicResponses of (topic ref, PartitionData) pairs, a topic's consecutive
+    partitions together."""
+    topics_out = []
+    current = last = None
+    for ref, out in answered:
+        if current is None or ref != last:
+            current = _Resp.FetchableTopicResponse(topic=None if by_id else ref,
+                                                   topic_id=ref if by_id else ZERO_UUID, partitions=[])
+            topics_out.append(current)
+            last = ref
+        current.partitions.append(out)
+    return topics_out
+
+
+class _Fetch:
+    """One Fetch request: the partitions it reads (the session's for an incremental one)
+    and the session it answers for: continued, to be opened with the answer, or none."""
+
+    __slots__ = ("request", "version", "wanted", "session", "opens")
+
+    def __init__(self, broker, request, version):
+        self.request = request
+        self.version = version
+        self.session = None
+        self.opens = False
+        by_id = version >= 13
+        epoch = request.session_epoch if version >= 7 else FINAL_EPOCH
+        if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+            if request.session_id:
+                broker.fetch_sessions.remove(request.session_id)
+            self.opens = epoch == INITIAL_EPOCH
+            self.wanted = [(t.topic_id if by_id else t.topic, p) for t in request.topics for p in t.partitions]
+        else:
+            self.session = broker.fetch_sessions.continue_session(request, by_id)
+            self.wanted = self.session.wanted()
+
+    def answer(self, broker, answered):
+        by_id = self.version >= 13
+        session = self.session
+        if session is not None:
+            answered = session.select(answered)
+        elif self.opens:
+            self.opens = False
+            session = broker.fetch_sessions.open(by_id, _replica_id(self.request, self.version) >= 0,
+                                                 self.wanted)
+            if session is not None:
+                session.select(answered)  # remembered as sent: a full answer sends them all
+        return _Resp(error_code=0, session_id=session.id if session is not None else 0,
+                     responses=_grouped(answered, by_id), throttle_time_ms=0)
 
 
 def handle(broker, header, request, client_host):
     """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
-    if version >= 7 and (request.session_id != 0 or request.session_epoch > 0):
-        return _Resp(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
+    try:
+        fetch = _Fetch(broker, request, version)
+    except BrokerError as exc:  # the session named is gone or out of step
+        return _Resp(error_code=exc.code, session_id=0, responses=[])
     deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
-    response, _ = _answer_if_ready(broker, request, version, deadline)
-    return response if response is not None else _long_poll(broker, request, version, deadline)
+    response, _ = _answer_if_ready(broker, fetch, deadline)
+    return response if response is not None else _long_poll(broker, fetch, deadline)
 
 
-def _answer_if_ready(broker, request, version, deadline):
+def _answer_if_ready(broker, fetch, deadline):
     """(response, None) once `min_bytes` are there, a partition has an error or a diverging
     epoch (as Kafka answers at once), the deadline passed or nothing can arrive; else
     (None, the partition keys to wait on)."""
-    topics_out, total, keys, settled = _build(broker, request, version)
+    request = fetch.request
+    answered, total, keys, settled = _build(broker, request, fetch.version, fetch.wanted)
     if total >= request.min_bytes or settled or deadline <= broker.clock.monotonic() or not keys:
-        return _Resp(error_code=0, session_id=0, responses=topics_out, throttle_time_ms=0), None
+        return fetch.answer(broker, answered), None
     return None, keys
 
 
-async def _long_poll(broker, request, version, deadline):
+async def _long_poll(broker, fetch, deadline):
     """Wait for the requested partitions' high watermarks until `min_bytes` or the deadline.
     Checked before each wait, the first included: data may have come between the handler's
     check and this task's start, waking nobody."""
     while True:
-        response, keys = _answer_if_ready(broker, request, version, deadline)
+        response, keys = _answer_if_ready(broker, fetch, deadline)
         if response is not None:
             return response
         await broker.delayed.wait(keys, deadline - broker.clock.monotonic())

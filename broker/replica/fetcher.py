@@ -10,6 +10,13 @@ one task per leader, one Fetch at a time covering every partition followed there
   = the log's latest epoch, current_leader_epoch = the epoch the controller gave. The
   records are appended unchanged (`Partition.append_as_follower`) with the leader's high
   watermark and log start offset.
+- In an incremental fetch session (KIP-227), as Kafka's followers fetch: a request lists
+  only partitions whose fetch position changed, forgets those no longer fetched, and
+  the leader answers only partitions with news, so idle partitions cost nothing per
+  round trip. Any failure, or an answer dropped because its partition changed meanwhile,
+  starts a new session with a full fetch.
+- A partition added while a fetch waits at the leader does not wait for that long poll
+  to end: the fetch is abandoned (its connection closed) and a new one lists it.
 - OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what this follower
   lacks): the log is emptied and starts at the leader's log start offset.
 - Retried after replica.fetch.backoff.ms: connection failures, and answers that the
@@ -29,6 +36,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import FETCH, OFFSET_FOR_LEADER_EPOCH
 
 from broker.errors import BrokerError
+from broker.fetch_sessions import INITIAL_EPOCH, next_epoch
 
 log = logging.getLogger("sluice.fetcher")
 
@@ -37,6 +45,39 @@ _OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 _RETRIED = (ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
             ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+class _Session:
+    """This follower's side of its fetch session with one leader: the session id, the
+    epoch of the next request (0: open a session with a full fetch), and what the leader
+    was last told of each partition."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.id = 0
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[tuple[str, int], tuple] = {}
+
+    def next_request(self, fetching: dict) -> tuple[dict, list]:
+        """(the partitions to list, the keys to forget) for `fetching`: every partition in
+        a full fetch, else only new or changed ones."""
+        if self.epoch == INITIAL_EPOCH:
+            return fetching, []
+        listed = {key: value for key, value in fetching.items() if self.sent.get(key) != value}
+        return listed, [key for key in self.sent if key not in fetching]
+
+    def answered(self, session_id: int, fetching: dict) -> None:
+        """A response without a top-level error to the request for `fetching`."""
+        if self.epoch != INITIAL_EPOCH and session_id != self.id:
+            self.reset()  # the leader closed the session
+        elif session_id == 0:
+            self.reset()  # no slot at the leader: full fetches, asking again each time
+        else:
+            self.id = session_id
+            self.epoch = next_epoch(self.epoch)
+            self.sent = dict(fetching)
 
 
 class ReplicaFetcher:
@@ -49,11 +90,16 @@ class ReplicaFetcher:
         self._partitions: dict[tuple[str, int], object] = {}  # key -> Partition
         self._truncate: set[tuple[str, int]] = set()  # keys still to truncate before fetching
         self._held: set[tuple[str, int]] = set()  # keys waiting for the next LeaderAndIsr
-        self._changed = asyncio.Event()
-        self._connection = BrokerConnection(host, port, client_id=f"broker-{local_id}-fetcher-{leader_id}",
-                                            request_timeout=config.replica_socket_timeout_ms / 1000,
-                                            connect_timeout=config.replica_socket_timeout_ms / 1000)
+        self._changed = asyncio.Event()  # partitions added or removed
+        self._added: asyncio.Future | None = None  # resolved by add() while a fetch waits
+        self._session = _Session()
+        self._connection = self._connect()
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _connect(self) -> BrokerConnection:
+        timeout = self._config.replica_socket_timeout_ms / 1000
+        return BrokerConnection(*self.address, client_id=f"broker-{self.local_id}-fetcher-{self.leader_id}",
+                                request_timeout=timeout, connect_timeout=timeout)
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader {self.leader_id} at {self.address[0]}:{self.address[1]})"
@@ -68,6 +114,8 @@ class ReplicaFetcher:
         self._truncate.add(partition.key)
         self._held.discard(partition.key)
         self._changed.set()
+        if self._added is not None and not self._added.done():
+            self._added.set_result(None)
 
     def remove(self, key) -> None:
         self._partitions.pop(key, None)
@@ -95,9 +143,11 @@ class ReplicaFetcher:
                 progressed = await self._fetch_once()
             except (ClientError, ConnectionError, OSError) as exc:
                 log.info("%r: %s; retrying in %g s", self, exc, backoff)
+                self._session.reset()
                 progressed = False
             except BrokerError as exc:  # e.g. a full disk while appending: retried
                 log.warning("%r: %s; retrying in %g s", self, exc, backoff)
+                self._session.reset()
                 progressed = False
             if not progressed:
                 await self._clock.sleep(backoff)
@@ -154,39 +204,71 @@ class ReplicaFetcher:
         the leader answered without error (so the next fetch follows at once)."""
         cfg = self._config
         Req = FETCH.request
-        by_topic: dict[str, list] = {}
-        epochs = {}  # the leader epoch each partition was fetched at
-        for (topic, index), partition in self._partitions.items():
-            if (topic, index) in self._held or (topic, index) in self._truncate:
-                continue
-            epochs[(topic, index)] = partition.leader_epoch
-            by_topic.setdefault(topic, []).append(Req.FetchPartition(
-                partition=index, current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log_end_offset, last_fetched_epoch=partition.latest_epoch,
-                log_start_offset=partition.log_start_offset,
-                partition_max_bytes=cfg.replica_fetch_max_bytes))
-        if not by_topic:
+        fetching = {}  # key -> (fetch offset, leader epoch, last fetched epoch, log start offset)
+        for key, partition in self._partitions.items():
+            if key not in self._held and key not in self._truncate:
+                fetching[key] = (partition.log_end_offset, partition.leader_epoch, partition.latest_epoch,
+                                 partition.log_start_offset)
+        if not fetching:
             return False
+        session = self._session
+        listed, forgotten = session.next_request(fetching)
+        by_topic: dict[str, list] = {}
+        for (topic, index), (offset, leader_epoch, last_epoch, log_start) in listed.items():
+            by_topic.setdefault(topic, []).append(Req.FetchPartition(
+                partition=index, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                last_fetched_epoch=last_epoch, log_start_offset=log_start,
+                partition_max_bytes=cfg.replica_fetch_max_bytes))
+        gone: dict[str, list] = {}
+        for topic, index in forgotten:
+            gone.setdefault(topic, []).append(index)
         request = Req(replica_id=self.local_id, max_wait_ms=cfg.replica_fetch_wait_max_ms,
                       min_bytes=cfg.replica_fetch_min_bytes, max_bytes=cfg.replica_fetch_response_max_bytes,
-                      isolation_level=0, session_id=0, session_epoch=-1,
+                      isolation_level=0, session_id=session.id, session_epoch=session.epoch,
                       topics=[Req.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
-                      forgotten_topics_data=[], rack_id="")
-        timeout = cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000
-        response = await self._connection.request(FETCH, _FETCH_VERSION, request, timeout=timeout)
+                      forgotten_topics_data=[Req.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()],
+                      rack_id="")
+        response = await self._request_unless_added(request)
+        if response is None:
+            return True
         if response.error_code != ErrorCode.NONE:
             log.info("%r: fetch answered %s", self, ErrorCode(response.error_code).name)
+            session.reset()
             return False
+        session.answered(response.session_id, fetching)
         healthy = True
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
                 partition = self._partitions.get(key)
-                if partition is None or key in self._truncate or partition.leader_epoch != epochs.get(key):
+                if partition is None or key in self._truncate or key not in fetching \
+                        or partition.leader_epoch != fetching[key][1]:
+                    session.reset()  # what the leader takes as sent was not applied
                     continue  # removed, re-added or given a new leader epoch while the fetch was out
                 if not self._apply(key, partition, data):
                     healthy = False
         return healthy
+
+    async def _request_unless_added(self, request):
+        """The Fetch's response, or None when partitions were added while it waited: then
+        the connection, with the long poll still pending at the leader, is replaced."""
+        cfg = self._config
+        timeout = cfg.replica_socket_timeout_ms / 1000 + cfg.replica_fetch_wait_max_ms / 1000
+        fetch = asyncio.ensure_future(self._connection.request(FETCH, _FETCH_VERSION, request, timeout=timeout))
+        added = self._added = asyncio.get_running_loop().create_future()
+        try:
+            done, _ = await asyncio.wait((fetch, added), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._added = None
+            if not fetch.done():
+                fetch.cancel()
+        if fetch not in done:
+            await asyncio.gather(fetch, return_exceptions=True)
+            await self._connection.close()
+            self._connection = self._connect()
+            self._session.reset()
+            return None
+        return fetch.result()
 
     def _apply(self, key, partition, data) -> bool:
         code = data.error_code
