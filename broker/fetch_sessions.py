@@ -16,8 +16,9 @@ asked for and what it was last told, so each side lists only what changed.
   start offset other than the one last sent. A partition answered with an error is sent
   again at its next change. Partitions whose records were returned move to the end of
   the session, so a fetch's byte budget reaches every partition in turn.
-- A partition answered UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID leaves the
-  session, so a session holds at most the partitions that exist.
+- A partition stays in the session whatever its answer (as in Kafka): one unknown here
+  now, e.g. a new topic a follower heard of before its leader did, is answered with its
+  error each time until it exists, and then served.
 - The cache holds `max.incremental.fetch.session.cache.slots` sessions (Kafka's 1000).
   When full, a new session takes the slot of the least recently used one idle for
   EVICTION_S, else of the smallest consumer session when the new one is a follower's or
@@ -36,7 +37,6 @@ FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
 EVICTION_S = 120.0  # Kafka's fetch session eviction time
 _INT32_MAX = 2**31 - 1
-_FORGETTING_ERRORS = frozenset((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID))
 
 
 def next_epoch(epoch: int) -> int:
@@ -117,9 +117,7 @@ class FetchSession:
                 continue
             if cached.must_send(out):
                 chosen.append((ref, out))
-                if out.error_code in _FORGETTING_ERRORS:
-                    del self.partitions[key]
-                elif out.records:
+                if out.records:
                     rotate.append(key)
         for key in rotate:
             self.partitions[key] = self.partitions.pop(key)
