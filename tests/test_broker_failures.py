@@ -905,12 +905,16 @@ def test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing(tmp_path
         while produced < total or kills:
             assert time.monotonic() < deadline, \
                 f"stuck: {produced} produced, {acked_count} acknowledged, kills left {kills}"
-            produce(chunk)
+            if len(producer) < 4 * chunk:  # not far ahead: records are left for each kill
+                produce(chunk)
             producer.poll(PACE)
             if kills and acked_count >= kills[0][0]:
                 _, before_kill, down = kills.pop(0)
                 produce(chunk)  # fresh requests on their way while the broker dies
-                time.sleep(before_kill)
+                waited_until = time.monotonic() + before_kill
+                while time.monotonic() < waited_until:  # and still coming while it waits
+                    produce(chunk // 4)
+                    producer.poll(0.002)
                 outstanding_at_kill.append(len(producer))
                 proc.kill()
                 for _ in range(2):  # keep producing while the broker is down
