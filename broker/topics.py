@@ -245,7 +245,7 @@ class TopicManager:
         try:
             topic.partitions[index] = self._partition(PartitionLog(
                 self._partition_dir(name, index), name, index, self.config.log_config(topic.configs),
-                recovery_point=None, clock=self._clock))
+                recovery_point=None, clock=self._clock, new=True))
             self._write_registry()
         except OSError as exc:
             self._remove_new_logs(topic, index, index + 1)
@@ -416,7 +416,7 @@ class TopicManager:
             for p in range(current, count):
                 topic.partitions[p] = self._partition(PartitionLog(
                     self._partition_dir(topic.name, p), topic.name, p, log_config,
-                    recovery_point=None, clock=self._clock))
+                    recovery_point=None, clock=self._clock, new=True))
         except OSError as exc:
             self._remove_new_logs(topic, current, count)
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,

@@ -77,15 +77,26 @@ class AppendResult:
 class PartitionLog:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig, *,
                  recovery_point: int | None, log_start_offset: int = 0, high_watermark: int = 0,
-                 clock: Clock = SYSTEM_CLOCK):
+                 clock: Clock = SYSTEM_CLOCK, new: bool = False):
         """Open (or create) the log in `directory`. `recovery_point` is the offset up to
-        which data is known flushed, or None after a clean shutdown (nothing to check)."""
+        which data is known flushed, or None after a clean shutdown (nothing to check).
+        `new`: a partition being created, whose directory does not exist yet: it is made
+        empty, with no file read or written (its files appear with its first batch), so
+        that creating thousands of partitions costs little more than their directories."""
         self.directory = directory
         self._clock = clock
         self.topic = topic
         self.partition = partition
         self.config = config
-        os.makedirs(directory, exist_ok=True)
+        fresh = False
+        if new:
+            try:
+                os.mkdir(directory)
+                fresh = True
+            except FileExistsError:
+                pass
+        if not fresh:
+            os.makedirs(directory, exist_ok=True)
         self.producer_state = ProducerStateManager(directory)
         self.segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
@@ -94,12 +105,18 @@ class PartitionLog:
         # Files created in the directory since its last fsync (the first flush after
         # start-up syncs it once): a flushed segment must not vanish with its name.
         self._directory_unsynced = True
-        self._load(recovery_point)
+        if fresh:
+            self.segments = [LogSegment(directory, 0, config.index_interval_bytes, clock.wall_ms(),
+                                        empty=True)]
+            self._base_offsets = [0]
+        else:
+            self._load(recovery_point)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = 0
         self.update_high_watermark(high_watermark)
         self.epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
-        self._load_epochs()
+        if not fresh:
+            self._load_epochs()
         self.recovery_point = self.log_end_offset if recovery_point is None else \
             min(recovery_point, self.log_end_offset)
 

@@ -93,7 +93,8 @@ class LogSegment:
     """A `.log` file plus its `.index` and `.timeindex`, named by the base offset."""
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
-                 created_ms: int):
+                 created_ms: int, empty: bool = False):
+        """`empty`: a segment known to have no file yet (a new partition's first)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -105,7 +106,7 @@ class LogSegment:
         self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
         self._file: SegmentFile | None = None  # for appending, open while the segment is active
         self._torn_tail = False  # bytes of a failed write may follow `size` in the file
-        self.size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        self.size = 0 if empty or not os.path.exists(self.path) else os.path.getsize(self.path)
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
         # Largest timestamp appended so far and the offset of its batch; filled lazily
