@@ -1,24 +1,26 @@
 """One TCP connection to one broker: framing, correlation ids, pipelining, timeouts and
 ApiVersions negotiation.
 
-Many requests may be in flight at once. A single reader task takes responses off the
-socket and hands each to the request with the same correlation id; decoding happens in
-the requesting task. Kafka answers a connection's requests in order, so when one times
-out every later one is stuck behind it: the connection is then closed, its pending
-requests fail, and the next request opens a fresh connection.
+Many requests may be in flight at once. The socket's protocol (`_Wire`) cuts responses
+off the socket as they arrive and hands each to the request with the same correlation
+id; decoding happens in the requesting task. A large response (a Fetch's records) is
+read in place into a buffer of its own, which serves again for a later response once
+nothing refers to the earlier one. Kafka answers a connection's requests in order, so
+when one times out every later one is stuck behind it: the connection is then closed,
+its pending requests fail, and the next request opens a fresh connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
+import mmap
 import os
 import socket
 import struct
 
-from wire.client.errors import (ConnectionFailed, ProtocolViolation, RequestTimedOut,
+from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
                                 ResponseTooLarge, UnsupportedVersion)
 from wire.client.versions import CLIENT_VERSIONS, choose_version
 from wire.error_codes import ErrorCode
@@ -37,6 +39,8 @@ _CORRELATION_ID = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
 # How many correlation ids of unanswered requests (acks=0 Produce) are remembered.
 _MAX_UNANSWERED = 1024
+_READ_BUFFER = 64 * 1024  # responses up to this size are copied out of one read buffer
+_KEPT_FRAMES = 4          # buffers of larger responses kept for reuse, per connection
 
 
 class BrokerConnection:
@@ -54,8 +58,7 @@ class BrokerConnection:
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
         self.broker_versions: dict[int, tuple[int, int]] = {}  # api key -> (min, max)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
+        self._wire: _Wire | None = None  # the open socket's protocol
         self._pending: dict[int, asyncio.Future] = {}  # by correlation id
         # Requests sent expecting no response, oldest first. Kafka never answers them;
         # some brokers do (librdkafka's mock cluster answers acks=0 Produce), and
@@ -71,7 +74,7 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._wire is not None
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.address}, {'open' if self.connected else 'closed'})"
@@ -82,16 +85,18 @@ class BrokerConnection:
 
     async def open(self) -> None:
         """Connect and negotiate versions, unless already connected."""
-        if self._writer is not None:
+        if self._wire is not None:
             return
         async with self._open_lock:
-            if self._writer is not None:
+            if self._wire is not None:
                 return
             if self._closed:
                 raise ConnectionFailed(f"connection to {self.address} was closed by the client")
+            loop = asyncio.get_running_loop()
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout)
+                _, wire = await asyncio.wait_for(
+                    loop.create_connection(lambda: _Wire(self), self.host, self.port),
+                    self.connect_timeout)
             except asyncio.TimeoutError:
                 raise ConnectionFailed(f"cannot connect to {self.address}: no answer within "
                                        f"{self.connect_timeout:g} s") from None
@@ -101,8 +106,9 @@ class BrokerConnection:
                 else:
                     reason = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ConnectionFailed(f"cannot connect to {self.address}: {reason}") from exc
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read_responses(reader, writer))
+            if wire.lost.done():  # closed by the broker at once
+                raise ConnectionFailed(f"connection to {self.address} closed by the broker")
+            self._wire = wire
             try:
                 self.broker_versions = await self._negotiate()
             except BaseException as exc:
@@ -133,13 +139,10 @@ class BrokerConnection:
     async def close(self) -> None:
         """Close for good: pending requests fail, and no reconnection follows."""
         self._closed = True
-        writer, task = self._writer, self._reader_task
+        wire = self._wire
         self._drop(ConnectionFailed(f"connection to {self.address} closed by the client"))
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
-        if writer is not None:
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+        if wire is not None:
+            await asyncio.shield(wire.lost)
 
     # -- internals -----------------------------------------------------------------
     async def _negotiate(self) -> dict[int, tuple[int, int]]:
@@ -200,8 +203,8 @@ class BrokerConnection:
 
     async def _write(self, api: Api, version: int, body: Struct,
                      expect_response: bool = False) -> asyncio.Future | None:
-        writer = self._writer
-        if writer is None:
+        wire = self._wire
+        if wire is None:
             raise ConnectionFailed(f"connection to {self.address} is closed")
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
         header = RequestHeader(request_api_key=api.key, request_api_version=version,
@@ -215,66 +218,154 @@ class BrokerConnection:
             future = self._pending[correlation_id] = asyncio.get_running_loop().create_future()
         else:
             self._unanswered.append(correlation_id)
-        writer.write(_SIZE.pack(len(frame)))
-        writer.write(frame)
-        try:
-            await writer.drain()
-        except OSError as exc:  # pending requests, this one included, fail with it
-            self._drop(ConnectionFailed(f"connection to {self.address} lost: {exc}"), writer)
-        if future is None and writer is not self._writer:
+        wire.transport.writelines((_SIZE.pack(len(frame)), frame))
+        await wire.drained()
+        if future is None and wire is not self._wire:
             raise ConnectionFailed(f"connection to {self.address} lost while sending {api.name}")
         return future
 
-    async def _read_responses(self, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> None:
-        """Match every response to its pending request until the connection ends."""
-        try:
-            while True:
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if size > self.max_response_bytes:
-                    raise ResponseTooLarge(f"{self.address} announced a {size}-byte response, "
-                                           f"above max_response_bytes={self.max_response_bytes}")
-                if size < 4:
-                    raise ProtocolViolation(f"{self.address} sent a response frame of "
-                                            f"{size} bytes")
-                frame = memoryview(await reader.readexactly(size))
-                correlation_id = _CORRELATION_ID.unpack_from(frame)[0]
-                future = self._pending.pop(correlation_id, None)
-                if future is None:
-                    if correlation_id not in self._unanswered:
-                        raise ProtocolViolation(f"{self.address} answered unknown correlation "
-                                                f"id {correlation_id}")
-                    while self._unanswered.popleft() != correlation_id:
-                        pass  # answers come in order: earlier ones will not come any more
-                    continue
-                if not future.done():  # not cancelled by its caller
-                    future.set_result(frame)
-        except asyncio.IncompleteReadError:
-            error = ConnectionFailed(f"connection to {self.address} closed by the broker")
-        except OSError as exc:
-            error = ConnectionFailed(f"connection to {self.address} lost: {exc}")
-        except ProtocolViolation as exc:
-            error = exc
-        except asyncio.CancelledError:
+    def _on_frame(self, wire: "_Wire", frame) -> None:
+        """A response off the socket: to the request with its correlation id."""
+        if wire is not self._wire:
             return
-        self._drop(error, writer)
+        if len(frame) < 4:
+            raise ProtocolViolation(f"{self.address} sent a response frame of {len(frame)} bytes")
+        correlation_id = _CORRELATION_ID.unpack_from(frame)[0]
+        future = self._pending.pop(correlation_id, None)
+        if future is None:
+            if correlation_id not in self._unanswered:
+                raise ProtocolViolation(f"{self.address} answered unknown correlation "
+                                        f"id {correlation_id}")
+            while self._unanswered.popleft() != correlation_id:
+                pass  # answers come in order: earlier ones will not come any more
+            return
+        if not future.done():  # not cancelled by its caller
+            future.set_result(frame)
 
-    def _drop(self, error: Exception, writer: asyncio.StreamWriter | None = None) -> None:
+    def _drop(self, error: Exception, wire: "_Wire | None" = None) -> None:
         """Close the socket and fail every pending request with `error`."""
-        if writer is not None and writer is not self._writer:
+        if wire is not None and wire is not self._wire:
             return  # a newer connection has replaced this one
-        writer, self._writer = self._writer, None
-        task, self._reader_task = self._reader_task, None
-        if writer is not None:
-            writer.close()
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.transport.close()
         pending, self._pending = self._pending, {}
         self._unanswered.clear()
         for future in pending.values():
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: no "never retrieved" warnings
+
+
+class _Wire(asyncio.BufferedProtocol):
+    """The socket of one BrokerConnection: cuts response frames out of what arrives and
+    passes each to the connection, in order. Frames up to _READ_BUFFER bytes are copied
+    out of one read buffer; a larger one is read in place into a buffer of its own and
+    passed as a view, and that buffer is taken again for a later frame once no view of
+    it is left (a fresh one would fault in every page as it fills)."""
+
+    def __init__(self, connection: BrokerConnection):
+        self.connection = connection
+        self.transport: asyncio.Transport | None = None
+        self.lost = asyncio.get_running_loop().create_future()  # done when the socket closes
+        self._buf = bytearray(_READ_BUFFER)
+        self._start = self._end = 0
+        self._frame: mmap.mmap | None = None  # a large frame being read
+        self._filled = 0
+        self._kept: collections.deque[mmap.mmap] = collections.deque(maxlen=_KEPT_FRAMES)
+        self._writable: asyncio.Future | None = None  # while writing is paused
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled:]
+        if self._end == len(self._buf):  # a partial frame at the end: move it to the front
+            rest = self._end - self._start
+            self._buf[:rest] = self._buf[self._start:self._end]
+            self._start, self._end = 0, rest
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._frame is not None:
+                self._filled += nbytes
+                if self._filled < len(self._frame):
+                    return
+                frame, self._frame = self._frame, None
+                self.connection._on_frame(self, memoryview(frame))
+                return
+            self._end += nbytes
+            self._cut_frames()
+        except ClientError as exc:
+            self.connection._drop(exc, self)
+
+    def _cut_frames(self) -> None:
+        buf = self._buf
+        while self._end - self._start >= 4:
+            size = _SIZE.unpack_from(buf, self._start)[0]
+            if size > self.connection.max_response_bytes:
+                raise ResponseTooLarge(f"{self.connection.address} announced a {size}-byte "
+                                       f"response, above max_response_bytes="
+                                       f"{self.connection.max_response_bytes}")
+            if size < 4:
+                raise ProtocolViolation(f"{self.connection.address} sent a response frame of "
+                                        f"{size} bytes")
+            start = self._start + 4
+            have = self._end - start
+            if have >= size:
+                self._start = start + size
+                self.connection._on_frame(self, memoryview(bytes(memoryview(buf)[start:start + size])))
+                continue
+            if 4 + size > len(buf):
+                self._frame = self._lend(size)
+                self._frame[:have] = buf[start:self._end]
+                self._filled = have
+                self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _lend(self, size: int) -> mmap.mmap:
+        """A buffer of `size` bytes: a kept one no view refers to any more (resizing fails
+        while one does), else a new anonymous mapping, kept for later."""
+        for frame in self._kept:
+            try:
+                frame.resize(size)
+            except BufferError:
+                continue
+            return frame
+        frame = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        self._kept.append(frame)
+        return frame
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes: connection_lost follows
+
+    def connection_lost(self, exc) -> None:
+        if exc is None:
+            error = ConnectionFailed(f"connection to {self.connection.address} closed by the broker")
+        else:
+            error = ConnectionFailed(f"connection to {self.connection.address} lost: {exc}")
+        self.connection._drop(error, self)
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    async def drained(self) -> None:
+        """Until the socket takes more: writing waits while the transport's buffer is full."""
+        if self._writable is not None and not self._writable.done():
+            await asyncio.shield(self._writable)
 
 
 def _decode_body(api: Api, version: int, frame: memoryview) -> Struct:
