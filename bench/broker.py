@@ -1,7 +1,7 @@
 """Broker benchmarks: Sluice's broker, Apache Kafka and librdkafka's mock cluster side by side.
 
 The three brokers run in the same benchmark run, each as a process of its own on 127.0.0.1:
-- sluice: `python -m broker` (tests.broker_process.BrokerProcess), durable on disk in a
+- sluice: `python -m broker` (sluice.broker_process.BrokerProcess), durable on disk in a
   temporary directory;
 - kafka: Apache Kafka (tests.maven.KAFKA_VERSION, from Maven Central) as one KRaft node in
   combined mode, in a JVM of its own with Kafka's default heap and GC settings, its log on
@@ -201,7 +201,7 @@ class SluiceTarget:
     name = "sluice"
 
     def __init__(self, workdir: str, sizes: Sizes):
-        from tests.broker_process import BrokerProcess
+        from sluice.broker_process import BrokerProcess
 
         self.data_dir = os.path.join(workdir, f"sluice-{uuid.uuid4().hex[:6]}")
         os.makedirs(self.data_dir)
@@ -857,7 +857,7 @@ def startup_times(process, repeats: int, timeout: float) -> dict:
 
 
 def bench_log(workdir: str, sizes: Sizes, pool, log) -> dict:
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
     from wire.client import Client, NewTopic
 
     timeout = sizes.step_timeout

@@ -2,7 +2,7 @@
 
 Every process runs on 127.0.0.1 and is started by this run: one ZooKeeper server
 (sluice.zookeeper: Debian's package), and brokers (`python -m broker`, through
-tests.broker_process) with a generated server.properties each: broker.id,
+sluice.broker_process) with a generated server.properties each: broker.id,
 zookeeper.connect under a chroot of its own per cluster, and the settings named in the
 report. The single broker is the default single node, without ZooKeeper
 (bench.broker.SluiceTarget). Before anything is measured, a group is described on both
@@ -50,7 +50,7 @@ from bench.broker import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, clien
                           cpu_seconds, e2e_once, kcat_records_file, produce_kcat, produce_python,
                           publish, section_timer, value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
-from tests.polling import wait_for
+from sluice.polling import wait_for
 
 BROKERS = 3
 REPLICATION = 3
@@ -111,7 +111,7 @@ class LocalCluster:
     def __init__(self, workdir: str, zookeeper, properties: dict | None = None,
                  brokers: int = BROKERS, timeout: float = 120.0):
         from sluice.cluster import free_ports
-        from tests.broker_process import BrokerProcess
+        from sluice.broker_process import BrokerProcess
 
         self.chroot = f"/bench-{uuid.uuid4().hex[:12]}"
         self.directory = os.path.join(workdir, self.chroot.lstrip("/"))

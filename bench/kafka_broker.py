@@ -1,7 +1,7 @@
 """Apache Kafka itself as a benchmark target: a single-node KRaft broker in a JVM of its own.
 
 The broker comes from Maven Central's `org.apache.kafka:kafka_2.13` artifacts and their
-dependencies (tests.maven resolves and caches the classpath once). One node runs in
+dependencies (sluice.maven resolves and caches the classpath once). One node runs in
 combined mode (process.roles=broker,controller, node.id=1), its PLAINTEXT and CONTROLLER
 listeners on free 127.0.0.1 ports, its log in a temporary directory that `stop()` removes.
 The storage is formatted first (`kafka.tools.StorageTool format --standalone`, outside the
@@ -35,6 +35,8 @@ import tempfile
 import time
 import uuid
 
+from sluice import maven
+
 HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G)
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 JVM_FLAGS = ["-Xms1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -52,18 +54,11 @@ class KafkaUnavailable(RuntimeError):
     """Kafka could not be resolved or started; the message says why."""
 
 
-def _maven():
-    from tests import maven
-
-    return maven
-
-
 def version() -> str:
-    return _maven().KAFKA_VERSION
+    return maven.KAFKA_VERSION
 
 
 def broker_classpath() -> list:
-    maven = _maven()
     try:
         return maven.classpath([f"org.apache.kafka:kafka_2.13:{maven.KAFKA_VERSION}"])
     except maven.MavenUnavailable as e:
@@ -71,7 +66,6 @@ def broker_classpath() -> list:
 
 
 def tools_classpath() -> list:
-    maven = _maven()
     try:
         return maven.classpath([f"org.apache.kafka:kafka-tools:{maven.KAFKA_VERSION}"])
     except maven.MavenUnavailable as e:
@@ -79,7 +73,6 @@ def tools_classpath() -> list:
 
 
 def _java(entries, main_class: str, *args: str, heap: str, flags=()) -> list[str]:
-    maven = _maven()
     try:
         command = maven.java_command(entries, main_class, *args, heap=heap, quick_start=False)
     except maven.MavenUnavailable as e:

@@ -119,7 +119,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
     import confluent_kafka
     import pyspark
 
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
     from wire.client import Client, NewTopic
 
     results = {"mode": mode, "date": datetime.date.today().isoformat(),
