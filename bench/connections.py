@@ -19,7 +19,7 @@ import struct
 import tempfile
 import time
 
-from bench.broker import DEFAULT_OUT, _atomic_write, memory_kib
+from bench.common import DEFAULT_OUT, _atomic_write, memory_kib
 from bench.machine import describe_machine
 
 _SIZE = struct.Struct(">i")

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 
-from bench.broker import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
+from bench.common import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
 from bench.cluster import LocalCluster
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details

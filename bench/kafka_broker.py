@@ -10,7 +10,7 @@ settings (bin/kafka-server-start.sh: -Xmx1G -Xms1G, G1 with 20 ms pauses) and no
 logging (no SLF4J binding is on the classpath; log4j2 is set to ERROR). `start()` waits,
 bounded, for the first Metadata answer naming a broker.
 
-`KafkaTarget` has the interface of bench.broker's SluiceTarget and MockTarget; when Kafka
+`KafkaTarget` has the interface of bench.common's SluiceTarget and MockTarget; when Kafka
 cannot be resolved (no network, no Maven, no Java) or does not start, `KafkaUnavailable`
 says why and the benchmarks carry on without it.
 
@@ -260,7 +260,7 @@ class KafkaBrokerProcess:
 
 
 class KafkaTarget:
-    """bench.broker's target interface around a KafkaBrokerProcess."""
+    """bench.common's target interface around a KafkaBrokerProcess."""
 
     name = "kafka"
 
@@ -365,7 +365,7 @@ def producer_performance(bootstrap: str, topic: str, records: int, record_size: 
 
 
 def main() -> None:
-    from bench.broker import memory_kib
+    from bench.common import memory_kib
 
     with KafkaBrokerProcess() as kafka:
         print(f"Kafka {version()} on {kafka.bootstrap_servers}: storage formatted in "

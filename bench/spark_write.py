@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from bench import spark_read
-from bench.broker import DEFAULT_OUT, _fmt, _loads, _rounded, write_result_files
+from bench.common import DEFAULT_OUT, _fmt, _loads, _rounded, write_result_files
 from bench.machine import describe_machine, machine_details
 
 PARTITIONS = 8
