@@ -174,8 +174,9 @@ def main(argv=None) -> None:
     if sizes.consume_per_partition * (VALUE_SIZE + 12) > MOCK_PARTITION_BYTES:
         parser.error("consume_per_partition exceeds what the mock cluster keeps per partition")
     print(f"machine: {describe_machine()}")
-    print(f"broker benchmarks ({mode}): sluice (process, on disk) vs Apache Kafka (JVM, KRaft, on "
-          f"disk) vs librdkafka mock cluster (process, in memory), 127.0.0.1", flush=True)
+    print(f"broker benchmarks ({mode}): sluice (process, on disk)"
+          + ("" if args.no_kafka else " vs Apache Kafka (JVM, KRaft, on disk)")
+          + " vs librdkafka mock cluster (process, in memory), 127.0.0.1", flush=True)
 
     def log(line):
         print(line, flush=True)
@@ -183,8 +184,7 @@ def main(argv=None) -> None:
     results = run(sizes, mode, sections, log, with_kafka=not args.no_kafka)
     print()
     print(text_table(results["table"], results["targets"]))
-    print("(broker CPU/RSS: /proc of each broker process, Kafka's JVM and the mock's too; e2e: the "
-          "mock never ends a waiting fetch early, compare it at fetch.wait 1; see the .md notes)")
+    print("(broker CPU and RSS: /proc of each broker's process; how each figure was taken: the .md's Method)")
     if not results["kafka"]["included"]:
         print(f"KAFKA NOT IN THIS RUN: {results['kafka']['unavailable'] or 'no section that uses it ran'}")
     print(f"({results['seconds']:.0f} s: {results['section_seconds']}; load average before "

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 
-from bench.broker.consume import CONSUME_CLIENTS
+from bench.broker.consume import CONSUME_CLIENTS, CONSUMER_QUEUE
 from bench.broker.e2e import E2E_VARIANTS
-from bench.common import BROKERS, MB, MIB, _atomic_write, _fmt, _loads, _rounded
+from bench.broker.perftest import PERFTEST_SKIPPED
+from bench.common import BROKERS, CLK_TCK, MB, MIB, VALUE_SIZE, _atomic_write, _fmt, _loads, _rounded
 from bench.machine import describe_machine
 
 
@@ -127,17 +128,19 @@ def behind_kafka(rows: list[dict]) -> list[dict]:
     return behind
 
 
+def _target(name: str, ratio, limit: float, higher_is_better: bool, detail: str, **against) -> dict:
+    """One target: met when the ratio is on the right side of the limit, None when not run."""
+    met = None if ratio is None else ratio >= limit if higher_is_better else ratio <= limit
+    return {"target": name, "ratio": ratio, "limit": limit, **against,
+            "higher_is_better": higher_is_better, "met": met, "detail": detail}
+
+
 def evaluate_targets(results: dict) -> list[dict]:
     """The issue's targets: each met / NOT met with its ratio (never asserted)."""
     targets = []
 
-    def add(name, ratio, limit, higher_is_better, detail):
-        if ratio is None:
-            met = None
-        else:
-            met = ratio >= limit if higher_is_better else ratio <= limit
-        targets.append({"target": name, "ratio": ratio, "limit": limit,
-                        "higher_is_better": higher_is_better, "met": met, "detail": detail})
+    def add(*target):
+        targets.append(_target(*target))
 
     produce = results.get("produce") or []
     for client in ("python", "kcat"):
@@ -191,10 +194,8 @@ def kafka_targets(results: dict) -> list[dict]:
     start, a lower RSS idle and under load. Each met / NOT met, never asserted."""
     targets = []
 
-    def add(name, ratio, limit, higher_is_better, detail):
-        met = None if ratio is None else ratio >= limit if higher_is_better else ratio <= limit
-        targets.append({"target": name, "ratio": ratio, "limit": limit, "vs": "kafka",
-                        "higher_is_better": higher_is_better, "met": met, "detail": detail})
+    def add(*target):
+        targets.append(_target(*target, vs="kafka"))
 
     produce = results.get("produce") or []
     for client in ("python", "kcat"):
@@ -274,7 +275,8 @@ def text_table(rows: list[dict], targets: list[dict]) -> str:
 
 
 def consume_figures(results: dict) -> str:
-    """This run's consume ratios and each broker's CPU share of the time."""
+    """This run's consume ratios, each broker's CPU beside the wall time, and the cold starts
+    that took over 1.5x their median."""
     consume = results.get("consume") or []
     parts = []
     for client in CONSUME_CLIENTS:
@@ -286,7 +288,12 @@ def consume_figures(results: dict) -> str:
         cpu = ", ".join(f"{name} {r['broker_cpu_s']:.2f} s of {r['seconds']:.2f} s" for name in BROKERS
                         if (r := _pick(consume, broker=name, client=client)))
         parts.append(f"{client}: Sluice {' and '.join(vs)} (broker CPU {cpu})")
-    return "In this run: " + "; ".join(parts) + "." if parts else ""
+    if not parts:
+        return ""
+    slow = [f"{r['client']} {r['broker']} {x:.2f} s (median {r['seconds']:.2f} s)"
+            for r in consume for x in r["all_seconds"] if x > 1.5 * r["seconds"]]
+    return ("In this run: " + "; ".join(parts) + ". Cold starts over 1.5x their median: "
+            + ("; ".join(slow) if slow else "none") + ".")
 
 
 def profile_figures(profile: dict) -> str:
@@ -300,66 +307,71 @@ def profile_figures(profile: dict) -> str:
             + ", ".join(f"`{e['function']}` {e['share']:.0%}" for e in top) + ".")
 
 
-NOTES = [
-    "Apache Kafka runs as it ships: one KRaft node in combined mode (broker and controller in "
-    "one JVM), Kafka's default heap and GC settings (-Xmx1g -Xms1g, G1, as bin/kafka-server-start.sh), "
-    "no fsync per write (Kafka's default, like Sluice's), its log in a temporary directory on the "
-    "same disk, num.partitions=4 and auto-created topics as for the other brokers, replication "
-    "factor 1, group.initial.rebalance.delay.ms=0; no SLF4J binding on the classpath, so it logs "
-    "nothing. Topics are created with the admin API and the benchmark waits until every "
-    "partition's leader is known before producing. Its JVM compiles as it goes: the first runs "
-    "against it run partly interpreted (no warm-up round is given to any broker).",
-    "Kafka's ProducerPerformance (kafka-tools, Java client) produces the same record count of "
-    "100-byte values (random letters, its default) with acks=all and the same batching as the "
-    "other producers (linger.ms=5, batch.size=1000000, idempotence off); its rate is its own, "
-    "clocked from the first send (the JVM's start is outside it). Its MB/s are converted from "
-    "MiB to MB.",
-    "Start-up: a fresh broker per start, from starting its process (`python -m broker`, the JVM, "
-    "the mock's process) to the first answer to a Metadata request naming a broker, polled every "
-    "20 ms on a new connection; Kafka's storage is formatted beforehand (kafka-storage format "
-    "--standalone, a JVM of its own) and that time is reported apart. Idle RSS is read after "
-    "idle_seconds without clients. RSS under load is the highest VmHWM over the produce runs.",
-    "The mock cluster runs in a process of its own (bench.mock_broker, through librdkafka's C "
-    "API), not inside the benchmark process, so its CPU and RSS are read from /proc/<pid> like "
-    "Sluice's; that process also holds an idle Python interpreter (~10 MB RSS, no CPU). The "
-    "client's CPU (producer/consumer, this process and kcat) is in the JSON as client_cpu_s.",
-    "Broker CPU comes from /proc/<pid>/stat in clock ticks (10 ms): short runs read as 0.",
-    "Produce: every configuration writes a fresh topic; the high watermarks are checked "
-    "against the records sent. Python client and kcat send the same 100-byte values "
-    "(log-line-like text, so lz4 gains about what it gains on real events); keyless, so "
-    "librdkafka's sticky partitioner spreads them over the partitions. kcat ships its own "
-    "librdkafka (older than confluent-kafka's).",
-    "Consume: a cold start (consumer creation, metadata, first fetches included), on a "
-    "topic filled beforehand within the mock's ~5 MB per partition; runs alternate between "
-    "the brokers and the median is kept. Both clients get room for the whole topic in "
-    "librdkafka's local queue (queued.min.messages, queued.max.messages.kbytes): past those "
-    "thresholds librdkafka pauses fetching for fetch.queue.backoff.ms (1 s), which a cold "
-    "read of the whole topic would otherwise measure instead of the broker. Now and then "
-    "librdkafka starts a cold consumer 500 ms late, with either broker: it handles the "
-    "assignment before the metadata has named the partitions' leader ('no current leader "
-    "for partition' in its debug log) and retries the offset query on a 500 ms timer. The "
-    "median of the repeats leaves such runs out; all_seconds in the JSON shows them.",
-    "End-to-end latency: records sent at a fixed rate by a producer in this process, received "
-    "by a consumer in another (bench.e2e_consumer), both timed with CLOCK_MONOTONIC; the first "
-    "records (warm-up) are not counted. Four settings, identical for every broker: producer "
-    "linger.ms 0 (the target's setting) or 1, consumer fetch.wait.max.ms 500 (librdkafka's "
-    "default) or 1. The mock cluster does not answer a waiting fetch when data arrives (it "
-    "always waits fetch.wait.max.ms on an empty fetch), so only fetch.wait.max.ms=1 compares "
-    "brokers there. With linger.ms=0 at 10,000 records/s the producer sends a request every "
-    "record or few: a broker that cannot keep up with the request rate falls behind and the "
-    "latency grows for as long as the run lasts. A consumer more than ~5 MB behind loses "
-    "records on the mock (it drops its oldest data; the consumer resets to the earliest): "
-    "those show as 'lost' records, the percentiles cover the records that arrived.",
-    "Log scaling and start-up: Sluice only (the mock keeps no log). The partition holds 50 "
-    "small batches (10 records) at the head, ~1 MiB batches, then 50 small batches at the "
-    "tail, so a 4 KB fetch at either end returns one small batch; head and tail fetches "
-    "alternate. Start-up is the time from starting `python -m broker` to its 'listening on' "
-    "line (interpreter start and imports included), the fastest of the clean starts (other "
-    "work on the machine can only lengthen one; the JSON has them all); the start "
-    "after SIGKILL is the first start after killing the broker right after writing. The page "
-    "cache is warm throughout (no cache dropping on a shared machine).",
-    "All three brokers, the clients and this harness share the machine's cores.",
-]
+def method(results: dict) -> list[str]:
+    """What this run did, section by section (only the sections that ran): the clients, their
+    settings, the sizes and how each figure was read. Nothing here is a reading of the figures."""
+    sizes, kafka = results["sizes"], results.get("kafka") or {}
+    brokers = [b for b in BROKERS if (b == "sluice" and (results.get("log") or results.get("profile")))
+               or any(isinstance(rows, list) and any(isinstance(r, dict) and r.get("broker") == b for r in rows)
+                      for rows in results.values())]
+    notes = [f"Brokers in this run: {', '.join(brokers) or 'none'}, each a process of its own on 127.0.0.1; "
+             f"they, the clients and this harness share the machine's {results['machine']['cores']} cores. "
+             f"Broker CPU: user + system time from /proc/<pid>/stat, in clock ticks of {1000 / CLK_TCK:g} ms. "
+             "Peak RSS: VmHWM from /proc/<pid>/status, reset before each run where the kernel allows "
+             "(peak_rss_since in the JSON). Client CPU (this process and kcat) is client_cpu_s in the JSON. "
+             "No unmeasured round precedes the measured runs (apart from the e2e warm-up)."]
+    if kafka.get("included"):
+        notes.append("Kafka: server.properties from bench.kafka_broker (num.partitions=4 and auto-created "
+                     "topics as for the others, replication factor 1, group.initial.rebalance.delay.ms=0, "
+                     "no flush settings), log4j2 at ERROR; topics are created with the admin API and "
+                     "produced to once every partition's leader is listed.")
+    if results.get("produce"):
+        notes.append(f"Produce: each run writes {sizes['records']:,} keyless {VALUE_SIZE}-byte values "
+                     "(bench.common.value_pool, the same for both clients) into a fresh topic, linger.ms=5, "
+                     "batch.size=1000000, idempotence off; "
+                     f"{sizes['produce_repeats']} run(s) per configuration and broker, taking turns, the "
+                     "median kept; the records written (sum of high watermarks) are checked against those sent.")
+    if isinstance(results.get("perftest"), list) and results["perftest"]:
+        left_out = [b for b in PERFTEST_SKIPPED if b in brokers]
+        notes.append(f"ProducerPerformance (kafka-tools {kafka.get('version') or '?'}): {sizes['records']:,} "
+                     f"records of {VALUE_SIZE} bytes, acks=all, the producers' batching settings; its rate is "
+                     "its own, clocked from its first send; its MB/s converted from MiB/s"
+                     + (f"; not run against {', '.join(left_out)} (bench/broker/perftest.py)." if left_out else "."))
+    if results.get("consume"):
+        queue = ", ".join(f"{k}={v}" for k, v in CONSUMER_QUEUE.items())
+        extra = "; ".join(f"'{c}' also sets " + ", ".join(f"{k}={v}" for k, v in config.items())
+                          for c, config in CONSUME_CLIENTS.items() if config)
+        notes.append(f"Consume: cold starts (consumer creation, metadata and first fetches included) of a "
+                     f"topic of {sizes['consume_partitions']} partitions x {sizes['consume_per_partition']:,} "
+                     f"records filled beforehand; {sizes['consume_repeats']} run(s) per client and broker, "
+                     f"taking turns, the median kept (all_seconds in the JSON). Every consumer gets {queue}"
+                     + (f"; {extra}." if extra else "."))
+    if results.get("e2e"):
+        settings = ", ".join(f"linger.ms={linger}/fetch.wait.max.ms={wait}" for linger, wait in E2E_VARIANTS)
+        notes.append(f"End-to-end latency: {sizes['e2e_rate']:,} records/s for {sizes['e2e_seconds']:g} s "
+                     f"after {sizes['e2e_warmup_seconds']:g} s of warm-up (not counted), sent with acks=all "
+                     "by a paced producer in this process and received by a consumer in another "
+                     f"(bench.e2e_consumer), both timed with CLOCK_MONOTONIC; settings: {settings}. "
+                     "'lost' counts records sent that never arrived; the percentiles cover those that arrived.")
+    if results.get("startup"):
+        notes.append(f"Start-up: {sizes['cold_starts']} fresh broker(s) of each kind, taking turns, each "
+                     "timed from starting its process to the first Metadata answer naming a broker, polled "
+                     "every 20 ms on a new connection; the fastest is the figure. Idle RSS is read "
+                     f"{sizes['idle_seconds']:g} s after that answer, without clients; RSS under load is the "
+                     "highest VmHWM over the produce runs.")
+    if results.get("log"):
+        notes.append("Log scaling: one partition of 50 batches of 10 records, then ~1 MiB batches, then 50 "
+                     f"batches of 10 records; {sizes['fetch_samples']} fetches of at most 4096 bytes at each end, "
+                     "head and tail alternating. Start-up is timed from starting `python -m broker` to its "
+                     f"'listening on' line, the fastest of {sizes['startup_repeats']} clean start(s) (all in "
+                     "the JSON); 'after SIGKILL' is the first start after the running broker was killed with "
+                     "SIGKILL. The page cache is not dropped.")
+    if results.get("partitions"):
+        notes.append(f"Many partitions: a fresh broker of each kind, {sizes['many_partitions']:,} partitions in topics "
+                     f"of {sizes['many_partitions_per_topic']}; Metadata timed with confluent-kafka's list_topics "
+                     f"and the wire client, median of {sizes['metadata_samples']}; then "
+                     f"{sizes['many_records_per_partition']} record(s) per partition produced with acks=all.")
+    return notes
 
 
 def _profile_section(kind: str, profile: dict) -> list[str]:
@@ -377,8 +389,8 @@ def _profile_section(kind: str, profile: dict) -> list[str]:
 
 
 def cpu_per_record(results: dict) -> list[str]:
-    """Broker CPU per million records for the produce and consume runs where Sluice is behind
-    Kafka: whether the gap is the broker's own work or elsewhere (client, waiting)."""
+    """Wall time, broker CPU (also per million records) and client CPU, Sluice's beside
+    Kafka's, for the produce and consume runs where Sluice is behind Kafka."""
     lines = []
     for section, keys in (("produce", ("client", "acks", "partitions", "compression")),
                           ("perftest", ("client", "partitions")), ("consume", ("client",))):
@@ -392,23 +404,16 @@ def cpu_per_record(results: dict) -> list[str]:
             label = " ".join(f"acks={s[key]}" if key == "acks" else f"{s[key]}p" if key == "partitions"
                              else str(s[key]) for key in keys)
             per = {r["broker"]: r["broker_cpu_s"] / r["records"] * 1e6 for r in (s, k)}
-            if s["broker_cpu_s"] <= k["broker_cpu_s"]:
-                reading = ("Sluice's broker used no more CPU than Kafka's: the gap is not its computing "
-                           "(per-request latency, the client, or other load)")
-            else:
-                reading = (f"Sluice's broker used {s['broker_cpu_s'] - k['broker_cpu_s']:.2f} CPU-s more "
-                           f"({s['broker_cpu_s'] / max(k['broker_cpu_s'], 0.01):.1f}x): see the profile")
             lines.append(f"| {section} {label} | {1 - s['records_per_s'] / k['records_per_s']:.0%} | "
                          f"{s['seconds']:.2f} / {k['seconds']:.2f} | {s['broker_cpu_s']:.2f} / "
                          f"{k['broker_cpu_s']:.2f} | {per['sluice']:.2f} / {per['kafka']:.2f} | "
-                         f"{s['client_cpu_s']:.2f} / {k['client_cpu_s']:.2f} | {reading} |")
+                         f"{s['client_cpu_s']:.2f} / {k['client_cpu_s']:.2f} |")
     if not lines:
         return []
-    return ["", "Where the produce and consume time goes, per run where Sluice is behind (Sluice / "
-            "Kafka; broker CPU from /proc, client CPU this process's and kcat's; on a machine "
-            "whose cores broker and client share, a broker's CPU comes out of the client's):", "",
-            "| run | Sluice behind by | wall s | broker CPU s | broker CPU s per M records | client CPU s | this run says |",
-            "|---|---:|---:|---:|---:|---:|---|"] + lines
+    return ["", "Wall time and CPU of each run where Sluice is behind (Sluice / Kafka; broker CPU "
+            "from /proc, client CPU this process's and kcat's):", "",
+            "| run | Sluice behind by | wall s | broker CPU s | broker CPU s per M records | client CPU s |",
+            "|---|---:|---:|---:|---:|---:|"] + lines
 
 
 def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_name: str | None) -> str:
@@ -416,7 +421,7 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
     if kafka.get("included"):
         kafka_line = (f"- kafka: Apache Kafka {kafka['version']} (Maven Central's kafka_2.13), one KRaft node "
                       "in combined mode (broker and controller), a JVM of its own with Kafka's default "
-                      "heap and GC flags (-Xmx1g -Xms1g, G1), log on the same disk as Sluice's "
+                      "heap and GC flags (-Xmx1g -Xms1g, G1), its log in a temporary directory "
                       "(bench.kafka_broker).")
     else:
         kafka_line = f"- kafka: NOT IN THIS RUN: {kafka.get('unavailable') or 'no section that uses it ran'}"
@@ -427,14 +432,12 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
           f"(librdkafka {results['clients']['librdkafka']}), {results['clients']['kcat']}"
           + (f", Kafka's ProducerPerformance {kafka['version']}" if kafka.get("included") else ""),
           f"- sizes: {json.dumps(results['sizes'])}",
-          "- sluice: `python -m broker` process, data on local disk (temporary directory);"
-          " mock: librdkafka's mock cluster in a process of its own (bench.mock_broker), log"
-          " in memory, ~5 MB kept per partition.",
+          "- sluice: `python -m broker`, its data in a temporary directory; mock: librdkafka's mock"
+          " cluster in a process of its own (bench.mock_broker), its log in memory.",
           kafka_line,
           f"- run time: {results['seconds']:.0f} s ({results.get('section_seconds', {})}); "
           f"load average (1/5/15 min) before {_loads(results, 'before')}, after "
-          f"{_loads(results, 'after')} on {results['machine']['cores']} cores (other work on the "
-          f"machine shows here)", ""]
+          f"{_loads(results, 'after')} on {results['machine']['cores']} cores", ""]
     md += ["## Targets", "", "| target | ratio | needs | verdict | detail |", "|---|---|---|---|---|"]
     for t in targets:
         ratio = _ratio(t["ratio"])
@@ -447,11 +450,13 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
                   f"{_fmt(r.get('kafka'))} | {_fmt(r['mock'])} | {_x(r.get('ratio_kafka'))} | {_x(r['ratio'])} |")
     startup = results.get("startup") or []
     if startup:
+        k = _pick(startup, broker="kafka")
         md += ["", "Start-up: a fresh broker per start, timed from starting its process to its first "
-                   "Metadata answer naming a broker (Kafka: the JVM's start, its storage formatted "
-                   "beforehand" + (f", which took {k['format_s']:.2f} s more"
-                                   if (k := _pick(startup, broker="kafka")) and k.get("format_s") else "")
-                   + "); all starts: " + "; ".join(
+                   "Metadata answer naming a broker"
+                   + (" (Kafka: the JVM's start, its storage formatted beforehand"
+                      + (f", which took {k['format_s']:.2f} s more" if k.get("format_s") else "") + ")"
+                      if k else "")
+                   + "; all starts: " + "; ".join(
                        f"{r['broker']} " + ", ".join(f"{x:.2f}" for x in r["all_start_s"]) + " s"
                        for r in startup) + ". Threads once idle: " + ", ".join(
                        f"{r['broker']} {r['threads']}" for r in startup) + "."]
@@ -461,7 +466,7 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
                    f"{large['segment_bytes'] // MIB} MiB, filled at {large['fill']['bulk_mb_per_s']:.0f} MB/s "
                    f"(wire client, 1 MiB batches, 4 in flight, acks=1). First fetch after a clean "
                    f"restart: head {large['first_fetch_after_restart_ms']['head']:.2f} ms, tail "
-                   f"{large['first_fetch_after_restart_ms']['tail']:.2f} ms. Page cache warm throughout."]
+                   f"{large['first_fetch_after_restart_ms']['tail']:.2f} ms."]
     behind = behind_kafka(rows)
     if behind:
         md += ["", "## Where Sluice is behind Kafka", "",
@@ -470,19 +475,15 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
         md += [f"| {r['section']} | {r['name']} | {r['unit']} | {_fmt(r['sluice'])} | {_fmt(r['kafka'])} | "
                f"{r['gap']} |" for r in behind]
         md += cpu_per_record(results)
-        md += ["", "The consume time split (librdkafka's protocol log) and the broker's profile (py-spy) "
-                   "follow."]
     elif kafka.get("included"):
         md += ["", "## Where Sluice is behind Kafka", "", "Nowhere among the figures measured on both in this run."]
     fetches = [t for t in results.get("consume_fetches") or [] if "error" not in t]
     if fetches:
         md += ["", "## Where the consume time goes (librdkafka's protocol log)", "",
-               "One more kcat cold start per broker (default settings), with `-d protocol`. "
-               "librdkafka keeps one Fetch in flight per broker, so the data phase (first Fetch "
-               "sent to last data received) alternates between waiting for a response (the "
-               "sum of the round trips: the broker's work, the transfer and the client reading "
-               "the socket) and handling it before the next request (the client's work alone). "
-               "The end-of-topic poll, held fetch.wait.max.ms by every broker, is left out.", "",
+               "One more kcat cold start per broker (default settings), with `-d protocol`. Read from "
+               "its log: the data phase runs from the first Fetch sent to the last Fetch response "
+               "that carried data (the final, end-of-topic response is left out); waiting is the sum "
+               "of those responses' round trips (rtt), handling the rest of the data phase.", "",
                "| broker | run s | fetches | MB per fetch | first fetch after ms | data phase ms | "
                "waiting ms | handling ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         md += [f"| {t['broker']} | {t['seconds']:.2f} | {t['fetches']} | {t['mb_per_fetch']:.2f} | "
@@ -495,7 +496,7 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
         md += _profile_section("produce", profile)
         if profile.get("consume"):
             md += _profile_section("consume", profile["consume"])
-    md += ["", "## Notes", ""] + [f"- {note}" for note in NOTES]
+    md += ["", "## Method", ""] + [f"- {note}" for note in method(results)]
     if chart_name:
         md += ["", f"![chart]({chart_name})"]
     return "\n".join(md) + "\n"
