@@ -135,6 +135,21 @@ def _target(name: str, ratio, limit: float, higher_is_better: bool, detail: str,
             "higher_is_better": higher_is_better, "met": met, "detail": detail}
 
 
+def _worst_produce(produce: list[dict], client: str, other: str, **match) -> tuple[tuple | None, int]:
+    """((Sluice's produce rate / `other`'s, the configuration) where that ratio is lowest, or
+    None; and how many configurations both ran), over `client`'s runs matching `match`."""
+    ratios = []
+    for r in produce:
+        if r["broker"] == "sluice" and r["client"] == client and all(r[k] == v for k, v in match.items()):
+            o = _pick(produce, broker=other, client=client, acks=r["acks"],
+                      partitions=r["partitions"], compression=r["compression"])
+            if o:
+                ratios.append((r["records_per_s"] / o["records_per_s"],
+                               ("" if "acks" in match else f"acks={r['acks']} ")
+                               + f"{r['partitions']}p {r['compression']}"))
+    return (min(ratios) if ratios else None), len(ratios)
+
+
 def evaluate_targets(results: dict) -> list[dict]:
     """The issue's targets: each met / NOT met with its ratio (never asserted)."""
     targets = []
@@ -144,17 +159,9 @@ def evaluate_targets(results: dict) -> list[dict]:
 
     produce = results.get("produce") or []
     for client in ("python", "kcat"):
-        ratios = []
-        for r in produce:
-            if r["broker"] == "sluice" and r["client"] == client and r["acks"] == "all":
-                m = _pick(produce, broker="mock", client=client, acks="all",
-                          partitions=r["partitions"], compression=r["compression"])
-                if m:
-                    ratios.append((r["records_per_s"] / m["records_per_s"],
-                                   f"{r['partitions']}p {r['compression']}"))
-        worst = min(ratios) if ratios else None
+        worst, count = _worst_produce(produce, client, "mock", acks="all")
         add(f"produce >= 1.0x mock, {client}, acks=all", worst and worst[0], 1.0, True,
-            f"worst of {len(ratios)} configurations: {worst[1]}" if worst else "not run")
+            f"worst of {count} configurations: {worst[1]}" if worst else "not run")
     consume = results.get("consume") or []
     ratios = []
     for r in consume:
@@ -199,17 +206,9 @@ def kafka_targets(results: dict) -> list[dict]:
 
     produce = results.get("produce") or []
     for client in ("python", "kcat"):
-        ratios = []
-        for r in produce:
-            if r["broker"] == "sluice" and r["client"] == client:
-                k = _pick(produce, broker="kafka", client=client, acks=r["acks"],
-                          partitions=r["partitions"], compression=r["compression"])
-                if k:
-                    ratios.append((r["records_per_s"] / k["records_per_s"],
-                                   f"acks={r['acks']} {r['partitions']}p {r['compression']}"))
-        worst = min(ratios) if ratios else None
+        worst, count = _worst_produce(produce, client, "kafka")
         add(f"produce >= 1.0x Kafka, {client}", worst and worst[0], 1.0, True,
-            f"worst of {len(ratios)} configurations: {worst[1]}" if worst else "not run")
+            f"worst of {count} configurations: {worst[1]}" if worst else "not run")
     consume = results.get("consume") or []
     for client in ("python", "kcat"):
         s, k = _pick(consume, broker="sluice", client=client), _pick(consume, broker="kafka", client=client)
