@@ -151,7 +151,23 @@ class Probe:
 
 # -- the brokers (Kafka: bench.kafka_broker.KafkaTarget) ------------------------------------
 
-class SluiceTarget:
+class Target:
+    """A broker as the benchmarks see it: `name`, `start()` (returning itself), `bootstrap`,
+    `pid` (its process, for /proc), `create_topics`, `delete_topic` and `stop()`, around a
+    `process` that knows its bootstrap servers and pid."""
+
+    name: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap_servers
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class SluiceTarget(Target):
     name = "sluice"
 
     def __init__(self, workdir: str, sizes: Sizes):
@@ -172,10 +188,6 @@ class SluiceTarget:
         self.process.start(timeout=60)
         self.client = Client(self.bootstrap, call_timeout=self.timeout)
         return self
-
-    @property
-    def bootstrap(self) -> str:
-        return self.process.bootstrap_servers
 
     @property
     def pid(self) -> int:
@@ -202,7 +214,7 @@ class SluiceTarget:
             stop_or_kill(self.process, 60)
 
 
-class MockTarget:
+class MockTarget(Target):
     name = "mock"
 
     def __init__(self, workdir: str, sizes: Sizes):
@@ -213,14 +225,6 @@ class MockTarget:
     def start(self) -> "MockTarget":
         self.process.start()
         return self
-
-    @property
-    def bootstrap(self) -> str:
-        return self.process.bootstrap_servers
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
         for name, partitions in topics.items():

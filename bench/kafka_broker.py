@@ -10,7 +10,7 @@ settings (bin/kafka-server-start.sh: -Xmx1G -Xms1G, G1 with 20 ms pauses) and no
 logging (no SLF4J binding is on the classpath; log4j2 is set to ERROR). `start()` waits,
 bounded, for the first Metadata answer naming a broker.
 
-`KafkaTarget` has the interface of bench.common's SluiceTarget and MockTarget; when Kafka
+`KafkaTarget` is a bench.common.Target, as SluiceTarget and MockTarget are; when Kafka
 cannot be resolved (no network, no Maven, no Java) or does not start, `KafkaUnavailable`
 says why and the benchmarks carry on without it.
 
@@ -35,6 +35,7 @@ import tempfile
 import time
 import uuid
 
+from bench.common import Target, memory_kib
 from sluice import maven
 
 HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G)
@@ -259,8 +260,8 @@ class KafkaBrokerProcess:
         self.stop()
 
 
-class KafkaTarget:
-    """bench.common's target interface around a KafkaBrokerProcess."""
+class KafkaTarget(Target):
+    """bench.common's Target around a KafkaBrokerProcess."""
 
     name = "kafka"
 
@@ -275,14 +276,6 @@ class KafkaTarget:
         self.process.start(timeout=min(self.timeout, 180.0))
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         return self
-
-    @property
-    def bootstrap(self) -> str:
-        return self.process.bootstrap_servers
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
         """Created, and every partition's leader known to the broker (bounded)."""
@@ -365,8 +358,6 @@ def producer_performance(bootstrap: str, topic: str, records: int, record_size: 
 
 
 def main() -> None:
-    from bench.common import memory_kib
-
     with KafkaBrokerProcess() as kafka:
         print(f"Kafka {version()} on {kafka.bootstrap_servers}: storage formatted in "
               f"{kafka.format_s:.2f} s, JVM start to first Metadata answer {kafka.start_s:.2f} s, "
