@@ -2,10 +2,10 @@
 
 Every process runs on 127.0.0.1 and is started by this run: one ZooKeeper server
 (sluice.zookeeper: Debian's package), and brokers (`python -m broker`, through
-tests.broker_process) with a generated server.properties each: broker.id,
+sluice.broker_process) with a generated server.properties each: broker.id,
 zookeeper.connect under a chroot of its own per cluster, and the settings named in the
 report. The single broker is the default single node, without ZooKeeper
-(bench.broker.SluiceTarget). Before anything is measured, a group is described on both
+(bench.common.SluiceTarget). Before anything is measured, a group is described on both
 (serve_a_group), so that __consumer_offsets exists as on any cluster that has served a
 consumer group.
 
@@ -15,7 +15,7 @@ consumer group.
    linger.ms=5, batch.size=1 MB, no compression), 1 and 8 partitions, taking turns.
    rec/s, MB/s, the ratio and broker CPU seconds (summed over the brokers, /proc).
    Goal: RF=3 >= 0.6x RF=1.
-2. end-to-end latency at 10,000 rec/s, acks=all, linger.ms=0 (bench.broker.e2e_once: the
+2. end-to-end latency at 10,000 rec/s, acks=all, linger.ms=0 (bench.broker.e2e.e2e_once: the
    send time travels in the record, a consumer process notes its arrival), RF=3 and RF=1.
    Goal: RF=3 p99 <= 10 ms.
 3. unavailability: a paced idempotent acks=all producer writes to every partition of an
@@ -46,11 +46,12 @@ import tempfile
 import time
 import uuid
 
-from bench.broker import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, client_versions,
-                          cpu_seconds, e2e_once, kcat_records_file, produce_kcat, produce_python,
+from bench.broker.e2e import e2e_once
+from bench.broker.produce import kcat_records_file, produce_kcat, produce_python
+from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, client_versions, cpu_seconds,
                           publish, section_timer, value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
-from tests.polling import wait_for
+from sluice.polling import wait_for
 
 BROKERS = 3
 REPLICATION = 3
@@ -111,7 +112,7 @@ class LocalCluster:
     def __init__(self, workdir: str, zookeeper, properties: dict | None = None,
                  brokers: int = BROKERS, timeout: float = 120.0):
         from sluice.cluster import free_ports
-        from tests.broker_process import BrokerProcess
+        from sluice.broker_process import BrokerProcess
 
         self.chroot = f"/bench-{uuid.uuid4().hex[:12]}"
         self.directory = os.path.join(workdir, self.chroot.lstrip("/"))
@@ -613,7 +614,7 @@ def profile_leader(cluster: LocalCluster, sizes: Sizes, pool, workdir: str, log)
     """py-spy of the leader of a one-partition RF=3 topic while the Python producer writes
     to it (bench.broker's recorder: again until it has a few seconds of samples), with the
     CPU seconds of the leader and of each follower over the same time."""
-    from bench.broker import PROFILE_RATE_HZ, _recorded, leaf_shares, py_spy_path
+    from bench.broker.profile import PROFILE_RATE_HZ, _recorded, leaf_shares, py_spy_path
 
     spy = py_spy_path()
     if spy is None:

@@ -29,8 +29,11 @@ import tarfile
 import tempfile
 import time
 
-from bench.broker import (DEFAULT_OUT, FULL, REPO, Sizes, SluiceTarget, _atomic_write, _fmt,
-                          _rounded, bench_consume, bench_e2e, bench_produce, value_pool)
+from bench.broker.consume import bench_consume
+from bench.broker.e2e import bench_e2e
+from bench.broker.produce import bench_produce
+from bench.common import (DEFAULT_OUT, FULL, REPO, Sizes, SluiceTarget, _atomic_write, _fmt, _rounded,
+                          value_pool)
 from bench.machine import describe_machine, machine_details
 
 DEFAULTS = {"records": 1_000_000, "repeats": 5}

@@ -1,6 +1,6 @@
 """Idle connections: what each open connection costs the Sluice broker in memory.
 
-Opens N connections to a broker process on 127.0.0.1 (tests.broker_process), each
+Opens N connections to a broker process on 127.0.0.1 (sluice.broker_process), each
 doing one ApiVersions and then nothing, and reports the broker's RSS growth (VmRSS
 from /proc) per connection. One warm-up connection comes first, so that code and
 caches loaded by the first request are not charged to the N.
@@ -19,7 +19,7 @@ import struct
 import tempfile
 import time
 
-from bench.broker import DEFAULT_OUT, _atomic_write, memory_kib
+from bench.common import DEFAULT_OUT, _atomic_write, memory_kib
 from bench.machine import describe_machine
 
 _SIZE = struct.Struct(">i")
@@ -65,7 +65,7 @@ def open_idle(port: int, count: int, timeout: float) -> list[socket.socket]:
 
 
 def measure(count: int, timeout: float = 30.0) -> dict:
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < count + 256:  # the broker process inherits the limit

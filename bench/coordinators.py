@@ -35,11 +35,11 @@ import threading
 import time
 import uuid
 
-from bench.broker import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
+from bench.common import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
 from bench.cluster import LocalCluster
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
-from tests.polling import wait_for
+from sluice.polling import wait_for
 
 PARTITIONS = 6
 CONSUMERS = 3

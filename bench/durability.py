@@ -22,11 +22,10 @@ import tempfile
 import time
 import uuid
 
-from bench.broker import (DEFAULT_OUT, SluiceTarget, Sizes, QUICK as BROKER_QUICK, _atomic_write,
-                          _fmt, _rounded)
+from bench.common import (DEFAULT_OUT, QUICK as BROKER_QUICK, VALUE_SIZE, Sizes, SluiceTarget,
+                          _atomic_write, _fmt, _rounded)
 from bench.machine import describe_machine, machine_details
 
-VALUE_SIZE = 100
 POLICIES = (("default", {}), ("flush.messages=1", {"flush.messages": "1"}))
 # (key, label, producer settings, records as a share of --records)
 SHAPES = (("batches", "large batches (linger.ms=5, batch.size=1 MB)",

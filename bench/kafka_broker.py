@@ -1,7 +1,7 @@
 """Apache Kafka itself as a benchmark target: a single-node KRaft broker in a JVM of its own.
 
 The broker comes from Maven Central's `org.apache.kafka:kafka_2.13` artifacts and their
-dependencies (tests.maven resolves and caches the classpath once). One node runs in
+dependencies (sluice.maven resolves and caches the classpath once). One node runs in
 combined mode (process.roles=broker,controller, node.id=1), its PLAINTEXT and CONTROLLER
 listeners on free 127.0.0.1 ports, its log in a temporary directory that `stop()` removes.
 The storage is formatted first (`kafka.tools.StorageTool format --standalone`, outside the
@@ -10,7 +10,7 @@ settings (bin/kafka-server-start.sh: -Xmx1G -Xms1G, G1 with 20 ms pauses) and no
 logging (no SLF4J binding is on the classpath; log4j2 is set to ERROR). `start()` waits,
 bounded, for the first Metadata answer naming a broker.
 
-`KafkaTarget` has the interface of bench.broker's SluiceTarget and MockTarget; when Kafka
+`KafkaTarget` is a bench.common.Target, as SluiceTarget and MockTarget are; when Kafka
 cannot be resolved (no network, no Maven, no Java) or does not start, `KafkaUnavailable`
 says why and the benchmarks carry on without it.
 
@@ -35,6 +35,9 @@ import tempfile
 import time
 import uuid
 
+from bench.common import Target, memory_kib
+from sluice import maven
+
 HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G)
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 JVM_FLAGS = ["-Xms1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -52,18 +55,11 @@ class KafkaUnavailable(RuntimeError):
     """Kafka could not be resolved or started; the message says why."""
 
 
-def _maven():
-    from tests import maven
-
-    return maven
-
-
 def version() -> str:
-    return _maven().KAFKA_VERSION
+    return maven.KAFKA_VERSION
 
 
 def broker_classpath() -> list:
-    maven = _maven()
     try:
         return maven.classpath([f"org.apache.kafka:kafka_2.13:{maven.KAFKA_VERSION}"])
     except maven.MavenUnavailable as e:
@@ -71,7 +67,6 @@ def broker_classpath() -> list:
 
 
 def tools_classpath() -> list:
-    maven = _maven()
     try:
         return maven.classpath([f"org.apache.kafka:kafka-tools:{maven.KAFKA_VERSION}"])
     except maven.MavenUnavailable as e:
@@ -79,7 +74,6 @@ def tools_classpath() -> list:
 
 
 def _java(entries, main_class: str, *args: str, heap: str, flags=()) -> list[str]:
-    maven = _maven()
     try:
         command = maven.java_command(entries, main_class, *args, heap=heap, quick_start=False)
     except maven.MavenUnavailable as e:
@@ -266,8 +260,8 @@ class KafkaBrokerProcess:
         self.stop()
 
 
-class KafkaTarget:
-    """bench.broker's target interface around a KafkaBrokerProcess."""
+class KafkaTarget(Target):
+    """bench.common's Target around a KafkaBrokerProcess."""
 
     name = "kafka"
 
@@ -282,14 +276,6 @@ class KafkaTarget:
         self.process.start(timeout=min(self.timeout, 180.0))
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         return self
-
-    @property
-    def bootstrap(self) -> str:
-        return self.process.bootstrap_servers
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
         """Created, and every partition's leader known to the broker (bounded)."""
@@ -372,8 +358,6 @@ def producer_performance(bootstrap: str, topic: str, records: int, record_size: 
 
 
 def main() -> None:
-    from bench.broker import memory_kib
-
     with KafkaBrokerProcess() as kafka:
         print(f"Kafka {version()} on {kafka.bootstrap_servers}: storage formatted in "
               f"{kafka.format_s:.2f} s, JVM start to first Metadata answer {kafka.start_s:.2f} s, "

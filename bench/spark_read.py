@@ -4,7 +4,7 @@ and against Spark's own Kafka connector.
 Side by side in one run, on the same Spark session:
 - sluice: an 8-partition topic on a Sluice broker process, read with `format("sluice")`;
 - spark-kafka: the same topic on the same broker, read with Spark's own Kafka connector,
-  `format("kafka")` (tests.maven.SPARK_KAFKA_CONNECTOR; spark.jars gets only the jars
+  `format("kafka")` (sluice.maven.SPARK_KAFKA_CONNECTOR; spark.jars gets only the jars
   pyspark does not ship: the connector, its token provider, kafka-clients, commons-pool2);
 - on Apache Kafka (bench.kafka_broker), the same rows in the same batches: `format("kafka")`
   and `format("sluice")` again;
@@ -41,7 +41,7 @@ def connector_jars() -> list[str]:
     (compared by artifact name: pyspark's own version of a shared jar is kept)."""
     import pyspark
 
-    from tests import maven
+    from sluice import maven
 
     def artifact(name: str) -> str:
         return re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", name)
@@ -52,7 +52,7 @@ def connector_jars() -> list[str]:
 
 def with_kafka_connector(builder):
     """`builder` with spark.jars set to the connector's jars; (builder, None) or (builder, why not)."""
-    from tests import maven
+    from sluice import maven
 
     try:
         return builder.config("spark.jars", ",".join(connector_jars())), None
@@ -153,7 +153,7 @@ def run(rows: int, repeats: int, spark=None, with_kafka: bool = True, log=lambda
     from pyspark.sql import SparkSession
 
     import spark_connector
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
 
     own_session = spark is None
     total = rows // PARTITIONS * PARTITIONS

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from bench import spark_read
-from bench.broker import DEFAULT_OUT, _fmt, _loads, _rounded, write_result_files
+from bench.common import DEFAULT_OUT, _fmt, _loads, _rounded, write_result_files
 from bench.machine import describe_machine, machine_details
 
 PARTITIONS = 8
@@ -119,7 +119,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
     import confluent_kafka
     import pyspark
 
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
     from wire.client import Client, NewTopic
 
     results = {"mode": mode, "date": datetime.date.today().isoformat(),

@@ -23,13 +23,14 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sluice.broker_process import launch
 from sluice.common import CommandError, fail, format_table, positive_float, positive_int
+from sluice.polling import wait_until
 
 __all__ = ["main", "parser"]
 
@@ -170,15 +171,6 @@ def stop_process(pid: int, marker: Path, timeout: float) -> bool:
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not process_running(pid, marker), 10.0)
     return False
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 def free_ports(count: int, host: str) -> list[int]:
@@ -364,10 +356,7 @@ def launch_broker(data_dir: Path, state: ClusterState, broker: BrokerEntry) -> i
     config = directory / "server.properties"
     config.write_text(broker_properties(state, broker, data_dir))
     with open(directory / "broker.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "broker", "--config", str(config)],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=directory, start_new_session=True)
-    return process.pid
+        return launch(["--config", str(config)], cwd=directory, log=log, detached=True).pid
 
 
 def wait_for_cluster(data_dir: Path, state: ClusterState, timeout: float) -> None:

@@ -49,7 +49,7 @@ _spark_kafka_problem: str | None = None
 
 
 def spark_kafka_jars() -> list[str]:
-    """The jars Spark's Kafka connector (tests/maven.py's SPARK_KAFKA_CONNECTOR) needs beyond
+    """The jars Spark's Kafka connector (sluice/maven.py's SPARK_KAFKA_CONNECTOR) needs beyond
     what pyspark ships: its resolved runtime classpath less every artifact of which pyspark's
     own jars directory already has a version (Spark, Scala, Hadoop, compression, logging).
     Raises MavenUnavailable."""
@@ -58,7 +58,7 @@ def spark_kafka_jars() -> list[str]:
 
     import pyspark
 
-    from tests import maven
+    from sluice import maven
 
     shipped = os.listdir(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
     jars = []
@@ -85,7 +85,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     import spark_connector
-    from tests import maven
+    from sluice import maven
 
     builder = (SparkSession.builder.master("local[2]").appName("sluice-tests")
                .config("spark.ui.enabled", "false")

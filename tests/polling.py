@@ -1,18 +1,6 @@
-"""Waiting for a condition in tests, bounded in time."""
+"""Tests wait with sluice/polling.py's `wait_for` (bounded polling, an AssertionError naming
+the condition on time-out); this name stays for the many tests that import it here."""
 
-from __future__ import annotations
+from sluice.polling import wait_for
 
-import time
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition", interval: float = 0.1):
-    """The first truthy value of `predicate()`, polled every `interval` seconds; an
-    AssertionError naming `what` once `timeout` seconds have passed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+__all__ = ["wait_for"]

@@ -60,29 +60,35 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     if shutil.which("kcat") is None:
         pytest.skip("kcat is not installed")
     from bench import broker
+    from bench.broker.consume import CONSUME_CLIENTS
+    from bench.broker.e2e import E2E_VARIANTS
+    from bench.broker.perftest import PERFTEST_PARTITIONS, PERFTEST_SKIPPED
+    from bench.broker.profile import PROFILE_TOP
+    from bench.broker.report import text_table, write_reports
+    from bench.common import TINY
 
-    results = broker.run(broker.TINY, "tiny", log=lambda line: None)
+    results = broker.run(TINY, "tiny", log=lambda line: None)
     kafka = results["kafka"]
     assert kafka["included"] or kafka["unavailable"], kafka
     brokers = {"sluice", "mock"} | ({"kafka"} if kafka["included"] else set())
     assert len(results["produce"]) == 2 * 2 * 2 * 2 * len(brokers)  # client x acks x partitions x codec x broker
     for row in results["produce"]:
-        assert row["all_written"] == [broker.TINY.records] * row["repeats"], row
+        assert row["all_written"] == [TINY.records] * row["repeats"], row
         assert row["records_per_s"] > 0 and row["broker_cpu_s"] >= 0
         assert row["broker_peak_rss_mib"] > 0
-    perf_brokers = brokers - set(broker.PERFTEST_SKIPPED)
+    perf_brokers = brokers - set(PERFTEST_SKIPPED)
     if kafka["included"]:  # ProducerPerformance needs Kafka's jars too
         assert {(r["broker"], r["partitions"]) for r in results["perftest"]} == {
-            (b, p) for b in perf_brokers for p in broker.PERFTEST_PARTITIONS}
-        assert all(r["written"] == broker.TINY.records and r["records_per_s"] > 0 for r in results["perftest"])
+            (b, p) for b in perf_brokers for p in PERFTEST_PARTITIONS}
+        assert all(r["written"] == TINY.records and r["records_per_s"] > 0 for r in results["perftest"])
     assert {(r["client"], r["broker"]) for r in results["consume"]} == {
-        (c, b) for c in broker.CONSUME_CLIENTS for b in brokers}
+        (c, b) for c in CONSUME_CLIENTS for b in brokers}
     assert all(r["records_per_s"] > 0 for r in results["consume"])
     assert {t["broker"] for t in results["consume_fetches"]} == brokers
     for timeline in results["consume_fetches"]:  # from kcat's protocol log
         assert timeline["fetches"] > 0 and timeline["mb"] > 0, timeline
         assert 0 <= timeline["waiting_ms"] and 0 <= timeline["handling_ms"] <= timeline["data_ms"]
-    assert len(results["e2e"]) == len(brokers) * len(broker.E2E_VARIANTS)
+    assert len(results["e2e"]) == len(brokers) * len(E2E_VARIANTS)
     for row in results["e2e"]:
         assert row["complete"] and row["measured"] > 0 and row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
     assert {r["broker"] for r in results["startup"]} == brokers
@@ -92,16 +98,16 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     for log in ("small", "large"):
         assert results["log"][log]["clean_s"] > 0 and results["log"][log]["after_sigkill_s"] > 0
     assert {r["broker"] for r in results["partitions"]} == brokers
-    assert all(r["partitions"] == broker.TINY.many_partitions for r in results["partitions"])
+    assert all(r["partitions"] == TINY.many_partitions for r in results["partitions"])
     assert len(results["targets"]) == 6 + (8 if kafka["included"] else 0)
     profile = results["profile"]
     for p in (profile, profile["consume"]):
         assert p.get("samples", 0) > 0 and p["top"], p  # py-spy is a test dependency
-        assert abs(sum(e["share"] for e in p["top"]) - 1) < 1e-9 or len(p["top"]) == broker.PROFILE_TOP
+        assert abs(sum(e["share"] for e in p["top"]) - 1) < 1e-9 or len(p["top"]) == PROFILE_TOP
     assert all(t["met"] in (True, False) and t["ratio"] > 0 for t in results["targets"])
-    assert "targets:" in broker.text_table(results["table"], results["targets"])
+    assert "targets:" in text_table(results["table"], results["targets"])
 
-    paths = broker.write_reports(results, str(tmp_path))
+    paths = write_reports(results, str(tmp_path))
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
@@ -113,11 +119,13 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
 def test_broker_benchmark_reports_without_kafka():
     """Kafka left out (as when it cannot be resolved): Sluice vs mock, and the report says so."""
     from bench import broker
+    from bench.broker.report import markdown_report
+    from bench.common import TINY
 
-    results = broker.run(broker.TINY, "tiny", sections=("startup",), log=lambda line: None, with_kafka=False)
+    results = broker.run(TINY, "tiny", sections=("startup",), log=lambda line: None, with_kafka=False)
     assert {r["broker"] for r in results["startup"]} == {"sluice", "mock"}
     assert not results["kafka"]["included"] and results["kafka"]["unavailable"]
-    assert "kafka: NOT IN THIS RUN" in broker.markdown_report(results, results["table"], results["targets"], None)
+    assert "kafka: NOT IN THIS RUN" in markdown_report(results, results["table"], results["targets"], None)
 
 
 def test_mock_broker_process_creates_and_deletes_topics():
@@ -139,7 +147,7 @@ def test_mock_broker_process_creates_and_deletes_topics():
 
 
 def test_profile_leaf_shares_from_py_spy_raw_output():
-    from bench.broker import leaf_shares
+    from bench.broker.profile import leaf_shares
 
     raw = ["<module> (broker/__main__.py:5);run (asyncio/runners.py:190);"
            "LogSegment.append (broker/storage/segment.py:79) 6\n",
@@ -155,7 +163,8 @@ def test_profile_leaf_shares_from_py_spy_raw_output():
 def test_fetch_timeline_from_librdkafka_protocol_log():
     """Fetches alternate with handling; the last response (the end-of-topic poll) is left
     out; other requests and other lines are ignored."""
-    from bench.broker import MB, fetch_timeline
+    from bench.broker.consume import fetch_timeline
+    from bench.common import MB
 
     def line(t, text):
         return f"%7|{t:.3f}|SEND|rdkafka#consumer-1| [thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/0: {text}\n"
@@ -194,9 +203,10 @@ def test_compare_benchmark_runs_two_trees_side_by_side():
     """bench.compare at tiny sizes against HEAD's own tree (exported and compiled): every
     produce and consume configuration gets a rate from each broker, every e2e configuration
     a p99 latency."""
-    from bench import broker, compare
+    from bench import compare
+    from bench.common import TINY
 
-    results = compare.run("HEAD", records=300, repeats=1, log=lambda line: None, sizes=broker.TINY)
+    results = compare.run("HEAD", records=300, repeats=1, log=lambda line: None, sizes=TINY)
     assert len(results["rows"]) == 16 + 3
     assert all(row["base_rec_per_s"] > 0 and row["head_rec_per_s"] > 0 for row in results["rows"])
     assert len(results["e2e"]) == 4

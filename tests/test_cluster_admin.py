@@ -35,7 +35,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from tests import maven
+from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.polling import wait_for
 from wire.client import (TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,

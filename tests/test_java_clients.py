@@ -1,6 +1,6 @@
 """Apache Kafka's own Java client (kafka-clients 4.4.0 and 3.9.2) against the real broker.
 
-The Maven project in tests/java (built once per client version and cached by tests/maven.py)
+The Maven project in tests/java (built once per client version and cached by sluice/maven.py)
 runs every scenario in one JVM against one broker process and prints what it observed, one
 JSON object per scenario; each test below asserts one outcome for each client version:
 
@@ -39,7 +39,7 @@ import subprocess
 
 import pytest
 
-from tests import maven
+from sluice import maven
 from tests.broker_process import BrokerProcess
 
 PROJECT = pathlib.Path(__file__).resolve().parent / "java"

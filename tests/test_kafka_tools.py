@@ -21,7 +21,7 @@
 One broker for the module (every test uses its own topics and groups), with
 `group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
 three seconds for a group's first rebalance. The classpath is resolved once by
-`tests/maven.py`; if it cannot be, every test fails with Maven's reason. The tools log
+`sluice/maven.py`; if it cannot be, every test fails with Maven's reason. The tools log
 through slf4j 1.7, which has no binding on this classpath: all they log is slf4j's
 three-line notice on stderr, which the tests read separately from stdout.
 """
@@ -36,7 +36,7 @@ import uuid
 
 import pytest
 
-from tests import maven
+from sluice import maven
 from tests.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)

@@ -2,7 +2,7 @@
 broker process, side by side with `format("sluice")`.
 
 The connector is put on the shared session's classpath by tests/conftest.py (fixture
-`spark_kafka`; the version is tests/maven.py's SPARK_KAFKA_CONNECTOR). When Maven cannot
+`spark_kafka`; the version is sluice/maven.py's SPARK_KAFKA_CONNECTOR). When Maven cannot
 provide it these tests fail with Maven's reason; the other Spark tests run all the same.
 
 - Batch: the same query with both formats gives the same rows (key, value, topic,

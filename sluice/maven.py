@@ -118,10 +118,10 @@ def java_command(entries: list[pathlib.Path], main_class: str, *args: str,
             "-cp", os.pathsep.join(str(e) for e in entries), main_class, *args]
 
 
-if __name__ == "__main__":  # python -m tests.maven GROUP:ARTIFACT:VERSION...: print the classpath
+if __name__ == "__main__":  # python -m sluice.maven GROUP:ARTIFACT:VERSION...: print the classpath
     import sys
 
     try:
         print(os.pathsep.join(str(entry) for entry in classpath(sys.argv[1:])))
     except MavenUnavailable as exc:
-        sys.exit(f"tests.maven: {exc}")
+        sys.exit(f"sluice.maven: {exc}")

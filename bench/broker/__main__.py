@@ -1,0 +1,3 @@
+from bench.broker import main
+
+main()

@@ -1,0 +1,102 @@
+"""A Sluice broker as a process of its own (`python -m broker`).
+
+`launch` is the one place a broker process is spawned: `sluice cluster start` launches its
+brokers detached, with their output in a log file; `BrokerProcess` (what tests and the
+benchmarks hold) starts one on a free loopback port, learns the port from its "listening
+on" line, restarts it on the same port and data directory, stops it with SIGTERM or kills
+it with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = ["BrokerProcess", "launch"]
+
+_LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+# The checkout this module is in: its `broker` package is the one `python -m broker` runs there.
+_SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def launch(arguments: list[str], *, cwd, log=None, detached: bool = False) -> subprocess.Popen:
+    """`python -m broker ARGUMENTS`, run in `cwd`. Its output (stdout and stderr) goes to
+    the open file `log`, or to a text pipe when `log` is None; `detached` starts it in a
+    session of its own, so that it outlives the process that started it."""
+    return subprocess.Popen([sys.executable, "-m", "broker", *arguments], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE if log is None else log, stderr=subprocess.STDOUT,
+                            text=log is None, cwd=cwd, start_new_session=detached)
+
+
+class BrokerProcess:
+    def __init__(self, data_dir, *, port: int = 0, config_file: str | None = None,
+                 extra_args: tuple[str, ...] = (), source_dir: str = _SOURCE_DIR):
+        """`source_dir`: the tree whose broker runs (another checkout, to compare versions)."""
+        self.data_dir = str(data_dir)
+        self.source_dir = source_dir
+        self.port = port
+        self.config_file = config_file
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen | None = None
+        self.output: list[str] = []
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        args = ["--data-dir", self.data_dir, "--host", "127.0.0.1", "--port", str(self.port),
+                *self.extra_args]
+        if self.config_file:
+            args += ["--config", self.config_file]
+        self.proc = launch(args, cwd=self.source_dir)
+        found = threading.Event()
+
+        def pump(proc=self.proc):
+            for line in proc.stdout:
+                self.output.append(line)
+                match = _LISTENING.search(line)
+                if match and not found.is_set():
+                    self.port = int(match.group(1))
+                    found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "".join(self.output))
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the broker answers in-flight requests and shuts down cleanly."""
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or close anything."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def restart(self, timeout: float = 30.0) -> "BrokerProcess":
+        self.stop()
+        return self.start(timeout)
+
+    def __enter__(self) -> "BrokerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.kill() if exc[0] else self.stop()
