@@ -20,7 +20,10 @@ One module per benchmark family, the same clients and settings against every bro
 5. log (bench.broker.log, Sluice only): fetches at the head and tail of a large log, and
    start-up after a clean shutdown and after SIGKILL;
 6. partitions (bench.broker.partitions): Metadata time, produce rate and RSS with N partitions;
-7. profile (bench.broker.profile): py-spy of the Sluice broker while kcat produces and consumes.
+7. profile (bench.broker.profile): py-spy of the Sluice broker while kcat produces and consumes,
+   by innermost function and by stage of the broker's work (request read, decode,
+   validation, idempotence check, append, index, fetch read, response, request handling,
+   event loop), with the broker's CPU seconds shared out over the stages.
 
 Results (bench.broker.report): a table on stdout (Sluice/Kafka next to Sluice/mock);
 markdown, JSON and a PNG chart under bench/results/. Targets are stated and marked met /

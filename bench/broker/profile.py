@@ -48,6 +48,62 @@ def leaf_shares(raw_lines, top: int = PROFILE_TOP) -> tuple[int, list[dict]]:
     return total, [{"function": name, "share": n / total} for name, n in counts.most_common(top)]
 
 
+# The broker's stages, each named by the functions (file basename, function name or None
+# for any in the file) whose samples it takes. A sample goes to the stage of the innermost
+# frame that names one, so a function counts for the finest stage it lies in (an index
+# entry written during an append counts for "index", a checksum for "validation").
+STAGES = (
+    ("request read", (("selector_events.py", "_SelectorSocketTransport._read_ready__get_buffer"),
+                      ("server.py", "Connection.get_buffer"), ("server.py", "Connection.buffer_updated"),
+                      ("server.py", "Connection._cut_frames"), ("server.py", "KafkaServer.lend_frame"),
+                      ("server.py", "KafkaServer.return_frame"))),
+    ("decode", (("protocol.py", None), ("schema.py", None), ("primitives.py", None))),
+    ("validation", (("records.py", None),)),
+    ("idempotence check", (("producer_state.py", None),)),
+    ("index", (("index.py", None),)),
+    ("append", (("segment.py", "LogSegment.append"), ("log.py", "PartitionLog.append"),
+                ("log.py", "PartitionLog._store"))),
+    ("fetch read", (("log.py", "PartitionLog.read"), ("log.py", "PartitionLog._read"),
+                    ("log.py", "PartitionLog.read_committed"), ("segment.py", None))),
+    ("response", (("broker.py", "Broker._encode"), ("broker.py", "Broker._encode_when_done"),
+                  ("server.py", "Connection._send"), ("server.py", "Connection._flush"),
+                  ("server.py", "Connection._add_response"), ("server.py", "Connection._write_replies"),
+                  ("unix_events.py", None), ("selector_events.py", "_SelectorSocketTransport.write"),
+                  ("transports.py", None))),
+    ("request handling", (("handlers", None), ("partition.py", None), ("delayed.py", None),
+                          ("broker.py", "Broker.handle_frame"), ("server.py", "Connection._answer"),
+                          ("server.py", "Connection._handle"))),
+    ("waiting for the socket", (("selectors.py", None),)),
+    ("event loop", (("base_events.py", None), ("events.py", None), ("tasks.py", None),
+                    ("futures.py", None))),
+)
+
+
+def _stage_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        match = _FRAME.match(frame.strip())
+        if not match:
+            continue
+        path, function = match["file"], match["function"]
+        base = os.path.basename(path)
+        for stage, rules in STAGES:
+            for where, name in rules:
+                if (where == base or where in path.split(os.sep)) and (name is None or name == function):
+                    return stage
+    return "other"
+
+
+def stage_shares(raw_lines) -> dict[str, float]:
+    """Each stage's share of py-spy's samples (see STAGES), from its raw output."""
+    counts: collections.Counter = collections.Counter()
+    for line in raw_lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if stack and count.isdigit():
+            counts[_stage_of(stack.split(";"))] += int(count)
+    total = sum(counts.values()) or 1
+    return {stage: counts[stage] / total for stage, _ in STAGES + (("other", ()),) if counts[stage]}
+
+
 def _stop_recorder(recorder: subprocess.Popen) -> str:
     """SIGINT makes py-spy write its output and exit; its stderr."""
     recorder.send_signal(signal.SIGINT)
@@ -109,14 +165,17 @@ def bench_profile(workdir: str, sizes: Sizes, pool, log) -> dict:
             continue
         with open(outs[kind]) as f:
             samples, top = leaf_shares(f)
+        with open(outs[kind]) as f:
+            stages = stage_shares(f)
         log(f"  {kind}: {samples} samples while kcat {kind}d {records:,} records "
             f"({records / figures['seconds']:,.0f} rec/s, broker CPU {figures['broker_cpu_s']:.2f} s "
             f"of {figures['seconds']:.2f} s):")
         for entry in top:
             log(f"    {entry['share']:6.1%}  {entry['function']}")
+        log("    by stage: " + ", ".join(f"{stage} {share:.1%}" for stage, share in stages.items()))
         result[kind] = {"client": "kcat", "partitions": 1, "compression": "none", "records": records,
                         "records_per_s": records / figures["seconds"], "samples": samples,
-                        "rate_hz": PROFILE_RATE_HZ, "top": top, **figures}
+                        "rate_hz": PROFILE_RATE_HZ, "top": top, "stages": stages, **figures}
     produce = result["produce"]
     # the produce profile's figures stay at the top level, as before; the consume one beside them
     return {**({"acks": "all"} if "error" not in produce else {}), **produce, "consume": result["consume"]}

@@ -384,7 +384,28 @@ def _profile_section(kind: str, profile: dict) -> list[str]:
           f"of {profile['seconds']:.2f} s. Share of samples per innermost Python function (a system "
           "call counts for the function that made it):", "", "| share | function |", "|---:|---|"]
     md += [f"| {e['share']:.1%} | `{e['function']}` |" for e in profile["top"]]
-    return md + ["", profile_figures(profile)]
+    md += ["", profile_figures(profile)] + _stage_table(profile)
+    return md
+
+
+def _stage_table(profile: dict) -> list[str]:
+    """The samples by stage of the broker's work (bench.broker.profile.STAGES), with the
+    broker's CPU seconds shared out over the samples not waiting for the socket."""
+    stages = profile.get("stages")
+    if not stages:
+        return []
+    busy = 1.0 - stages.get("waiting for the socket", 0.0)
+    md = ["", "By stage (each sample counts for the innermost function named in "
+              "bench.broker.profile.STAGES; CPU seconds shared out over the samples not waiting "
+              "for the socket):", "", "| stage | share of samples | broker CPU s | per M records |",
+          "|---|---:|---:|---:|"]
+    for stage, share in stages.items():
+        if stage == "waiting for the socket" or busy <= 0:
+            md.append(f"| {stage} | {share:.1%} | - | - |")
+            continue
+        cpu = profile["broker_cpu_s"] * share / busy
+        md.append(f"| {stage} | {share:.1%} | {cpu:.3f} | {cpu / profile['records'] * 1e6:.3f} |")
+    return md
 
 
 def cpu_per_record(results: dict) -> list[str]:
