@@ -390,6 +390,44 @@ def test_a_request_cancelled_as_its_response_arrives_is_cancelled(mock_cluster):
     assert run(main()) == ["cancelled"] * 20
 
 
+def test_a_connect_cancelled_as_the_connection_is_made_is_cancelled(mock_cluster, monkeypatch):
+    """The same for a task stopped as its connection is made (the cancellation lands while
+    the connect completes): it stops, and the socket made is closed."""
+    from wire.client import connection as connection_module
+
+    host, port = mock_cluster.rsplit(":", 1)
+    opening: list[tuple[asyncio.Task, int]] = []  # (the task opening, loop steps until its cancel)
+    made = connection_module._Wire.connection_made
+
+    def connection_made(wire, transport):
+        made(wire, transport)
+        task, steps = opening[-1]
+
+        def step(left):
+            if left:
+                asyncio.get_running_loop().call_soon(step, left - 1)
+            else:
+                task.cancel()
+        step(steps)
+
+    monkeypatch.setattr(connection_module._Wire, "connection_made", connection_made)
+
+    async def main():
+        outcomes = []
+        for steps in range(8):  # the cancel lands a step or a few after the connection
+            connection = BrokerConnection(host, int(port))
+            opening.append((asyncio.ensure_future(connection.open()), steps))
+            try:
+                await opening[-1][0]
+                outcomes.append("opened")
+            except asyncio.CancelledError:
+                outcomes.append("cancelled" if not connection.connected else "cancelled, left open")
+            await connection.close()
+        return outcomes
+
+    assert set(run(main())) == {"cancelled"}
+
+
 def test_response_size_limit_against_real_broker(mock_cluster):
     async def main():
         async with AsyncClient(mock_cluster, max_response_bytes=64, **FAST_RETRIES) as client:

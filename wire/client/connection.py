@@ -93,13 +93,22 @@ class BrokerConnection:
             if self._closed:
                 raise ConnectionFailed(f"connection to {self.address} was closed by the client")
             loop = asyncio.get_running_loop()
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for loses a cancellation that
+            # arrives as the connection is made, and a task being stopped would go on running.
+            connecting = loop.create_task(loop.create_connection(lambda: _Wire(self), self.host, self.port))
             try:
-                _, wire = await asyncio.wait_for(
-                    loop.create_connection(lambda: _Wire(self), self.host, self.port),
-                    self.connect_timeout)
-            except asyncio.TimeoutError:
+                done, _ = await asyncio.wait((connecting,), timeout=self.connect_timeout)
+            except asyncio.CancelledError:
+                connecting.cancel()
+                connecting.add_done_callback(_close_if_connected)
+                raise
+            if not done:
+                connecting.cancel()
+                connecting.add_done_callback(_close_if_connected)
                 raise ConnectionFailed(f"cannot connect to {self.address}: no answer within "
-                                       f"{self.connect_timeout:g} s") from None
+                                       f"{self.connect_timeout:g} s")
+            try:
+                _, wire = connecting.result()
             except OSError as exc:  # asyncio's message hides the reason behind errno
                 if isinstance(exc, socket.gaierror):  # negative EAI_* codes: not errnos
                     reason = exc.strerror or str(exc)
@@ -255,6 +264,12 @@ class BrokerConnection:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: no "never retrieved" warnings
+
+
+def _close_if_connected(connecting: asyncio.Task) -> None:
+    """A connection attempt given up on: its socket, if it was made after all, is closed."""
+    if not connecting.cancelled() and connecting.exception() is None:
+        connecting.result()[0].close()
 
 
 class _Wire(asyncio.BufferedProtocol):
