@@ -130,9 +130,6 @@ class FetchSessionCache:
         self._clock = clock
         self._sessions: dict[int, FetchSession] = {}  # least recently used first
 
-    def __len__(self) -> int:
-        return len(self._sessions)
-
     def remove(self, session_id: int) -> None:
         self._sessions.pop(session_id, None)
 

@@ -66,6 +66,8 @@ import struct
 import time
 from typing import Awaitable, Callable, Union
 
+from wire.frame_buffers import FrameBuffers
+
 from broker.storage.segment import FileRegion
 from broker.throttled_log import ThrottledLog
 
@@ -75,8 +77,8 @@ _SIZE = struct.Struct(">i")
 _SENDFILE_MIN = 64 * 1024
 _READ_BUFFER = 64 * 1024
 _POOLED_READ_BUFFERS = 16
-_POOLED_FRAMES = 4                 # large frame buffers kept for reuse,
-_POOLED_FRAME_MAX = 2 << 20        # each of at most this size
+_KEPT_FRAMES = 4                   # large frame buffers kept for reuse (wire.frame_buffers),
+_KEPT_FRAME_MAX = 2 << 20          # each of at most this size
 _MAX_QUEUED = 8                    # frames read but not yet answered, per connection
 _MAX_QUEUED_BYTES = 1 << 20        # and their bytes: reading pauses at either
 _MAX_OUT_BYTES = 64 * 1024         # responses gathered before a write (which may pause writing)
@@ -163,7 +165,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frame: mmap.mmap | None = None  # a large frame being read in place
         self._fd = -1  # the socket's, for sendfile straight to it
         self._expected = self._filled = 0
-        self._frames: collections.deque = collections.deque()  # bytearray or mmap
+        self._frames: collections.deque = collections.deque()  # bytearray, or a view of a large frame
         self._queued_bytes = 0            # of _frames
         self._out: list = []              # response bytes for the next write
         self._out_bytes = 0
@@ -205,7 +207,7 @@ class Connection(asyncio.BufferedProtocol):
             self._filled += nbytes
             if self._filled < self._expected:
                 return
-            self._queue(self._frame)
+            self._queue(self.server.frame_buffers.keep(self._frame))
             self._frame = None
         else:
             self._end += nbytes
@@ -230,7 +232,7 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if 4 + size > len(buf):
                 have = end - start - 4
-                self._frame = self.server.lend_frame(size)
+                self._frame = self.server.frame_buffers.lend(size)
                 self._frame[:have] = buf[start + 4:end]
                 self._expected, self._filled = size, have
                 start = end
@@ -308,7 +310,7 @@ class Connection(asyncio.BufferedProtocol):
         while (self._frames and not self._blocking and not self._closed
                and self._writable.is_set()):
             try:
-                result = self._handle(self._take())
+                result = self.handler(self._take(), self.client_host)
                 if isinstance(result, ResponseLater):
                     self._reply_later(result.awaitable, blocking=False)
                 elif inspect.isawaitable(result):
@@ -325,22 +327,6 @@ class Connection(asyncio.BufferedProtocol):
             self.close()
             return
         self.update_reading()
-
-    def _handle(self, frame):
-        """The handler's result for `frame`. A large frame is handed over as a view, so
-        that once nothing derived from it remains, its buffer can serve again."""
-        if type(frame) is not mmap.mmap:
-            return self.handler(frame, self.client_host)
-        view = memoryview(frame)
-        try:
-            return self.handler(view, self.client_host)
-        finally:
-            try:
-                view.release()
-            except BufferError:  # something holds a buffer of this very view: not reused
-                pass
-            else:  # later: the transport's view of the frame, read into, lives until then
-                asyncio.get_running_loop().call_soon(self.server.return_frame, frame)
 
     def _add_response(self, chunks: list) -> None:
         """Queue a response for the next write; behind a response still awaited, or when
@@ -534,30 +520,7 @@ class KafkaServer:
         self._sweeper: asyncio.Task | None = None
         self._closing = False
         self._read_buffers: list[bytearray] = []
-        self._frames: list[mmap.mmap] = []  # for large frames (lend_frame)
-
-    def lend_frame(self, size: int) -> mmap.mmap:
-        """A buffer of `size` bytes for a frame larger than a read buffer: a returned one
-        resized (its pages already mapped: a fresh mapping faults in every page as the
-        frame is read into it, a fifth of the broker's CPU on 1 MB produce requests), or a
-        new anonymous mapping."""
-        if self._frames:
-            frame = self._frames.pop()
-            frame.resize(size)
-            return frame
-        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-
-    def return_frame(self, frame: mmap.mmap) -> None:
-        """Keep a few frames of up to _POOLED_FRAME_MAX bytes for reuse once no view of
-        them remains (handlers only ever see views, see Connection._handle): resizing
-        fails while one exists, e.g. a decoded field kept by a response in preparation."""
-        if len(self._frames) >= _POOLED_FRAMES or len(frame) > _POOLED_FRAME_MAX:
-            return
-        try:
-            frame.resize(len(frame))
-        except BufferError:
-            return
-        self._frames.append(frame)
+        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # for large frames, all connections
 
     def lend_read_buffer(self) -> bytearray:
         return self._read_buffers.pop() if self._read_buffers else bytearray(_READ_BUFFER)

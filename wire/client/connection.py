@@ -24,6 +24,7 @@ from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation
                                 ResponseTooLarge, UnsupportedVersion)
 from wire.client.versions import CLIENT_VERSIONS, choose_version
 from wire.error_codes import ErrorCode
+from wire.frame_buffers import FrameBuffers
 from wire.errors import KafkaError
 from wire.messages import API_VERSIONS, RESPONSE_HEADER
 from wire.primitives import DecodeError, EncodeError, Reader
@@ -40,7 +41,8 @@ _ERROR_CODE = struct.Struct(">h")
 # How many correlation ids of unanswered requests (acks=0 Produce) are remembered.
 _MAX_UNANSWERED = 1024
 _READ_BUFFER = 64 * 1024  # responses up to this size are copied out of one read buffer
-_KEPT_FRAMES = 4          # buffers of larger responses kept for reuse, per connection
+_KEPT_FRAMES = 4          # buffers of larger responses kept for reuse (wire.frame_buffers),
+_KEPT_FRAME_MAX = 2 << 20  # each of at most this size, per connection
 
 
 class BrokerConnection:
@@ -66,6 +68,7 @@ class BrokerConnection:
         self._unanswered: collections.deque[int] = collections.deque(maxlen=_MAX_UNANSWERED)
         self._correlation_ids = itertools.count()
         self._open_lock = asyncio.Lock()
+        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # this connection's, across reconnects
         self._closed = False  # by close(): no reconnecting
 
     @property
@@ -275,9 +278,8 @@ def _close_if_connected(connecting: asyncio.Task) -> None:
 class _Wire(asyncio.BufferedProtocol):
     """The socket of one BrokerConnection: cuts response frames out of what arrives and
     passes each to the connection, in order. Frames up to _READ_BUFFER bytes are copied
-    out of one read buffer; a larger one is read in place into a buffer of its own and
-    passed as a view, and that buffer is taken again for a later frame once no view of
-    it is left (a fresh one would fault in every page as it fills)."""
+    out of one read buffer; a larger one is read in place into a buffer from the
+    connection's `frame_buffers` and passed as a view (wire.frame_buffers)."""
 
     def __init__(self, connection: BrokerConnection):
         self.connection = connection
@@ -287,7 +289,6 @@ class _Wire(asyncio.BufferedProtocol):
         self._start = self._end = 0
         self._frame: mmap.mmap | None = None  # a large frame being read
         self._filled = 0
-        self._kept: collections.deque[mmap.mmap] = collections.deque(maxlen=_KEPT_FRAMES)
         self._writable: asyncio.Future | None = None  # while writing is paused
 
     def connection_made(self, transport) -> None:
@@ -309,7 +310,7 @@ class _Wire(asyncio.BufferedProtocol):
                 if self._filled < len(self._frame):
                     return
                 frame, self._frame = self._frame, None
-                self.connection._on_frame(self, memoryview(frame))
+                self.connection._on_frame(self, self.connection.frame_buffers.keep(frame))
                 return
             self._end += nbytes
             self._cut_frames()
@@ -334,26 +335,13 @@ class _Wire(asyncio.BufferedProtocol):
                 self.connection._on_frame(self, memoryview(bytes(memoryview(buf)[start:start + size])))
                 continue
             if 4 + size > len(buf):
-                self._frame = self._lend(size)
+                self._frame = self.connection.frame_buffers.lend(size)
                 self._frame[:have] = buf[start:self._end]
                 self._filled = have
                 self._start = self._end = 0
             break
         if self._start == self._end:
             self._start = self._end = 0
-
-    def _lend(self, size: int) -> mmap.mmap:
-        """A buffer of `size` bytes: a kept one no view refers to any more (resizing fails
-        while one does), else a new anonymous mapping, kept for later."""
-        for frame in self._kept:
-            try:
-                frame.resize(size)
-            except BufferError:
-                continue
-            return frame
-        frame = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-        self._kept.append(frame)
-        return frame
 
     def eof_received(self) -> bool:
         return False  # the transport closes: connection_lost follows
