@@ -1,4 +1,4 @@
-"""A real cluster for tests: N broker processes (tests/broker_process.py) coordinated through
+"""A real cluster for tests: N broker processes (sluice/broker_process.py) coordinated through
 the module's ZooKeeper (the `zookeeper` fixture), each cluster under a ZooKeeper chroot of
 its own so that tests sharing the server do not see each other. Every wait is a bounded
 poll of a condition read from the brokers' Metadata.
@@ -26,8 +26,8 @@ from typing import Iterable, Mapping
 import confluent_kafka
 from kazoo.client import KazooClient
 
-from tests.broker_process import BrokerProcess
-from tests.polling import wait_for
+from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
 from wire.client import Client, ClientError, ClusterMetadata, NewTopic
 from wire.errors import KafkaError
 

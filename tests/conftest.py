@@ -21,7 +21,7 @@ def mock_cluster():
 @pytest.fixture
 def broker(tmp_path):
     """A real broker process on a free loopback port, with its own data directory."""
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
 
     with BrokerProcess(tmp_path / "data") as proc:
         yield proc

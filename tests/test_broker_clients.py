@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from wire.client import EARLIEST, LATEST, Client, NewTopic, ProducerRecord
 from wire.error_codes import ErrorCode
 from wire.messages import FIND_COORDINATOR, METADATA, REQUEST_HEADER

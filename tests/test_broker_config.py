@@ -19,7 +19,7 @@ import pytest
 from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, build_config,
                            parse_topic_configs, read_properties)
 from broker.topics import CLEAN_SHUTDOWN
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from wire import client as wire_client
 from wire.error_codes import ErrorCode
 

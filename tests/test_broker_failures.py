@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import (API_VERSIONS, FETCH, FETCH_VERSION, api_versions_body,
                                         connect, drain_until_closed, fetch_body, frame,
                                         records_of, recv_frame, roundtrip, rss_kb)

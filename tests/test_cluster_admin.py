@@ -37,7 +37,7 @@ import pytest
 
 from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
-from tests.polling import wait_for
+from sluice.polling import wait_for
 from wire.client import (TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
                          UNCLEAN_ELECTION)
 from wire.error_codes import ErrorCode

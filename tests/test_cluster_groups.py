@@ -59,7 +59,7 @@ from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
 from tests.anomalies import offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
-from tests.polling import wait_for
+from sluice.polling import wait_for
 from tests.replicas import topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
 from wire.client import EARLIEST, Client, ClientError

@@ -34,7 +34,7 @@ import pytest
 from broker.groups.offsets_log import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
-from tests.polling import wait_for
+from sluice.polling import wait_for
 from tests.test_transactions import Raw
 from wire.error_codes import ErrorCode
 from wire.messages import (DESCRIBE_TRANSACTIONS, FIND_COORDINATOR, LIST_TRANSACTIONS,

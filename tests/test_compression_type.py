@@ -21,7 +21,7 @@ import pytest
 
 from tests import test_broker_clients as clients
 from tests import test_transactions as txn
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from wire.client import Client, NewTopic
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode

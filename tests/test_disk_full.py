@@ -24,8 +24,8 @@ import subprocess
 
 import pytest
 
-from tests.broker_process import BrokerProcess
-from tests.polling import wait_for
+from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError

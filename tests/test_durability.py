@@ -18,8 +18,8 @@ import uuid
 
 import pytest
 
-from tests.broker_process import BrokerProcess
-from tests.polling import wait_for
+from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
 
 LONG_MAX = str((1 << 63) - 1)
 BATCHES = 20

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, roundtrip
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode

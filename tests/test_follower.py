@@ -33,7 +33,7 @@ from broker.replica.delayed import DelayedOperations
 from broker.replica.partition import Partition
 from broker.storage.log import PartitionLog
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
-from tests.polling import wait_for
+from sluice.polling import wait_for
 from tests.test_partition import SteppedClock, _fetch, _on_loop, _produce
 from tests.test_storage import BASE_TS, make_batch
 from wire.client import Client, NewTopic

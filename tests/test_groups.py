@@ -212,9 +212,9 @@ if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
 
 import pytest  # noqa: E402
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.manual_clock import ManualClock  # noqa: E402
-from tests.polling import wait_for  # noqa: E402
+from sluice.polling import wait_for  # noqa: E402
 from tests.replicas import topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402

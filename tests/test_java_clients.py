@@ -40,7 +40,7 @@ import subprocess
 import pytest
 
 from sluice import maven
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 
 PROJECT = pathlib.Path(__file__).resolve().parent / "java"
 VERSIONS = [maven.KAFKA_VERSION, maven.KAFKA_3_VERSION]

@@ -37,7 +37,7 @@ import uuid
 import pytest
 
 from sluice import maven
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from wire.client import Client, NewTopic
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, FETCH, JOIN_GROUP, PRODUCE, SYNC_GROUP
 from wire.primitives import ZERO_UUID, DecodeError

@@ -20,8 +20,8 @@ from wire.records import parse_header
 
 from broker.config import LogConfig
 from broker.errors import BrokerError
-from tests.broker_process import BrokerProcess
-from tests.polling import wait_for
+from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
 from tests.test_storage import (BASE_TS, abandon, append, check_consistent, check_duplicates,
                                 make_batch, open_log, produce_sequence)
 

@@ -29,8 +29,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from tests.broker_process import BrokerProcess  # noqa: E402
-from tests.polling import wait_for  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
+from sluice.polling import wait_for  # noqa: E402
 from tests.spark_cluster import (DRIVER_TIMEOUT, Driver, Markers, StandaloneCluster,  # noqa: E402
                                  assert_loopback_only, check_exactly_once, job_config)
 from tests.test_spark_sink import create_topics, produce_input, unique  # noqa: E402

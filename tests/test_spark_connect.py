@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("grpc")  # the Connect client: pyspark[connect]'s extras
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.spark_cluster import (DRIVER_TIMEOUT, ConnectServer, Driver, Markers,  # noqa: E402
                                  assert_loopback_only, check_exactly_once, job_config)
 from tests.test_spark_sink import create_topics, produce_input, unique  # noqa: E402

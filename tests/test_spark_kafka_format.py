@@ -30,8 +30,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Producer  # noqa: E402
 
-from tests.broker_process import BrokerProcess  # noqa: E402
-from tests.polling import wait_for  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
+from sluice.polling import wait_for  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
                                      rows_of, unique)

@@ -43,7 +43,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from spark_connector.sink import Intent, last_intent as sink_last_intent  # noqa: E402
-from tests.broker_process import BrokerProcess  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
 from wire.client import LATEST, READ_COMMITTED, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
 from wire.records import CONTROL_COMMIT, build_batch, decode_batch, decode_control_record, iter_batches  # noqa: E402

@@ -31,9 +31,9 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
-from tests.polling import wait_for  # noqa: E402
+from sluice.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 

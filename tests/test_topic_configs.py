@@ -104,7 +104,7 @@ def test_unimplemented_topic_config_is_refused_by_name(broker_once, key):
 @pytest.fixture(scope="module")
 def broker_once(tmp_path_factory):
     """One broker for the many refusals, which change nothing."""
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
 
     with BrokerProcess(tmp_path_factory.mktemp("refusals") / "data") as proc:
         yield proc
@@ -113,7 +113,7 @@ def broker_once(tmp_path_factory):
 def test_broker_configs_are_described_with_source_and_read_only(tmp_path):
     """Every broker key the broker understands is described: the topic defaults dynamic,
     the others read-only, each with where its value came from."""
-    from tests.broker_process import BrokerProcess
+    from sluice.broker_process import BrokerProcess
     from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, STATIC_BROKER_CONFIG
 
     properties = tmp_path / "server.properties"

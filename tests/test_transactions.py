@@ -42,9 +42,9 @@ import uuid
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from sluice.broker_process import BrokerProcess
 from tests.replicas import leading
-from tests.polling import wait_for
+from sluice.polling import wait_for
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_TOPICS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID,

@@ -21,7 +21,7 @@ from broker.cluster.zk_store import (BrokerIdInUse, ControllerMoved, Election, S
                                      Versioned, ZkStore)
 import sluice.zookeeper
 from tests import zookeeper as zookeeper_harness
-from tests.polling import wait_for
+from sluice.polling import wait_for
 
 TS = 1718000000123
 # Kafka's Uuid(0, 1) (its metadata topic's id) and a UUID whose base64 needs '-' and '_'.

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.broker_process import BrokerProcess  # noqa: E402
+from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import KafkaCaptureProxy  # noqa: E402
 from wire.messages import APIS  # noqa: E402
 
