@@ -39,6 +39,7 @@ def cache_with(tmp_path, entries) -> LeaderEpochCache:
     cache = LeaderEpochCache(str(tmp_path / "leader-epoch-checkpoint"))
     for epoch, start in entries:
         cache.assign(epoch, start)
+    cache.write()
     return cache
 
 
@@ -55,9 +56,13 @@ def test_end_offset_rules(tmp_path):
 
 def test_assign_truncate_and_file_format(tmp_path):
     cache = cache_with(tmp_path, [(0, 0), (1, 5)])
-    cache.assign(1, 9)  # not newer: ignored
-    cache.assign(3, 5)  # epoch 1 had no records: replaced
+    assert not cache.assign(1, 9)  # not newer: ignored
+    assert cache.assign(3, 5)  # epoch 1 had no records: replaced
     assert cache.entries == [(0, 0), (3, 5)]
+    assert cache.pending_from == 5  # in memory only
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n1 5\n"
+    cache.sync()
+    assert cache.pending_from is None
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 5\n"
     cache.assign(4, 12)
     cache.truncate_from_end(12)
@@ -88,6 +93,40 @@ def test_history_is_rebuilt_from_batches_and_epoch_moves_on(tmp_path):
     assert partition.end_offset_for_epoch(6) == (6, 5)
     partition.delete_records_before(3)
     assert reopened.epochs.entries == [(2, 3), (5, 4)]
+    reopened.close()
+
+
+def test_new_epoch_kept_in_memory_until_flushed_and_recovered_from_the_batches(tmp_path):
+    """A new epoch's entry is kept in memory; the recovery point stays below it until a
+    flush writes it, and should the entry be lost (a crash), recovery from the recovery
+    point puts it back from the batches."""
+    config = LogConfig(segment_bytes=10_000)
+    log = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=None, new=True)
+    partition = leading(log)
+
+    def append(epoch):
+        partition.make_leader(epoch, [0], [0])
+        batch = memoryview(bytearray(build_batch([(b"k", b"v" * 100, [], int(time.time() * 1000))])))
+        partition.append_as_leader(*_header(batch), required_acks=-1)
+
+    append(0)
+    assert log.epochs.pending_from == 0 and not (tmp_path / LEADER_EPOCH_CHECKPOINT).exists()
+    log.flush()
+    assert log.epochs.pending_from is None and log.recovery_point == 1
+    assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n0 0\n"
+    append(3)
+    append(3)
+    assert log.epochs.entries == [(0, 0), (3, 1)] and log.epochs.pending_from == 1
+    assert log.recovery_point == 1
+    log.roll()  # the rolled segment is flushed: the recovery point moves once (3, 1) is written
+    assert log.epochs.pending_from is None and log.recovery_point == 3
+    assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n0 0\n3 1\n"
+    append(4)
+    for segment in log.segments:  # a crash: (4, 3) never written
+        segment.close()
+    reopened = PartitionLog(str(tmp_path), "t", 0, config, recovery_point=3)
+    assert reopened.epochs.entries == [(0, 0), (3, 1), (4, 3)]
+    assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n3\n0 0\n3 1\n4 3\n"
     reopened.close()
 
 

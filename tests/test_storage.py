@@ -167,16 +167,18 @@ def test_segment_files_are_named_by_base_offset(tmp_path):
 
 
 def test_a_new_partition_writes_nothing_until_its_first_batch(tmp_path):
-    """A partition being created makes its directory only; its files come with its first
-    batch, and it reopens like any other log. A directory that already holds a log (a
-    stray left by a crash) is loaded, not taken as empty."""
+    """A partition being created makes its directory only; its first batch makes only
+    its `.log` (the epoch history is written when it is closed or flushed), and it
+    reopens like any other log. A directory that already holds a log (a stray left by a
+    crash) is loaded, not taken as empty."""
     directory = tmp_path / "t-0"
     log = open_log(directory, recovery_point=None, new=True)
     assert os.listdir(directory) == []
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 0, 0)
     append(log, make_batch(count=3), leader_epoch=4)
-    assert {"00000000000000000000.log", "leader-epoch-checkpoint"} <= set(os.listdir(directory))
+    assert os.listdir(directory) == ["00000000000000000000.log"]
     log.close()
+    assert "leader-epoch-checkpoint" in os.listdir(directory)
     reopened = open_log(directory, recovery_point=None)
     assert reopened.log_end_offset == 3 and reopened.epochs.entries == [(4, 0)]
     reopened.close()

@@ -51,11 +51,12 @@ class _SparseIndex:
 
     entry: struct.Struct
 
-    def __init__(self, path: str, base_offset: int):
+    def __init__(self, path: str, base_offset: int, empty: bool = False):
+        """`empty`: known to have no file yet, so none is read."""
         self.path = path
         self.base_offset = base_offset
-        self._keys: array | None = None
-        self._values: array | None = None
+        self._keys: array | None = array("q") if empty else None  # loaded on first use
+        self._values: array | None = array("q") if empty else None
         self._pending = bytearray()
 
     def _load(self) -> None:

@@ -29,6 +29,7 @@ class LeaderEpochCache:
     def __init__(self, path: str):
         self.path = path
         self.entries: list[tuple[int, int]] = []  # (epoch, start offset), both ascending
+        self.pending_from: int | None = None  # the first entry's start not yet in the file
 
     def load(self) -> bool:
         """Read the file; returns False when it is absent or unreadable (then empty)."""
@@ -53,20 +54,28 @@ class LeaderEpochCache:
     def write(self) -> None:
         lines = ["0", str(len(self.entries))] + [f"{e} {s}" for e, s in self.entries]
         write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+        self.pending_from = None
+
+    def sync(self) -> None:
+        """Write the entries `assign` kept in memory."""
+        if self.pending_from is not None:
+            self.write()
 
     @property
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
-        """Record that `epoch` begins at `start_offset`, if it is newer than the last. An
-        older epoch that begins there too (it has no records) is replaced, as in Kafka."""
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record in memory, until `sync`, that `epoch` begins at `start_offset`, if it is
+        newer than the last; whether it was. An older epoch that begins there too (it has
+        no records) is replaced, as in Kafka."""
         if self.entries and epoch <= self.entries[-1][0]:
-            return
+            return False
         self.entries = [e for e in self.entries if e[1] < start_offset]
         self.entries.append((epoch, start_offset))
-        if persist:
-            self.write()
+        if self.pending_from is None or start_offset < self.pending_from:
+            self.pending_from = start_offset
+        return True
 
     def epoch_for(self, offset: int) -> int:
         """The epoch under which `offset` was written (-1 when none is known)."""

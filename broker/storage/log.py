@@ -109,19 +109,22 @@ class PartitionLog:
             self.segments = [LogSegment(directory, 0, config.index_interval_bytes, clock.wall_ms(),
                                         empty=True)]
             self._base_offsets = [0]
-        else:
-            self._load(recovery_point)
+        revalidated_from = None
+        if not fresh:
+            revalidated_from = self._load(recovery_point)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = 0
         self.update_high_watermark(high_watermark)
         self.epochs = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         if not fresh:
-            self._load_epochs()
+            self._load_epochs(revalidated_from)
         self.recovery_point = self.log_end_offset if recovery_point is None else \
             min(recovery_point, self.log_end_offset)
 
     # -- loading and recovery ----------------------------------------------------------
-    def _load(self, recovery_point: int | None) -> None:
+    def _load(self, recovery_point: int | None) -> int | None:
+        """Open the segments, re-validating those recovery must; returns the base offset of
+        the first one re-validated (None when none was)."""
         bases = sorted(int(name[:-len(_LOG_SUFFIX)]) for name in os.listdir(self.directory)
                        if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
         for name in os.listdir(self.directory):  # indexes whose .log is gone
@@ -149,19 +152,24 @@ class PartitionLog:
             problem = segment.index_problem(end) or segment.tail_problem(max_batch_bytes, end)
             if problem is not None:
                 reasons[i] = problem
+        revalidated_from = None
         if reasons:
-            self._recover(reasons)
+            revalidated_from = self._recover(reasons)
         else:
             self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
+        return revalidated_from
 
-    def _load_epochs(self) -> None:
-        """The epoch history from its file, else from the batches; cut to the log's range."""
-        if not self.epochs.load():
-            for _, _, header in self._headers_from(self.log_start_offset):
-                self.epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
-            if self.epochs.entries:
-                self._write_epochs(self.epochs.write)
+    def _load_epochs(self, revalidated_from: int | None) -> None:
+        """The epoch history from its file, else from the batches; the epochs of re-validated
+        batches added (a new epoch's entry may not have been synced); cut to the log's range."""
+        loaded = self.epochs.load()
+        replay_from = revalidated_from if loaded else self.log_start_offset
+        if replay_from is not None:
+            for _, _, header in self._headers_from(replay_from):
+                if header.partition_leader_epoch >= 0:
+                    self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self._write_epochs(self.epochs.sync)
         self._write_epochs(lambda: self.epochs.truncate_from_end(self.log_end_offset))
         self._write_epochs(lambda: self.epochs.truncate_from_start(self.log_start_offset))
 
@@ -175,9 +183,9 @@ class PartitionLog:
                             LEADER_EPOCH_CHECKPOINT, exc)
 
     def _begin_epoch(self, epoch: int, base: int) -> None:
-        """The first append under a new leader epoch records where it begins."""
-        if epoch > self.epochs.latest_epoch:
-            self._write_epochs(lambda: self.epochs.assign(epoch, base))
+        """The first append under a new leader epoch records where it begins (written to
+        the file when the recovery point moves past it)."""
+        self.epochs.assign(epoch, base)
 
     @property
     def _max_batch_bytes(self) -> int:
@@ -185,9 +193,10 @@ class PartitionLog:
         batch's header and log overhead."""
         return self.config.max_message_bytes + HEADER_SIZE + LOG_OVERHEAD
 
-    def _recover(self, reasons: dict[int, str]) -> None:
+    def _recover(self, reasons: dict[int, str]) -> int:
         """Re-validate the segments at these indexes, in order; the first bad batch
-        truncates the log there, dropping every later segment, as Kafka's recovery does."""
+        truncates the log there, dropping every later segment, as Kafka's recovery does.
+        Returns the first re-validated segment's base offset."""
         max_batch_bytes = self._max_batch_bytes
         first = min(reasons)
         for i in sorted(reasons):
@@ -207,7 +216,9 @@ class PartitionLog:
                         len(dropped), sum(s.size for s in dropped))
             self._cut_segments_at(segment.next_offset)
             break
-        self._load_producer_state(recover_from=self.segments[first].base_offset)
+        recovered_from = self.segments[first].base_offset
+        self._load_producer_state(recover_from=recovered_from)
+        return recovered_from
 
     def revalidate(self, segment: LogSegment, why: str) -> None:
         """Re-validate `segment` as start-up recovery does, truncating the log at its first
@@ -501,7 +512,7 @@ class PartitionLog:
         base = self.log_end_offset
         try:
             active.seal()  # flushed, its descriptor let go
-            self.recovery_point = base
+            self._advance_recovery_point(base)
             self.producer_state.write_snapshot(base)
             segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
                                  self._clock.wall_ms())
@@ -539,7 +550,14 @@ class PartitionLog:
             raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock.wall_ms()
-        self.recovery_point = self.log_end_offset
+        self._advance_recovery_point(self.log_end_offset)
+
+    def _advance_recovery_point(self, offset: int) -> None:
+        """Data up to `offset` is flushed: recovery need not re-validate it, once the epoch
+        entries starting there are written too (a failed write keeps the point below them)."""
+        self._write_epochs(self.epochs.sync)
+        pending = self.epochs.pending_from
+        self.recovery_point = offset if pending is None else min(offset, pending)
 
     # -- reading -----------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, upper_offset: int,
@@ -717,6 +735,7 @@ class PartitionLog:
         for segment in self.segments:
             segment.flush()
             segment.close()
+        self.epochs.sync()
         self.recovery_point = self.log_end_offset
         self.producer_state.write_snapshot(self.log_end_offset)
 

@@ -100,9 +100,9 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.path = os.path.join(directory, segment_name(base_offset, ".log"))
         self.offset_index = OffsetIndex(os.path.join(directory, segment_name(base_offset, ".index")),
-                                        base_offset)
+                                        base_offset, empty)
         self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex")),
-                                    base_offset)
+                                    base_offset, empty)
         self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
         self._file: SegmentFile | None = None  # for appending, open while the segment is active
         self._torn_tail = False  # bytes of a failed write may follow `size` in the file
