@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import time
@@ -52,7 +53,7 @@ class Sizes:
     idle_seconds: float = 5.0    # after the first answer, before reading the idle RSS
 
 
-FULL = Sizes(records=5_000_000, produce_repeats=1, consume_partitions=8, consume_per_partition=40_000,
+FULL = Sizes(records=5_000_000, produce_repeats=3, consume_partitions=8, consume_per_partition=40_000,
              consume_repeats=7,
              e2e_rate=10_000, e2e_seconds=15.0, e2e_warmup_seconds=2.0,
              log_bytes=3 * 1024 * MIB, log_segment_bytes=256 * MIB, fetch_samples=500,
@@ -97,11 +98,16 @@ def value_pool(size: int = 1024, seed: int = 7) -> list[bytes]:
 
 # -- /proc -------------------------------------------------------------------------------
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` (all its threads)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` (all its threads)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads)."""
+    return sum(cpu_times(pid))
 
 
 def memory_kib(pid: int, key: str) -> int | None:
@@ -133,15 +139,15 @@ class Probe:
         self.pid = pid
         self.peak_reset = reset_peak_rss(pid)
         self.children0 = os.times()
-        self.cpu0 = cpu_seconds(pid)
+        self.cpu0 = cpu_times(pid)
         self.t0 = time.perf_counter()
 
     def stop(self) -> dict:
         wall = time.perf_counter() - self.t0
-        cpu = cpu_seconds(self.pid) - self.cpu0
+        user, system = (now - before for now, before in zip(cpu_times(self.pid), self.cpu0))
         t = os.times()
         peak = memory_kib(self.pid, "VmHWM")
-        return {"seconds": wall, "broker_cpu_s": cpu,
+        return {"seconds": wall, "broker_cpu_s": user + system, "broker_user_s": user, "broker_sys_s": system,
                 "broker_peak_rss_mib": None if peak is None else peak / 1024,
                 "peak_rss_since": "run" if self.peak_reset else "broker start",
                 "client_cpu_s": (t.user - self.children0.user + t.system - self.children0.system
@@ -205,6 +211,13 @@ class SluiceTarget(Target):
 
     def delete_topic(self, topic: str) -> None:
         self.client.delete_topics([topic])
+
+    def log_bytes(self, topic: str) -> int:
+        """Bytes in the topic's partition directories (segments and indexes)."""
+        data = os.path.join(self.data_dir, "data")
+        prefix = topic + "-"
+        return sum(dir_bytes(os.path.join(data, name)) for name in os.listdir(data)
+                   if name.startswith(prefix) and name[len(prefix):].isdigit())
 
     def stop(self) -> None:
         if self.client is not None:
@@ -297,6 +310,26 @@ def producer_config(bootstrap: str, acks: str, compression: str, linger_ms: int 
 def median_run(runs: list[dict]) -> dict:
     """The run of median duration (the slower middle one of an even count)."""
     return sorted(runs, key=lambda m: m["seconds"])[len(runs) // 2]
+
+
+def page_cache_write_cpu(directory: str, nbytes: int) -> tuple[float, float]:
+    """(user, system) CPU seconds this thread spends writing `nbytes` into a new file in
+    `directory` with 1 MiB os.write calls (the file is removed afterwards, uncounted):
+    the least a log on disk pays for keeping those bytes, measured beside the run it is
+    compared with, since this machine's cost per page varies between runs."""
+    path = os.path.join(directory, f"page-cache-floor-{uuid.uuid4().hex[:6]}")
+    chunk = memoryview(bytes(MIB))
+    before = resource.getrusage(resource.RUSAGE_THREAD)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        left = nbytes
+        while left > 0:
+            left -= os.write(fd, chunk[:min(left, MIB)])
+    finally:
+        os.close(fd)
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        os.unlink(path)
+    return after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
 
 
 def dir_bytes(path: str) -> int:

@@ -76,6 +76,9 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
         assert row["all_written"] == [TINY.records] * row["repeats"], row
         assert row["records_per_s"] > 0 and row["broker_cpu_s"] >= 0
         assert row["broker_peak_rss_mib"] > 0
+        assert abs(row["broker_user_s"] + row["broker_sys_s"] - row["broker_cpu_s"]) < 1e-9
+        if row["broker"] == "sluice":  # the page-cache floor beside it
+            assert row["log_bytes"] > 0 and row["page_cache_sys_s"] >= 0
     perf_brokers = brokers - set(PERFTEST_SKIPPED)
     if kafka["included"]:  # ProducerPerformance needs Kafka's jars too
         assert {(r["broker"], r["partitions"]) for r in results["perftest"]} == {
@@ -99,7 +102,8 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
         assert results["log"][log]["clean_s"] > 0 and results["log"][log]["after_sigkill_s"] > 0
     assert {r["broker"] for r in results["partitions"]} == brokers
     assert all(r["partitions"] == TINY.many_partitions for r in results["partitions"])
-    assert len(results["targets"]) == 6 + (8 if kafka["included"] else 0)
+    assert all(0 < r["first_round_s"] < r["seconds"] and r["rest_records_per_s"] > 0 for r in results["partitions"])
+    assert len(results["targets"]) == 9 + (8 if kafka["included"] else 0)
     profile = results["profile"]
     for p in (profile, profile["consume"]):
         assert p.get("samples", 0) > 0 and p["top"], p  # py-spy is a test dependency
@@ -111,7 +115,7 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
-    assert "## Where the consume time goes" in report
+    assert "## Where the consume time goes" in report and "## Broker CPU by configuration" in report
     assert ("## Where Sluice is behind Kafka" in report) == kafka["included"]
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 

@@ -7,8 +7,8 @@ import os
 import time
 import uuid
 
-from bench.common import (KCAT, MB, VALUE_SIZE, Probe, Sizes, median_run, producer_config, run_bounded,
-                          watermarks)
+from bench.common import (KCAT, MB, VALUE_SIZE, Probe, Sizes, median_run, page_cache_write_cpu,
+                          producer_config, run_bounded, watermarks)
 
 
 def produce_python(bootstrap: str, topic: str, records: int, pool: list[bytes], acks: str,
@@ -94,8 +94,10 @@ def bench_produce(targets, sizes: Sizes, pool, workdir: str, log) -> list[dict]:
 
 def produce_once(target, client: str, acks: str, partitions: int, compression: str,
                  sizes: Sizes, pool, path: str) -> dict:
-    """One produce run into a fresh topic (deleted afterwards): the Probe's figures and
-    the records the broker reports written (sum of high watermarks)."""
+    """One produce run into a fresh topic (deleted afterwards): the Probe's figures, the
+    records the broker reports written (sum of high watermarks) and, for Sluice, the
+    CPU this process spends writing as many bytes as the topic's log holds into a file
+    beside it (bench.common.page_cache_write_cpu)."""
     topic = f"produce-{client}-{acks}-{partitions}-{compression}-{uuid.uuid4().hex[:6]}"
     target.create_topics({topic: partitions})
     probe = Probe(target.pid)
@@ -106,6 +108,9 @@ def produce_once(target, client: str, acks: str, partitions: int, compression: s
         produce_kcat(target.bootstrap, topic, path, acks, compression, sizes.step_timeout)
     m = probe.stop()
     m["written"] = sum(high for _, high in watermarks(target.bootstrap, topic, partitions))
+    if target.name == "sluice":  # what writing its log into the page cache costs at least
+        m["log_bytes"] = target.log_bytes(topic)
+        m["page_cache_user_s"], m["page_cache_sys_s"] = page_cache_write_cpu(target.data_dir, m["log_bytes"])
     target.delete_topic(topic)
     return m
 
