@@ -33,6 +33,9 @@ from broker.producer_ids import ProducerIdAllocator, local_block_reserver
 from broker.fetch_sessions import FetchSessionCache
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
+from broker.handlers.sasl import AuthenticationFailed, raw_token
+from broker.security.listeners import endpoints
+from broker.security.scram_credentials import ScramCredentials
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
@@ -93,18 +96,23 @@ class Broker:
             self._handlers = handlers.HANDLERS
             self.cluster = self.zk = self.replicas = self.admin = None
             self.topics = TopicManager(config, self.delayed, clock)
-            self.metadata = LocalMetadata(config.node_id, lambda: self.config.advertised, self.topics)
+            self.metadata = LocalMetadata(
+                config.node_id, lambda listener: self.config.advertised_endpoint(
+                    listener or self.config.listeners[0].name), self.topics)
             self.producer_ids = ProducerIdAllocator(
                 local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
-        self.server = KafkaServer(self.handle_frame, config.host, config.port, Limits(
+        self.scram = ScramCredentials(config.data_dir)
+        bound, self.sasl_listeners = endpoints(config, self.scram)  # ConfigError for a bad setting
+        self.server = KafkaServer(self.handle_frame, bound, Limits(
             max_request_bytes=config.socket_request_max_bytes,
             max_connections=config.max_connections,
             max_connections_per_ip=config.max_connections_per_ip,
             per_ip_overrides=config.max_connections_per_ip_overrides,
             idle_ms=config.connections_max_idle_ms,
-            queued_max_requests=config.queued_max_requests))
+            queued_max_requests=config.queued_max_requests,
+            sasl_max_receive_bytes=config.sasl_server_max_receive_size))
         self._tasks: list[asyncio.Task] = []
         self._data_dir_lock = -1
         self.clean_start = False
@@ -120,6 +128,7 @@ class Broker:
 
     async def _start(self) -> None:
         self.dynamic_configs.load()  # the topic defaults the logs open with
+        self.scram.load()
         if self.cluster is not None:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
         self.metadata.cluster_id = self._load_cluster_id()
@@ -130,8 +139,7 @@ class Broker:
         else:
             await self.cluster.remove_stray_replicas()
         await self.server.start()
-        if self.config.port == 0:
-            self.config.port = self.server.port
+        self.config.bound(self.server.ports)
         if self.cluster is not None:
             await self.cluster.join()
         loop = asyncio.get_running_loop()
@@ -150,10 +158,11 @@ class Broker:
                        loop.create_task(self._every(
                            self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000,
                            self.transactions.upkeep))]
-        host, port = self.config.advertised
-        log.info("Sluice broker %s (node %d) listening on %s:%d (advertised %s:%d), data dir %s, "
-                 "%s start", VERSION, self.node_id, self.config.host, self.server.port, host, port,
-                 self.config.data_dir, "clean" if self.clean_start else "recovered")
+        listening = ", ".join(
+            f"{l.host}:{l.port} ({l.name}, " + (f"{l.security_protocol}, " if l.security_protocol != l.name else "")
+            + "advertised {}:{})".format(*self.config.advertised_endpoint(l.name)) for l in self.config.listeners)
+        log.info("Sluice broker %s (node %d) listening on %s, data dir %s, %s start", VERSION, self.node_id,
+                 listening, self.config.data_dir, "clean" if self.clean_start else "recovered")
 
     async def stop(self) -> None:
         """Answer in-flight requests, stop upkeep, flush and close every log. A cluster
@@ -231,10 +240,12 @@ class Broker:
         return None
 
     # -- requests ----------------------------------------------------------------------
-    def handle_frame(self, frame: bytearray, client_host: str):
+    def handle_frame(self, frame: bytearray, session):
         """The response chunks to one request frame (None: no response), or an
         awaitable of them when the handler must wait (in a `ResponseLater` when the
         request has taken effect)."""
+        if session.sasl_raw:  # a SASL token after a v0 handshake, not a request
+            return raw_token(session, frame)
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
         except UnsupportedRequest as exc:
@@ -250,7 +261,13 @@ class Broker:
         if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")
-        response = handler(self, header, body, client_host)
+        if not session.authenticated and header.request_api_key not in handlers.BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"API {header.request_api_key} before SASL authentication "
+                                  f"(client {header.client_id!r})")
+        try:
+            response = handler(self, header, body, session)
+        except AuthenticationFailed as exc:
+            raise CloseConnection(str(exc), last_response=self._encode(header, exc.response)) from None
         if isinstance(response, ResponseLater):
             return ResponseLater(self._encode_when_done(header, response.awaitable))
         if inspect.isawaitable(response):

@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     raise_open_files_limit()
     try:
         asyncio.run(serve(config))
+    except ConfigError as exc:  # a listener's TLS or SASL settings, checked as the broker is made
+        print(f"sluice broker: {exc}", file=sys.stderr)
+        return 2
     except (OSError, InconsistentBroker) as exc:
         print(f"sluice broker: {exc}", file=sys.stderr)
         return 1

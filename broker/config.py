@@ -169,13 +169,36 @@ def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return result
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """One entry of `listeners` (or `advertised.listeners`): NAME://host:port, the name
+    upper-cased as Kafka normalises it; its security protocol comes from
+    `listener.security.protocol.map`."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
 @dataclass
 class BrokerConfig:
     node_id: int = 0
+    # The first listener's address (what --host/--port set); `listeners` holds them all.
     host: str = "127.0.0.1"
     port: int = 9092
-    advertised_host: str | None = None
-    advertised_port: int | None = None
+    listeners: list[ListenerConfig] = field(default_factory=list)
+    advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    listener_security_protocol_map: dict[str, str] = field(
+        default_factory=lambda: {p: p for p in SECURITY_PROTOCOLS})
+    inter_broker_listener_name: str | None = None  # None: the first listener
+    # ssl.*, sasl.* and listener.name.* settings, read by broker.security when it builds
+    # the listeners (their values may be secrets: never logged or described).
+    security_settings: dict[str, str] = field(default_factory=dict)
+    sasl_server_max_receive_size: int = 524288
     data_dir: str = ""
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -231,6 +254,10 @@ class BrokerConfig:
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self):
+        if not self.listeners:  # made directly (tests, tools): one PLAINTEXT listener
+            self.listeners = [ListenerConfig("PLAINTEXT", self.host, self.port)]
+
     @property
     def cluster_mode(self) -> bool:
         """Whether this broker is one of a cluster coordinated through ZooKeeper."""
@@ -238,7 +265,34 @@ class BrokerConfig:
 
     @property
     def advertised(self) -> tuple[str, int]:
-        return (self.advertised_host or self.host, self.advertised_port or self.port)
+        """The first listener's advertised address."""
+        return self.advertised_endpoint(self.listeners[0].name) if self.listeners else (self.host, self.port)
+
+    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
+        """What clients on `listener` are told to connect to: its `advertised.listeners`
+        entry, else the listener's own address."""
+        if listener in self.advertised_listeners:
+            return self.advertised_listeners[listener]
+        own = next(l for l in self.listeners if l.name == listener)
+        return own.host, own.port
+
+    @property
+    def inter_broker_listener(self) -> ListenerConfig:
+        name = self.inter_broker_listener_name
+        return next((l for l in self.listeners if l.name == name), self.listeners[0])
+
+    def bound(self, ports: dict[str, int]) -> None:
+        """The listeners are bound: port 0 became the port the system chose."""
+        self.listeners = [dataclasses.replace(l, port=ports.get(l.name, l.port)) for l in self.listeners]
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+
+    def listener_settings(self, listener: str) -> dict[str, str]:
+        """The ssl.* and sasl.* settings of one listener: `listener.name.<name>.<key>`
+        (name lower-cased, as Kafka writes it) over the unprefixed `<key>`."""
+        prefix = f"listener.name.{listener.lower()}."
+        settings = {k: v for k, v in self.security_settings.items() if not k.startswith("listener.name.")}
+        settings.update({k[len(prefix):]: v for k, v in self.security_settings.items() if k.startswith(prefix)})
+        return settings
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         """The effective LogConfig of a topic with these (validated) overrides."""
@@ -268,18 +322,81 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
-def _listener(key: str, value: str) -> tuple[str, int]:
-    """The host and port of the first PLAINTEXT listener in a Kafka listeners list."""
-    for item in value.split(","):
-        item = item.strip()
-        name, sep, rest = item.partition("://")
-        if not sep or not rest.rpartition(":")[0] and not rest.startswith(":"):
-            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
-        if name.upper() != "PLAINTEXT":
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _listeners(key: str, value: str) -> list[ListenerConfig]:
+    """A Kafka listeners list: NAME://host:port, ... (an IPv6 host in brackets); names
+    unique (case-insensitively, as Kafka upper-cases them)."""
+    listeners = []
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
             continue
-        host, _, port = rest.rpartition(":")
-        return host.strip("[]"), _int(key, port, 0, 65535)
-    raise ConfigError(f"{key}: no PLAINTEXT listener in {value!r} (only PLAINTEXT is supported)")
+        name, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not _LISTENER_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
+        name = name.upper()
+        if any(l.name == name for l in listeners):
+            raise ConfigError(f"{key}: listener name {name} is given twice")
+        listeners.append(ListenerConfig(name, host.strip("[]"), _int(key, port, 0, 65535)))
+    if not listeners:
+        raise ConfigError(f"{key}: no listener in {value!r}")
+    return listeners
+
+
+def _protocol_map(key: str, value: str) -> dict[str, str]:
+    """listener.security.protocol.map: NAME:PROTOCOL, ..."""
+    mapping = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not _LISTENER_NAME.fullmatch(name.strip()) or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"{key}: {item!r} is not NAME:PROTOCOL with a protocol among "
+                              f"{', '.join(SECURITY_PROTOCOLS)}")
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+# Security keys kept for broker.security (listener.name.<name>.* carries per-listener ones).
+_SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.")
+
+
+def _resolve_listeners(config: BrokerConfig, listeners: list[ListenerConfig] | None,
+                       advertised: list[ListenerConfig] | None, security_inter_broker: str | None) -> None:
+    """Give every listener its security protocol and check the listener settings against
+    each other as Kafka does: unique ports, advertised names among the listeners, the
+    inter-broker listener defined."""
+    if listeners is None:
+        listeners = [ListenerConfig("PLAINTEXT", config.host, config.port)]
+    listeners[0] = dataclasses.replace(listeners[0], host=config.host, port=config.port)
+    resolved = []
+    for listener in listeners:
+        protocol = config.listener_security_protocol_map.get(listener.name)
+        if protocol is None:
+            raise ConfigError(f"listeners: no security protocol for listener {listener.name} "
+                              f"(add it to listener.security.protocol.map)")
+        resolved.append(dataclasses.replace(listener, security_protocol=protocol))
+    ports = [l.port for l in resolved if l.port]
+    if len(ports) != len(set(ports)):
+        raise ConfigError("listeners: each listener must have a different port")
+    config.listeners = resolved
+    names = {l.name for l in resolved}
+    for entry in advertised or []:
+        if entry.name not in names:
+            raise ConfigError(f"advertised.listeners: {entry.name} is not one of the listeners "
+                              f"({', '.join(sorted(names))})")
+        config.advertised_listeners[entry.name] = (entry.host, entry.port)
+    if config.inter_broker_listener_name is not None and security_inter_broker is not None:
+        raise ConfigError("set only one of inter.broker.listener.name and security.inter.broker.protocol")
+    wanted = config.inter_broker_listener_name or security_inter_broker
+    if wanted is not None and wanted not in names:
+        raise ConfigError(f"inter.broker.listener.name: {wanted} is not one of the listeners "
+                          f"({', '.join(sorted(names))})")
+    config.inter_broker_listener_name = wanted or resolved[0].name
+    config.host, config.port = resolved[0].host, resolved[0].port
 
 
 # Group and transaction coordinator settings: key -> (BrokerConfig attribute, minimum,
@@ -338,6 +455,7 @@ _CONNECTION_KEYS = {
     "connections.max.idle.ms": ("connections_max_idle_ms", 1, LONG_MAX),
     "queued.max.requests": ("queued_max_requests", 1, INT_MAX),
     "max.incremental.fetch.session.cache.slots": ("max_incremental_fetch_session_cache_slots", 0, INT_MAX),
+    "sasl.server.max.receive.size": ("sasl_server_max_receive_size", 1, INT_MAX),
 }
 
 
@@ -382,10 +500,16 @@ def static_broker_values(config: BrokerConfig) -> dict[str, str]:
     """Every broker-level key (other than the topic defaults) understood here, with its
     effective value as Kafka would print it: what DescribeConfigs reports for the broker."""
     host, port = config.advertised
+    def listed(entries):
+        return ",".join(f"{name}://[{h}]:{p}" if ":" in h else f"{name}://{h}:{p}" for name, h, p in entries)
+
     values = {
         "node.id": config.node_id, "broker.id": config.node_id,
-        "listeners": f"PLAINTEXT://{config.host}:{config.port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": listed((l.name, l.host, l.port) for l in config.listeners),
+        "advertised.listeners": listed((l.name, *config.advertised_endpoint(l.name)) for l in config.listeners),
+        "listener.security.protocol.map": ",".join(f"{n}:{p}" for n, p in
+                                                   config.listener_security_protocol_map.items()),
+        "inter.broker.listener.name": config.inter_broker_listener.name,
         "log.dirs": config.data_dir, "num.partitions": config.num_partitions,
         "default.replication.factor": config.default_replication_factor,
         "auto.create.topics.enable": str(config.auto_create_topics).lower(),
@@ -412,6 +536,7 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     warnings: list[str] = []
     log_changes: dict[str, object] = {}
     coarse: dict[str, int] = {}  # hours/minutes forms, applied after their _ms forms
+    listeners = advertised = security_inter_broker = None
     broker_keys = {broker_key: (attr, parse) for attr, broker_key, parse in TOPIC_CONFIGS.values()}
     for key, value in props.items():
         if key in broker_keys:
@@ -423,9 +548,21 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
         elif key in ("broker.id", "node.id"):
             config.node_id = _int(key, value, 0)
         elif key == "listeners":
-            config.host, config.port = _listener(key, value)
+            listeners = _listeners(key, value)
         elif key == "advertised.listeners":
-            config.advertised_host, config.advertised_port = _listener(key, value)
+            advertised = _listeners(key, value)
+        elif key == "listener.security.protocol.map":
+            config.listener_security_protocol_map = _protocol_map(key, value)
+        elif key == "inter.broker.listener.name":
+            config.inter_broker_listener_name = value.strip().upper() or None
+        elif key == "security.inter.broker.protocol":
+            protocol = value.strip().upper()
+            if protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"{key}: {value!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+            security_inter_broker = protocol
+        elif key.startswith(_SECURITY_PREFIXES) and key not in _CONNECTION_KEYS:
+            config.security_settings[key] = value
+            continue  # values may be secrets: not kept among the static values described
         elif key in ("log.dirs", "log.dir"):
             dirs = [d.strip() for d in value.split(",") if d.strip()]
             if len(dirs) != 1:
@@ -464,9 +601,12 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             warnings.append(f"unknown config key {key!r} ignored")
             continue
         config.static[key] = value
+    if listeners is not None:  # the first listener's address, unless the flags set it
+        config.host, config.port = listeners[0].host, listeners[0].port
     for name, value in overrides.items():
         if value is not None:
             setattr(config, name, value)
+    _resolve_listeners(config, listeners, advertised, security_inter_broker)
     for key, (attr, _, _) in _COARSE_UNITS.items():  # minutes before hours: the finer one wins
         if key in coarse:
             log_changes.setdefault(attr, coarse[key])

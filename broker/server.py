@@ -1,5 +1,13 @@
 """The network layer: moves frames between sockets and the broker; no protocol logic.
 
+Listeners: one or more endpoints (Kafka's `listeners`), each with its name and security
+protocol, which every connection's Session carries to the handlers; SSL and SASL_SSL
+endpoints speak TLS (asyncio's, the handshake bounded by _AUTHENTICATION_TIMEOUT_S). A
+connection that must authenticate with SASL reads frames of at most
+`sasl.server.max.receive.size` until it has, and closes if it has not within that same
+bound. Zero-copy sends (sendfile) go straight to the socket, so only without TLS; a TLS
+connection's file regions are read and written through the transport.
+
 Reading: bytes arrive in a read buffer, from which every complete small frame is cut
 (several per read when a client pipelines). The server lends read buffers from a small
 pool and a connection gives its own back once it holds no partial frame, so an idle
@@ -62,12 +70,15 @@ import logging
 import mmap
 import os
 import socket
+import ssl
 import struct
 import time
 from typing import Awaitable, Callable, Union
 
 from wire.frame_buffers import FrameBuffers
 
+from broker.security.principal import Principal
+from broker.security.session import Session
 from broker.storage.segment import FileRegion
 from broker.throttled_log import ThrottledLog
 
@@ -86,10 +97,26 @@ _BACKLOG = 1024
 _ACCEPTS_PER_WAKE = 64
 _ACCEPT_RETRY_MIN, _ACCEPT_RETRY_MAX = 0.05, 1.0  # seconds: back-off while descriptors run out
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_AUTHENTICATION_TIMEOUT_S = 10.0  # TLS handshake, then SASL: a connection that takes longer closes
 
 Chunks = Union[list, None]  # response chunks (bytes-like or FileRegion), or None: no response
-# handler(frame, client_host) -> chunks, or an awaitable of them when the request must wait
-Handler = Callable[[bytearray, str], Union[Chunks, Awaitable[Chunks]]]
+# handler(frame, session) -> chunks, or an awaitable of them when the request must wait
+Handler = Callable[[bytearray, Session], Union[Chunks, Awaitable[Chunks]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A listener as the server binds it: its name and security protocol (which the
+    connections' sessions carry), address, and TLS context for SSL and SASL_SSL.
+    `principal_of_certificate` names a TLS client by its certificate (SSL listeners
+    that ask for one)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    principal_of_certificate: Callable[[dict], Principal] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +129,8 @@ class Limits:
     per_ip_overrides: dict = dataclasses.field(default_factory=dict)  # host -> count
     idle_ms: int = 600_000                              # connections.max.idle.ms
     queued_max_requests: int = 500                      # queued.max.requests
+    sasl_max_receive_bytes: int = 524288                # sasl.server.max.receive.size: frames before
+                                                        # a SASL connection has authenticated
 
 
 _log_closing = ThrottledLog(log, logging.WARNING)
@@ -111,7 +140,12 @@ _log_accept_error = ThrottledLog(log, logging.ERROR)
 
 
 class CloseConnection(Exception):
-    """Raised by a handler: the request cannot be answered, so the connection closes."""
+    """Raised by a handler: the request cannot be answered, so the connection closes;
+    with `last_response`, after that response (a failed authentication's answer)."""
+
+    def __init__(self, message: str, last_response: list | None = None):
+        super().__init__(message)
+        self.last_response = last_response
 
 
 class ResponseLater:
@@ -152,13 +186,14 @@ def _size_of(chunks: list) -> int:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: "KafkaServer", client_host: str):
+    def __init__(self, server: "KafkaServer", endpoint: Endpoint, session: Session):
         self.server = server
+        self.endpoint = endpoint
         self.handler = server.handler
         self.max_request_bytes = server.limits.max_request_bytes
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.client_host = client_host
+        self.session = session
         self.last_active = time.monotonic()  # of the last bytes read or response finished
         self._buf: bytearray | None = None  # lent by the server while reading
         self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
@@ -181,14 +216,28 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- reading ---------------------------------------------------------------------
     def connection_made(self, transport) -> None:
+        """Called once TLS, if any, has shaken hands. Zero-copy sends go straight to the
+        socket, so only on connections without TLS."""
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
+        tls = transport.get_extra_info("ssl_object") is not None
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._fd = sock.fileno()
+            if not tls:
+                self._fd = sock.fileno()
+        certificate = transport.get_extra_info("peercert") if tls else None
+        if certificate and self.endpoint.principal_of_certificate is not None:
+            self.session.principal = self.endpoint.principal_of_certificate(certificate)
+        if not self.session.authenticated:
+            asyncio.get_running_loop().call_later(_AUTHENTICATION_TIMEOUT_S, self._authentication_due)
         self.server.connections.add(self)
+
+    def _authentication_due(self) -> None:
+        if not self.session.authenticated and not self._closed:
+            _log_closing("closing %s: not authenticated within %g s", self.peer, _AUTHENTICATION_TIMEOUT_S)
+            self.abort()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -219,11 +268,12 @@ class Connection(asyncio.BufferedProtocol):
         """Move every complete frame out of the read buffer; a frame larger than the
         buffer continues in a buffer of its own. False when the connection closed."""
         buf, start, end = self._buf, self._start, self._end
+        limit = self.max_request_bytes if self.session.authenticated else \
+            min(self.max_request_bytes, self.server.limits.sasl_max_receive_bytes)
         while end - start >= 4:
             size = _SIZE.unpack_from(buf, start)[0]
-            if size < 4 or size > self.max_request_bytes:
-                _log_closing("closing %s: request size %d outside [4, %d]", self.peer, size,
-                             self.max_request_bytes)
+            if size < 4 or size > limit:
+                _log_closing("closing %s: request size %d outside [4, %d]", self.peer, size, limit)
                 self.close()
                 return False
             if end - start - 4 >= size:
@@ -259,7 +309,9 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = True
         self._stop_waiting()
         self._answer()
-        return True  # keep the transport open until queued responses are written
+        # Keep the transport open until queued responses are written; TLS has no half
+        # close: asyncio closes a TLS transport at the end of input whatever we return.
+        return self._fd >= 0 or self.transport.get_extra_info("ssl_object") is None
 
     def connection_lost(self, exc) -> None:
         self._closed = True
@@ -310,7 +362,7 @@ class Connection(asyncio.BufferedProtocol):
         while (self._frames and not self._blocking and not self._closed
                and self._writable.is_set()):
             try:
-                result = self.handler(self._take(), self.client_host)
+                result = self.handler(self._take(), self.session)
                 if isinstance(result, ResponseLater):
                     self._reply_later(result.awaitable, blocking=False)
                 elif inspect.isawaitable(result):
@@ -364,6 +416,8 @@ class Connection(asyncio.BufferedProtocol):
         """A request could not be answered: write what is ready, then close."""
         if isinstance(exc, CloseConnection):
             _log_closing("closing %s: %s", self.peer, exc)
+            if exc.last_response is not None and self._task is None:
+                self._add_response(exc.last_response)
         elif not isinstance(exc, (ConnectionError, asyncio.CancelledError)):
             _log_internal_error("closing %s after an internal error", self.peer, exc_info=exc)
         self._flush()
@@ -503,9 +557,10 @@ class KafkaServer:
     asyncio 3.11's loop retries accept up to `backlog` times per wake-up on EMFILE,
     logging a traceback and scheduling a restart each time."""
 
-    def __init__(self, handler: Handler, host: str, port: int, limits: Limits):
+    def __init__(self, handler: Handler, endpoints: list[Endpoint], limits: Limits):
         self.handler = handler
-        self.host, self.port = host, port
+        self.endpoints = endpoints
+        self.ports: dict[str, int] = {e.name: e.port for e in endpoints}  # the bound ones once started
         self.limits = limits
         self.connections: set[Connection] = set()
         self.queued_requests = 0      # frames read and not yet answered, all connections
@@ -513,7 +568,7 @@ class KafkaServer:
         self._open = 0                # accepted, not yet closed
         self._per_host: collections.Counter = collections.Counter()  # of those, per client host
         self._per_ip_limits: dict[str, int] = {}
-        self._sockets: list[socket.socket] = []
+        self._sockets: list[tuple[socket.socket, Endpoint]] = []
         self._accepting = False
         self._retry: asyncio.TimerHandle | None = None
         self._retry_delay = _ACCEPT_RETRY_MIN
@@ -535,31 +590,46 @@ class KafkaServer:
         for host, count in self.limits.per_ip_overrides.items():
             for info in await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM):
                 self._per_ip_limits[info[4][0]] = count
-        infos = await loop.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
         try:
-            for family, kind, proto, _, address in dict.fromkeys(infos):
-                try:
-                    sock = socket.socket(family, kind, proto)
-                except OSError:  # a family this host lacks (IPv6): skipped, as asyncio does
-                    continue
-                self._sockets.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind(address)
-                sock.listen(_BACKLOG)
-                sock.setblocking(False)
-            if not self._sockets:
-                raise OSError(f"no address to listen on for {self.host!r}")
+            for endpoint in self.endpoints:
+                await self._bind(endpoint)
         except OSError:
-            for sock in self._sockets:
+            for sock, _ in self._sockets:
                 sock.close()
             self._sockets = []
             raise
-        self.port = self._sockets[0].getsockname()[1]
         self._start_accepting()
         self._sweeper = loop.create_task(self._close_idle())
+
+    async def _bind(self, endpoint: Endpoint) -> None:
+        """Listen on every address of the endpoint's host (all of them for an empty host);
+        port 0 takes a free port, the same one for each address."""
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            endpoint.host or None, self.ports[endpoint.name], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        bound = 0
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this host lacks (IPv6): skipped, as asyncio does
+                continue
+            self._sockets.append((sock, endpoint))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if bound:
+                address = (address[0], self.ports[endpoint.name], *address[2:])
+            sock.bind(address)
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+            self.ports[endpoint.name] = sock.getsockname()[1]
+            bound += 1
+        if not bound:
+            raise OSError(f"no address to listen on for {endpoint.host!r} (listener {endpoint.name})")
+
+    @property
+    def port(self) -> int:
+        """The first listener's port."""
+        return self.ports[self.endpoints[0].name]
 
     # -- accepting -------------------------------------------------------------------
     def _start_accepting(self) -> None:
@@ -567,17 +637,17 @@ class KafkaServer:
         self._retry = None
         if not self._accepting and not self._closing:
             self._accepting = True
-            for sock in self._sockets:
-                loop.add_reader(sock.fileno(), self._accept, sock)
+            for sock, endpoint in self._sockets:
+                loop.add_reader(sock.fileno(), self._accept, sock, endpoint)
 
     def _stop_accepting(self) -> None:
         if self._accepting:
             self._accepting = False
             loop = asyncio.get_running_loop()
-            for sock in self._sockets:
+            for sock, _ in self._sockets:
                 loop.remove_reader(sock.fileno())
 
-    def _accept(self, listener: socket.socket) -> None:
+    def _accept(self, listener: socket.socket, endpoint: Endpoint) -> None:
         """Accept what is waiting. At max.connections, stop accepting until one closes
         (new clients wait in the backlog, as Kafka's acceptor waits for a slot); out of
         descriptors, stop for a growing while (logged at a bounded rate)."""
@@ -601,9 +671,9 @@ class KafkaServer:
                     self._retry_delay = min(2 * self._retry_delay, _ACCEPT_RETRY_MAX)
                 return
             self._retry_delay = _ACCEPT_RETRY_MIN
-            self._admit(sock, address[0])
+            self._admit(sock, address[0], endpoint)
 
-    def _admit(self, sock: socket.socket, host: str) -> None:
+    def _admit(self, sock: socket.socket, host: str, endpoint: Endpoint) -> None:
         limit = self._per_ip_limits.get(host, self.limits.max_connections_per_ip)
         if self._per_host[host] >= limit:
             _log_refused("refusing a connection from %s: it has max.connections.per.ip (%d)",
@@ -612,20 +682,27 @@ class KafkaServer:
             return
         self._per_host[host] += 1
         self._open += 1
-        asyncio.get_running_loop().create_task(self._connect(sock, host))
+        asyncio.get_running_loop().create_task(self._connect(sock, host, endpoint))
 
-    async def _connect(self, sock: socket.socket, host: str) -> None:
+    async def _connect(self, sock: socket.socket, host: str, endpoint: Endpoint) -> None:
+        """Set the connection up; on a TLS listener that includes the handshake, bounded."""
+        session = Session(host, endpoint.name, endpoint.security_protocol)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Connection(self, host), sock)
+                lambda: Connection(self, endpoint, session), sock, ssl=endpoint.ssl_context,
+                ssl_handshake_timeout=_AUTHENTICATION_TIMEOUT_S if endpoint.ssl_context else None)
         except Exception as exc:
             sock.close()
             self._release(host)
-            _log_accept_error("cannot set up a connection from %s: %s", host, exc)
+            if endpoint.ssl_context is not None and isinstance(exc, (ssl.SSLError, OSError, TimeoutError)):
+                _log_closing("closing %s: no TLS handshake on listener %s (%s)", host, endpoint.name,
+                             exc or type(exc).__name__)
+            else:
+                _log_accept_error("cannot set up a connection from %s: %s", host, exc)
 
     def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        self._release(conn.client_host)
+        self._release(conn.session.client_host)
 
     def _release(self, host: str) -> None:
         self._open -= 1
@@ -666,7 +743,7 @@ class KafkaServer:
         self._stop_accepting()
         if self._retry is not None:
             self._retry.cancel()
-        for sock in self._sockets:
+        for sock, _ in self._sockets:
             sock.close()
         self._sockets = []
         if self._sweeper is not None:

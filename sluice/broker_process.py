@@ -20,6 +20,7 @@ import time
 __all__ = ["BrokerProcess", "launch"]
 
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+_LISTENER = re.compile(r"(?:on |, )\[?[0-9A-Za-z.:-]*\]?:(\d+) \(([A-Z0-9_.-]+), ")
 # The checkout this module is in: its `broker` package is the one `python -m broker` runs there.
 _SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +41,7 @@ class BrokerProcess:
         self.data_dir = str(data_dir)
         self.source_dir = source_dir
         self.port = port
+        self.ports: dict[str, int] = {}  # every listener's port by name, once started
         self.config_file = config_file
         self.extra_args = extra_args
         self.proc: subprocess.Popen | None = None
@@ -48,6 +50,10 @@ class BrokerProcess:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def bootstrap(self, listener: str) -> str:
+        """host:port of a listener by name (its port is the one it bound)."""
+        return f"127.0.0.1:{self.ports[listener]}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         args = ["--data-dir", self.data_dir, "--host", "127.0.0.1", "--port", str(self.port),
@@ -63,6 +69,7 @@ class BrokerProcess:
                 match = _LISTENING.search(line)
                 if match and not found.is_set():
                     self.port = int(match.group(1))
+                    self.ports = {name: int(port) for port, name in _LISTENER.findall(line)}
                     found.set()
 
         threading.Thread(target=pump, daemon=True).start()

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, build_config,
+from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, build_config, static_broker_values,
                            parse_topic_configs, read_properties)
 from broker.topics import CLEAN_SHUTDOWN
 from sluice.broker_process import BrokerProcess
@@ -126,11 +126,56 @@ def test_broker_id_synonyms(tmp_path, key):
 
 
 def test_listeners(tmp_path):
+    """Every listener is kept, with its protocol; host and port are the first listener's
+    (what --host and --port set)."""
     config, _ = config_from(tmp_path, "listeners=SSL://:9093,PLAINTEXT://[::1]:9094")
-    assert (config.host, config.port) == ("::1", 9094)
-    assert config.advertised == ("::1", 9094)  # advertised defaults to the listener
+    assert [(l.name, l.host, l.port, l.security_protocol) for l in config.listeners] == [
+        ("SSL", "", 9093, "SSL"), ("PLAINTEXT", "::1", 9094, "PLAINTEXT")]
+    assert (config.host, config.port) == ("", 9093)
+    assert config.advertised_endpoint("PLAINTEXT") == ("::1", 9094)  # advertised defaults to the listener
+    assert config.inter_broker_listener.name == "SSL"
     config, _ = config_from(tmp_path, "listeners=plaintext://localhost:9095")
-    assert (config.host, config.port) == ("localhost", 9095)
+    assert (config.host, config.port, config.listeners[0].name) == ("localhost", 9095, "PLAINTEXT")
+
+
+def test_named_listeners_and_their_settings(tmp_path):
+    config, _ = config_from(tmp_path, "\n".join([
+        "listeners=CLIENT://127.0.0.1:9092,REPLICATION://10.0.0.1:9093",
+        "advertised.listeners=CLIENT://kafka.example:19092",
+        "listener.security.protocol.map=CLIENT:SASL_SSL,REPLICATION:SSL",
+        "inter.broker.listener.name=REPLICATION",
+        "ssl.keystore.location=/global.pem",
+        "listener.name.client.ssl.keystore.location=/client.pem",
+        "listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "ssl.key.password=secret"]))
+    assert [(l.name, l.security_protocol) for l in config.listeners] == [("CLIENT", "SASL_SSL"),
+                                                                         ("REPLICATION", "SSL")]
+    assert config.advertised_endpoint("CLIENT") == ("kafka.example", 19092)
+    assert config.advertised_endpoint("REPLICATION") == ("10.0.0.1", 9093)
+    assert config.inter_broker_listener.name == "REPLICATION"
+    assert config.listener_settings("CLIENT") == {"ssl.keystore.location": "/client.pem",
+                                                  "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                                                  "ssl.key.password": "secret"}
+    assert config.listener_settings("REPLICATION")["ssl.keystore.location"] == "/global.pem"
+    assert "ssl.key.password" not in config.static  # a secret is never described
+    values = static_broker_values(config)
+    assert values["listeners"] == "CLIENT://127.0.0.1:9092,REPLICATION://10.0.0.1:9093"
+    assert values["advertised.listeners"] == "CLIENT://kafka.example:19092,REPLICATION://10.0.0.1:9093"
+    assert "secret" not in str(values)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("listeners=A://h:1,a://h:2", "given twice"),
+    ("listeners=PLAINTEXT://h:1,SSL://h:1", "different port"),
+    ("listeners=X://h:1", "no security protocol for listener X"),
+    ("listeners=PLAINTEXT://h:1\nadvertised.listeners=SSL://h:2", "not one of the listeners"),
+    ("listeners=PLAINTEXT://h:1\ninter.broker.listener.name=SSL", "not one of the listeners"),
+    ("listeners=PLAINTEXT://h:1\nsecurity.inter.broker.protocol=TLS", "security.inter.broker.protocol"),
+    ("listener.security.protocol.map=A:KERBEROS", "listener.security.protocol.map"),
+])
+def test_listener_mistakes(tmp_path, text, needle):
+    with pytest.raises(ConfigError, match=needle):
+        config_from(tmp_path, text)
 
 
 def test_flags_override_the_file(tmp_path):
@@ -184,7 +229,7 @@ def test_bad_cluster_values(tmp_path, line):
     "log.roll.ms=0", "log.retention.ms=-5", "log.retention.minutes=abc", "log.retention.hours=1.5",
     "log.retention.bytes=lots", "log.index.interval.bytes=-1", "log.flush.interval.messages=0",
     "log.flush.interval.ms=x", "message.max.bytes=big", "socket.request.max.bytes=0",
-    "listeners=localhost:9092", "listeners=SSL://localhost:9093", "listeners=PLAINTEXT://host:port",
+    "listeners=localhost:9092", "listeners=PLAINTEXT://host:port",
     "advertised.listeners=nonsense", "log.dirs=/a,/b", "log.dirs=",
     "log.message.timestamp.type=Now", "log.cleanup.policy=keep",
     "log.retention.check.interval.ms=0",
@@ -351,7 +396,6 @@ def test_sluice_usage():
     ("num.partitions=1_000\n", "num.partitions"),
     ("listeners=PLAINTEXT://127.0.0.1:70000\n", "listeners"),
     ("log.retention.hours=forever\n", "log.retention.hours"),
-    ("listeners=SSL://127.0.0.1:9093\n", "listeners"),
     ("auto.create.topics.enable=perhaps\n", "auto.create.topics.enable"),
     ("this line has no separator\n", "expected key=value"),
     (b"num.partitions=\xff\xfe\n", "server.properties"),
@@ -440,8 +484,8 @@ def test_listeners_from_the_file(tmp_path):
                     f"log.dirs={tmp_path / 'data'}\nnode.id=5\nmystery.key=1\n")
     broker = RawBroker(["--config", str(path)])
     try:
-        match = broker.wait_for_line(r"\(node (\d+)\) listening on ([\d.]+):(\d+) \(advertised (\S+):(\d+)\), "
-                                     r"data dir (\S+),")
+        match = broker.wait_for_line(r"\(node (\d+)\) listening on ([\d.]+):(\d+) \(PLAINTEXT, advertised "
+                                     r"(\S+):(\d+)\), data dir (\S+),")
         assert match.groups() == ("5", "127.0.0.1", str(port), "localhost", str(port), str(tmp_path / "data"))
         assert any("WARNING" in line and "mystery.key" in line for line in broker.lines)
         metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)

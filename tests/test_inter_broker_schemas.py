@@ -27,6 +27,7 @@ import pytest
 import broker.server
 from broker import handlers
 from broker.embedded import EmbeddedBroker
+from broker.security.session import Session
 from broker.server import CloseConnection
 from broker.throttled_log import ThrottledLog
 from tests.test_broker_failures import (api_versions_body, assert_closed_by_broker, connect,
@@ -578,4 +579,4 @@ def test_a_request_at_one_closes_the_connection_with_a_log_line(embedded, caplog
 def test_handle_frame_raises_close_connection(embedded):
     """The dispatcher's own word: CloseConnection, whose message is the line logged."""
     with pytest.raises(CloseConnection, match=r"unsupported API key 4 version 7 \(client 'controller'\)"):
-        embedded.broker.handle_frame(bytearray(request_frame(LEADER_AND_ISR, 7, 1)), "127.0.0.1")
+        embedded.broker.handle_frame(bytearray(request_frame(LEADER_AND_ISR, 7, 1)), Session("127.0.0.1"))

@@ -42,7 +42,7 @@ class FrameServer:
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
         self.frames = 0
 
-    def handle(self, frame, client_host):
+    def handle(self, frame, session):
         self.frames += 1
         if self.frames % 3 == 0:
             view = memoryview(frame)[7:7 + 4096]

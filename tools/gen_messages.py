@@ -23,6 +23,9 @@ API_NAMES = [
     "DescribeLogDirs", "CreatePartitions", "DeleteGroups", "IncrementalAlterConfigs", "OffsetDelete",
     "DescribeCluster",
     "DescribeProducers", "DescribeTransactions", "ListTransactions",
+    # Security: ACLs and SCRAM credentials.
+    "DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
     # Inter-broker and election APIs of a ZooKeeper-era cluster (controller to brokers, a
     # leader's ISR change, a broker's controlled shutdown). A schema here is not an API
     # served: the broker serves, and ApiVersions lists, only broker.handlers.HANDLERS.

@@ -881,6 +881,87 @@ TXN_OFFSET_COMMIT = Api(28, 'TxnOffsetCommit', '0-4', flexible='3+',
     ),
 )
 
+DESCRIBE_ACLS = Api(29, 'DescribeAcls', '0-3', flexible='2+',
+    request=(
+        F('resource_type_filter', 'int8', '0+'),
+        F('resource_name_filter', 'string', '0+', nullable='0+'),
+        F('pattern_type_filter', 'int8', '1+', default=3),
+        F('principal_filter', 'string', '0+', nullable='0+'),
+        F('host_filter', 'string', '0+', nullable='0+'),
+        F('operation', 'int8', '0+'),
+        F('permission_type', 'int8', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('resources', '[]DescribeAclsResource', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('pattern_type', 'int8', '1+', default=3),
+            F('acls', '[]AclDescription', '0+', fields=(
+                F('principal', 'string', '0+'),
+                F('host', 'string', '0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
+CREATE_ACLS = Api(30, 'CreateAcls', '0-3', flexible='2+',
+    request=(
+        F('creations', '[]AclCreation', '0+', fields=(
+            F('resource_type', 'int8', '0+'),
+            F('resource_name', 'string', '0+'),
+            F('resource_pattern_type', 'int8', '1+', default=3),
+            F('principal', 'string', '0+'),
+            F('host', 'string', '0+'),
+            F('operation', 'int8', '0+'),
+            F('permission_type', 'int8', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]AclCreationResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+        )),
+    ),
+)
+
+DELETE_ACLS = Api(31, 'DeleteAcls', '0-3', flexible='2+',
+    request=(
+        F('filters', '[]DeleteAclsFilter', '0+', fields=(
+            F('resource_type_filter', 'int8', '0+'),
+            F('resource_name_filter', 'string', '0+', nullable='0+'),
+            F('pattern_type_filter', 'int8', '1+', default=3),
+            F('principal_filter', 'string', '0+', nullable='0+'),
+            F('host_filter', 'string', '0+', nullable='0+'),
+            F('operation', 'int8', '0+'),
+            F('permission_type', 'int8', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('filter_results', '[]DeleteAclsFilterResult', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('matching_acls', '[]DeleteAclsMatchingAcl', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+                F('resource_type', 'int8', '0+'),
+                F('resource_name', 'string', '0+'),
+                F('pattern_type', 'int8', '1+', default=3),
+                F('principal', 'string', '0+'),
+                F('host', 'string', '0+'),
+                F('operation', 'int8', '0+'),
+                F('permission_type', 'int8', '0+'),
+            )),
+        )),
+    ),
+)
+
 DESCRIBE_CONFIGS = Api(32, 'DescribeConfigs', '0-4', flexible='4+',
     request=(
         F('resources', '[]DescribeConfigsResource', '0+', fields=(
@@ -1081,6 +1162,52 @@ OFFSET_DELETE = Api(47, 'OffsetDelete', '0', flexible='none',
                 F('partition_index', 'int32', '0+'),
                 F('error_code', 'int16', '0+'),
             )),
+        )),
+    ),
+)
+
+DESCRIBE_USER_SCRAM_CREDENTIALS = Api(50, 'DescribeUserScramCredentials', '0', flexible='0+',
+    request=(
+        F('users', '[]UserName', '0+', nullable='0+', fields=(
+            F('name', 'string', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('results', '[]DescribeUserScramCredentialsResult', '0+', fields=(
+            F('user', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('credential_infos', '[]CredentialInfo', '0+', fields=(
+                F('mechanism', 'int8', '0+'),
+                F('iterations', 'int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_USER_SCRAM_CREDENTIALS = Api(51, 'AlterUserScramCredentials', '0', flexible='0+',
+    request=(
+        F('deletions', '[]ScramCredentialDeletion', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('mechanism', 'int8', '0+'),
+        )),
+        F('upsertions', '[]ScramCredentialUpsertion', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('mechanism', 'int8', '0+'),
+            F('iterations', 'int32', '0+'),
+            F('salt', 'bytes', '0+'),
+            F('salted_password', 'bytes', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('results', '[]AlterUserScramCredentialsResult', '0+', fields=(
+            F('user', 'string', '0+'),
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
         )),
     ),
 )
@@ -1330,6 +1457,9 @@ APIS = {api.key: api for api in (
     END_TXN,
     WRITE_TXN_MARKERS,
     TXN_OFFSET_COMMIT,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
     DESCRIBE_CONFIGS,
     ALTER_CONFIGS,
     DESCRIBE_LOG_DIRS,
@@ -1339,6 +1469,8 @@ APIS = {api.key: api for api in (
     ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
     OFFSET_DELETE,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     ALTER_PARTITION,
     DESCRIBE_CLUSTER,
     DESCRIBE_PRODUCERS,

@@ -78,9 +78,9 @@ class ClusterMetadata(Protocol):
     @property
     def controller_id(self) -> int: ...
 
-    def brokers(self) -> list[BrokerEndpoint]: ...
+    def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]: ...
 
-    def broker(self, node_id: int) -> BrokerEndpoint | None: ...
+    def broker(self, node_id: int, listener: str | None = None) -> BrokerEndpoint | None: ...
 
     def partition_states(self, topic) -> list[PartitionState]: ...
 
@@ -88,14 +88,15 @@ class ClusterMetadata(Protocol):
 
     def check_assignment(self, replicas: Iterable[int]) -> None: ...
 
-    def coordinator(self, key_type: int, key: str) -> BrokerEndpoint | None: ...
+    def coordinator(self, key_type: int, key: str, listener: str | None = None) -> BrokerEndpoint | None: ...
 
 
 class LocalMetadata:
     """The single node's view."""
 
     def __init__(self, node_id: int, endpoint, topics):
-        """`endpoint()` gives the advertised (host, port); `topics` is the TopicManager."""
+        """`endpoint(listener)` gives a listener's advertised (host, port), the first
+        listener's for None; `topics` is the TopicManager."""
         self.node_id = node_id
         self.cluster_id = ""
         self._endpoint = endpoint
@@ -114,12 +115,13 @@ class LocalMetadata:
     def topic_by_id(self, topic_id: uuid.UUID):
         return self._topics.by_id.get(topic_id)
 
-    def brokers(self) -> list[BrokerEndpoint]:
-        host, port = self._endpoint()
+    def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
+        """This broker as clients on `listener` reach it."""
+        host, port = self._endpoint(listener)
         return [BrokerEndpoint(self.node_id, host, port)]
 
-    def broker(self, node_id: int) -> BrokerEndpoint | None:
-        return next((b for b in self.brokers() if b.node_id == node_id), None)
+    def broker(self, node_id: int, listener: str | None = None) -> BrokerEndpoint | None:
+        return next((b for b in self.brokers(listener) if b.node_id == node_id), None)
 
     def partition_states(self, topic) -> list[PartitionState]:
         return [topic.partitions[i].state for i in sorted(topic.partitions)]
@@ -135,11 +137,11 @@ class LocalMetadata:
             raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                               f"replicas {replicas} must be distinct live brokers among {sorted(live)}")
 
-    def coordinator(self, key_type: int, key: str) -> BrokerEndpoint | None:
+    def coordinator(self, key_type: int, key: str, listener: str | None = None) -> BrokerEndpoint | None:
         """The broker leading the partition of `__consumer_offsets` (key type 0, a group
         id) or `__transaction_state` (1, a transactional id) that `key` maps to: here,
         this one; None would mean that partition has no leader."""
-        return self.broker(self.node_id)
+        return self.broker(self.node_id, listener)
 
 
 def check_replication_factor(live: int, replication_factor: int) -> None:
@@ -208,10 +210,10 @@ class MetadataCache:
     def topic_by_id(self, topic_id: uuid.UUID) -> MetadataTopic | None:
         return self._by_id.get(topic_id)
 
-    def brokers(self) -> list[BrokerEndpoint]:
+    def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
         return [self._brokers[i] for i in sorted(self._brokers)]
 
-    def broker(self, node_id: int) -> BrokerEndpoint | None:
+    def broker(self, node_id: int, listener: str | None = None) -> BrokerEndpoint | None:
         return self._brokers.get(node_id)
 
     def partition_states(self, topic) -> list[PartitionState]:
@@ -231,7 +233,7 @@ class MetadataCache:
             raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                               f"replicas {replicas} must be distinct live brokers among {sorted(live)}")
 
-    def coordinator(self, key_type: int, key: str) -> BrokerEndpoint | None:
+    def coordinator(self, key_type: int, key: str, listener: str | None = None) -> BrokerEndpoint | None:
         """The live leader of the partition of `__consumer_offsets` (key type 0, a group
         id) or `__transaction_state` (1, a transactional id) that `key` maps to; None
         while that topic does not exist or the partition has no live leader."""

@@ -1,7 +1,8 @@
 """Request handlers, one module per API family; each opens with the rules it implements.
 
-A handler is `handler(broker, header, request, client_host) -> body | None` (None: no
-response, as for acks=0 produce). A request that must wait (a long-poll Fetch, a group
+A handler is `handler(broker, header, request, session) -> body | None` (None: no
+response, as for acks=0 produce); `session` is the connection's (broker.security.session:
+client host, listener, principal). A request that must wait (a long-poll Fetch, a group
 join) returns an awaitable of the body instead, so that everything else is answered
 without a trip through the event loop.
 """
@@ -15,11 +16,12 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID, JOIN_GROUP, LEAVE_GROUP,
                            LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
-                           SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
+                           SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, SASL_HANDSHAKE,
+                           SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS)
 
 from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
                              groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
-                             offsets, produce, topics_admin, transactions)
+                             offsets, produce, sasl, scram, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -58,7 +60,14 @@ HANDLERS = {
     LIST_TRANSACTIONS.key: transactions.list_transactions,
     DESCRIBE_PRODUCERS.key: transactions.describe_producers,
     ELECT_LEADERS.key: elect_leaders.handle,
+    SASL_HANDSHAKE.key: sasl.sasl_handshake,
+    SASL_AUTHENTICATE.key: sasl.sasl_authenticate,
+    DESCRIBE_USER_SCRAM_CREDENTIALS.key: scram.describe_user_scram_credentials,
+    ALTER_USER_SCRAM_CREDENTIALS.key: scram.alter_user_scram_credentials,
 }
+
+# What a connection on a SASL listener may send before it has authenticated.
+BEFORE_AUTHENTICATION = frozenset((API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key))
 
 # A cluster broker's requests from the controller; the single node does not serve them.
 CLUSTER_HANDLERS = {

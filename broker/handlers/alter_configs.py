@@ -214,9 +214,9 @@ def _altered(broker, request, new_configs, Response):
                   Response)
 
 
-def alter_configs(broker, header, request, client_host):
+def alter_configs(broker, header, request, session):
     return _altered(broker, request, _replacement, ALTER_CONFIGS.response)
 
 
-def incremental_alter_configs(broker, header, request, client_host):
+def incremental_alter_configs(broker, header, request, session):
     return _altered(broker, request, _incremental, INCREMENTAL_ALTER_CONFIGS.response)

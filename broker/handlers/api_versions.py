@@ -22,7 +22,7 @@ def _api_keys(served):
             for key in sorted(served)]
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     return API_VERSIONS.response(error_code=ErrorCode.NONE, api_keys=_api_keys(broker.served_apis))
 
 

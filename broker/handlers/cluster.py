@@ -30,7 +30,7 @@ from broker.errors import BrokerError
 _MAX_EPOCH = 32767
 
 
-def describe_cluster(broker, header, request, client_host):
+def describe_cluster(broker, header, request, session):
     Resp = DESCRIBE_CLUSTER.response
     if header.request_api_version >= 1 and request.endpoint_type not in (1,):
         return Resp(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
@@ -41,11 +41,11 @@ def describe_cluster(broker, header, request, client_host):
     return Resp(error_code=0, error_message=None, endpoint_type=1, cluster_id=metadata.cluster_id,
                 controller_id=metadata.controller_id,
                 brokers=[Resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                         for b in metadata.brokers()],
+                         for b in metadata.brokers(session.listener)],
                 cluster_authorized_operations=-2147483648)
 
 
-def init_producer_id(broker, header, request, client_host):
+def init_producer_id(broker, header, request, session):
     Resp = INIT_PRODUCER_ID.response
     if request.transactional_id is not None:
         pid, epoch = request.producer_id, request.producer_epoch
@@ -76,7 +76,7 @@ async def _init_transactional(broker, version: int, request, expected):
     return Resp(error_code=0, producer_id=pid, producer_epoch=epoch)
 
 
-def describe_log_dirs(broker, header, request, client_host):
+def describe_log_dirs(broker, header, request, session):
     Resp = DESCRIBE_LOG_DIRS.response
     topics = broker.topics.topics
     if request.topics is None:

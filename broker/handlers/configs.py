@@ -106,7 +106,7 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynam
     return configs
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     if broker.admin is not None and any(r.resource_type == TOPIC for r in request.resources):
         return _handle_in_cluster(broker, header, request)
     return _described(broker, header, request, lambda name: _local_configs(broker, name))

@@ -43,7 +43,7 @@ def _delete(broker, topic: str, partition: int, offset: int) -> int:
     return replica.log_start_offset
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     topics = []
     moved = False
     for topic in request.topics:

@@ -31,7 +31,7 @@ def _active_controller(broker):
     return controller
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     version = header.request_api_version
     election_type = request.election_type if version >= 1 else 0
     partitions = None
@@ -78,7 +78,7 @@ def _election_response(version: int, error: ErrorCode, results: dict):
                       for topic, partitions in topics.items()])
 
 
-async def controlled_shutdown(broker, header, request, client_host):
+async def controlled_shutdown(broker, header, request, session):
     try:
         remaining = await _active_controller(broker).controlled_shutdown(
             request.broker_id, request.broker_epoch)

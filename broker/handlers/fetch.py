@@ -174,7 +174,7 @@ class _Fetch:
                      responses=_grouped(answered, by_id), throttle_time_ms=0)
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
     try:

@@ -36,7 +36,7 @@ _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 _CLASSIC = "classic"
 
 
-def find_coordinator(broker, header, request, client_host):
+def find_coordinator(broker, header, request, session):
     Resp = FIND_COORDINATOR.response
     version = header.request_api_version
     keys = request.coordinator_keys if version >= 4 else [request.key]
@@ -45,7 +45,7 @@ def find_coordinator(broker, header, request, client_host):
         if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
             answers.append((key, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}", None))
             continue
-        endpoint = broker.metadata.coordinator(request.key_type, key)
+        endpoint = broker.metadata.coordinator(request.key_type, key, session.listener)
         if endpoint is None:
             if broker.admin is not None:
                 broker.admin.ensure_internal_topic(COORDINATOR_TOPICS[request.key_type])
@@ -63,13 +63,13 @@ def find_coordinator(broker, header, request, client_host):
                 host=endpoint.host if endpoint else "", port=endpoint.port if endpoint else -1)
 
 
-async def join_group(broker, header, request, client_host):
+async def join_group(broker, header, request, session):
     Resp = JOIN_GROUP.response
     version = header.request_api_version
     try:
         result = await broker.groups.join(
             request.group_id, request.member_id, request.group_instance_id, header.client_id or "",
-            client_host, request.session_timeout_ms, request.rebalance_timeout_ms,
+            session.client_host, request.session_timeout_ms, request.rebalance_timeout_ms,
             request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
             require_known_member_id=version >= 4)
     except BrokerError as exc:
@@ -85,7 +85,7 @@ async def join_group(broker, header, request, client_host):
                 leader=result.leader, member_id=result.member_id, members=members)
 
 
-async def sync_group(broker, header, request, client_host):
+async def sync_group(broker, header, request, session):
     Resp = SYNC_GROUP.response
     try:
         protocol_type, protocol_name, assignment = await broker.groups.sync(
@@ -98,7 +98,7 @@ async def sync_group(broker, header, request, client_host):
                 assignment=assignment)
 
 
-def heartbeat(broker, header, request, client_host):
+def heartbeat(broker, header, request, session):
     try:
         broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                 request.group_instance_id)
@@ -107,7 +107,7 @@ def heartbeat(broker, header, request, client_host):
     return HEARTBEAT.response(error_code=0)
 
 
-def leave_group(broker, header, request, client_host):
+def leave_group(broker, header, request, session):
     Resp = LEAVE_GROUP.response
     if header.request_api_version < 3:
         try:
@@ -125,7 +125,7 @@ def leave_group(broker, header, request, client_host):
         for (m, i), code in zip(members, codes)])
 
 
-def describe_groups(broker, header, request, client_host):
+def describe_groups(broker, header, request, session):
     Resp = DESCRIBE_GROUPS.response
     described = []
     for group_id in request.groups:
@@ -151,7 +151,7 @@ def describe_groups(broker, header, request, client_host):
     return Resp(groups=described)
 
 
-def list_groups(broker, header, request, client_host):
+def list_groups(broker, header, request, session):
     Resp = LIST_GROUPS.response
     version = header.request_api_version
     states = set(request.states_filter) if version >= 4 and request.states_filter else None
@@ -169,7 +169,7 @@ def list_groups(broker, header, request, client_host):
     return Resp(error_code=0, groups=listed)
 
 
-async def delete_groups(broker, header, request, client_host):
+async def delete_groups(broker, header, request, session):
     Resp = DELETE_GROUPS.response
     results = []
     for group_id in request.groups_names:

@@ -38,7 +38,7 @@ def _grouped(request, version: int, grouped_from: int):
             for t in request.topic_states for s in t.partition_states]
 
 
-async def leader_and_isr(broker, header, request, client_host):
+async def leader_and_isr(broker, header, request, session):
     Resp = LEADER_AND_ISR.response
     version = header.request_api_version
     states = _grouped(request, version, 2)
@@ -71,7 +71,7 @@ def _endpoint(live, version: int, rack) -> BrokerEndpoint | None:
     return None
 
 
-def update_metadata(broker, header, request, client_host):
+def update_metadata(broker, header, request, session):
     Resp = UPDATE_METADATA.response
     version = header.request_api_version
     brokers = [e for e in (_endpoint(b, version, b.rack if version >= 2 else None)
@@ -93,7 +93,7 @@ def update_metadata(broker, header, request, client_host):
     return Resp(error_code=ErrorCode.NONE)
 
 
-async def stop_replica(broker, header, request, client_host):
+async def stop_replica(broker, header, request, session):
     Resp = STOP_REPLICA.response
     version = header.request_api_version
     if version == 0:

@@ -44,7 +44,7 @@ def _lookup(partition, timestamp: int, committed: bool) -> tuple[int, int]:
     return found[0], found[1]
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     committed = request.isolation_level == READ_COMMITTED
     topics = []
     for topic in request.topics:

@@ -56,7 +56,7 @@ def _error_topic(name, code, topic_id=ZERO_UUID):
                                        partitions=[], topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     version = header.request_api_version
     metadata = broker.metadata
     requested = request.topics
@@ -95,6 +95,6 @@ def handle(broker, header, request, client_host):
             results.append(topic_metadata(broker, topic, version))
     return _Resp(
         brokers=[_Resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in metadata.brokers()],
+                 for b in metadata.brokers(session.listener)],
         cluster_id=metadata.cluster_id, controller_id=metadata.controller_id, topics=results,
         cluster_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)

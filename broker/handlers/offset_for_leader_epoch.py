@@ -21,7 +21,7 @@ from broker.errors import BrokerError
 _Resp = OFFSET_FOR_LEADER_EPOCH.response
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     topics = []
     for topic in request.topics:
         partitions = []

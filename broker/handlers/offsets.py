@@ -31,7 +31,7 @@ from broker.errors import BrokerError
 from broker.groups.offsets_log import CommittedOffset
 
 
-async def offset_commit(broker, header, request, client_host):
+async def offset_commit(broker, header, request, session):
     Resp = OFFSET_COMMIT.response
     now = broker.clock.wall_ms()
     offsets = {}
@@ -78,7 +78,7 @@ def _fields(c) -> dict:
                 metadata=c.metadata if c else "", error_code=0)
 
 
-def offset_fetch(broker, header, request, client_host):
+def offset_fetch(broker, header, request, session):
     Resp = OFFSET_FETCH.response
     require_stable = header.request_api_version >= 7 and request.require_stable
     if header.request_api_version >= 8:
@@ -111,7 +111,7 @@ def offset_fetch(broker, header, request, client_host):
         for p, c in partitions]) for topic, partitions in found])
 
 
-async def offset_delete(broker, header, request, client_host):
+async def offset_delete(broker, header, request, session):
     Resp = OFFSET_DELETE.response
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:

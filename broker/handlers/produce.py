@@ -175,7 +175,7 @@ def _writable(view):
     return view if not view.readonly else memoryview(bytearray(view))
 
 
-def handle(broker, header, request, client_host):
+def handle(broker, header, request, session):
     """The response, or (acks=all while the high watermark is short of a batch) the
     response later: the batches are appended, only their acknowledgement waits."""
     acks = request.acks

@@ -36,7 +36,7 @@ def _check_replicas(broker, replication_factor: int, assignments) -> None:
         broker.metadata.check_assignment(assignment.broker_ids)
 
 
-def create_topics(broker, header, request, client_host):
+def create_topics(broker, header, request, session):
     if broker.admin is not None:
         return _create_topics_in_cluster(broker, request)
     Resp = CREATE_TOPICS.response
@@ -113,7 +113,7 @@ def _refuse_internal(name: str, what: str) -> None:
                           f"topic {name} is internal: it cannot be {what} by clients")
 
 
-def delete_topics(broker, header, request, client_host):
+def delete_topics(broker, header, request, session):
     Resp = DELETE_TOPICS.response
     if header.request_api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -162,7 +162,7 @@ async def _delete_topics_in_cluster(broker, request, wanted):
     return Resp(responses=list(results), throttle_time_ms=0)
 
 
-def create_partitions(broker, header, request, client_host):
+def create_partitions(broker, header, request, session):
     if broker.admin is not None:
         return _create_partitions_in_cluster(broker, request)
     Resp = CREATE_PARTITIONS.response

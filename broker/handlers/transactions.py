@@ -89,7 +89,7 @@ async def _add_one(broker, version, transactional_id, producer_id, epoch, verify
     return {tp: code for tp in partitions}
 
 
-async def add_partitions_to_txn(broker, header, request, client_host):
+async def add_partitions_to_txn(broker, header, request, session):
     Resp = ADD_PARTITIONS_TO_TXN.response
     version = header.request_api_version
     if version < 4:
@@ -115,7 +115,7 @@ def _topic_results(Resp, codes):
             for topic, results in by_topic.items()]
 
 
-async def add_offsets_to_txn(broker, header, request, client_host):
+async def add_offsets_to_txn(broker, header, request, session):
     code = ErrorCode.NONE
     try:
         if not request.group_id:
@@ -128,7 +128,7 @@ async def add_offsets_to_txn(broker, header, request, client_host):
     return ADD_OFFSETS_TO_TXN.response(throttle_time_ms=0, error_code=code)
 
 
-async def end_txn(broker, header, request, client_host):
+async def end_txn(broker, header, request, session):
     try:
         await broker.transactions.end_txn(request.transactional_id, request.producer_id,
                                           request.producer_epoch, request.committed)
@@ -149,7 +149,7 @@ def _offset_commit_error(code: int, version: int) -> int:
     return code
 
 
-async def txn_offset_commit(broker, header, request, client_host):
+async def txn_offset_commit(broker, header, request, session):
     Resp = TXN_OFFSET_COMMIT.response
     version = header.request_api_version
     now = broker.clock.wall_ms()
@@ -184,7 +184,7 @@ async def txn_offset_commit(broker, header, request, client_host):
         for p in topic.partitions]) for topic in request.topics])
 
 
-async def write_txn_markers(broker, header, request, client_host):
+async def write_txn_markers(broker, header, request, session):
     Resp = WRITE_TXN_MARKERS.response
     results = []
     for marker in request.markers:
@@ -200,7 +200,7 @@ async def write_txn_markers(broker, header, request, client_host):
     return Resp(markers=results)
 
 
-def describe_transactions(broker, header, request, client_host):
+def describe_transactions(broker, header, request, session):
     Resp = DESCRIBE_TRANSACTIONS.response
     states = []
     for transactional_id in request.transactional_ids:
@@ -223,7 +223,7 @@ def describe_transactions(broker, header, request, client_host):
     return Resp(throttle_time_ms=0, transaction_states=states)
 
 
-def list_transactions(broker, header, request, client_host):
+def list_transactions(broker, header, request, session):
     Resp = LIST_TRANSACTIONS.response
     unknown = [name for name in request.state_filters if name not in STATES_BY_NAME]
     states = {STATES_BY_NAME[name] for name in request.state_filters if name in STATES_BY_NAME}
@@ -239,7 +239,7 @@ def list_transactions(broker, header, request, client_host):
                     transaction_state=m.state_name) for m in listed])
 
 
-def describe_producers(broker, header, request, client_host):
+def describe_producers(broker, header, request, session):
     Resp = DESCRIBE_PRODUCERS.response
     topics = []
     for topic in request.topics:

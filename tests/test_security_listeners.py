@@ -1,0 +1,431 @@
+"""TLS and SASL on the broker's listeners, with real clients (confluent-kafka, kafka-python,
+aiokafka, kcat) and raw sockets for what clients never send.
+
+One broker process serves five listeners: PLAINTEXT, SSL, SSL with client certificates
+required (MTLS), SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SASL_SSL (the
+same). Certificates come from trustme, with SANs for 127.0.0.1 and localhost. SCRAM users
+are made through AlterUserScramCredentials (confluent-kafka's admin client) and kept in
+the data dir across a restart.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
+from tests.test_broker_failures import assert_closed_by_broker, frame, recv_frame
+from wire import decode_response
+from wire.error_codes import ErrorCode
+from wire.messages import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+trustme = pytest.importorskip("trustme")
+pytestmark = pytest.mark.timeout(300)
+
+ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
+PLAIN_USERS = {ADMIN: ADMIN_PASSWORD, "alice": "alice-plain"}
+LISTENERS = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("client.example", common_name="client")
+    other_ca = trustme.CA()
+    paths = {"ca": d / "ca.pem", "server": d / "server.pem", "client_cert": d / "client-cert.pem",
+             "client_key": d / "client-key.pem", "other_ca": d / "other-ca.pem"}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    other_ca.cert_pem.write_to_path(str(paths["other_ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(paths["server"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    return {k: str(v) for k, v in paths.items()}
+
+
+def server_properties(pki, ports: dict[str, int]) -> str:
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items()) + ";")
+    lines = [
+        "listeners=" + ",".join(f"{name}://127.0.0.1:{ports[name]}" for name in LISTENERS),
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name=PLAINTEXT",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={pki['server']}",
+        f"ssl.truststore.location={pki['ca']}",
+        "listener.name.mtls.ssl.client.auth=required",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+        "num.partitions=1",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory, pki):
+    d = tmp_path_factory.mktemp("secured")
+    ports = dict(zip(LISTENERS, free_ports(len(LISTENERS))))
+    config = d / "server.properties"
+    config.write_text(server_properties(pki, ports))
+    broker = BrokerProcess(d / "data", port=ports["PLAINTEXT"], config_file=str(config)).start()
+    try:
+        assert broker.ports == ports
+        yield broker
+    finally:
+        broker.stop()
+
+
+def settings(broker, pki, listener: str, mechanism: str | None = None, user: str = ADMIN,
+             password: str = ADMIN_PASSWORD) -> dict:
+    """confluent-kafka settings for a listener of the secured broker."""
+    protocol = {"MTLS": "SSL"}.get(listener, listener)
+    conf = {"bootstrap.servers": broker.bootstrap(listener), "security.protocol": protocol}
+    if "SSL" in protocol:
+        conf["ssl.ca.location"] = pki["ca"]
+    if listener == "MTLS":
+        conf["ssl.certificate.location"] = pki["client_cert"]
+        conf["ssl.key.location"] = pki["client_key"]
+    if mechanism:
+        conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
+    return conf
+
+
+def add_scram_user(broker, user: str, password: str, mechanism: str = "SCRAM-SHA-256",
+                   iterations: int = 4096) -> None:
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+    upsertion = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), iterations),
+        password.encode())
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(30)
+
+
+def round_trip(conf: dict, topic: str, count: int = 20) -> list[bytes]:
+    """Produce `count` records with confluent-kafka and read them back; the values read."""
+    from confluent_kafka import Consumer, Producer
+
+    producer = Producer({**conf, "acks": "all", "log_level": 3})
+    for i in range(count):
+        producer.produce(topic, f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+                         "log_level": 3})
+    consumer.subscribe([topic])
+    values, deadline = [], time.monotonic() + 30
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def expect_authentication_failure(conf: dict) -> str:
+    """confluent-kafka's error when it cannot authenticate (bounded)."""
+    from confluent_kafka.admin import AdminClient
+
+    errors = []
+    admin = AdminClient({**conf, "error_cb": errors.append, "log_level": 0})
+    with pytest.raises(Exception):
+        admin.list_topics(timeout=5)
+    admin.poll(1)  # serves the error callbacks
+    return " ".join(sorted({str(e) for e in errors}))
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+def test_tls_listener_serves_producers_and_consumers(secured, pki):
+    values = round_trip(settings(secured, pki, "SSL"), f"tls-{uuid.uuid4().hex[:6]}")
+    assert values == [f"v{i}".encode() for i in range(20)]
+
+
+def test_tls_fetch_larger_than_a_sendfile_region(secured, pki):
+    """A fetch over TLS goes through the buffered path (no sendfile to the socket): records
+    well above the zero-copy threshold come back intact."""
+    from confluent_kafka import Consumer, Producer
+
+    conf = settings(secured, pki, "SSL")
+    topic = f"tls-big-{uuid.uuid4().hex[:6]}"
+    producer = Producer({**conf, "linger.ms": 20, "batch.size": 1_000_000, "log_level": 3})
+    payloads = [bytes([i % 251]) * 50_000 for i in range(60)]  # 3 MB
+    for value in payloads:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": "big", "auto.offset.reset": "earliest", "log_level": 3})
+    consumer.subscribe([topic])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < len(payloads) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    assert got == payloads
+
+
+def test_kcat_and_kafka_python_over_tls(secured, pki):
+    topic = f"tls-clients-{uuid.uuid4().hex[:6]}"
+    kcat = ["kcat", "-b", secured.bootstrap("SSL"), "-X", "security.protocol=ssl", "-X",
+            f"ssl.ca.location={pki['ca']}"]
+    subprocess.run(kcat + ["-P", "-t", topic], input=b"a\nb\nc\n", check=True, timeout=60)
+    out = subprocess.run(kcat + ["-C", "-t", topic, "-o", "beginning", "-e", "-q"], capture_output=True,
+                         check=True, timeout=60).stdout
+    assert out.split() == [b"a", b"b", b"c"]
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=secured.bootstrap("SSL"), security_protocol="SSL",
+                             ssl_cafile=pki["ca"], auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+    assert [m.value for m in consumer] == [b"a", b"b", b"c"]
+    consumer.close()
+
+
+def test_client_certificate_required(secured, pki):
+    values = round_trip(settings(secured, pki, "MTLS"), f"mtls-{uuid.uuid4().hex[:6]}", count=3)
+    assert len(values) == 3
+    without = settings(secured, pki, "MTLS")
+    del without["ssl.certificate.location"], without["ssl.key.location"]
+    expect_authentication_failure(without)
+
+
+def test_plaintext_client_on_a_tls_listener_fails_cleanly(secured, pki):
+    """A plaintext Kafka request on the TLS port: no answer, the connection closes within
+    the handshake bound, and the broker serves everyone else meanwhile."""
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SSL"]), timeout=30)
+    sock.sendall(frame(API_VERSIONS, 0, API_VERSIONS.request(), 1))
+    assert_closed_by_broker(sock, timeout=20)
+    sock.close()
+    assert len(round_trip(settings(secured, pki, "SSL"), f"after-{uuid.uuid4().hex[:6]}", 2)) == 2
+
+
+def test_tls_client_trusting_another_ca_fails(secured, pki):
+    conf = settings(secured, pki, "SSL")
+    conf["ssl.ca.location"] = pki["other_ca"]
+    errors = expect_authentication_failure(conf)
+    assert "certificate" in errors.lower() or "ssl" in errors.lower(), errors
+
+
+def test_garbage_and_silent_tls_clients_are_closed_within_a_bound(secured):
+    garbage = socket.create_connection(("127.0.0.1", secured.ports["SSL"]), timeout=30)
+    garbage.sendall(b"\x16\x03\x01\x02\x00" + b"\xff" * 600)  # a TLS record header, then nonsense
+    assert_closed_by_broker(garbage, timeout=20)
+    silent = socket.create_connection(("127.0.0.1", secured.ports["SASL_SSL"]), timeout=30)
+    started = time.monotonic()
+    assert_closed_by_broker(silent, timeout=25)  # the TLS handshake never comes
+    assert time.monotonic() - started < 20
+    garbage.close()
+    silent.close()
+
+
+# -- SASL ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_sasl_plain_round_trip(secured, pki, listener):
+    conf = settings(secured, pki, listener, "PLAIN", "alice", PLAIN_USERS["alice"])
+    assert len(round_trip(conf, f"plain-{listener.lower()}-{uuid.uuid4().hex[:6]}", 5)) == 5
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_users_made_over_the_wire_authenticate(secured, pki, mechanism):
+    user = f"bob-{mechanism[-3:]}"
+    add_scram_user(secured, user, "bob-secret", mechanism, iterations=8192)
+    for listener in ("SASL_PLAINTEXT", "SASL_SSL"):
+        conf = settings(secured, pki, listener, mechanism, user, "bob-secret")
+        assert len(round_trip(conf, f"scram-{uuid.uuid4().hex[:6]}", 3)) == 3
+    errors = expect_authentication_failure(settings(secured, pki, "SASL_SSL", mechanism, user, "wrong"))
+    assert "Authentication failed" in errors and "wrong" not in errors, errors
+
+
+def test_wrong_plain_password_is_refused_and_not_echoed(secured, pki):
+    errors = expect_authentication_failure(settings(secured, pki, "SASL_SSL", "PLAIN", "alice",
+                                                    "not-the-password"))
+    assert "Authentication failed" in errors and "not-the-password" not in errors, errors
+
+
+def test_kafka_python_and_aiokafka_with_scram(secured, pki):
+    add_scram_user(secured, "carol", "carol-secret", "SCRAM-SHA-512")
+    topic = f"py-scram-{uuid.uuid4().hex[:6]}"
+    from kafka import KafkaConsumer, KafkaProducer
+
+    common = dict(bootstrap_servers=secured.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+                  ssl_cafile=pki["ca"], sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="carol",
+                  sasl_plain_password="carol-secret")
+    producer = KafkaProducer(**common)
+    for i in range(3):
+        producer.send(topic, f"k{i}".encode()).get(30)
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common)
+    assert [m.value for m in consumer] == [b"k0", b"k1", b"k2"]
+    consumer.close()
+
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.helpers import create_ssl_context
+
+    async def consume():
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=secured.bootstrap("SASL_SSL"),
+                                    security_protocol="SASL_SSL", ssl_context=create_ssl_context(cafile=pki["ca"]),
+                                    sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="carol",
+                                    sasl_plain_password="carol-secret", auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            return [(await asyncio.wait_for(consumer.getone(), 20)).value for _ in range(3)]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(consume()) == [b"k0", b"k1", b"k2"]
+
+
+def test_kcat_with_sasl_plain(secured, pki):
+    topic = f"kcat-plain-{uuid.uuid4().hex[:6]}"
+    kcat = ["kcat", "-b", secured.bootstrap("SASL_SSL"), "-X", "security.protocol=sasl_ssl", "-X",
+            f"ssl.ca.location={pki['ca']}", "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice",
+            "-X", f"sasl.password={PLAIN_USERS['alice']}"]
+    subprocess.run(kcat + ["-P", "-t", topic], input=b"x\ny\n", check=True, timeout=60)
+    out = subprocess.run(kcat + ["-C", "-t", topic, "-o", "beginning", "-e", "-q"], capture_output=True,
+                         check=True, timeout=60).stdout
+    assert out.split() == [b"x", b"y"]
+
+
+# -- the SASL state machine on the wire --------------------------------------------------------
+
+def _request(sock, api, version, body, correlation_id=1):
+    sock.sendall(frame(api, version, body, correlation_id))
+    data = recv_frame(sock)
+    assert data is not None, f"{api.name}: closed instead of answered"
+    return decode_response(api.key, version, data)[1]
+
+
+def test_nothing_but_the_handshake_before_authentication(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    assert _request(sock, API_VERSIONS, 0, API_VERSIONS.request()).error_code == 0
+    sock.sendall(frame(METADATA, 1, METADATA.request(topics=None), 2))
+    assert_closed_by_broker(sock)
+    sock.close()
+
+
+def test_failed_authentication_answers_then_closes(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    handshake = _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="GSSAPI"))
+    assert handshake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert handshake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="PLAIN")).error_code == 0
+    answer = _request(sock, SASL_AUTHENTICATE, 2, SASL_AUTHENTICATE.request(auth_bytes=b"\0alice\0nope"))
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "nope" not in answer.error_message
+    assert_closed_by_broker(sock)
+    sock.close()
+
+
+def test_authenticated_connection_serves_requests_and_refuses_a_second_handshake(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    assert _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="PLAIN")).error_code == 0
+    answer = _request(sock, SASL_AUTHENTICATE, 1,
+                      SASL_AUTHENTICATE.request(auth_bytes=b"\0alice\0" + PLAIN_USERS["alice"].encode()))
+    assert (answer.error_code, answer.session_lifetime_ms) == (0, 0)
+    assert _request(sock, METADATA, 1, METADATA.request(topics=None)).brokers[0].port == \
+        secured.ports["SASL_PLAINTEXT"]  # the listener's own address
+    again = _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="PLAIN"))
+    assert again.error_code == ErrorCode.ILLEGAL_SASL_STATE
+    sock.close()
+
+
+def test_v0_handshake_takes_raw_tokens(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    assert _request(sock, SASL_HANDSHAKE, 0, SASL_HANDSHAKE.request(mechanism="PLAIN")).error_code == 0
+    token = b"\0alice\0" + PLAIN_USERS["alice"].encode()
+    sock.sendall(struct.pack(">i", len(token)) + token)
+    assert recv_frame(sock) == b""  # PLAIN's empty final token
+    assert _request(sock, METADATA, 1, METADATA.request(topics=None)).brokers
+    sock.close()
+    bad = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    assert _request(bad, SASL_HANDSHAKE, 0, SASL_HANDSHAKE.request(mechanism="PLAIN")).error_code == 0
+    bad.sendall(struct.pack(">i", 12) + b"\0alice\0wrong")
+    assert_closed_by_broker(bad)
+    bad.close()
+
+
+def test_oversized_token_before_authentication_closes(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
+    sock.sendall(struct.pack(">i", 600_000) + b"\0" * 1024)  # above sasl.server.max.receive.size
+    assert_closed_by_broker(sock)
+    sock.close()
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal(secured):
+    sock = socket.create_connection(("127.0.0.1", secured.ports["PLAINTEXT"]), timeout=30)
+    answer = _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="PLAIN"))
+    assert answer.error_code == ErrorCode.ILLEGAL_SASL_STATE
+    sock.close()
+
+
+# -- credentials over the wire and across restarts ---------------------------------------------
+
+def test_scram_credentials_describe_delete_and_survive_a_restart(tmp_path, pki):
+    from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+    ports = dict(zip(LISTENERS, free_ports(len(LISTENERS))))
+    config = tmp_path / "server.properties"
+    config.write_text(server_properties(pki, ports))
+    broker = BrokerProcess(tmp_path / "data", port=ports["PLAINTEXT"], config_file=str(config)).start()
+    try:
+        add_scram_user(broker, "dave", "dave-secret", "SCRAM-SHA-256", 4096)
+        add_scram_user(broker, "dave", "dave-secret-512", "SCRAM-SHA-512", 10000)
+        broker.restart()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap("PLAINTEXT")})
+        described = admin.describe_user_scram_credentials(["dave"])["dave"].result(30)
+        assert sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos) == [
+            (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 10000)]
+        conf = settings(broker, pki, "SASL_PLAINTEXT", "SCRAM-SHA-512", "dave", "dave-secret-512")
+        assert len(round_trip(conf, "after-restart", 2)) == 2
+        for future in admin.alter_user_scram_credentials(
+                [UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_512)]).values():
+            future.result(30)
+        expect_authentication_failure(conf)
+        stored = (tmp_path / "data" / "scram-credentials.json").read_text()
+        assert "dave-secret" not in stored and "SCRAM-SHA-256" in stored
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("listeners=SSL://127.0.0.1:0\n", "needs a key and certificate"),
+    ("listeners=SASL_PLAINTEXT://127.0.0.1:0\n", "GSSAPI"),
+    ("listeners=SASL_PLAINTEXT://127.0.0.1:0\nsasl.enabled.mechanisms=PLAIN\n", "plain.sasl.jaas.config"),
+    ("listeners=X://127.0.0.1:0\n", "no security protocol for listener X"),
+    ("listeners=PLAINTEXT://127.0.0.1:0\ninter.broker.listener.name=OTHER\n", "OTHER"),
+    ("listeners=SSL://127.0.0.1:0\nssl.keystore.location=/nonexistent.pem\n", "cannot load"),
+    ("listeners=SSL://127.0.0.1:0\nssl.keystore.type=JKS\n", "only PEM"),
+])
+def test_security_config_errors_are_one_readable_line(tmp_path, line, needle):
+    config = tmp_path / "server.properties"
+    config.write_text(line)
+    done = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(tmp_path / "d"), "--config",
+                           str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert needle in done.stderr and "Traceback" not in done.stderr, done.stderr
