@@ -100,6 +100,7 @@ def produce_once(target, client: str, acks: str, partitions: int, compression: s
     beside it (bench.common.page_cache_write_cpu)."""
     topic = f"produce-{client}-{acks}-{partitions}-{compression}-{uuid.uuid4().hex[:6]}"
     target.create_topics({topic: partitions})
+    os.sync()  # the previous runs' dirty pages written back now, not during this run
     probe = Probe(target.pid)
     if client == "python":
         produce_python(target.bootstrap, topic, sizes.records, pool, acks, compression,

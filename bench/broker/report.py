@@ -381,7 +381,9 @@ def method(results: dict) -> list[str]:
                      "(bench.common.value_pool, the same for both clients) into a fresh topic, linger.ms=5, "
                      "batch.size=1000000, idempotence off; "
                      f"{sizes['produce_repeats']} run(s) per configuration and broker, taking turns, the "
-                     "median kept; the records written (sum of high watermarks) are checked against those sent.")
+                     "median kept; the records written (sum of high watermarks) are checked against those sent. "
+                     "Before each run the page cache is written back (sync), so that no broker's run pays for "
+                     "the writeback of the runs before it.")
     if isinstance(results.get("perftest"), list) and results["perftest"]:
         left_out = [b for b in PERFTEST_SKIPPED if b in brokers]
         notes.append(f"ProducerPerformance (kafka-tools {kafka.get('version') or '?'}): {sizes['records']:,} "
