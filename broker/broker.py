@@ -84,7 +84,7 @@ class Broker:
             self.served_apis = handlers.CLUSTER_SERVED_APIS
             self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
             self.replicas = ReplicaManager(self)
-            self.metadata = MetadataCache(config.node_id)
+            self.metadata = MetadataCache(config.node_id, config.inter_broker_listener.name)
             self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_may_change,
                                        lambda topic, p: self.metadata.partition_state(topic, p) is not None)
             self.cluster = ClusterMembership(self)

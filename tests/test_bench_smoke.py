@@ -64,7 +64,7 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     from bench.broker.e2e import E2E_VARIANTS
     from bench.broker.perftest import PERFTEST_PARTITIONS, PERFTEST_SKIPPED
     from bench.broker.profile import PROFILE_TOP
-    from bench.broker.report import text_table, write_reports
+    from bench.broker.report import cpu_splits, text_table, write_reports
     from bench.common import TINY
 
     results = broker.run(TINY, "tiny", log=lambda line: None)
@@ -108,14 +108,17 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     for p in (profile, profile["consume"]):
         assert p.get("samples", 0) > 0 and p["top"], p  # py-spy is a test dependency
         assert abs(sum(e["share"] for e in p["top"]) - 1) < 1e-9 or len(p["top"]) == PROFILE_TOP
-    assert all(t["met"] in (True, False) and t["ratio"] > 0 for t in results["targets"])
+    assert all(t["met"] in (True, False) and t["ratio"] > 0 or t["detail"].startswith("not measurable")
+               for t in results["targets"])
     assert "targets:" in text_table(results["table"], results["targets"])
 
     paths = write_reports(results, str(tmp_path))
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
-    assert "## Where the consume time goes" in report and "## Broker CPU by configuration" in report
+    assert "## Where the consume time goes" in report
+    # runs too short to use a clock tick of CPU have nothing to split
+    assert ("## Broker CPU by configuration" in report) == bool(cpu_splits(results["produce"]))
     assert ("## Where Sluice is behind Kafka" in report) == kafka["included"]
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 

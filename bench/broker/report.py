@@ -168,7 +168,8 @@ def evaluate_targets(results: dict) -> list[dict]:
         f"worst of {len(splits)} configurations: {worst['label']}, {worst['sluice']:.2f} vs "
         f"{worst['mock']:.2f} CPU-s; Sluice's user CPU alone {worst['user'] / worst['mock']:.2f}x the "
         f"mock's total; writing that run's {worst['log_mb']:,.0f} MB log into the page cache took "
-        f"{worst['floor']:.2f} CPU-s beside it (see 'Broker CPU by configuration')" if worst else "not run")
+        f"{worst['floor']:.2f} CPU-s beside it (see 'Broker CPU by configuration')" if worst
+        else "not measurable: no run used a clock tick (10 ms) of CPU on both brokers" if produce else "not run")
     consume = results.get("consume") or []
     ratios = []
     for r in consume:
@@ -220,8 +221,8 @@ def cpu_splits(produce: list[dict]) -> list[dict]:
             continue
         m = _pick(produce, broker="mock", client=r["client"], acks=r["acks"], partitions=r["partitions"],
                   compression=r["compression"])
-        if not m or not m["broker_cpu_s"]:
-            continue
+        if not m or not m["broker_cpu_s"] or not r["broker_cpu_s"]:
+            continue  # below /proc's clock tick: nothing to compare
         floor = r["page_cache_user_s"] + r["page_cache_sys_s"]
         out.append({"label": f"{r['client']} acks={r['acks']} {r['partitions']}p {r['compression']}",
                     "sluice": r["broker_cpu_s"], "user": r["broker_user_s"], "system": r["broker_sys_s"],

@@ -1,8 +1,8 @@
 """The controller's connections to the live brokers (Kafka's ControllerChannelManager).
 
 Each live broker has one ordered queue of requests, sent one at a time over a
-`BrokerConnection` to the broker's registered PLAINTEXT endpoint at the version the
-cluster fixes for it. A request that cannot be delivered (no connection, timeout) is sent
+`BrokerConnection` to the endpoint the broker registered for the inter-broker listener
+(`inter.broker.listener.name`), at the version the cluster fixes for it. A request that cannot be delivered (no connection, timeout) is sent
 again after a backoff, until it is answered or the broker leaves the live set (its channel
 closes). The controller gets a future per request: it awaits the answer only when it must
 (topic deletion), never on its event loop's path otherwise.
@@ -30,11 +30,12 @@ FIRST_RETRY_BACKOFF_S = 0.05
 LAST_RETRY_BACKOFF_S = 1.0
 
 
-def plaintext_endpoint(registration: BrokerRegistration) -> tuple[str, int] | None:
-    """The host and port of the broker's first PLAINTEXT listener."""
-    for listener in registration.listeners:
-        if listener.security_protocol == "PLAINTEXT":
-            return listener.host, listener.port
+def listener_endpoint(registration: BrokerRegistration, listener: str) -> tuple[str, int] | None:
+    """The host and port a broker registered for `listener` (the inter-broker listener,
+    which every broker of a cluster has under the same name)."""
+    for registered in registration.listeners:
+        if registered.name == listener:
+            return registered.host, registered.port
     return None
 
 
@@ -110,17 +111,18 @@ class BrokerChannel:
 class ControllerChannels:
     """A channel per live broker, opened and closed as brokers come and go."""
 
-    def __init__(self, controller_id: int, request_timeout: float, clock: Clock):
+    def __init__(self, controller_id: int, listener: str, request_timeout: float, clock: Clock):
         self.controller_id = controller_id
+        self.listener = listener
         self.request_timeout = request_timeout
         self.clock = clock
         self._channels: dict[int, BrokerChannel] = {}
 
     def add_broker(self, broker_id: int, registration: BrokerRegistration) -> None:
-        endpoint = plaintext_endpoint(registration)
+        endpoint = listener_endpoint(registration, self.listener)
         if endpoint is None:
-            log.warning("controller: broker %d registered no PLAINTEXT listener: it will get "
-                        "no requests", broker_id)
+            log.warning("controller: broker %d registered no %s listener (inter.broker.listener.name): "
+                        "it will get no requests", broker_id, self.listener)
             return
         self._channels[broker_id] = BrokerChannel(
             broker_id, *endpoint, controller_id=self.controller_id,

@@ -36,7 +36,8 @@ from wire.error_codes import ErrorCode
 from wire.messages import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 
 from broker.clock import SYSTEM_CLOCK, Clock
-from broker.cluster.channel import ControllerChannels, plaintext_endpoint
+from broker.config import SECURITY_PROTOCOLS
+from broker.cluster.channel import ControllerChannels, listener_endpoint
 from broker.cluster.zk_layout import NO_LEADER, ControllerRegistration, LeaderAndIsr
 from broker.cluster.zk_store import (ControllerMoved, Election, LiveBroker, StaleVersion,
                                      Versioned, ZkStore)
@@ -57,7 +58,7 @@ INCREMENTAL, FULL = 0, 1
 # drop the partition from their metadata) and the leader epoch StopReplica names.
 LEADER_DURING_DELETE = -2
 EPOCH_DURING_DELETE = -2
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+SECURITY_PROTOCOL_IDS = {name: i for i, name in enumerate(SECURITY_PROTOCOLS)}  # Kafka's ids
 # ElectLeaders' election types.
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 # How long after a failed ZooKeeper call the controller campaigns again.
@@ -336,7 +337,7 @@ class Controller:
         self.epoch = election.epoch
         self.is_active = True
         ctx = self._ctx = _Context()
-        self._channels = ControllerChannels(self.broker_id,
+        self._channels = ControllerChannels(self.broker_id, self.config.inter_broker_listener.name,
                                             self.config.controller_socket_timeout_ms / 1000,
                                             self.clock)
         ctx.live = await self._zk(self.store.live_brokers, self._brokers_watch)
@@ -825,7 +826,7 @@ class Controller:
         live_leaders = []
         for leader in sorted(leaders):
             live = ctx.live.get(leader)
-            endpoint = live and plaintext_endpoint(live.registration)
+            endpoint = live and listener_endpoint(live.registration, self.config.inter_broker_listener.name)
             if endpoint:
                 live_leaders.append(_LAIR.LeaderAndIsrLiveLeader(
                     broker_id=leader, host_name=endpoint[0], port=endpoint[1]))

@@ -167,9 +167,9 @@ class ClusterMembership:
         await self.controller.start()
 
     async def _register(self) -> None:
-        host, port = self._config.advertised
-        registration = BrokerRegistration((Listener("PLAINTEXT", host, port),),
-                                          self._broker.clock.wall_ms(), self._config.broker_rack)
+        registration = BrokerRegistration(
+            tuple(Listener(l.name, *self._config.advertised_endpoint(l.name), l.security_protocol)
+                  for l in self._config.listeners), self._broker.clock.wall_ms(), self._config.broker_rack)
         try:
             self._broker.broker_epoch = await asyncio.to_thread(
                 self.zk.register_broker, self._config.node_id, registration)

@@ -157,26 +157,30 @@ def check_replication_factor(live: int, replication_factor: int) -> None:
 class MetadataCache:
     """A cluster broker's view, kept from the controller's UpdateMetadata requests."""
 
-    def __init__(self, node_id: int):
+    def __init__(self, node_id: int, inter_broker_listener: str = "PLAINTEXT"):
+        """`inter_broker_listener`: whose endpoints the broker's own connections use (a
+        lookup without a listener)."""
         self.node_id = node_id
         self.cluster_id = ""
         self.controller_epoch = -1
         self._controller_id = -1
-        self._brokers: dict[int, BrokerEndpoint] = {}
+        self._inter_broker_listener = inter_broker_listener
+        self._brokers: dict[int, dict[str, BrokerEndpoint]] = {}  # node -> listener -> endpoint
         self._topics: dict[str, MetadataTopic] = {}
         self._by_id: dict[uuid.UUID, MetadataTopic] = {}
 
     # -- updates ------------------------------------------------------------------------
-    def update(self, controller_id: int, controller_epoch: int, brokers: list[BrokerEndpoint],
+    def update(self, controller_id: int, controller_epoch: int, brokers: dict[int, dict[str, BrokerEndpoint]],
                topics: Iterable[tuple[str, uuid.UUID, list[PartitionState]]]) -> None:
-        """Apply one UpdateMetadata: every live broker, and the partitions it lists.
+        """Apply one UpdateMetadata: every live broker (its endpoint on each of its
+        listeners), and the partitions it lists.
         BrokerError(STALE_CONTROLLER_EPOCH) when an older controller sent it."""
         if controller_epoch < self.controller_epoch:
             raise BrokerError(ErrorCode.STALE_CONTROLLER_EPOCH,
                               f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
         self.controller_epoch = controller_epoch
         self._controller_id = controller_id
-        self._brokers = {b.node_id: b for b in brokers}
+        self._brokers = dict(brokers)
         for name, topic_id, states in topics:
             topic = self._topics.get(name)
             if topic is None or (topic_id.int and topic.topic_id != topic_id):
@@ -211,10 +215,13 @@ class MetadataCache:
         return self._by_id.get(topic_id)
 
     def brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
-        return [self._brokers[i] for i in sorted(self._brokers)]
+        """The live brokers as clients on `listener` reach them (the inter-broker listener
+        for None); a broker without that listener is left out, as Kafka leaves it out."""
+        listener = listener or self._inter_broker_listener
+        return [self._brokers[i][listener] for i in sorted(self._brokers) if listener in self._brokers[i]]
 
     def broker(self, node_id: int, listener: str | None = None) -> BrokerEndpoint | None:
-        return self._brokers.get(node_id)
+        return self._brokers.get(node_id, {}).get(listener or self._inter_broker_listener)
 
     def partition_states(self, topic) -> list[PartitionState]:
         return [topic.partitions[i] for i in sorted(topic.partitions)]
@@ -241,4 +248,4 @@ class MetadataCache:
         if topic is None or not topic.partitions:
             return None
         state = topic.partitions.get(partition_for(key, len(topic.partitions)))
-        return None if state is None or state.leader_id < 0 else self._brokers.get(state.leader_id)
+        return None if state is None or state.leader_id < 0 else self.broker(state.leader_id, listener)

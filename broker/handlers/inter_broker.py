@@ -25,9 +25,10 @@ from wire.primitives import ZERO_UUID
 
 from broker.cluster.admin import METADATA_CHANGED
 from broker.cluster.metadata import BrokerEndpoint, PartitionState
+from broker.config import SECURITY_PROTOCOLS
 from broker.errors import BrokerError
 
-_PLAINTEXT = 0  # security protocol id
+_PROTOCOL_NAMES = dict(enumerate(SECURITY_PROTOCOLS))  # Kafka's security protocol ids
 
 
 def _grouped(request, version: int, grouped_from: int):
@@ -62,20 +63,19 @@ async def leader_and_isr(broker, header, request, session):
         for topic, errors in by_topic.items()])
 
 
-def _endpoint(live, version: int, rack) -> BrokerEndpoint | None:
+def _endpoints(live, version: int, rack) -> dict[str, BrokerEndpoint]:
+    """A live broker's endpoint per listener name; before v3 endpoints carry no listener
+    name and the security protocol's name stands for it, as in Kafka."""
     if version == 0:
-        return BrokerEndpoint(live.id, live.v0_host, live.v0_port, None)
-    for endpoint in live.endpoints:
-        if (endpoint.listener == "PLAINTEXT" if version >= 3 else endpoint.security_protocol == _PLAINTEXT):
-            return BrokerEndpoint(live.id, endpoint.host, endpoint.port, rack)
-    return None
+        return {"PLAINTEXT": BrokerEndpoint(live.id, live.v0_host, live.v0_port, None)}
+    return {(e.listener if version >= 3 else _PROTOCOL_NAMES.get(e.security_protocol, "")):
+            BrokerEndpoint(live.id, e.host, e.port, rack) for e in live.endpoints}
 
 
 def update_metadata(broker, header, request, session):
     Resp = UPDATE_METADATA.response
     version = header.request_api_version
-    brokers = [e for e in (_endpoint(b, version, b.rack if version >= 2 else None)
-                           for b in request.live_brokers) if e is not None]
+    brokers = {b.id: _endpoints(b, version, b.rack if version >= 2 else None) for b in request.live_brokers}
     topics: dict[str, tuple[uuid.UUID, list[PartitionState]]] = {}
     for topic, topic_id, s in _grouped(request, version, 5):
         entry = topics.setdefault(topic, (topic_id, []))

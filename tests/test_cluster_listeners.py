@@ -1,0 +1,82 @@
+"""Named listeners in a ZooKeeper cluster: every broker registers all of its listeners,
+clients are told the brokers' addresses on the listener they asked through, and the
+brokers reach each other only through `inter.broker.listener.name`.
+
+The client listener requires SASL here, so a replica fetch, a controller request or a
+transaction marker sent to it instead of the inter-broker listener would fail to
+authenticate: replication working at acks=all shows the right listener is used.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from kazoo.client import KazooClient
+
+from tests.cluster import FAST_FAILOVER, Cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_app="app-secret";')
+LISTENERS = {
+    # REPLICATION first: the test harness (tests/cluster.py) talks to the first listener.
+    "listeners": "REPLICATION://127.0.0.1:0,CLIENT://127.0.0.1:0",
+    "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,REPLICATION:PLAINTEXT",
+    "inter.broker.listener.name": "REPLICATION",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.client.plain.sasl.jaas.config": JAAS,
+}
+
+
+def client_settings(cluster) -> dict:
+    return {"bootstrap.servers": ",".join(f"127.0.0.1:{p.ports['CLIENT']}" for p in cluster.processes.values()),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "app", "sasl.password": "app-secret"}
+
+
+def test_clients_get_their_listener_and_brokers_replicate_on_theirs(tmp_path, zookeeper):
+    with Cluster(tmp_path, zookeeper, brokers=3, properties={**FAST_FAILOVER, **LISTENERS}) as cluster:
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        zk.start(timeout=10)
+        try:
+            for broker_id, process in cluster.processes.items():
+                data, _ = zk.get(f"{cluster.chroot}/brokers/ids/{broker_id}")
+                registration = json.loads(data)
+                assert registration["endpoints"] == [
+                    f"REPLICATION://127.0.0.1:{process.ports['REPLICATION']}",
+                    f"CLIENT://127.0.0.1:{process.ports['CLIENT']}"]
+                assert registration["listener_security_protocol_map"] == {
+                    "CLIENT": "SASL_PLAINTEXT", "REPLICATION": "PLAINTEXT"}
+        finally:
+            zk.stop()
+            zk.close()
+
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        conf = client_settings(cluster)
+        admin = AdminClient(conf)
+        metadata = admin.list_topics(timeout=30)
+        assert {(b.id, b.port) for b in metadata.brokers.values()} == {
+            (i, p.ports["CLIENT"]) for i, p in cluster.processes.items()}
+        topic = f"listeners-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
+        cluster.wait_for_leaders(topic, full_isr=True)
+        producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "log_level": 3})
+        for i in range(30):
+            producer.produce(topic, f"v{i}".encode(), partition=i % 3)
+        assert producer.flush(60) == 0  # min.insync.replicas=3: every follower fetched it
+        consumer = Consumer({**conf, "group.id": "listeners", "auto.offset.reset": "earliest", "log_level": 3})
+        consumer.subscribe([topic])
+        values = set()
+        for _ in range(120):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.add(message.value())
+            if len(values) == 30:
+                break
+        consumer.close()
+        assert values == {f"v{i}".encode() for i in range(30)}
