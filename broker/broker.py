@@ -128,9 +128,11 @@ class Broker:
 
     async def _start(self) -> None:
         self.dynamic_configs.load()  # the topic defaults the logs open with
-        self.scram.load()
         if self.cluster is not None:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
+            await self.scram.use_zookeeper(self.cluster.zk)
+        else:
+            self.scram.load()
         self.metadata.cluster_id = self._load_cluster_id()
         self.clean_start = self.topics.load()
         if self.cluster is None:

@@ -80,3 +80,47 @@ def test_clients_get_their_listener_and_brokers_replicate_on_theirs(tmp_path, zo
                 break
         consumer.close()
         assert values == {f"v{i}".encode() for i in range(30)}
+
+
+def test_scram_users_live_in_zookeeper_and_reach_every_broker(tmp_path, zookeeper):
+    """A user made through one broker is in /config/users as Kafka writes it, and every
+    other broker authenticates it within a second (the /config/changes notification)."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+    properties = {**FAST_FAILOVER, **LISTENERS,
+                  "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=properties) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.address(0)})  # REPLICATION: plaintext
+        upsertion = UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                                                 b"erin-secret")
+        for future in admin.alter_user_scram_credentials([upsertion]).values():
+            future.result(30)
+        zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+        zk.start(timeout=10)
+        try:
+            stored = json.loads(zk.get(f"{cluster.chroot}/config/users/erin")[0])
+        finally:
+            zk.stop()
+            zk.close()
+        assert stored["version"] == 1 and list(stored["config"]) == ["SCRAM-SHA-256"]
+        assert stored["config"]["SCRAM-SHA-256"].startswith("salt=")
+        assert stored["config"]["SCRAM-SHA-256"].endswith(",iterations=4096")
+
+        def authenticates(broker_id: int, password: str = "erin-secret") -> bool:
+            conf = {"bootstrap.servers": f"127.0.0.1:{cluster.processes[broker_id].ports['CLIENT']}",
+                    "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                    "sasl.username": "erin", "sasl.password": password, "log_level": 0}
+            try:
+                AdminClient(conf).list_topics(timeout=3)
+                return True
+            except Exception:
+                return False
+
+        for broker_id in (1, 2):
+            cluster.wait(lambda: authenticates(broker_id), 10, f"broker {broker_id} to know erin")
+        assert not authenticates(2, "wrong")
+        for future in admin.alter_user_scram_credentials(
+                [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)]).values():
+            future.result(30)
+        cluster.wait(lambda: not authenticates(2), 10, "broker 2 to forget erin")

@@ -13,7 +13,8 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   broker registers again once reconnected, with a new broker epoch; the controller treats
   it as a restarted broker.
 - Topic configs: a local topic's are refreshed from /config/topics at start, and on every
-  /config/changes notification naming it.
+  /config/changes notification naming it; so are users' SCRAM credentials
+  (/config/users, broker.security.scram_credentials).
 - Producer ids come in blocks claimed in /latest_producer_id_block; the next block is
   claimed in the background before the current one runs out, so that InitProducerId never
   waits on ZooKeeper (COORDINATOR_LOAD_IN_PROGRESS, retriable, when none could be claimed).
@@ -146,6 +147,8 @@ class ClusterMembership:
                     kind, _, name = change.entity_path.partition("/")
                     if kind == "topics" and name in self._broker.topics.topics:
                         self._apply_topic_configs(name, await asyncio.to_thread(self.zk.topic_config, name))
+                    elif kind == "users":
+                        await self._broker.scram.refresh(name)
                     self._config_seen = sequence
                     if self._broker.clock.wall_ms() - created_ms > _CONFIG_CHANGE_EXPIRY_MS:
                         await asyncio.to_thread(self.zk.delete_config_change, sequence)

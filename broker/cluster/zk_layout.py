@@ -18,6 +18,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
+from urllib.parse import quote
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -27,6 +28,7 @@ BROKER_TOPICS = "/brokers/topics"
 BROKER_SEQID = "/brokers/seqid"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
@@ -35,7 +37,7 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # What a broker makes sure exists when it starts, as Kafka's brokers do; `/controller_epoch`
 # comes with the first controller and `/cluster/id` with the first broker.
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONFIG_BROKERS,
-                    CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, PRODUCER_ID_BLOCK)
+                    CONFIG_USERS, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, PRODUCER_ID_BLOCK)
 
 # Sequential znodes: ZooKeeper appends a 10-digit counter to these prefixes.
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
@@ -59,6 +61,12 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    """/config/users/<user>: a user's SCRAM credentials, the name URL-encoded (a user name
+    may hold '/')."""
+    return f"{CONFIG_USERS}/{quote(user, safe='')}"
 
 
 def delete_topic_path(topic: str) -> str:

@@ -12,6 +12,7 @@ disconnected, kazoo's ConnectionLoss and SessionExpiredError come through unchan
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
+from urllib.parse import unquote
 
 from kazoo.protocol.states import KazooState, WatchedEvent
 
@@ -20,14 +21,14 @@ from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, Rol
                               RuntimeInconsistency)
 
 from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
-                                      CONFIG_CHANGES, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
+                                      CONFIG_CHANGES, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
                                       INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
                                       BrokerRegistration, ClusterId, ConfigChange, ControllerEpoch,
                                       ControllerRegistration, EntityConfig, IsrChange,
                                       LeaderAndIsr, ProducerIdBlock, TopicAssignment,
                                       broker_path, delete_topic_path, partition_state_path,
-                                      topic_config_path, topic_path)
+                                      topic_config_path, topic_path, user_config_path)
 
 # kazoo's default reconnection backs off towards an hour between attempts; a broker must
 # be back within a second of ZooKeeper.
@@ -315,6 +316,41 @@ class ZkStore:
             self._commit(writes, None)
         except (BadVersionError, NodeExistsError):
             raise StaleVersion(f"{topic_config_path(topic)} changed while it was being written") from None
+
+    def user_configs(self) -> dict[str, dict[str, str]]:
+        """Every /config/users/<user>: user name -> its config (SCRAM credentials)."""
+        users = {}
+        for name in self.client.get_children(CONFIG_USERS):
+            user = unquote(name)
+            found = self._get(user_config_path(user), EntityConfig)
+            if found is not None:
+                users[user] = dict(found.value.config)
+        return users
+
+    def user_config(self, user: str) -> dict[str, str]:
+        found = self._get(user_config_path(user), EntityConfig)
+        return dict(found.value.config) if found else {}
+
+    def set_user_config(self, user: str, configs: dict[str, str]) -> None:
+        """Replace /config/users/<user> (removed when empty) and note the change under
+        /config/changes, in one multi-op, as Kafka's AdminZkClient does for users."""
+        path = user_config_path(user)
+        stat = self.client.exists(path)
+
+        def writes(transaction):
+            if stat is None:
+                if configs:
+                    transaction.create(path, EntityConfig(configs).to_json())
+            elif configs:
+                transaction.set_data(path, EntityConfig(configs).to_json(), stat.version)
+            else:
+                transaction.delete(path, stat.version)
+            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"users/{user}").to_json(), sequence=True)
+
+        try:
+            self._commit(writes, None)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            raise StaleVersion(f"{path} changed while it was being written") from None
 
     def config_changes(self, after: int) -> list[tuple[int, ConfigChange, int]]:
         """(sequence number, change, creation time in ms) of the /config/changes

@@ -38,9 +38,9 @@ def describe_user_scram_credentials(broker, header, request, session):
     return Resp(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, results=results)
 
 
-def alter_user_scram_credentials(broker, header, request, session):
+async def alter_user_scram_credentials(broker, header, request, session):
     Resp = ALTER_USER_SCRAM_CREDENTIALS.response
-    results = broker.scram.alter(
+    results = await broker.scram.alter(
         [(d.name, d.mechanism) for d in request.deletions],
         [(u.name, u.mechanism, u.iterations, u.salt, u.salted_password) for u in request.upsertions])
     return Resp(throttle_time_ms=0, results=[

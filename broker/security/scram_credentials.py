@@ -4,7 +4,9 @@ count (RFC 5802), never the password, as Kafka keeps them.
 Text form, Kafka's (ScramCredentialUtils): `salt=<b64>,stored_key=<b64>,server_key=<b64>,
 iterations=<n>`. The single node keeps them in `scram-credentials.json` in the data dir
 (`{"version": 1, "users": {"alice": {"SCRAM-SHA-256": "<text form>"}}}`), written
-atomically; a cluster in ZooKeeper's `/config/users/<user>`.
+atomically; a cluster in ZooKeeper's `/config/users/<user>` (`{"version":1,"config":
+{"SCRAM-SHA-256":"<text form>"}}`), each change noted under /config/changes as
+`users/<user>` so that every broker re-reads that user.
 
 AlterUserScramCredentials sends a salt and a salted password (the client ran Hi()); the
 keys are derived from it here: stored key = H(HMAC(salted password, "Client Key")),
@@ -17,16 +19,20 @@ RESOURCE_NOT_FOUND.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import hmac
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
+
+log = logging.getLogger("sluice.security")
 
 FILENAME = "scram-credentials.json"
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's ScramMechanism codes
@@ -77,11 +83,14 @@ class CredentialError(Exception):
 
 
 class ScramCredentials:
-    """The single node's credentials, in the data dir."""
+    """Every user's credentials, as the SASL listeners read them: kept in the data dir
+    (single node), or in ZooKeeper once `use_zookeeper` is called (a cluster), where each
+    broker keeps a copy refreshed by /config/changes notifications (`refresh`)."""
 
     def __init__(self, data_dir: str):
         self.path = os.path.join(data_dir, FILENAME)
         self.users: dict[str, dict[str, ScramCredential]] = {}
+        self._zk = None
 
     def load(self) -> None:
         """Read the file; an invalid one stops the start (RuntimeError), as an invalid
@@ -89,28 +98,64 @@ class ScramCredentials:
         try:
             with open(self.path, "rb") as f:
                 document = json.loads(f.read())
-            users = {user: {mechanism: ScramCredential.from_text(text) for mechanism, text in entries.items()
-                            if mechanism in _HASHES}
-                     for user, entries in document["users"].items()}
+            users = {user: _parse_entries(entries) for user, entries in document["users"].items()}
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RuntimeError(f"{self.path} is invalid ({type(exc).__name__}); refusing to start") from None
         self.users = {user: entries for user, entries in users.items() if entries}
 
+    async def use_zookeeper(self, zk) -> None:
+        """From now on the credentials are /config/users/<user>: read them all."""
+        self._zk = zk
+        users = await asyncio.to_thread(zk.user_configs)
+        self.users = {user: entries for user, config in users.items() if (entries := _parse_config(user, config))}
+
+    async def refresh(self, user: str) -> None:
+        """Re-read one user after a /config/changes notification named it."""
+        entries = _parse_config(user, await asyncio.to_thread(self._zk.user_config, user))
+        if entries:
+            self.users[user] = entries
+        else:
+            self.users.pop(user, None)
+
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
 
-    def alter(self, deletions: list[tuple[str, int]],
-              upsertions: list[tuple[str, int, int, bytes, bytes]]) -> dict[str, tuple[ErrorCode, str | None]]:
+    async def alter(self, deletions: list[tuple[str, int]],
+                    upsertions: list[tuple[str, int, int, bytes, bytes]]) -> dict[str, tuple[ErrorCode, str | None]]:
         """Apply a request's deletions (user, mechanism code) and upsertions (user, mechanism
         code, iterations, salt, salted password) with Kafka's checks; the result per user.
-        Users with an error are left unchanged; the others are written in one go."""
+        Users with an error are left unchanged."""
+        results, changed = self._plan(deletions, upsertions)
+        if not changed:
+            return results
+        if self._zk is None:
+            users = {**self.users, **changed}
+            users = {user: entries for user, entries in users.items() if entries}
+            self._write(users)
+            self.users = users
+            return results
+        for user, entries in changed.items():
+            try:
+                await asyncio.to_thread(self._zk.set_user_config, user,
+                                        {m: c.to_text() for m, c in entries.items()})
+            except Exception as exc:  # ZooKeeper unreachable, or a concurrent change
+                results[user] = (ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot store the credentials: {exc}")
+                continue
+            if entries:
+                self.users[user] = entries
+            else:
+                self.users.pop(user, None)
+        return results
+
+    def _plan(self, deletions, upsertions):
+        """(result per user, new mechanisms -> credential of each user changed)."""
         results: dict[str, tuple[ErrorCode, str | None]] = {}
         named = [user for user, *_ in deletions] + [user for user, *_ in upsertions]
         for user in {u for u in named if named.count(u) > 1}:
             results[user] = (ErrorCode.DUPLICATE_RESOURCE, f"user {user!r} is named more than once")
-        changed = {user: dict(entries) for user, entries in self.users.items()}
+        changed: dict[str, dict[str, ScramCredential]] = {}
         for user, code in deletions:
             if user in results:
                 continue
@@ -118,10 +163,10 @@ class ScramCredentials:
                 mechanism = _mechanism(code)
                 if not user:
                     raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name is empty")
-                if mechanism not in changed.get(user, {}):
+                if mechanism not in self.users.get(user, {}):
                     raise CredentialError(ErrorCode.RESOURCE_NOT_FOUND,
                                           f"user {user!r} has no {mechanism} credential")
-                del changed[user][mechanism]
+                changed[user] = {m: c for m, c in self.users[user].items() if m != mechanism}
                 results[user] = (ErrorCode.NONE, None)
             except CredentialError as exc:
                 results[user] = (exc.code, str(exc))
@@ -137,28 +182,32 @@ class ScramCredentials:
                                           f"iterations {iterations} outside [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
                 if not salt or not salted_password:
                     raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt or salted password is empty")
-                changed.setdefault(user, {})[mechanism] = ScramCredential.from_salted_password(
-                    mechanism, bytes(salt), bytes(salted_password), iterations)
+                changed[user] = {**self.users.get(user, {}), mechanism: ScramCredential.from_salted_password(
+                    mechanism, bytes(salt), bytes(salted_password), iterations)}
                 results[user] = (ErrorCode.NONE, None)
             except CredentialError as exc:
                 results[user] = (exc.code, str(exc))
-        failed = {user for user, (code, _) in results.items() if code}
-        for user in failed:  # an error leaves the user as it was
-            if user in self.users:
-                changed[user] = dict(self.users[user])
-            else:
-                changed.pop(user, None)
-        changed = {user: entries for user, entries in changed.items() if entries}
-        if changed != self.users:
-            self._write(changed)
-            self.users = changed
-        return results
+        return results, changed
 
     def _write(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         document = {"version": 1, "users": {user: {m: c.to_text() for m, c in entries.items()}
                                             for user, entries in sorted(users.items())}}
         write_atomically(self.path, json.dumps(document, indent=1).encode())
         os.chmod(self.path, 0o600)
+
+
+def _parse_entries(entries: dict[str, str]) -> dict[str, ScramCredential]:
+    return {mechanism: ScramCredential.from_text(text) for mechanism, text in entries.items()
+            if mechanism in _HASHES}
+
+
+def _parse_config(user: str, config: dict[str, str]) -> dict[str, ScramCredential]:
+    """A /config/users znode's credentials; one that does not parse is left out, logged."""
+    try:
+        return _parse_entries(config)
+    except ValueError as exc:
+        log.warning("the SCRAM credentials of user %r in ZooKeeper are invalid (%s): ignored", user, exc)
+        return {}
 
 
 def _mechanism(code: int) -> str:
