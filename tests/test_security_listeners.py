@@ -429,3 +429,28 @@ def test_security_config_errors_are_one_readable_line(tmp_path, line, needle):
                            str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_kafka_java_tools_over_sasl_ssl_with_scram(secured, pki, tmp_path):
+    """Kafka's own Java client (kafka-topics, the console producer and consumer) over
+    SASL_SSL with SCRAM-SHA-512, trusting the CA as a PEM truststore."""
+    from tests.test_kafka_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, TOPICS, tool
+
+    add_scram_user(secured, "java-user", "java-secret", "SCRAM-SHA-512")
+    client = tmp_path / "client.properties"
+    client.write_text("security.protocol=SASL_SSL\n"
+                      "ssl.truststore.type=PEM\n"
+                      f"ssl.truststore.location={pki['ca']}\n"
+                      "sasl.mechanism=SCRAM-SHA-512\n"
+                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                      'username="java-user" password="java-secret";\n')
+    bootstrap = secured.bootstrap("SASL_SSL")
+    topic = f"java-sasl-{uuid.uuid4().hex[:6]}"
+    tool(TOPICS, "--bootstrap-server", bootstrap, "--command-config", str(client), "--create", "--topic", topic,
+         "--partitions", "2", "--replication-factor", "1")
+    lines = [f"line {i}" for i in range(5)]
+    tool(CONSOLE_PRODUCER, "--bootstrap-server", bootstrap, "--topic", topic, "--command-config", str(client),
+         stdin="\n".join(lines) + "\n")
+    consumed = tool(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                    "--max-messages", str(len(lines)), "--timeout-ms", "30000", "--command-config", str(client))
+    assert sorted(line for line in consumed.stdout.splitlines() if line) == lines
