@@ -247,3 +247,24 @@ def test_cluster_benchmark_runs_every_section_and_reports(tmp_path):
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Goals" in report and "## 3. Unavailability after a leader fails" in report
+
+
+def test_security_benchmark_runs_every_listener_and_reports():
+    """bench.security at tiny sizes: produce and consume over PLAINTEXT, SSL and SASL_SSL
+    with both clients, every run's records all written, the targets evaluated."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    from bench import security
+
+    sizes = security.Sizes(records=2_000, consume_records=800, repeats=1, timeout=120.0)
+    results = security.run(sizes, "tiny", log=lambda line: None)
+    assert {(r["benchmark"], r["client"], r["protocol"]) for r in results["rows"]} == {
+        (b, c, p) for b in ("produce", "consume") for c in security.CLIENTS for p in security.PROTOCOLS}
+    assert all(r["records_per_s"] > 0 for r in results["rows"])
+    assert all(r["all_written"] == [sizes.records] for r in results["rows"] if r["benchmark"] == "produce")
+    assert len(results["targets"]) == 4 and all(t["met"] in (True, False) for t in results["targets"])
+    assert "## Targets" in security.markdown(results)

@@ -52,14 +52,16 @@ CONSUMER_QUEUE = {"queued.min.messages": 10_000_000, "queued.max.messages.kbytes
 CONSUME_CLIENTS = {"python": {}, "kcat": {}, "kcat fetch.max.bytes=1MiB": {"fetch.max.bytes": MIB}}
 
 
-def consume_python(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float) -> float:
-    """Seconds from creating the consumer to holding `expected` records."""
+def consume_python(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float,
+                   settings: dict | None = None) -> float:
+    """Seconds from creating the consumer to holding `expected` records; `settings`: more
+    client settings (security)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     started = time.perf_counter()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "log_level": 3, **CONSUMER_QUEUE})
+                         "log_level": 3, **CONSUMER_QUEUE, **(settings or {})})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         deadline = time.monotonic() + timeout

@@ -12,11 +12,12 @@ from bench.common import (KCAT, MB, VALUE_SIZE, Probe, Sizes, median_run, page_c
 
 
 def produce_python(bootstrap: str, topic: str, records: int, pool: list[bytes], acks: str,
-                   compression: str, timeout: float) -> None:
+                   compression: str, timeout: float, settings: dict | None = None) -> None:
+    """`settings`: more client settings (security)."""
     from confluent_kafka import Producer
 
     errors = []
-    producer = Producer({**producer_config(bootstrap, acks, compression), "log_level": 3,
+    producer = Producer({**producer_config(bootstrap, acks, compression), **(settings or {}), "log_level": 3,
                          "error_cb": errors.append})
     produce, poll, mask = producer.produce, producer.poll, len(pool) - 1
     deadline = time.monotonic() + timeout
@@ -49,11 +50,11 @@ def kcat_records_file(path: str, records: int, pool: list[bytes]) -> None:
 
 
 def produce_kcat(bootstrap: str, topic: str, path: str, acks: str, compression: str,
-                 timeout: float) -> None:
+                 timeout: float, settings: dict | None = None) -> None:
     args = [KCAT, "-P", "-q", "-b", bootstrap, "-t", topic, "-l", path]
-    for key, value in producer_config(bootstrap, acks, compression).items():
+    for key, value in {**producer_config(bootstrap, acks, compression), **(settings or {})}.items():
         if key not in ("bootstrap.servers", "compression.type"):
-            args += ["-X", f"{key}={str(value).lower()}"]
+            args += ["-X", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
     if compression != "none":
         args += ["-z", compression]
     run_bounded(args, timeout)

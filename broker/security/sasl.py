@@ -30,12 +30,15 @@ The principal is `User:<name>`.
 from __future__ import annotations
 
 import hmac
+import logging
 
 import scramp
 
 from broker.config import ConfigError
 from broker.security.principal import Principal
 from wire.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_jaas_config
+
+log = logging.getLogger("sluice.security")
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _FAILED = "Authentication failed: invalid credentials with SASL mechanism {}"
@@ -102,7 +105,8 @@ class ScramExchange:
                 final = self._server.get_server_final().encode()
                 self.principal = Principal("User", self._user)
                 return final
-        except scramp.ScramException:
+        except scramp.ScramException as exc:
+            log.info("SCRAM exchange of user %r failed: %s", self._user, exc)
             raise SaslFailure(_FAILED.format(self.mechanism)) from None
         raise SaslFailure(f"Invalid SCRAM exchange with SASL mechanism {self.mechanism}: too many messages")
 

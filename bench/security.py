@@ -1,0 +1,260 @@
+"""What security costs: produce and consume throughput over SSL and SASL_SSL (SCRAM-SHA-512)
+against PLAINTEXT, on the same Sluice broker, side by side in one run.
+
+One broker process serves three listeners (PLAINTEXT, SSL, SASL_SSL), its certificate
+from a throwaway CA (trustme), a SCRAM-SHA-512 user made over the wire (confluent-kafka
+authenticates with it; kcat with PLAIN, see SecuredSluice.settings). The same clients
+as bench.broker (confluent-kafka's Producer and Consumer, kcat) run over each listener in
+turn, repeats taking turns; the median run counts. The issue's goal: SASL_SSL at least
+0.7x PLAINTEXT for produce and consume. Nothing here asserts speed.
+
+    python -m bench.security [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import shutil
+import tempfile
+import time
+import uuid
+
+from bench.broker.consume import consume_kcat, consume_python
+from bench.broker.produce import kcat_records_file, produce_kcat, produce_python
+from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, Probe, _loads, client_versions, median_run, publish,
+                          value_pool, watermarks)
+from bench.machine import describe_machine, machine_details
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+CLIENTS = ("python", "kcat")
+USER, PASSWORD, MECHANISM = "bench", "bench-secret", "SCRAM-SHA-512"
+PLAIN_USER, PLAIN_PASSWORD = "bench-plain", "bench-plain-secret"
+GOAL = 0.7  # SASL_SSL / PLAINTEXT
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    records: int          # produced per run (one partition, acks=all, no compression)
+    consume_records: int  # in the 8-partition topic read from the beginning per run
+    repeats: int          # runs per client and listener, taking turns; the median counts
+    timeout: float
+
+
+FULL = Sizes(records=2_000_000, consume_records=320_000, repeats=3, timeout=600.0)
+QUICK = Sizes(records=200_000, consume_records=40_000, repeats=1, timeout=300.0)
+
+
+class SecuredSluice:
+    """A Sluice broker with PLAINTEXT, SSL and SASL_SSL listeners, and the client settings
+    of each."""
+
+    def __init__(self, workdir: str):
+        import trustme
+
+        from sluice.broker_process import BrokerProcess
+
+        self.dir = os.path.join(workdir, f"sluice-{uuid.uuid4().hex[:6]}")
+        os.makedirs(self.dir)
+        ca = trustme.CA()
+        self.ca_path = os.path.join(self.dir, "ca.pem")
+        key_path = os.path.join(self.dir, "broker.pem")
+        ca.cert_pem.write_to_path(self.ca_path)
+        ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(key_path)
+        config = os.path.join(self.dir, "server.properties")
+        with open(config, "w") as f:
+            f.write("listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0\n"
+                    "inter.broker.listener.name=PLAINTEXT\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={key_path}\n"
+                    f"sasl.enabled.mechanisms={MECHANISM},PLAIN\nnum.partitions=1\n"
+                    "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
+                    f'PlainLoginModule required user_{PLAIN_USER}="{PLAIN_PASSWORD}";\n')
+        self.process = BrokerProcess(os.path.join(self.dir, "data"), config_file=config)
+
+    def start(self) -> "SecuredSluice":
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        self.process.start(timeout=60)
+        admin = AdminClient({"bootstrap.servers": self.process.bootstrap("PLAINTEXT")})
+        upsertion = UserScramCredentialUpsertion(USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                                 PASSWORD.encode())
+        for future in admin.alter_user_scram_credentials([upsertion]).values():
+            future.result(30)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.proc.pid
+
+    def settings(self, protocol: str, client: str) -> tuple[str, dict]:
+        """(bootstrap, librdkafka settings) of one listener for one client. kcat (Debian's,
+        on librdkafka 2.0.2) authenticates with PLAIN: librdkafka before 2.6.1 sends a
+        SCRAM client-final nonce that RFC 5802 (and Kafka 4) refuse."""
+        settings = {"security.protocol": protocol}
+        if protocol != "PLAINTEXT":
+            settings["ssl.ca.location"] = self.ca_path
+        if protocol == "SASL_SSL":
+            mechanism, user, password = (MECHANISM, USER, PASSWORD) if client == "python" else \
+                ("PLAIN", PLAIN_USER, PLAIN_PASSWORD)
+            settings.update({"sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password})
+        return self.process.bootstrap(protocol), settings
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.process.bootstrap("PLAINTEXT")})
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+    def stop(self) -> None:
+        self.process.stop(60)
+
+
+def bench_produce(broker, sizes: Sizes, pool, path: str, log) -> list[dict]:
+    rows = []
+    for client in CLIENTS:
+        runs = {p: [] for p in PROTOCOLS}
+        for _ in range(sizes.repeats):
+            for protocol in PROTOCOLS:
+                bootstrap, settings = broker.settings(protocol, client)
+                topic = f"produce-{client}-{protocol.lower()}-{uuid.uuid4().hex[:6]}"
+                broker.create_topic(topic, 1)
+                os.sync()
+                probe = Probe(broker.pid)
+                if client == "python":
+                    produce_python(bootstrap, topic, sizes.records, pool, "all", "none", sizes.timeout, settings)
+                else:
+                    produce_kcat(bootstrap, topic, path, "all", "none", sizes.timeout, settings)
+                run = probe.stop()
+                run["written"] = sum(high for _, high in watermarks(broker.process.bootstrap("PLAINTEXT"), topic, 1))
+                runs[protocol].append(run)
+        for protocol in PROTOCOLS:
+            m = median_run(runs[protocol])
+            row = {"benchmark": "produce", "client": client, "protocol": protocol, "records": sizes.records,
+                   "records_per_s": sizes.records / m["seconds"],
+                   "mb_per_s": sizes.records * VALUE_SIZE / m["seconds"] / MB,
+                   "all_seconds": [r["seconds"] for r in runs[protocol]],
+                   "all_written": [r["written"] for r in runs[protocol]], **m}
+            rows.append(row)
+            log(f"  produce {client:6} {protocol:10}: {row['records_per_s']:10,.0f} rec/s "
+                f"{row['mb_per_s']:6.1f} MB/s broker cpu {m['broker_cpu_s']:5.2f} s")
+    return rows
+
+
+def bench_consume(broker, sizes: Sizes, pool, log) -> list[dict]:
+    topic = f"consume-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(topic, 8)
+    produce_python(broker.process.bootstrap("PLAINTEXT"), topic, sizes.consume_records, pool, "all", "none",
+                   sizes.timeout)
+    rows = []
+    for client in CLIENTS:
+        runs = {p: [] for p in PROTOCOLS}
+        for _ in range(sizes.repeats):
+            for protocol in PROTOCOLS:
+                bootstrap, settings = broker.settings(protocol, client)
+                probe = Probe(broker.pid)
+                if client == "python":
+                    consume_python(bootstrap, topic, 8, sizes.consume_records, sizes.timeout, settings)
+                else:
+                    consume_kcat(bootstrap, topic, sizes.consume_records, sizes.timeout, config=settings)
+                runs[protocol].append(probe.stop())
+        for protocol in PROTOCOLS:
+            m = median_run(runs[protocol])
+            row = {"benchmark": "consume", "client": client, "protocol": protocol,
+                   "records": sizes.consume_records, "records_per_s": sizes.consume_records / m["seconds"],
+                   "mb_per_s": sizes.consume_records * VALUE_SIZE / m["seconds"] / MB,
+                   "all_seconds": [r["seconds"] for r in runs[protocol]], **m}
+            rows.append(row)
+            log(f"  consume {client:6} {protocol:10}: {row['records_per_s']:10,.0f} rec/s "
+                f"{row['mb_per_s']:6.1f} MB/s broker cpu {m['broker_cpu_s']:5.2f} s")
+    return rows
+
+
+def targets(rows: list[dict]) -> list[dict]:
+    """SASL_SSL / PLAINTEXT per benchmark and client, against the goal; met or not, never asserted."""
+    out = []
+    for benchmark in ("produce", "consume"):
+        for client in CLIENTS:
+            by = {r["protocol"]: r for r in rows if r["benchmark"] == benchmark and r["client"] == client}
+            if "SASL_SSL" in by and "PLAINTEXT" in by:
+                ratio = by["SASL_SSL"]["records_per_s"] / by["PLAINTEXT"]["records_per_s"]
+                out.append({"target": f"{benchmark} over SASL_SSL >= {GOAL}x PLAINTEXT, {client}", "ratio": ratio,
+                            "met": ratio >= GOAL, "detail": f"{by['SASL_SSL']['records_per_s']:,.0f} vs "
+                                                          f"{by['PLAINTEXT']['records_per_s']:,.0f} rec/s"})
+    return out
+
+
+def markdown(results: dict) -> str:
+    sizes = results["sizes"]
+    md = [f"# Security benchmark: Sluice over SSL and SASL_SSL vs PLAINTEXT ({results['mode']})", "",
+          f"- date: {results['date']}", f"- machine: {describe_machine()}",
+          f"- clients: confluent-kafka {results['clients']['confluent_kafka']} (librdkafka "
+          f"{results['clients']['librdkafka']}), {results['clients']['kcat']}",
+          f"- sizes: produce {sizes['records']:,} records of {VALUE_SIZE} bytes into one partition (acks=all, "
+          f"no compression, linger.ms=5, batch.size=1000000); consume {sizes['consume_records']:,} records "
+          f"from 8 partitions from a cold start; {sizes['repeats']} run(s) per client and listener, taking "
+          f"turns, the median kept",
+          f"- run time: {results['seconds']:.0f} s; load average before {_loads(results, 'before')}, "
+          f"after {_loads(results, 'after')}", "",
+          "## Targets", "", "| target | ratio | verdict | detail |", "|---|---:|---|---|"]
+    md += [f"| {t['target']} | {t['ratio']:.2f}x | {'met' if t['met'] else 'NOT met'} | {t['detail']} |"
+           for t in results["targets"]]
+    md += ["", "## Figures", "", "| benchmark | client | listener | rec/s | MB/s | vs PLAINTEXT | broker CPU s |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    for r in results["rows"]:
+        base = next(b for b in results["rows"] if b["benchmark"] == r["benchmark"] and b["client"] == r["client"]
+                    and b["protocol"] == "PLAINTEXT")
+        md.append(f"| {r['benchmark']} | {r['client']} | {r['protocol']} | {r['records_per_s']:,.0f} | "
+                  f"{r['mb_per_s']:.1f} | {r['records_per_s'] / base['records_per_s']:.2f}x | "
+                  f"{r['broker_cpu_s']:.2f} |")
+    md += ["", "## Method", "",
+           "- One `python -m broker` process on 127.0.0.1 with three listeners; TLS with a certificate from a "
+           "throwaway CA (trustme), SASL with SCRAM-SHA-512 (4096 iterations) for a user made with "
+           "AlterUserScramCredentials (confluent-kafka); kcat authenticates with PLAIN, because its "
+           "librdkafka (before 2.6.1) sends a SCRAM nonce RFC 5802 refuses. Broker CPU: user + system time "
+           "from /proc.",
+           "- TLS connections cannot use sendfile: fetched file regions go through the TLS layer.",
+           "- The page cache is written back (sync) before each produce run."]
+    return "\n".join(md) + "\n"
+
+
+def run(sizes: Sizes, mode: str, log=print) -> dict:
+    results = {"mode": mode, "date": datetime.date.today().isoformat(), "machine": machine_details(),
+               "clients": client_versions(), "load_average_before": os.getloadavg(),
+               "sizes": dataclasses.asdict(sizes)}
+    workdir = tempfile.mkdtemp(prefix="sluice-bench-security-")
+    started = time.perf_counter()
+    pool = value_pool()
+    broker = None
+    try:
+        broker = SecuredSluice(workdir).start()
+        path = os.path.join(workdir, "records.txt")
+        kcat_records_file(path, sizes.records, pool)
+        log("1. produce")
+        rows = bench_produce(broker, sizes, pool, path, log)
+        log("2. consume")
+        rows += bench_consume(broker, sizes, pool, log)
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results.update(rows=rows, targets=targets(rows), seconds=time.perf_counter() - started,
+                   load_average_after=os.getloadavg())
+    return results
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.security", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    print(f"machine: {describe_machine()}")
+    results = run(QUICK if args.quick else FULL, "quick" if args.quick else "full",
+                  lambda line: print(line, flush=True))
+    publish("security", results, markdown(results), None if args.no_write else args.out)
+
+
+if __name__ == "__main__":
+    main()
