@@ -5,13 +5,17 @@
         fetched = await client.fetch_records("events", 0, result.base_offset)
 
 Broker error codes raise `wire.errors.KafkaError`; failures of the client itself
-(connections, timeouts, malformed responses, no common version) raise `ClientError`.
+(connections, timeouts, malformed responses, no common version, refused authentication)
+raise `ClientError`. TLS and SASL: `AsyncClient(..., security=ClientSecurity({...}))` with
+Kafka's setting names (`security.protocol`, `sasl.mechanism`, `sasl.jaas.config`,
+`ssl.ca.location`, ...; see `wire.client.security`).
 """
 
 from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
-from wire.client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
-                                RequestTimedOut, ResponseTooLarge, UnsupportedVersion)
+from wire.client.errors import (AuthenticationFailed, BrokerUnreachable, ClientError, ConnectionFailed,
+                                ProtocolViolation, RequestTimedOut, ResponseTooLarge, SecurityConfigError,
+                                TlsHandshakeFailed, UnsupportedVersion)
 from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
                                DYNAMIC_BROKER_CONFIG, SET_CONFIG, SUBTRACT_CONFIG,
                                DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
@@ -24,14 +28,16 @@ from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, D
                                GroupMember, ListedGroup, ListedTransaction, NewTopic, OffsetAndTimestamp,
                                PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
                                TransactionDescription)
+from wire.client.security import ClientSecurity
 from wire.client.sync import Client
 from wire.client.versions import CLIENT_VERSIONS
 
 __all__ = [
-    "AsyncClient", "Client", "BrokerConnection", "CLIENT_VERSIONS",
+    "AsyncClient", "Client", "BrokerConnection", "ClientSecurity", "CLIENT_VERSIONS",
     "DEFAULT_MAX_DECOMPRESSED_BYTES", "DEFAULT_MAX_RESPONSE_BYTES",
-    "BrokerUnreachable", "ClientError", "ConnectionFailed", "ProtocolViolation", "RequestTimedOut",
-    "ResponseTooLarge", "UnsupportedVersion",
+    "AuthenticationFailed", "BrokerUnreachable", "ClientError", "ConnectionFailed", "ProtocolViolation",
+    "RequestTimedOut", "ResponseTooLarge", "SecurityConfigError", "TlsHandshakeFailed",
+    "UnsupportedVersion",
     "EARLIEST", "LATEST", "MAX_TIMESTAMP", "READ_COMMITTED", "READ_UNCOMMITTED",
     "TOPIC_RESOURCE", "BROKER_RESOURCE", "UNKNOWN_CONFIG", "DYNAMIC_TOPIC_CONFIG",
     "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "STATIC_BROKER_CONFIG",

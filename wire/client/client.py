@@ -30,6 +30,7 @@ from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, P
                                GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
                                OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
                                TopicInfo, TransactionDescription)
+from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
@@ -96,7 +97,8 @@ class AsyncClient:
     """A Kafka client for asyncio; usable as `async with AsyncClient("host:9092") as c`.
 
     Time settings are seconds. Protocol fields keep Kafka's units and names
-    (`max_wait_ms`, `timeout_ms`).
+    (`max_wait_ms`, `timeout_ms`). `security` (TLS and SASL, see wire.client.security)
+    applies to every broker connection, bootstrap and discovered; None is PLAINTEXT.
     """
 
     def __init__(self, bootstrap_servers: str | Sequence[str], *,
@@ -108,7 +110,8 @@ class AsyncClient:
                  retry_backoff: float = 0.1,
                  retry_backoff_max: float = 1.0,
                  retry_timeout: float = 30.0,
-                 enable_idempotence: bool = False):
+                 enable_idempotence: bool = False,
+                 security: ClientSecurity | None = None):
         self.bootstrap = _parse_addresses(bootstrap_servers)
         self.client_id = client_id
         self.connect_timeout = connect_timeout
@@ -119,6 +122,7 @@ class AsyncClient:
         self.retry_backoff_max = retry_backoff_max
         self.retry_timeout = retry_timeout
         self.enable_idempotence = enable_idempotence
+        self.security = security
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._cluster = ClusterMetadata(None, -1, {}, {})
         self._coordinators: dict[tuple[int, str], Coordinator] = {}
@@ -237,7 +241,8 @@ class AsyncClient:
         if connection is None:
             connection = self._connections[(host, port)] = BrokerConnection(
                 host, port, client_id=self.client_id, connect_timeout=self.connect_timeout,
-                request_timeout=self.request_timeout, max_response_bytes=self.max_response_bytes)
+                request_timeout=self.request_timeout, max_response_bytes=self.max_response_bytes,
+                security=self.security)
         await connection.open()
         return connection
 

@@ -1,5 +1,14 @@
-"""One TCP connection to one broker: framing, correlation ids, pipelining, timeouts and
-ApiVersions negotiation.
+"""One TCP connection to one broker: framing, correlation ids, pipelining, timeouts,
+ApiVersions negotiation, and TLS and SASL authentication (wire.client.security).
+
+Opening a connection: TCP, the TLS handshake (SSL, SASL_SSL; the broker's certificate
+checked against the host connected to unless `ssl.endpoint.identification.algorithm` is
+off), ApiVersions, then for SASL_* a SaslHandshake v1 naming the mechanism and
+SaslAuthenticate rounds (v0-2, as ApiVersions allows) until the mechanism is satisfied, as
+Kafka's clients do (KIP-152). Requests wait until all of that is done. The TCP connect
+with the TLS handshake, and each SASL request, are bounded by `connect_timeout`. A
+refused TLS handshake or SASL authentication raises AuthenticationFailed (fatal, not
+retried) and closes the connection.
 
 Many requests may be in flight at once. The socket's protocol (`_Wire`) cuts responses
 off the socket as they arrive and hands each to the request with the same correlation
@@ -18,15 +27,17 @@ import itertools
 import mmap
 import os
 import socket
+import ssl
 import struct
 
-from wire.client.errors import (ClientError, ConnectionFailed, ProtocolViolation, RequestTimedOut,
-                                ResponseTooLarge, UnsupportedVersion)
+from wire.client.errors import (AuthenticationFailed, ClientError, ConnectionFailed, ProtocolViolation,
+                                RequestTimedOut, ResponseTooLarge, TlsHandshakeFailed, UnsupportedVersion)
+from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS, choose_version
 from wire.error_codes import ErrorCode
 from wire.frame_buffers import FrameBuffers
 from wire.errors import KafkaError
-from wire.messages import API_VERSIONS, RESPONSE_HEADER
+from wire.messages import API_VERSIONS, RESPONSE_HEADER, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from wire.primitives import DecodeError, EncodeError, Reader
 from wire.protocol import RequestHeader, encode_request, response_header_version
 from wire.schema import Api, Struct
@@ -43,6 +54,7 @@ _MAX_UNANSWERED = 1024
 _READ_BUFFER = 64 * 1024  # responses up to this size are copied out of one read buffer
 _KEPT_FRAMES = 4          # buffers of larger responses kept for reuse (wire.frame_buffers),
 _KEPT_FRAME_MAX = 2 << 20  # each of at most this size, per connection
+_MAX_SASL_ROUNDS = 8  # more than any supported mechanism needs (SCRAM: 2)
 
 
 class BrokerConnection:
@@ -51,7 +63,8 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str = "sluice-client",
                  software_version: str = "0.1.0", connect_timeout: float = 10.0,
                  request_timeout: float = 30.0,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 security: ClientSecurity | None = None):
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -59,8 +72,10 @@ class BrokerConnection:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
+        self.security = security  # None: PLAINTEXT
         self.broker_versions: dict[int, tuple[int, int]] = {}  # api key -> (min, max)
         self._wire: _Wire | None = None  # the open socket's protocol
+        self._ready = False  # versions negotiated and, with SASL, authenticated on self._wire
         self._pending: dict[int, asyncio.Future] = {}  # by correlation id
         # Requests sent expecting no response, oldest first. Kafka never answers them;
         # some brokers do (librdkafka's mock cluster answers acks=0 Produce), and
@@ -77,7 +92,11 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self._wire is not None
+        return self._ready
+
+    @property
+    def tls(self) -> bool:
+        return self.security is not None and self.security.tls
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.address}, {'open' if self.connected else 'closed'})"
@@ -87,18 +106,24 @@ class BrokerConnection:
         return choose_version(api, self.broker_versions.get(api.key), self.address, max_version)
 
     async def open(self) -> None:
-        """Connect and negotiate versions, unless already connected."""
-        if self._wire is not None:
+        """Connect, negotiate versions and authenticate, unless already done."""
+        if self._ready:
             return
         async with self._open_lock:
-            if self._wire is not None:
+            if self._ready:
                 return
             if self._closed:
                 raise ConnectionFailed(f"connection to {self.address} was closed by the client")
             loop = asyncio.get_running_loop()
             # asyncio.wait, not wait_for: on Python 3.11 wait_for loses a cancellation that
             # arrives as the connection is made, and a task being stopped would go on running.
-            connecting = loop.create_task(loop.create_connection(lambda: _Wire(self), self.host, self.port))
+            tls_options = {}
+            if self.tls:
+                # SNI names the host whether or not the certificate must (as Kafka's Java client).
+                tls_options = {"ssl": self.security.ssl_context, "server_hostname": self.host,
+                               "ssl_handshake_timeout": self.connect_timeout}
+            connecting = loop.create_task(loop.create_connection(lambda: _Wire(self), self.host, self.port,
+                                                                 **tls_options))
             try:
                 done, _ = await asyncio.wait((connecting,), timeout=self.connect_timeout)
             except asyncio.CancelledError:
@@ -112,21 +137,33 @@ class BrokerConnection:
                                        f"{self.connect_timeout:g} s")
             try:
                 _, wire = connecting.result()
+            except ssl.SSLError as exc:
+                raise _tls_failure(self.address, exc) from None
             except OSError as exc:  # asyncio's message hides the reason behind errno
                 if isinstance(exc, socket.gaierror):  # negative EAI_* codes: not errnos
                     reason = exc.strerror or str(exc)
+                elif exc.errno:
+                    reason = os.strerror(exc.errno)
+                elif self.tls:  # asyncio's bare ConnectionResetError(): the broker closed mid-handshake
+                    reason = "closed by the broker during the TLS handshake (is it a TLS listener?)"
                 else:
-                    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                    reason = str(exc) or type(exc).__name__
                 raise ConnectionFailed(f"cannot connect to {self.address}: {reason}") from exc
             if wire.lost.done():  # closed by the broker at once
                 raise ConnectionFailed(f"connection to {self.address} closed by the broker")
             self._wire = wire
             try:
                 self.broker_versions = await self._negotiate()
+                if self.security is not None and self.security.sasl:
+                    await self._authenticate()
             except BaseException as exc:
                 self._drop(exc if isinstance(exc, ConnectionFailed) else
-                           ConnectionFailed(f"version negotiation with {self.address} failed"))
+                           ConnectionFailed(f"connection setup with {self.address} failed"))
+                if isinstance(exc, ClientError) and isinstance(wire.lost_with, ssl.SSLError):
+                    # the TLS handshake failing after all (TLS 1.3: a client certificate refused)
+                    raise _tls_failure(self.address, wire.lost_with) from None
                 raise
+            self._ready = True
 
     async def request(self, api: Api, version: int, body: Struct, *,
                       timeout: float | None = None, negotiated: bool = True) -> Struct:
@@ -157,6 +194,43 @@ class BrokerConnection:
             await asyncio.shield(wire.lost)
 
     # -- internals -----------------------------------------------------------------
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1, then SaslAuthenticate rounds until the mechanism is done."""
+        mechanism = self.security.mechanism
+        handshake = await self._setup_request(SASL_HANDSHAKE, self.version(SASL_HANDSHAKE),
+                                              SASL_HANDSHAKE.request(mechanism=mechanism))
+        if handshake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            raise AuthenticationFailed(
+                f"{self.address} does not enable SASL mechanism {mechanism}; it enables "
+                f"{', '.join(handshake.mechanisms) or 'none'}", handshake.error_code)
+        if handshake.error_code:
+            refusal = KafkaError(handshake.error_code, f"SaslHandshake with {self.address}")
+            raise AuthenticationFailed(str(refusal), handshake.error_code)
+        version = self.version(SASL_AUTHENTICATE)
+        exchange = self.security.sasl_exchange()
+        token = exchange.start()
+        for _ in range(_MAX_SASL_ROUNDS):
+            answer = await self._setup_request(SASL_AUTHENTICATE, version,
+                                               SASL_AUTHENTICATE.request(auth_bytes=token))
+            if answer.error_code:
+                raise AuthenticationFailed(str(KafkaError(
+                    answer.error_code, f"SASL {mechanism} authentication with {self.address}",
+                    answer.error_message)), answer.error_code)
+            token = exchange.step(answer.auth_bytes)
+            if token is None:
+                return
+        raise ProtocolViolation(f"SASL {mechanism} with {self.address}: not done after "
+                                f"{_MAX_SASL_ROUNDS} rounds")
+
+    async def _setup_request(self, api: Api, version: int, body: Struct) -> Struct:
+        """A request of connection setup, bounded by the connect timeout."""
+        frame = await self._roundtrip(api, version, body, self.connect_timeout)
+        try:
+            return _decode_body(api, version, frame)
+        except DecodeError as exc:
+            raise ProtocolViolation(f"cannot parse {api.name} v{version} response from "
+                                    f"{self.address}: {exc}") from None
+
     async def _negotiate(self) -> dict[int, tuple[int, int]]:
         """ApiVersions at the newest version we know, then at the broker's newest.
 
@@ -259,6 +333,7 @@ class BrokerConnection:
         if wire is not None and wire is not self._wire:
             return  # a newer connection has replaced this one
         wire, self._wire = self._wire, None
+        self._ready = False
         if wire is not None:
             wire.transport.close()
         pending, self._pending = self._pending, {}
@@ -267,6 +342,22 @@ class BrokerConnection:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved: no "never retrieved" warnings
+
+
+def _tls_failure(address: str, exc: ssl.SSLError) -> ClientError:
+    """What a failed TLS handshake means: an EOF is a connection lost (perhaps not a TLS
+    listener, or a broker going down: worth a retry); anything else is a refusal."""
+    if isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        return ConnectionFailed(f"TLS handshake with {address}: closed by the broker (is it a TLS "
+                                f"listener?)")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return TlsHandshakeFailed(f"TLS handshake with {address}: the broker's certificate is not "
+                                  f"accepted: {exc.verify_message}")
+    reason = exc.reason or str(exc)
+    if "ALERT" in reason and "CERTIFICATE" in reason:  # the broker's alert about the client's certificate
+        reason += (" (the broker did not accept the client's certificate, or wants one: set "
+                   "ssl.keystore.location, or ssl.certificate.location and ssl.key.location)")
+    return TlsHandshakeFailed(f"TLS handshake with {address} failed: {reason}")
 
 
 def _close_if_connected(connecting: asyncio.Task) -> None:
@@ -285,6 +376,7 @@ class _Wire(asyncio.BufferedProtocol):
         self.connection = connection
         self.transport: asyncio.Transport | None = None
         self.lost = asyncio.get_running_loop().create_future()  # done when the socket closes
+        self.lost_with: Exception | None = None  # the error that closed it, if any
         self._buf = bytearray(_READ_BUFFER)
         self._start = self._end = 0
         self._frame: mmap.mmap | None = None  # a large frame being read
@@ -322,6 +414,9 @@ class _Wire(asyncio.BufferedProtocol):
         while self._end - self._start >= 4:
             size = _SIZE.unpack_from(buf, self._start)[0]
             if size > self.connection.max_response_bytes:
+                if _looks_like_tls(buf, self._start) and not self.connection.tls:
+                    raise ProtocolViolation(f"{self.connection.address} answered with TLS: it is a TLS "
+                                            f"listener (set security.protocol to SSL or SASL_SSL)")
                 raise ResponseTooLarge(f"{self.connection.address} announced a {size}-byte "
                                        f"response, above max_response_bytes="
                                        f"{self.connection.max_response_bytes}")
@@ -347,6 +442,7 @@ class _Wire(asyncio.BufferedProtocol):
         return False  # the transport closes: connection_lost follows
 
     def connection_lost(self, exc) -> None:
+        self.lost_with = exc
         if exc is None:
             error = ConnectionFailed(f"connection to {self.connection.address} closed by the broker")
         else:
@@ -381,6 +477,12 @@ def _decode_body(api: Api, version: int, frame: memoryview) -> Struct:
     reader = Reader(frame)
     RESPONSE_HEADER.decode(response_header_version(api.key, version), reader)
     return api.response.decode(version, reader)
+
+
+def _looks_like_tls(buf: bytearray, start: int) -> bool:
+    """Whether bytes read as a frame size are a TLS record header instead: an alert (21)
+    or handshake (22) record of TLS 1.0-1.3 (version 3.1-3.4)."""
+    return buf[start] in (21, 22) and buf[start + 1] == 3 and buf[start + 2] <= 4
 
 
 def _error_code_of(frame: memoryview) -> int | None:

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-__all__ = ["BrokerUnreachable", "ClientError", "ConnectionFailed", "ProtocolViolation",
-           "RequestTimedOut", "ResponseTooLarge", "UnsupportedVersion"]
+__all__ = ["AuthenticationFailed", "BrokerUnreachable", "ClientError", "ConnectionFailed",
+           "ProtocolViolation", "RequestTimedOut", "ResponseTooLarge", "SecurityConfigError",
+           "TlsHandshakeFailed", "UnsupportedVersion"]
 
 
 class ClientError(Exception):
@@ -50,3 +51,30 @@ class ResponseTooLarge(ProtocolViolation):
 
 class UnsupportedVersion(ClientError):
     """The broker and this client share no version of an API."""
+
+
+class SecurityConfigError(ClientError, ValueError):
+    """A security setting (security.protocol, ssl.*, sasl.*) is missing, malformed, or asks
+    for what the client does not do. The message names the setting (also in `key`) and
+    never quotes a password, a key or a JAAS configuration."""
+
+    def __init__(self, message: str, key: str):
+        super().__init__(message)
+        self.key = key
+
+
+class AuthenticationFailed(ClientError):
+    """The broker did not accept the client's identity, or the client did not accept the
+    broker's: SASL authentication failed (the broker's SASL_AUTHENTICATION_FAILED with its
+    message, a mechanism it does not enable, or a SCRAM server signature that does not
+    verify). The connection is closed. Not retried: the same credentials fail the same way
+    (Kafka's clients treat authentication errors as fatal too)."""
+
+    def __init__(self, message: str, error_code: int | None = None):
+        super().__init__(message)
+        self.error_code = error_code  # the broker's Kafka error code, when it sent one
+
+
+class TlsHandshakeFailed(AuthenticationFailed):
+    """The TLS handshake failed: the broker's certificate is not trusted or does not name
+    the host, or the broker refused the client's certificate (or its absence)."""

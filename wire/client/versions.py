@@ -16,7 +16,7 @@ from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, API_VERSIONS, C
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
                            DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, INCREMENTAL_ALTER_CONFIGS,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
-                           METADATA,
+                           METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            CONTROLLED_SHUTDOWN)
 from wire.schema import Api
@@ -54,6 +54,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH.key: (3, 4),
     # A cluster broker asking its controller to move its leaderships away.
     CONTROLLED_SHUTDOWN.key: (3, 3),
+    # SASL tokens travel in SaslAuthenticate (v1 handshake); v0's raw token frames are not spoken.
+    SASL_HANDSHAKE.key: (1, 1),
+    SASL_AUTHENTICATE.key: (0, 2),
 }
 
 
