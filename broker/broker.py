@@ -34,6 +34,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
 from broker.handlers.sasl import AuthenticationFailed, raw_token
+from broker.security.inter_broker import inter_broker_security
 from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
@@ -104,6 +105,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
+        self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
         bound, self.sasl_listeners = endpoints(config, self.scram)  # ConfigError for a bad setting
         self.server = KafkaServer(self.handle_frame, bound, Limits(
             max_request_bytes=config.socket_request_max_bytes,

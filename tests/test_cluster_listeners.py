@@ -124,3 +124,62 @@ def test_scram_users_live_in_zookeeper_and_reach_every_broker(tmp_path, zookeepe
                 [UserScramCredentialDeletion("erin", ScramMechanism.SCRAM_SHA_256)]).values():
             future.result(30)
         cluster.wait(lambda: not authenticates(2), 10, "broker 2 to forget erin")
+
+
+def test_brokers_replicate_over_sasl_ssl_with_scram(tmp_path, zookeeper):
+    """The inter-broker listener is SASL_SSL with SCRAM-SHA-512, the brokers' own user made
+    in ZooKeeper before they start (as `kafka-configs --zookeeper` does): followers,
+    the controller and controlled shutdown all reach the others through it, so a topic
+    at min.insync.replicas=3 takes acks=all writes only if every connection authenticates."""
+    import hashlib
+    import os
+
+    import trustme
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from broker.security.scram_credentials import ScramCredential
+
+    ca = trustme.CA()
+    ca_path, key_path = tmp_path / "ca.pem", tmp_path / "broker.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(key_path))
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="broker" password="broker-secret";')
+    properties = {**FAST_FAILOVER,
+                  "listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+                  "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                  "inter.broker.listener.name": "INTERNAL",
+                  "ssl.keystore.type": "PEM", "ssl.keystore.location": str(key_path),
+                  "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_path),
+                  "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                  "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                  "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas}
+    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=properties)
+    salt = os.urandom(16)
+    credential = ScramCredential.from_salted_password(
+        "SCRAM-SHA-512", salt, hashlib.pbkdf2_hmac("sha512", b"broker-secret", salt, 4096), 4096)
+    zk = KazooClient(hosts=zookeeper.hosts, timeout=10)
+    zk.start(timeout=10)
+    try:
+        zk.create(f"{cluster.chroot}/config/users/broker", json.dumps(
+            {"version": 1, "config": {"SCRAM-SHA-512": credential.to_text()}}).encode(), makepath=True)
+        cluster.start()
+        for broker_id in cluster.ids:
+            registration = json.loads(zk.get(f"{cluster.chroot}/brokers/ids/{broker_id}")[0])
+            assert registration["listener_security_protocol_map"]["INTERNAL"] == "SASL_SSL"
+        topic = f"sasl-ssl-replicated-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
+        cluster.wait_for_leaders(topic, full_isr=True)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "log_level": 3})
+        for i in range(20):
+            producer.produce(topic, f"r{i}".encode(), partition=i % 2)
+        assert producer.flush(60) == 0
+        leader = cluster.leader_of(topic, 0)
+        assert cluster.stop(leader) == 0  # controlled shutdown asks the controller over INTERNAL
+        cluster.wait(lambda: cluster._try_metadata() is not None and cluster.leader_of(topic, 0) != leader, 60,
+                     "partition 0 to move to another leader")
+    finally:
+        zk.stop()
+        zk.close()
+        cluster.close()

@@ -43,12 +43,12 @@ class BrokerChannel:
     """The ordered queue of one broker's requests and the task that sends them."""
 
     def __init__(self, broker_id: int, host: str, port: int, *, controller_id: int,
-                 request_timeout: float, clock: Clock):
+                 request_timeout: float, clock: Clock, security=None):
         self.broker_id = broker_id
         self.clock = clock
         self.connection = BrokerConnection(host, port, client_id=f"controller-{controller_id}",
                                            connect_timeout=request_timeout,
-                                           request_timeout=request_timeout)
+                                           request_timeout=request_timeout, security=security)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._current: asyncio.Future | None = None  # the request being delivered
         # Besides cancelling the sender: Python 3.11's wait_for (inside the connection)
@@ -111,9 +111,12 @@ class BrokerChannel:
 class ControllerChannels:
     """A channel per live broker, opened and closed as brokers come and go."""
 
-    def __init__(self, controller_id: int, listener: str, request_timeout: float, clock: Clock):
+    def __init__(self, controller_id: int, listener: str, request_timeout: float, clock: Clock,
+                 security=None):
+        """`listener` and `security`: the inter-broker listener's name and client security."""
         self.controller_id = controller_id
         self.listener = listener
+        self.security = security
         self.request_timeout = request_timeout
         self.clock = clock
         self._channels: dict[int, BrokerChannel] = {}
@@ -126,7 +129,7 @@ class ControllerChannels:
             return
         self._channels[broker_id] = BrokerChannel(
             broker_id, *endpoint, controller_id=self.controller_id,
-            request_timeout=self.request_timeout, clock=self.clock)
+            request_timeout=self.request_timeout, clock=self.clock, security=self.security)
 
     async def remove_broker(self, broker_id: int) -> None:
         channel = self._channels.pop(broker_id, None)

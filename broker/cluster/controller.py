@@ -131,8 +131,10 @@ class _Batch:
 
 
 class Controller:
-    def __init__(self, broker_id: int, store: ZkStore, config, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, broker_id: int, store: ZkStore, config, clock: Clock = SYSTEM_CLOCK, security=None):
+        """`security`: how to reach the brokers' inter-broker listener (None: PLAINTEXT)."""
         self.broker_id = broker_id
+        self.security = security
         self.store = store
         self.config = config
         self.clock = clock
@@ -339,7 +341,7 @@ class Controller:
         ctx = self._ctx = _Context()
         self._channels = ControllerChannels(self.broker_id, self.config.inter_broker_listener.name,
                                             self.config.controller_socket_timeout_ms / 1000,
-                                            self.clock)
+                                            self.clock, self.security)
         ctx.live = await self._zk(self.store.live_brokers, self._brokers_watch)
         for broker_id, live in ctx.live.items():
             self._channels.add_broker(broker_id, live.registration)

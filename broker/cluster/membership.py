@@ -165,7 +165,8 @@ class ClusterMembership:
         await self._claim_producer_block()
         from broker.cluster.controller import Controller
         self.controller = Controller(broker_id=self._config.node_id, store=self.zk,
-                                     config=self._config, clock=self._broker.clock)
+                                     config=self._config, clock=self._broker.clock,
+                                     security=self._broker.inter_broker_security)
         self._broker.controller = self.controller
         await self.controller.start()
 
@@ -298,7 +299,8 @@ class ClusterMembership:
             return None
         connection = BrokerConnection(controller.host, controller.port,
                                       client_id=f"broker-{self._config.node_id}-shutdown",
-                                      request_timeout=self._config.controller_socket_timeout_ms / 1000)
+                                      request_timeout=self._config.controller_socket_timeout_ms / 1000,
+                                      security=self._broker.inter_broker_security)
         try:
             response = await connection.request(CONTROLLED_SHUTDOWN, _CONTROLLED_SHUTDOWN_VERSION,
                                                 CONTROLLED_SHUTDOWN.request(broker_id=self._config.node_id,

@@ -81,8 +81,10 @@ class _Session:
 
 
 class ReplicaFetcher:
-    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock):
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock, security=None):
+        """`security`: the inter-broker listener's (broker.security.inter_broker), None for PLAINTEXT."""
         self.local_id = local_id
+        self._security = security
         self.leader_id = leader_id
         self.address = (host, port)
         self._config = config
@@ -99,7 +101,7 @@ class ReplicaFetcher:
     def _connect(self) -> BrokerConnection:
         timeout = self._config.replica_socket_timeout_ms / 1000
         return BrokerConnection(*self.address, client_id=f"broker-{self.local_id}-fetcher-{self.leader_id}",
-                                request_timeout=timeout, connect_timeout=timeout)
+                                request_timeout=timeout, connect_timeout=timeout, security=self._security)
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader {self.leader_id} at {self.address[0]}:{self.address[1]})"

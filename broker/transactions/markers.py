@@ -123,7 +123,8 @@ class MarkerWriter:
         connection = BrokerConnection(endpoint.host, endpoint.port,
                                       client_id=f"txn-coordinator-{self.broker.node_id}",
                                       connect_timeout=MARKER_TIMEOUT_S,
-                                      request_timeout=MARKER_TIMEOUT_S + 5)
+                                      request_timeout=MARKER_TIMEOUT_S + 5,
+                                      security=self.broker.inter_broker_security)
         self._connections[broker_id] = connection
         return connection
 
