@@ -2,8 +2,9 @@
 (DescribeUserScramCredentials, AlterUserScramCredentials), with the options kafka-configs.sh
 takes for users.
 
-    sluice users --bootstrap-server H:P add --user alice --add-config 'SCRAM-SHA-256=[iterations=8192]' --password-file FILE
-    sluice users --bootstrap-server H:P add --user alice --add-config 'SCRAM-SHA-512=[password=alice-secret]'
+    sluice users --bootstrap-server H:P add --user alice
+        --add-config 'SCRAM-SHA-256=[iterations=8192]' --password-file FILE
+    sluice users --bootstrap-server H:P add --user alice --add-config 'SCRAM-SHA-512=[password=P]'
     sluice users --bootstrap-server H:P list [--user NAME ...]
     sluice users --bootstrap-server H:P remove --user alice [--delete-config SCRAM-SHA-512]
 
