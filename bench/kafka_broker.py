@@ -138,20 +138,27 @@ def wait_for_metadata(bootstrap: str, deadline: float, alive=lambda: True) -> fl
 class KafkaBrokerProcess:
     """One Kafka node (broker and controller) in a JVM of its own."""
 
-    def __init__(self, workdir: str | None = None, heap: str = HEAP, config: dict | None = None):
+    def __init__(self, workdir: str | None = None, heap: str = HEAP, config: dict | None = None,
+                 extra_listeners: dict[str, str] | None = None):
+        """`extra_listeners`: {listener name: security protocol} served beside PLAINTEXT,
+        each on a free port of its own (`listener_ports`); their settings go in `config`."""
         self.dir = tempfile.mkdtemp(prefix="kafka-", dir=workdir)
         self.heap = heap
         self.port, self.controller_port = free_port(), free_port()
+        extra = extra_listeners or {}
+        self.listener_ports = {name: free_port() for name in extra}
+        served = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items())
+        protocols = "".join(f",{name}:{protocol}" for name, protocol in extra.items())
         self.log_dir = os.path.join(self.dir, "logs")
         self.properties = os.path.join(self.dir, "server.properties")
         self.log4j = os.path.join(self.dir, "log4j2.properties")
         settings = {
             "process.roles": "broker,controller", "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}{served},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{served}",
             "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
             "log.dirs": self.log_dir, "num.partitions": "4", "auto.create.topics.enable": "true",
             "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1", "share.coordinator.state.topic.replication.factor": "1",

@@ -1,7 +1,7 @@
 """The `sluice` command: `sluice broker …` runs a broker, `sluice cluster …` a development
-cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …`, `sluice configs …`
-and `sluice leader-election …` administer any Kafka-compatible cluster over the wire
-protocol.
+cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …`, `sluice configs …`,
+`sluice leader-election …`, `sluice acls …` and `sluice users …` administer any
+Kafka-compatible cluster over the wire protocol.
 
 Each command's module is imported only when it runs: the admin commands never import
 `broker`.
@@ -21,6 +21,8 @@ commands:
   configs   describe and change topic and broker configs (sluice configs --help)
   leader-election
             elect preferred (or unclean) leaders now (sluice leader-election --help)
+  acls      add, list and remove ACLs (sluice acls --help)
+  users     add, list and remove users' SCRAM credentials (sluice users --help)
 """
 
 
@@ -48,6 +50,12 @@ def main(argv=None) -> int:
     if command == "leader-election":
         from sluice.leader_election import main as leader_election_main
         return leader_election_main(rest)
+    if command == "acls":
+        from sluice.acls import main as acls_main
+        return acls_main(rest)
+    if command == "users":
+        from sluice.users import main as users_main
+        return users_main(rest)
     print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 

@@ -17,26 +17,33 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import secrets
 import time
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
 from wire.client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
                                 RequestTimedOut, UnsupportedVersion)
-from wire.client.model import (BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
-                               READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction, BrokerInfo,
+from wire.client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
+                               READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction,
+                               AclBinding, AclBindingFilter, AclDeletion, BrokerInfo, DeletedAcls,
+                               ScramCredentialInfo, ScramDeletion, ScramMechanism, ScramUpsertion,
+                               UserScramCredentials,
                                ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
                                ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
                                GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
                                OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
                                TopicInfo, TransactionDescription)
+from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS, CREATE_PARTITIONS, CREATE_TOPICS,
-                           DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS, APIS,
+                           CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS,
+                           DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
+                           DESCRIBE_GROUPS, DESCRIBE_USER_SCRAM_CREDENTIALS,
                            DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, FIND_COORDINATOR,
                            INCREMENTAL_ALTER_CONFIGS,
                            INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
@@ -1055,6 +1062,181 @@ class AsyncClient:
 
         return await self._retrying(attempt)
 
+    # -- ACLs and SCRAM credentials -------------------------------------------------------
+    async def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        """The ACLs matching `acl_filter` (DescribeAcls, asked of any broker). A broker
+        without an authorizer answers SECURITY_DISABLED, raised as KafkaError. A filter
+        with an UNKNOWN value is a ValueError."""
+        _check_filter(acl_filter)
+
+        async def attempt() -> list[AclBinding]:
+            connection = await self._any_connection()
+            response = await connection.request(
+                DESCRIBE_ACLS, connection.version(DESCRIBE_ACLS),
+                DESCRIBE_ACLS.request(**_acl_filter_fields(acl_filter)))
+            check(response.error_code, "describe ACLs", response.error_message)
+            return [AclBinding(ResourceType.of(r.resource_type), r.resource_name,
+                               PatternType.of(r.pattern_type), a.principal, a.host,
+                               Operation.of(a.operation), Permission.of(a.permission_type))
+                    for r in response.resources for a in r.acls]
+
+        return await self._retrying(attempt)
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> dict[AclBinding, KafkaError | None]:
+        """Create ACLs (CreateAcls, any broker: Kafka's brokers forward it to the
+        controller). Each binding's error (None: it exists now) is returned, not raised.
+        A binding with an indefinite value (ANY, MATCH, UNKNOWN) is a ValueError: Kafka
+        fails the whole request for it."""
+        wanted = list(dict.fromkeys(bindings))
+        for binding in wanted:
+            _check_binding(binding)
+        if not wanted:
+            return {}
+        Request = CREATE_ACLS.request
+        body = Request(creations=[Request.AclCreation(
+            resource_type=b.resource_type, resource_name=b.resource_name,
+            resource_pattern_type=b.pattern_type, principal=b.principal, host=b.host,
+            operation=b.operation, permission_type=b.permission) for b in wanted])
+
+        async def attempt() -> dict[AclBinding, KafkaError | None]:
+            connection = await self._any_connection()
+            response = await connection.request(CREATE_ACLS, connection.version(CREATE_ACLS), body)
+            if len(response.results) != len(wanted):
+                raise ProtocolViolation(f"create ACLs: {len(response.results)} results for "
+                                        f"{len(wanted)} ACLs")
+            return {binding: KafkaError(answer.error_code, f"create ACL {_acl_text(binding)}",
+                                        answer.error_message) if answer.error_code else None
+                    for binding, answer in zip(wanted, response.results)}
+
+        return await self._retrying(attempt)
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter],
+                          ) -> dict[AclBindingFilter, DeletedAcls]:
+        """Delete every ACL matching each filter (DeleteAcls, any broker). Each filter's
+        outcome is returned, not raised: the ACLs it deleted, or its error (such as
+        SECURITY_DISABLED from a broker without an authorizer). A filter with an UNKNOWN
+        value is a ValueError."""
+        wanted = list(dict.fromkeys(filters))
+        for acl_filter in wanted:
+            _check_filter(acl_filter)
+        if not wanted:
+            return {}
+        Request = DELETE_ACLS.request
+        body = Request(filters=[Request.DeleteAclsFilter(**_acl_filter_fields(f)) for f in wanted])
+
+        async def attempt() -> dict[AclBindingFilter, DeletedAcls]:
+            connection = await self._any_connection()
+            response = await connection.request(DELETE_ACLS, connection.version(DELETE_ACLS), body)
+            if len(response.filter_results) != len(wanted):
+                raise ProtocolViolation(f"delete ACLs: {len(response.filter_results)} results for "
+                                        f"{len(wanted)} filters")
+            results = {}
+            for acl_filter, answer in zip(wanted, response.filter_results):
+                matches = []
+                for m in answer.matching_acls:
+                    binding = AclBinding(ResourceType.of(m.resource_type), m.resource_name,
+                                         PatternType.of(m.pattern_type), m.principal, m.host,
+                                         Operation.of(m.operation), Permission.of(m.permission_type))
+                    matches.append(AclDeletion(binding, KafkaError(
+                        m.error_code, f"delete ACL {_acl_text(binding)}", m.error_message)
+                        if m.error_code else None))
+                results[acl_filter] = DeletedAcls(KafkaError(
+                    answer.error_code, "delete ACLs", answer.error_message)
+                    if answer.error_code else None, tuple(matches))
+            return results
+
+        return await self._retrying(attempt)
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None,
+                                              ) -> dict[str, UserScramCredentials]:
+        """The SCRAM mechanisms and iteration counts of `users` (None or none: every user
+        that has any), from any broker. A named user without credentials comes back with
+        RESOURCE_NOT_FOUND as its error; an error refusing the whole request is raised."""
+        names = list(dict.fromkeys(users or ()))
+        Request = DESCRIBE_USER_SCRAM_CREDENTIALS.request
+        body = Request(users=[Request.UserName(name=name) for name in names] or None)
+
+        async def attempt() -> dict[str, UserScramCredentials]:
+            connection = await self._any_connection()
+            response = await connection.request(
+                DESCRIBE_USER_SCRAM_CREDENTIALS, connection.version(DESCRIBE_USER_SCRAM_CREDENTIALS),
+                body)
+            check(response.error_code, "describe SCRAM credentials", response.error_message)
+            results = {answer.user: UserScramCredentials(
+                answer.user,
+                KafkaError(answer.error_code, f"describe SCRAM credentials of user {answer.user!r}",
+                           answer.error_message) if answer.error_code else None,
+                tuple(ScramCredentialInfo(ScramMechanism.of(c.mechanism), c.iterations)
+                      for c in answer.credential_infos))
+                for answer in response.results}
+            missing = [name for name in names if name not in results]
+            if missing:
+                raise ProtocolViolation(f"describe SCRAM credentials: no result for users {missing}")
+            return results
+
+        return await self._retrying(attempt)
+
+    async def alter_user_scram_credentials(self, upsertions: Iterable[ScramUpsertion] = (),
+                                           deletions: Iterable[ScramDeletion] = (),
+                                           ) -> dict[str, KafkaError | None]:
+        """Set and remove SCRAM credentials (AlterUserScramCredentials, through the
+        controller as Kafka's admin client sends it). For each upsertion the client draws
+        a random salt and sends it with the salted password (SCRAM's Hi()); the password
+        itself never leaves. Kafka takes one change per user in a request, so a user's
+        further changes go in the requests after it, deletions first. Each user's first
+        error (None when all its changes were made) is returned, not raised; a password the
+        client cannot salt (empty, or iterations below 1) is a ValueError."""
+        Request = ALTER_USER_SCRAM_CREDENTIALS.request
+        changes = [(d.user, Request.ScramCredentialDeletion(name=d.user, mechanism=d.mechanism))
+                   for d in deletions]
+        for u in upsertions:
+            if not u.password:
+                raise ValueError(f"the {u.mechanism.mechanism_name} password of user {u.user!r} is empty")
+            if u.iterations < 1:
+                raise ValueError(f"{u.iterations} iterations for user {u.user!r}: at least 1 is needed")
+            salt = secrets.token_bytes(_SCRAM_SALT_BYTES)
+            changes.append((u.user, Request.ScramCredentialUpsertion(
+                name=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=salt,
+                salted_password=u.mechanism.salted_password(u.password, salt, u.iterations))))
+        rounds: list[dict[str, Struct]] = []
+        for user, change in changes:
+            free = next((r for r in rounds if user not in r), None)
+            if free is None:
+                free = {}
+                rounds.append(free)
+            free[user] = change
+        results: dict[str, KafkaError | None] = {}
+        for changed in rounds:
+            for user, error in (await self._alter_scram_round(changed)).items():
+                if results.get(user) is None:
+                    results[user] = error
+        return results
+
+    async def _alter_scram_round(self, changes: dict[str, Struct]) -> dict[str, KafkaError | None]:
+        """One AlterUserScramCredentials request, at most one change per user."""
+        Request = ALTER_USER_SCRAM_CREDENTIALS.request
+        body = Request(
+            deletions=[c for c in changes.values() if isinstance(c, Request.ScramCredentialDeletion)],
+            upsertions=[c for c in changes.values() if isinstance(c, Request.ScramCredentialUpsertion)])
+
+        async def attempt() -> dict[str, KafkaError | None]:
+            connection = await self._controller_connection()
+            response = await connection.request(
+                ALTER_USER_SCRAM_CREDENTIALS, connection.version(ALTER_USER_SCRAM_CREDENTIALS), body)
+            results = {}
+            for answer in response.results:
+                if answer.error_code == ErrorCode.NOT_CONTROLLER:
+                    raise KafkaError(ErrorCode.NOT_CONTROLLER, "alter SCRAM credentials")
+                results[answer.user] = KafkaError(
+                    answer.error_code, f"alter SCRAM credentials of user {answer.user!r}",
+                    answer.error_message) if answer.error_code else None
+            missing = [user for user in changes if user not in results]
+            if missing:
+                raise ProtocolViolation(f"alter SCRAM credentials: no result for users {missing}")
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
 
 # -- helpers ---------------------------------------------------------------------------
 
@@ -1139,3 +1321,42 @@ def visible_batches(result: FetchResult, isolation_level: int,
             continue
         batches.append((header, batch))
     return batches, next_offset
+
+
+_SCRAM_SALT_BYTES = 32  # random bytes of each new SCRAM salt
+
+
+def _acl_filter_fields(acl_filter: AclBindingFilter) -> dict:
+    """A filter as the fields of DescribeAcls' request and of DeleteAcls' filters."""
+    return dict(resource_type_filter=acl_filter.resource_type,
+                resource_name_filter=acl_filter.resource_name,
+                pattern_type_filter=acl_filter.pattern_type, principal_filter=acl_filter.principal,
+                host_filter=acl_filter.host, operation=acl_filter.operation,
+                permission_type=acl_filter.permission)
+
+
+def _check_binding(binding: AclBinding) -> None:
+    """An ACL to create names one resource type, LITERAL or PREFIXED, one operation and
+    ALLOW or DENY: not ANY, MATCH or UNKNOWN."""
+    for kind, value in ((ResourceType, binding.resource_type), (PatternType, binding.pattern_type),
+                        (Operation, binding.operation), (Permission, binding.permission)):
+        member = kind.of(value)
+        if member in (kind(0), kind(1)) or member is PatternType.MATCH:
+            raise ValueError(f"ACL {_acl_text(binding)}: {member.kafka_name} is not a definite "
+                             f"{kind.__name__}")
+
+
+def _check_filter(acl_filter: AclBindingFilter) -> None:
+    """UNKNOWN matches nothing, and Kafka refuses the request (it closes the connection)."""
+    for kind, value in ((ResourceType, acl_filter.resource_type),
+                        (PatternType, acl_filter.pattern_type),
+                        (Operation, acl_filter.operation), (Permission, acl_filter.permission)):
+        if kind.of(value) == 0:
+            raise ValueError(f"{acl_filter}: an UNKNOWN {kind.__name__} matches nothing")
+
+
+def _acl_text(binding: AclBinding) -> str:
+    """"Allow User:alice from * to Read Topic 'events' (Literal)": an ACL in errors."""
+    return (f"{binding.permission.kafka_name} {binding.principal} from {binding.host} to "
+            f"{binding.operation.kafka_name} {binding.resource_type.kafka_name} "
+            f"{binding.resource_name!r} ({binding.pattern_type.kafka_name})")

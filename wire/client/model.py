@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import NamedTuple
 
+from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.errors import KafkaError
 from wire.messages import CONSUMER_PROTOCOL_ASSIGNMENT, CONSUMER_PROTOCOL_SUBSCRIPTION
 from wire.records import Record
@@ -20,6 +23,9 @@ __all__ = [
     "FetchResult", "FetchedRecords", "GroupDescription", "GroupMember", "ListedGroup",
     "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
     "TopicInfo",
+    "AclBinding", "AclBindingFilter", "AclDeletion", "DeletedAcls", "ANY_ACL",
+    "ScramMechanism", "ScramCredentialInfo", "UserScramCredentials", "ScramUpsertion",
+    "ScramDeletion", "DEFAULT_SCRAM_ITERATIONS",
 ]
 
 # ListOffsets timestamps with special meanings.
@@ -272,3 +278,136 @@ class ConfigEntry:
     read_only: bool
     is_sensitive: bool
     synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+# -- ACLs (DescribeAcls, CreateAcls, DeleteAcls) -------------------------------------------
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: a resource pattern (type, name, LITERAL or PREFIXED) and an entry saying
+    that `principal` ("User:alice", "User:*") connecting from `host` ("*" for any) is
+    allowed or denied `operation` on it. The enums are Kafka's (wire.acl_types)."""
+
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: Operation
+    permission: Permission
+
+    def to_filter(self) -> AclBindingFilter:
+        """The filter matching exactly this ACL (to delete it and nothing else)."""
+        return AclBindingFilter(self.resource_type, self.resource_name, self.pattern_type,
+                                self.principal, self.host, self.operation, self.permission)
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """Which ACLs DescribeAcls and DeleteAcls select. ANY, and None for the strings, match
+    every value; otherwise a field matches its own value only (the wildcards "*" and
+    "User:*" are values like any other), except the pattern type MATCH: the ACLs whose
+    patterns cover `resource_name` (the literal name, the wildcard "*", and prefixes of it)."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: Operation = Operation.ANY
+    permission: Permission = Permission.ANY
+
+
+ANY_ACL = AclBindingFilter()  # every ACL of the cluster
+
+
+@dataclass(frozen=True)
+class AclDeletion:
+    """An ACL a DeleteAcls filter matched; `error` is None when it was deleted."""
+
+    binding: AclBinding
+    error: KafkaError | None
+
+
+@dataclass(frozen=True)
+class DeletedAcls:
+    """One filter's outcome in `delete_acls`: an error for the whole filter, or the ACLs
+    it matched (none is not an error)."""
+
+    error: KafkaError | None
+    matches: tuple[AclDeletion, ...]
+
+
+# -- SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials) ---------------
+
+DEFAULT_SCRAM_ITERATIONS = 4096  # Kafka's default and minimum; its maximum is 16384
+
+
+class ScramMechanism(IntEnum):
+    """Kafka's ScramMechanism codes; `mechanism_name` is the SASL mechanism's name."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        return self.name.replace("_", "-")
+
+    @classmethod
+    def parse(cls, text: str) -> ScramMechanism:
+        """"SCRAM-SHA-256" or "SCRAM-SHA-512" (any case); ValueError otherwise."""
+        for member in (cls.SCRAM_SHA_256, cls.SCRAM_SHA_512):
+            if text.strip().upper().replace("_", "-") == member.mechanism_name:
+                return member
+        raise ValueError(f"{text.strip()!r} is not SCRAM-SHA-256 or SCRAM-SHA-512")
+
+    @classmethod
+    def of(cls, code: int) -> ScramMechanism:
+        """The member for a code read from the wire; UNKNOWN when this side does not know it."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN
+
+    def salted_password(self, password: str, salt: bytes, iterations: int) -> bytes:
+        """SCRAM's Hi(password, salt, iterations) (RFC 5802): PBKDF2 with HMAC of the
+        mechanism's hash, over the password's UTF-8 bytes as Kafka's clients take them."""
+        if self is ScramMechanism.UNKNOWN:
+            raise ValueError("no hash for an unknown SCRAM mechanism")
+        digest = "sha256" if self is ScramMechanism.SCRAM_SHA_256 else "sha512"
+        return hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
+
+
+class ScramCredentialInfo(NamedTuple):
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentials:
+    """A user's SCRAM mechanisms and iteration counts (never a salt or key), or the error
+    describing them (RESOURCE_NOT_FOUND: the user has none)."""
+
+    user: str
+    error: KafkaError | None
+    credentials: tuple[ScramCredentialInfo, ...]
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """Set `user`'s credential for `mechanism`. The password never leaves the client (nor
+    shows in repr): the client sends a random salt and the salted password."""
+
+    user: str
+    mechanism: ScramMechanism
+    password: str = field(repr=False)
+    iterations: int = DEFAULT_SCRAM_ITERATIONS
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    """Remove `user`'s credential for `mechanism`."""
+
+    user: str
+    mechanism: ScramMechanism

@@ -101,3 +101,8 @@ class Client:
     end_txn = _blocking("end_txn")
     describe_transaction = _blocking("describe_transaction")
     list_transactions = _blocking("list_transactions")
+    describe_acls = _blocking("describe_acls")
+    create_acls = _blocking("create_acls")
+    delete_acls = _blocking("delete_acls")
+    describe_user_scram_credentials = _blocking("describe_user_scram_credentials")
+    alter_user_scram_credentials = _blocking("alter_user_scram_credentials")

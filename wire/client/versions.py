@@ -6,13 +6,16 @@ names), so the client states its own range per API here. Lower bounds drop versi
 whose semantics the client does not implement: Produce before v3 and Fetch before v4
 carry pre-v2 message formats, ListOffsets v0 returns offset lists, OffsetFetch before v2
 reads ZooKeeper-stored offsets and cannot ask for all partitions, OffsetCommit v0-1 lack
-the generation/retention layout, CreateTopics v0 has no validate_only.
+the generation/retention layout, CreateTopics v0 has no validate_only, the ACL APIs' v0
+knows literal resource names only.
 """
 
 from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
-from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS, API_VERSIONS,
+                           CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS, DELETE_GROUPS,
+                           DESCRIBE_ACLS, DESCRIBE_USER_SCRAM_CREDENTIALS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
                            DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, INCREMENTAL_ALTER_CONFIGS,
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
@@ -57,6 +60,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     # SASL tokens travel in SaslAuthenticate (v1 handshake); v0's raw token frames are not spoken.
     SASL_HANDSHAKE.key: (1, 1),
     SASL_AUTHENTICATE.key: (0, 2),
+    # ACLs with pattern types.
+    DESCRIBE_ACLS.key: (1, 3),
+    CREATE_ACLS.key: (1, 3),
+    DELETE_ACLS.key: (1, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS.key: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS.key: (0, 0),
 }
 
 
