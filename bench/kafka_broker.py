@@ -139,24 +139,23 @@ class KafkaBrokerProcess:
     """One Kafka node (broker and controller) in a JVM of its own."""
 
     def __init__(self, workdir: str | None = None, heap: str = HEAP, config: dict | None = None,
-                 extra_listeners: dict[str, str] | None = None):
-        """`extra_listeners`: {listener name: security protocol} served beside PLAINTEXT,
-        each on a free port of its own (`listener_ports`); their settings go in `config`."""
+                 listeners: dict[str, str] | None = None):
+        """`listeners`: more listeners beside PLAINTEXT, name -> security protocol, each on a
+        free port (`listener_ports`) and advertised; their TLS/SASL settings go in `config`."""
         self.dir = tempfile.mkdtemp(prefix="kafka-", dir=workdir)
         self.heap = heap
         self.port, self.controller_port = free_port(), free_port()
-        extra = extra_listeners or {}
-        self.listener_ports = {name: free_port() for name in extra}
-        served = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items())
-        protocols = "".join(f",{name}:{protocol}" for name, protocol in extra.items())
+        self.listener_ports = {name: free_port() for name in listeners or {}}
+        extra = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items())
+        protocols = "".join(f",{name}:{protocol}" for name, protocol in (listeners or {}).items())
         self.log_dir = os.path.join(self.dir, "logs")
         self.properties = os.path.join(self.dir, "server.properties")
         self.log4j = os.path.join(self.dir, "log4j2.properties")
         settings = {
             "process.roles": "broker,controller", "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}{served},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{served}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}{extra}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{extra}",
             "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
             "log.dirs": self.log_dir, "num.partitions": "4", "auto.create.topics.enable": "true",
@@ -178,6 +177,10 @@ class KafkaBrokerProcess:
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap(self, listener: str) -> str:
+        """The address of one of the `listeners` given at construction."""
+        return f"127.0.0.1:{self.listener_ports[listener]}"
+
     @property
     def pid(self) -> int:
         return self.proc.pid
@@ -186,15 +189,17 @@ class KafkaBrokerProcess:
         return _java(broker_classpath(), main_class, *args, heap=heap,
                      flags=[f"-Dlog4j2.configurationFile={self.log4j}", *flags])
 
-    def format(self, timeout: float = 120.0) -> float:
-        """`kafka-storage format --standalone` with a fresh cluster id: seconds taken."""
+    def format(self, timeout: float = 120.0, extra_args=()) -> float:
+        """`kafka-storage format --standalone` with a fresh cluster id and `extra_args`
+        (e.g. --add-scram ...): seconds taken."""
         cluster_id = "-"
         while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id like "-x..." reads as an option
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         started = time.perf_counter()
         try:
             done = subprocess.run(self._command("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                                "-c", self.properties, "--standalone", heap="256m"),
+                                                "-c", self.properties, "--standalone", *extra_args,
+                                                heap="256m"),
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise KafkaUnavailable(f"formatting Kafka's storage took over {timeout:g} s") from None

@@ -4,6 +4,10 @@ as aligned tables or JSON, and errors as one readable line.
 These commands speak only the Kafka protocol, through `wire.client`: they work against
 any Kafka-compatible broker and never import `broker`.
 
+`--command-config FILE`, as in Kafka's tools, is a Java properties file of client
+settings; its `security.protocol`, `ssl.*` and `sasl.*` settings (wire.client.security)
+secure every connection, and other keys are ignored with a warning.
+
 Exit codes: 0 success, 1 an operation failed (unreachable broker, unknown topic or group,
 a Kafka error code, a refused reset), 2 bad usage (argparse), 130 interrupted.
 """
@@ -18,7 +22,7 @@ import sys
 import traceback
 from typing import Awaitable, Callable, Iterable, Sequence
 
-from wire.client import AsyncClient, ClientError
+from wire.client import AsyncClient, ClientError, ClientSecurity, SecurityConfigError
 from wire.errors import KafkaError
 
 __all__ = ["CommandError", "add_connection_options", "check_connection_options", "emit_json",
@@ -40,6 +44,9 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
 
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT...]",
                         default=default(None), help="brokers to connect to first (required)")
+    parser.add_argument("--command-config", metavar="FILE", default=default(None),
+                        help="a properties file of client security settings (security.protocol, "
+                             "ssl.*, sasl.*), as for Kafka's tools")
     parser.add_argument("--output", choices=["table", "json"], default=default("table"),
                         help="aligned tables for people (default) or JSON for scripts")
     parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
@@ -80,12 +87,58 @@ def non_negative(text: str) -> int:
     return _int_at_least(text, 0, "negative")
 
 
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file: `key=value` or `key: value` (the first `=` or `:` ends the
+    key), `#` and `!` comment lines, and, as in Java, a line ending in a backslash goes
+    on with the next one, its leading blanks dropped (a long sasl.jaas.config is often
+    split so). Errors never quote a line: it may hold a password."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise CommandError(f"--command-config: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"--command-config: {path} is not UTF-8 (at byte {exc.start})") from None
+    props = {}
+    logical, first = "", 0
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if not logical:
+            first = number
+        continued = (len(line) - len(line.rstrip("\\"))) % 2 == 1
+        logical += line[:-1] if continued else line
+        if continued and number < len(lines):
+            continue
+        text, logical = logical.strip(), ""
+        cut = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            raise CommandError(f"--command-config {path}:{first}: expected key=value")
+        props[text[:cut].strip()] = text[cut + 1:].strip()
+    return props
+
+
+def client_security(path: str) -> ClientSecurity:
+    """The security settings of a --command-config file; other keys are ignored, with a warning."""
+    settings = read_properties(path)
+    for key in sorted(settings):
+        if key != "security.protocol" and not key.startswith(("ssl.", "sasl.")):
+            print(f"sluice: --command-config {path}: ignoring {key} (only security.protocol, ssl.* and "
+                  f"sasl.* settings apply)", file=sys.stderr)
+    try:
+        return ClientSecurity(settings)
+    except SecurityConfigError as exc:
+        raise CommandError(f"--command-config {path}: {exc}") from None
+
+
 def make_client(args: argparse.Namespace) -> AsyncClient:
+    security = client_security(args.command_config) if args.command_config else None
     try:
         return AsyncClient(args.bootstrap_server, client_id="sluice-cli",
                            connect_timeout=min(10.0, args.timeout), request_timeout=args.timeout,
                            retries=3, retry_backoff=0.1, retry_backoff_max=1.0,
-                           retry_timeout=args.timeout)
+                           retry_timeout=args.timeout, security=security)
     except ValueError as exc:  # a malformed bootstrap address
         raise CommandError(f"--bootstrap-server: {exc}") from None
 

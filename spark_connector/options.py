@@ -2,8 +2,11 @@
 
 Every mistake is reported as `SluiceOptionError` naming the option, before any data is
 read. Options Spark's connector documents either work as documented or are errors
-saying why not: TLS/SASL settings (never a silent plaintext connection) and the Kafka
-settings Spark itself forbids. Options the connector does not know are warnings, not
+saying why not (the Kafka settings Spark itself forbids). TLS and SASL: the
+`kafka.security.protocol`, `kafka.ssl.*` and `kafka.sasl.*` options are the wire client's
+security settings (wire.client.security: PEM files, PLAIN and SCRAM-SHA-256/512, Kafka's
+and librdkafka's names), for the driver and the tasks alike; a setting the client cannot
+honour is an error, never a connection less protected than asked. Options the connector does not know are warnings, not
 errors, as in Spark (whose Kafka clients only log settings they do not know).
 
 Differences from Spark's connector: `kafka.isolation.level` defaults to read_committed;
@@ -17,6 +20,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+
+from wire.client.errors import SecurityConfigError
+from wire.client.security import ClientSecurity
 
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -65,7 +71,6 @@ _FORBIDDEN = {
                                 "to kafka.group.id after each batch when that is set)",
     "kafka.interceptor.classes": "interceptors could change records behind the query's back",
 }
-_NO_TLS = "the sluice connector does not support TLS/SASL yet; refusing to connect in plaintext"
 
 _SOURCE_OPTIONS = {name.lower(): name for name in (
     "subscribe", "subscribePattern", "assign", "startingTimestamp", "startingOffsetsByTimestamp",
@@ -75,12 +80,12 @@ _SOURCE_OPTIONS = {name.lower(): name for name in (
     "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
     "groupIdPrefix", "includeHeaders")}
 _STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
-_SOURCE_KAFKA = {"kafka.bootstrap.servers", "kafka.security.protocol", "kafka.group.id",
+_SOURCE_KAFKA = {"kafka.bootstrap.servers", "kafka.group.id",
                  "kafka.isolation.level", "kafka.fetch.max.wait.ms", "kafka.max.partition.fetch.bytes",
                  "kafka.fetch.max.bytes", "kafka.client.id", *_SOURCE_CLIENT_SETTINGS}
 # checkpointLocation and queryName are Spark's own, handed to every streaming sink.
 _SINK_KNOWN = {"topic", "includeheaders", "deliveryguarantee", "checkpointlocation", "queryname",
-               "kafka.bootstrap.servers", "kafka.security.protocol", "kafka.compression.type",
+               "kafka.bootstrap.servers", "kafka.compression.type",
                "kafka.transaction.timeout.ms", "kafka.client.id", *_SINK_CLIENT_SETTINGS}
 
 # Spark names the consumers it creates with group ids made from groupIdPrefix. Sluice's
@@ -226,19 +231,34 @@ def _servers(options: dict) -> str:
 
 
 def _check_kafka_settings(options: dict) -> None:
-    """Refuse what would connect less securely than asked, and what Spark's connector refuses."""
-    protocol = options.get("kafka.security.protocol", "PLAINTEXT")
-    if protocol.strip().upper() != "PLAINTEXT":
-        raise SluiceOptionError(f"option 'kafka.security.protocol' is {protocol!r}: {_NO_TLS}")
+    """Refuse what Spark's connector refuses."""
     for name in sorted(options):
-        if name.startswith(("kafka.ssl.", "kafka.sasl.")):
-            raise SluiceOptionError(f"option '{name}': {_NO_TLS}")
         if name in _FORBIDDEN:
             raise SluiceOptionError(f"Kafka option '{name}' is not supported: {_FORBIDDEN[name]}")
 
 
+def _is_security_option(name: str) -> bool:
+    return name == "kafka.security.protocol" or name.startswith(("kafka.ssl.", "kafka.sasl."))
+
+
+def _security(options: dict) -> ClientSecurity | None:
+    """The client's TLS/SASL from the kafka.security.protocol, kafka.ssl.* and kafka.sasl.*
+    options (None: none given). It pickles as its settings, so each task builds its own
+    SSL context from the same files."""
+    settings = {name[len("kafka."):]: value for name, value in options.items() if _is_security_option(name)}
+    if not settings:
+        return None
+    try:
+        return ClientSecurity(settings)
+    except SecurityConfigError as exc:
+        raise SluiceOptionError(f"option 'kafka.{exc.key}': {exc}") from None
+
+
 def _client_settings(options: dict, table: dict) -> dict:
     client = {}
+    security = _security(options)
+    if security is not None:
+        client["security"] = security
     if "kafka.client.id" in options:
         client["client_id"] = options["kafka.client.id"]
     for name, (keyword, minimum, convert) in table.items():
@@ -251,7 +271,7 @@ def _client_settings(options: dict, table: dict) -> dict:
 def _unknown(options: dict, known) -> list[str]:
     return [f"option '{name}' is not a Kafka setting the sluice connector applies; ignored"
             if name.startswith("kafka.") else f"option '{name}' is unknown to the sluice connector; ignored"
-            for name in sorted(options) if name not in known]
+            for name in sorted(options) if name not in known and not _is_security_option(name)]
 
 
 def _subscription(options: dict) -> Subscription:

@@ -47,7 +47,7 @@ def kafka():
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
-    }, extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"})
+    }, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"})
     with process:
         yield process
 

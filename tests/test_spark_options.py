@@ -33,7 +33,6 @@ from wire.client import Client  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
 API_LIST_OFFSETS = 2
-NO_TLS = "the sluice connector does not support TLS/SASL yet; refusing to connect in plaintext"
 NOWHERE = "127.0.0.1:9"  # never connected to: these options fail before any connection
 
 
@@ -104,11 +103,16 @@ def process_all_available(query, timeout: float = QUERY_TIMEOUT) -> None:
 
 LOAD_ERRORS = [
     ({"subscribe": "t"}, ["kafka.bootstrap.servers", "required"]),
-    ({"kafka.security.protocol": "SSL"}, ["kafka.security.protocol", NO_TLS]),
-    ({"kafka.security.protocol": "SASL_PLAINTEXT"}, ["kafka.security.protocol", NO_TLS]),
-    ({"kafka.security.protocol": "SASL_SSL"}, ["kafka.security.protocol", NO_TLS]),
-    ({"kafka.ssl.truststore.location": "/etc/kafka/truststore.jks"}, ["kafka.ssl.truststore.location", NO_TLS]),
-    ({"kafka.sasl.jaas.config": "PlainLoginModule required;"}, ["kafka.sasl.jaas.config", NO_TLS]),
+    ({"kafka.security.protocol": "TLS"}, ["kafka.security.protocol", "SASL_SSL"]),
+    ({"kafka.security.protocol": "SASL_PLAINTEXT"}, ["kafka.sasl.mechanism", "GSSAPI"]),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER"},
+     ["kafka.sasl.mechanism", "not supported"]),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/etc/kafka/truststore.jks"},
+     ["kafka.ssl.truststore.location", "cannot read"]),
+    ({"kafka.ssl.truststore.location": "/etc/kafka/truststore.jks"},
+     ["kafka.ssl.truststore.location", "security.protocol is PLAINTEXT"]),
+    ({"kafka.sasl.jaas.config": "PlainLoginModule required;"},
+     ["kafka.sasl.jaas.config", "security.protocol is PLAINTEXT"]),
     ({"kafka.auto.offset.reset": "earliest"}, ["kafka.auto.offset.reset", "startingOffsets"]),
     ({"kafka.key.deserializer": "StringDeserializer"}, ["kafka.key.deserializer", "DataFrame operations"]),
     ({"kafka.value.deserializer": "StringDeserializer"}, ["kafka.value.deserializer", "DataFrame operations"]),
@@ -150,9 +154,10 @@ def test_option_mistakes_fail_at_load(spark, streaming, options, said):
 
 
 @pytest.mark.parametrize("options, said", [
-    ({"kafka.security.protocol": "SASL_SSL"}, ["kafka.security.protocol", NO_TLS]),
-    ({"kafka.ssl.keystore.location": "/etc/kafka/keystore.jks"}, ["kafka.ssl.keystore.location", NO_TLS]),
-    ({"kafka.sasl.mechanism": "PLAIN"}, ["kafka.sasl.mechanism", NO_TLS]),
+    ({"kafka.security.protocol": "SASL_SSL"}, ["kafka.sasl.mechanism", "GSSAPI"]),
+    ({"kafka.security.protocol": "SSL", "kafka.ssl.keystore.location": "/etc/kafka/keystore.jks"},
+     ["kafka.ssl.keystore.location", "cannot read"]),
+    ({"kafka.sasl.mechanism": "PLAIN"}, ["kafka.sasl.mechanism", "security.protocol is PLAINTEXT"]),
     ({"kafka.key.serializer": "StringSerializer"}, ["kafka.key.serializer", "DataFrame operations"]),
     ({"kafka.value.serializer": "StringSerializer"}, ["kafka.value.serializer", "DataFrame operations"]),
     ({"kafka.interceptor.classes": "com.example.Spy"}, ["kafka.interceptor.classes", "not supported"]),
