@@ -454,3 +454,45 @@ def test_kafka_java_tools_over_sasl_ssl_with_scram(secured, pki, tmp_path):
     consumed = tool(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
                     "--max-messages", str(len(lines)), "--timeout-ms", "30000", "--command-config", str(client))
     assert sorted(line for line in consumed.stdout.splitlines() if line) == lines
+
+
+def test_spark_exactly_once_stream_over_sasl_ssl(secured, pki, spark, tmp_path):
+    """A streaming query reading and writing through the SASL_SSL listener (SCRAM-SHA-256)
+    with the exactly-once sink: the output holds every input record once, committed, as a
+    read_committed consumer over the same listener sees it."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    add_scram_user(secured, "spark-user", "spark-secret", "SCRAM-SHA-256")
+    conf = settings(secured, pki, "SASL_SSL", "SCRAM-SHA-256", "spark-user", "spark-secret")
+    source, output = f"spark-in-{uuid.uuid4().hex[:6]}", f"spark-out-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(conf)
+    for future in admin.create_topics([NewTopic(source, 2, 1), NewTopic(output, 2, 1)]).values():
+        future.result(30)
+    producer = Producer({**conf, "log_level": 3})
+    for i in range(40):
+        producer.produce(source, f"value-{i}".encode(), key=f"k{i}".encode())
+    assert producer.flush(30) == 0
+    options = {"kafka.bootstrap.servers": conf["bootstrap.servers"], "kafka.security.protocol": "SASL_SSL",
+               "kafka.ssl.ca.location": pki["ca"], "kafka.sasl.mechanism": "SCRAM-SHA-256",
+               "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                         'username="spark-user" password="spark-secret";'}
+    reader = spark.readStream.format("sluice").option("subscribe", source).option("startingOffsets", "earliest")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    writer = (reader.load().selectExpr("key", "value").writeStream.format("sluice").option("topic", output)
+              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True))
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    query = writer.start()
+    assert query.awaitTermination(180) and query.exception() is None
+    consumer = Consumer({**conf, "group.id": "spark-check", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "log_level": 3})
+    consumer.subscribe([output])
+    values, deadline = [], time.monotonic() + 60
+    while len(values) < 40 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert sorted(values) == sorted(f"value-{i}".encode() for i in range(40))
