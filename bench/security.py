@@ -129,16 +129,24 @@ def bench_produce(broker, sizes: Sizes, pool, path: str, log) -> list[dict]:
                 run = probe.stop()
                 run["written"] = sum(high for _, high in watermarks(broker.process.bootstrap("PLAINTEXT"), topic, 1))
                 runs[protocol].append(run)
-        for protocol in PROTOCOLS:
-            m = median_run(runs[protocol])
-            row = {"benchmark": "produce", "client": client, "protocol": protocol, "records": sizes.records,
-                   "records_per_s": sizes.records / m["seconds"],
-                   "mb_per_s": sizes.records * VALUE_SIZE / m["seconds"] / MB,
-                   "all_seconds": [r["seconds"] for r in runs[protocol]],
-                   "all_written": [r["written"] for r in runs[protocol]], **m}
-            rows.append(row)
-            log(f"  produce {client:6} {protocol:10}: {row['records_per_s']:10,.0f} rec/s "
-                f"{row['mb_per_s']:6.1f} MB/s broker cpu {m['broker_cpu_s']:5.2f} s")
+        rows += median_rows("produce", client, runs, sizes.records, log)
+    return rows
+
+
+def median_rows(benchmark: str, client: str, runs: dict[str, list[dict]], records: int, log) -> list[dict]:
+    """One row per listener: the median of its runs, with every run's seconds (and
+    records written, for produce)."""
+    rows = []
+    for protocol in PROTOCOLS:
+        m = median_run(runs[protocol])
+        row = {"benchmark": benchmark, "client": client, "protocol": protocol, "records": records,
+               "records_per_s": records / m["seconds"], "mb_per_s": records * VALUE_SIZE / m["seconds"] / MB,
+               "all_seconds": [r["seconds"] for r in runs[protocol]], **m}
+        if "written" in m:
+            row["all_written"] = [r["written"] for r in runs[protocol]]
+        rows.append(row)
+        log(f"  {benchmark} {client:6} {protocol:10}: {row['records_per_s']:10,.0f} rec/s "
+            f"{row['mb_per_s']:6.1f} MB/s broker cpu {m['broker_cpu_s']:5.2f} s")
     return rows
 
 
@@ -159,15 +167,7 @@ def bench_consume(broker, sizes: Sizes, pool, log) -> list[dict]:
                 else:
                     consume_kcat(bootstrap, topic, sizes.consume_records, sizes.timeout, config=settings)
                 runs[protocol].append(probe.stop())
-        for protocol in PROTOCOLS:
-            m = median_run(runs[protocol])
-            row = {"benchmark": "consume", "client": client, "protocol": protocol,
-                   "records": sizes.consume_records, "records_per_s": sizes.consume_records / m["seconds"],
-                   "mb_per_s": sizes.consume_records * VALUE_SIZE / m["seconds"] / MB,
-                   "all_seconds": [r["seconds"] for r in runs[protocol]], **m}
-            rows.append(row)
-            log(f"  consume {client:6} {protocol:10}: {row['records_per_s']:10,.0f} rec/s "
-                f"{row['mb_per_s']:6.1f} MB/s broker cpu {m['broker_cpu_s']:5.2f} s")
+        rows += median_rows("consume", client, runs, sizes.consume_records, log)
     return rows
 
 

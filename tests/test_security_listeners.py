@@ -496,3 +496,33 @@ def test_spark_exactly_once_stream_over_sasl_ssl(secured, pki, spark, tmp_path):
             values.append(message.value())
     consumer.close()
     assert sorted(values) == sorted(f"value-{i}".encode() for i in range(40))
+
+
+def test_scram_credential_changes_follow_kafkas_rules(secured):
+    """AlterUserScramCredentials per user: unknown mechanism, iterations out of range,
+    empty salt, a user named twice, a deletion of nothing; DescribeUserScramCredentials
+    of an unknown user. Users with an error are left as they were."""
+    from wire.messages import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
+
+    Req = ALTER_USER_SCRAM_CREDENTIALS.request
+    up = Req.ScramCredentialUpsertion
+    sock = socket.create_connection(("127.0.0.1", secured.ports["PLAINTEXT"]), timeout=30)
+    answer = _request(sock, ALTER_USER_SCRAM_CREDENTIALS, 0, Req(deletions=[
+        Req.ScramCredentialDeletion(name="nobody", mechanism=1)], upsertions=[
+        up(name="m3", mechanism=3, iterations=4096, salt=b"s", salted_password=b"p" * 32),
+        up(name="few", mechanism=1, iterations=1000, salt=b"s", salted_password=b"p" * 32),
+        up(name="nosalt", mechanism=1, iterations=4096, salt=b"", salted_password=b"p" * 32),
+        up(name="twice", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p" * 32),
+        up(name="twice", mechanism=2, iterations=4096, salt=b"s", salted_password=b"p" * 64),
+        up(name="fine", mechanism=2, iterations=16384, salt=b"s", salted_password=b"p" * 64)]))
+    codes = {r.user: r.error_code for r in answer.results}
+    assert codes == {"nobody": ErrorCode.RESOURCE_NOT_FOUND, "m3": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                     "few": ErrorCode.UNACCEPTABLE_CREDENTIAL, "nosalt": ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                     "twice": ErrorCode.DUPLICATE_RESOURCE, "fine": ErrorCode.NONE}
+    Desc = DESCRIBE_USER_SCRAM_CREDENTIALS.request
+    described = _request(sock, DESCRIBE_USER_SCRAM_CREDENTIALS, 0, Desc(users=[
+        Desc.UserName(name="fine"), Desc.UserName(name="few")]))
+    by_user = {r.user: r for r in described.results}
+    assert by_user["few"].error_code == ErrorCode.RESOURCE_NOT_FOUND
+    assert [(i.mechanism, i.iterations) for i in by_user["fine"].credential_infos] == [(2, 16384)]
+    sock.close()

@@ -156,38 +156,36 @@ class ScramCredentials:
         for user in {u for u in named if named.count(u) > 1}:
             results[user] = (ErrorCode.DUPLICATE_RESOURCE, f"user {user!r} is named more than once")
         changed: dict[str, dict[str, ScramCredential]] = {}
-        for user, code in deletions:
+        changes = [(user, lambda user=user, code=code: self._deleted(user, code)) for user, code in deletions]
+        changes += [(u[0], lambda u=u: self._upserted(*u)) for u in upsertions]
+        for user, change in changes:
             if user in results:
                 continue
             try:
-                mechanism = _mechanism(code)
                 if not user:
                     raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name is empty")
-                if mechanism not in self.users.get(user, {}):
-                    raise CredentialError(ErrorCode.RESOURCE_NOT_FOUND,
-                                          f"user {user!r} has no {mechanism} credential")
-                changed[user] = {m: c for m, c in self.users[user].items() if m != mechanism}
-                results[user] = (ErrorCode.NONE, None)
-            except CredentialError as exc:
-                results[user] = (exc.code, str(exc))
-        for user, code, iterations, salt, salted_password in upsertions:
-            if user in results:
-                continue
-            try:
-                mechanism = _mechanism(code)
-                if not user:
-                    raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name is empty")
-                if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
-                    raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
-                                          f"iterations {iterations} outside [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
-                if not salt or not salted_password:
-                    raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt or salted password is empty")
-                changed[user] = {**self.users.get(user, {}), mechanism: ScramCredential.from_salted_password(
-                    mechanism, bytes(salt), bytes(salted_password), iterations)}
+                changed[user] = change()
                 results[user] = (ErrorCode.NONE, None)
             except CredentialError as exc:
                 results[user] = (exc.code, str(exc))
         return results, changed
+
+    def _deleted(self, user: str, code: int) -> dict[str, ScramCredential]:
+        mechanism = _mechanism(code)
+        if mechanism not in self.users.get(user, {}):
+            raise CredentialError(ErrorCode.RESOURCE_NOT_FOUND, f"user {user!r} has no {mechanism} credential")
+        return {m: c for m, c in self.users[user].items() if m != mechanism}
+
+    def _upserted(self, user: str, code: int, iterations: int, salt: bytes,
+                  salted_password: bytes) -> dict[str, ScramCredential]:
+        mechanism = _mechanism(code)
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                  f"iterations {iterations} outside [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
+        if not salt or not salted_password:
+            raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt or salted password is empty")
+        return {**self.users.get(user, {}), mechanism: ScramCredential.from_salted_password(
+            mechanism, bytes(salt), bytes(salted_password), iterations)}
 
     def _write(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         document = {"version": 1, "users": {user: {m: c.to_text() for m, c in entries.items()}
