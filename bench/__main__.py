@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import broker, cluster, codec, connections, coordinators, durability, spark_write
+from bench import broker, cluster, codec, connections, coordinators, durability, security, spark_write
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -18,3 +18,5 @@ print()
 coordinators.main(["--quick"] if quick else [])  # groups and transactions in the cluster
 print()
 connections.main([])  # RSS per idle connection
+print()
+security.main(["--quick"] if quick else [])  # SSL and SASL_SSL against PLAINTEXT
