@@ -34,6 +34,8 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
 from broker.handlers.sasl import AuthenticationFailed, raw_token
+from broker.security.acl_store import LocalAcls, ZkAcls
+from broker.security.acls import Authorizer
 from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
@@ -104,6 +106,11 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
+        self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
+        self.acls = None  # where the authorizer's ACLs are kept
+        if self.authorizer is not None:
+            self.acls = (ZkAcls(self.zk, self.authorizer, clock) if config.cluster_mode
+                         else LocalAcls(config.data_dir, self.authorizer))
         bound, self.sasl_listeners = endpoints(config, self.scram)  # ConfigError for a bad setting
         self.server = KafkaServer(self.handle_frame, bound, Limits(
             max_request_bytes=config.socket_request_max_bytes,
@@ -131,6 +138,8 @@ class Broker:
         self.scram.load()
         if self.cluster is not None:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
+        if self.acls is not None:
+            await self.acls.start()
         self.metadata.cluster_id = self._load_cluster_id()
         self.clean_start = self.topics.load()
         if self.cluster is None:
@@ -167,6 +176,8 @@ class Broker:
     async def stop(self) -> None:
         """Answer in-flight requests, stop upkeep, flush and close every log. A cluster
         broker first hands its leaderships over (controlled shutdown) and leaves."""
+        if self.acls is not None:
+            self.acls.close()
         if self.cluster is not None:
             await self.cluster.leave()
         await self.server.stop()
