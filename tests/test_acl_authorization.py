@@ -9,8 +9,8 @@ frames for what clients do not send on demand.
 - ACLs for the principal, or for User:*, make produce (idempotent), consume with a group,
   and transactions work.
 - In a ZooKeeper cluster an ACL created through one broker is enforced by another within
-  a second, kept at Kafka's znodes, and read by a broker that starts later; the
-  inter-broker APIs need CLUSTER_ACTION.
+  a second, kept at Kafka's znodes, and read by a broker that starts later; two brokers
+  writing one pattern at once lose nothing; the inter-broker APIs need CLUSTER_ACTION.
 
 The principal is User:ANONYMOUS on the PLAINTEXT listener, and a SASL PLAIN user on the
 SASL_PLAINTEXT one where the test takes it as a parameter; `admin` (super.users) manages
@@ -29,7 +29,7 @@ from kazoo.client import KazooClient
 from sluice.polling import wait_for
 from tests.cluster import Cluster
 from tests.test_acls import (ADMIN, ALICE_PASSWORD, ANONYMOUS, acl, admin_client, client_settings, create,
-                             create_topic, delete, start_broker)
+                             create_topic, delete, describe, start_broker, to_confluent)
 from tests.test_broker_failures import connect, fetch_body, produce_body, records_of, roundtrip
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.error_codes import ErrorCode
@@ -574,6 +574,15 @@ def test_cluster_acls(tmp_path, zookeeper):
         finally:
             zk.stop()
             zk.close()
+
+        # Both brokers writing one pattern at once: conditional writes, none lost.
+        racing = [acl(GROUP, "shared", LITERAL, f"User:u{i}", "*", Operation.READ, ALLOW) for i in range(16)]
+        futures = [future for i, b in enumerate(racing)
+                   for future in (via_first, via_second)[i % 2].create_acls([to_confluent(b)]).values()]
+        for future in futures:
+            future.result(30)
+        wait_for(lambda: describe(via_first, resource_type=GROUP) == describe(via_second, resource_type=GROUP)
+                 == set(racing), timeout=1.0, what="both brokers holding every ACL written at once")
 
         assert delete(via_second, resource_type=TOPIC, name="guarded", pattern_type=LITERAL) == {denied[0]}
         wait_for(lambda: _metadata_code(first.port, "guarded") == 0, timeout=1.0,
