@@ -1,8 +1,8 @@
 """ACLs: Kafka's authorizer semantics, table-driven, on broker.security.acls (the rules
 themselves, without sockets) and through a real broker process (the same tables, each
 decision observed on the wire); the ACL APIs (DescribeAcls, CreateAcls, DeleteAcls) with
-real clients (confluent-kafka, kafka-python) and raw frames for what clients never send;
-their persistence across a restart.
+real clients (confluent-kafka, kafka-python, Apache Kafka's kafka-acls) and raw frames for
+what clients never send; their persistence across a restart.
 
 The broker serves two listeners: PLAINTEXT, where the principal is User:ANONYMOUS, and
 SASL_PLAINTEXT with PLAIN users `admin` (in super.users: it manages the ACLs) and
@@ -644,6 +644,40 @@ def test_security_disabled_without_an_authorizer(tmp_path):
             name="free", num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=10_000)
         assert roundtrip(sock, CREATE_TOPICS, 5, body, 4).topics[0].error_code == 0
         assert _fetch(sock, "free") == ErrorCode.NONE
+
+
+def test_kafka_acl_command(broker, admin, tmp_path):
+    """Apache Kafka's own kafka-acls (org.apache.kafka.tools.AclCommand, Java AdminClient)
+    over SASL PLAIN: add, list with a MATCH filter, remove."""
+    import subprocess
+
+    from sluice import maven
+
+    classpath = os.pathsep.join(str(p) for p in maven.classpath(["org.apache.kafka:kafka-tools:"
+                                                                 + maven.KAFKA_VERSION]))
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                      "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                      f'username="{ADMIN}" password="{ADMIN_PASSWORD}";\n')
+
+    def kafka_acls(*args: str) -> str:
+        done = subprocess.run(["java", "-cp", classpath, "org.apache.kafka.tools.AclCommand", "--bootstrap-server",
+                               broker.bootstrap("SASL_PLAINTEXT"), "--command-config", str(config), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    kafka_acls("--add", "--allow-principal", ALICE, "--operation", "Read", "--operation", "Write", "--topic", "orders")
+    kafka_acls("--add", "--deny-principal", BOB, "--operation", "All", "--topic", "pay-",
+               "--resource-pattern-type", "prefixed")
+    assert describe(admin) == {acl(TOPIC, "orders", LITERAL, ALICE, "*", R, ALLOW),
+                               acl(TOPIC, "orders", LITERAL, ALICE, "*", W, ALLOW),
+                               acl(TOPIC, "pay-", PREFIXED, BOB, "*", Operation.ALL, DENY)}
+    listed = kafka_acls("--list", "--topic", "pay-now", "--resource-pattern-type", "match")
+    assert "name=pay-, patternType=PREFIXED" in listed and "(principal=User:bob, host=*, operation=ALL, " \
+        "permissionType=DENY)" in listed and "orders" not in listed
+    kafka_acls("--remove", "--force", "--topic", "orders")
+    assert describe(admin) == {acl(TOPIC, "pay-", PREFIXED, BOB, "*", Operation.ALL, DENY)}
 
 
 # -- persistence ------------------------------------------------------------------------------
