@@ -35,6 +35,8 @@ from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
 from broker.handlers.sasl import AuthenticationFailed, raw_token
 from broker.security.inter_broker import inter_broker_security
+from broker.security.acl_store import LocalAcls, ZkAcls
+from broker.security.acls import Authorizer
 from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
@@ -106,6 +108,11 @@ class Broker:
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
         self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
+        self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
+        self.acls = None  # where the authorizer's ACLs are kept
+        if self.authorizer is not None:
+            self.acls = (ZkAcls(self.zk, self.authorizer, clock) if config.cluster_mode
+                         else LocalAcls(config.data_dir, self.authorizer))
         bound, self.sasl_listeners = endpoints(config, self.scram)  # ConfigError for a bad setting
         self.server = KafkaServer(self.handle_frame, bound, Limits(
             max_request_bytes=config.socket_request_max_bytes,
@@ -135,6 +142,8 @@ class Broker:
             await self.scram.use_zookeeper(self.cluster.zk)
         else:
             self.scram.load()
+        if self.acls is not None:
+            await self.acls.start()
         self.metadata.cluster_id = self._load_cluster_id()
         self.clean_start = self.topics.load()
         if self.cluster is None:
@@ -171,6 +180,8 @@ class Broker:
     async def stop(self) -> None:
         """Answer in-flight requests, stop upkeep, flush and close every log. A cluster
         broker first hands its leaderships over (controlled shutdown) and leaves."""
+        if self.acls is not None:
+            self.acls.close()
         if self.cluster is not None:
             await self.cluster.leave()
         await self.server.stop()

@@ -250,6 +250,10 @@ class BrokerConfig:
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30_000
     controller_socket_timeout_ms: int = 30_000
+    # Authorization (broker.security.acls): ACLs are enforced once authorizer.class.name is set.
+    authorizer_class_name: str = ""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -472,6 +476,16 @@ def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
     return overrides
 
 
+def _super_users(key: str, value: str) -> frozenset[str]:
+    """super.users: principals (Type:name) separated by semicolons."""
+    users = frozenset(user.strip() for user in value.split(";") if user.strip())
+    for user in sorted(users):
+        kind, sep, _ = user.partition(":")
+        if not sep or not kind:
+            raise ConfigError(f"{key}: {user!r} is not a principal (expected Type:name, e.g. User:admin)")
+    return users
+
+
 def _zookeeper_connect(key: str, value: str) -> str:
     """Kafka's host:port[,host:port...][/chroot], checked so that kazoo never sees garbage."""
     text = value.strip()
@@ -597,6 +611,12 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             setattr(config, attr, _int(key, value, minimum, maximum))
         elif key in _CLUSTER_BOOL_KEYS:
             setattr(config, _CLUSTER_BOOL_KEYS[key], _bool(key, value))
+        elif key == "authorizer.class.name":  # any class name: Kafka's AclAuthorizer or StandardAuthorizer
+            config.authorizer_class_name = value.strip()
+        elif key == "super.users":
+            config.super_users = _super_users(key, value)
+        elif key == "allow.everyone.if.no.acl.found":
+            config.allow_everyone_if_no_acl_found = _bool(key, value)
         else:
             warnings.append(f"unknown config key {key!r} ignored")
             continue

@@ -481,10 +481,10 @@ def test_controlled_shutdown_moves_leadership_and_followers_out(connect):
         request = CONTROLLED_SHUTDOWN.request(broker_id=1, broker_epoch=epoch)
         header = SimpleNamespace(request_api_version=3)
         answer = await elect_leaders_handler.controlled_shutdown(
-            SimpleNamespace(controller=other, node_id=101), header, request, "127.0.0.1")
+            SimpleNamespace(controller=other, node_id=101, authorizer=None), header, request, "127.0.0.1")
         assert answer.error_code == ErrorCode.NOT_CONTROLLER
         answer = await elect_leaders_handler.controlled_shutdown(
-            SimpleNamespace(controller=controller, node_id=100), header, request, "127.0.0.1")
+            SimpleNamespace(controller=controller, node_id=100, authorizer=None), header, request, "127.0.0.1")
         assert answer.error_code == ErrorCode.NONE
         # No other in-sync replica for "stuck"; "single" (one replica) is not counted.
         assert [(p.topic_name, p.partition_index) for p in answer.remaining_partitions] == \
@@ -547,13 +547,14 @@ def test_elect_leaders_preferred_and_unclean(connect):
         request = ELECT_LEADERS.request(election_type=0, topic_partitions=[
             ELECT_LEADERS.request.TopicPartitions(topic="t", partitions=[0])])
         header = SimpleNamespace(request_api_version=1)
-        answer = await elect_leaders_handler.handle(SimpleNamespace(controller=controller, cluster=True, node_id=100),
+        answer = await elect_leaders_handler.handle(SimpleNamespace(controller=controller, cluster=True, node_id=100,
+                                                                    authorizer=None),
                                                     header, request, "127.0.0.1")
         assert answer.error_code == 0
         [result] = answer.replica_election_results
         assert (result.topic, result.partition_result[0].error_code) == \
             ("t", ErrorCode.ELECTION_NOT_NEEDED)
-        elsewhere = SimpleNamespace(controller=None, cluster=True, node_id=7)  # not the controller
+        elsewhere = SimpleNamespace(controller=None, cluster=True, node_id=7, authorizer=None)  # not the controller
         answer = await elect_leaders_handler.handle(
             elsewhere, SimpleNamespace(request_api_version=1), request, "127.0.0.1")
         assert answer.error_code == ErrorCode.NOT_CONTROLLER

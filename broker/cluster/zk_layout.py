@@ -43,6 +43,18 @@ PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONF
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
 ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
 
+# ACLs (broker.security.acl_store, which keeps their JSON): LITERAL patterns in
+# /kafka-acl/<ResourceType>/<name>, PREFIXED ones in
+# /kafka-acl-extended/prefixed/<ResourceType>/<prefix>; each change is noted by a
+# sequential acl_changes_<seq> under the changes path of its pattern type. Created when
+# the authorizer starts, as Kafka's AclAuthorizer creates them.
+KAFKA_ACL = "/kafka-acl"
+KAFKA_ACL_CHANGES = "/kafka-acl-changes"
+PREFIXED_ACL = "/kafka-acl-extended/prefixed"
+KAFKA_ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_PATHS = (KAFKA_ACL, KAFKA_ACL_CHANGES, PREFIXED_ACL, KAFKA_ACL_EXTENDED_CHANGES)
+ACL_CHANGE_NAME = "acl_changes_"
+
 NO_LEADER = -1
 INITIAL_CONTROLLER_EPOCH = 0  # written by the first controller, which then makes it 1
 

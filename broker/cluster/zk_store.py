@@ -20,7 +20,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, RolledBackError,
                               RuntimeInconsistency)
 
-from broker.cluster.zk_layout import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
+from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
                                       CONFIG_CHANGES, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
                                       INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
@@ -372,6 +372,65 @@ class ZkStore:
     def delete_config_change(self, sequence: int) -> None:
         try:
             self.client.delete(f"{CONFIG_CHANGE_PREFIX}{sequence:010d}")
+        except NoNodeError:
+            pass
+
+    # ACLs (broker.security.acl_store encodes them)
+
+    def children(self, path: str) -> list[str]:
+        """The names of a znode's children; none when the znode does not exist."""
+        try:
+            return sorted(self.client.get_children(path))
+        except NoNodeError:
+            return []
+
+    def data(self, path: str) -> tuple[bytes, int] | None:
+        """A znode's data and version; None when it does not exist."""
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return None
+        return data, stat.version
+
+    def write_acls(self, path: str, data: bytes | None, zk_version: int | None, changes: str,
+                   change: bytes) -> None:
+        """Creates an ACL znode (`zk_version` None), replaces it or (`data` None) deletes it,
+        if still at `zk_version`, and notes the change under `changes` (a sequential
+        acl_changes_ znode) in the same multi-op; StaleVersion when another writer came first."""
+        if zk_version is None:
+            self.client.ensure_path(path.rpartition("/")[0])
+
+        def writes(transaction):
+            if zk_version is None:
+                transaction.create(path, data)
+            elif data is None:
+                transaction.delete(path, zk_version)
+            else:
+                transaction.set_data(path, data, zk_version)
+            transaction.create(f"{changes}/{ACL_CHANGE_NAME}", change, sequence=True)
+
+        try:
+            self._commit(writes, None)
+        except (BadVersionError, NoNodeError, NodeExistsError):
+            raise StaleVersion(f"{path} changed while it was being written") from None
+
+    def acl_changes(self, changes: str, after: int) -> list[tuple[int, bytes, int]]:
+        """(sequence number, data, creation time in ms) of the acl_changes_ notifications
+        under `changes` numbered above `after`, in order."""
+        found = []
+        for name in self.children(changes):
+            if not name.startswith(ACL_CHANGE_NAME) or not name[-10:].isdigit() or int(name[-10:]) <= after:
+                continue
+            try:
+                data, stat = self.client.get(f"{changes}/{name}")
+            except NoNodeError:  # purged meanwhile
+                continue
+            found.append((int(name[-10:]), data, stat.ctime))
+        return sorted(found, key=lambda change: change[0])
+
+    def delete_acl_change(self, changes: str, sequence: int) -> None:
+        try:
+            self.client.delete(f"{changes}/{ACL_CHANGE_NAME}{sequence:010d}")
         except NoNodeError:
             pass
 

@@ -5,6 +5,10 @@ response, as for acks=0 produce); `session` is the connection's (broker.security
 client host, listener, principal). A request that must wait (a long-poll Fetch, a group
 join) returns an awaitable of the body instead, so that everything else is answered
 without a trip through the event loop.
+
+Authorization: every handler checks what Kafka's KafkaApis checks, through
+broker.security.acls (nothing when no authorizer is configured); each module's docstring
+lists its rules. ApiVersions and the SASL APIs need nothing.
 """
 
 from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, STOP_REPLICA,
@@ -17,9 +21,10 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA, OFFSET_COMMIT,
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, SASL_HANDSHAKE,
-                           SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS)
+                           SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
+                           DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS)
 
-from broker.handlers import (alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
+from broker.handlers import (acls, alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
                              groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
                              offsets, produce, sasl, scram, topics_admin, transactions)
 
@@ -64,6 +69,9 @@ HANDLERS = {
     SASL_AUTHENTICATE.key: sasl.sasl_authenticate,
     DESCRIBE_USER_SCRAM_CREDENTIALS.key: scram.describe_user_scram_credentials,
     ALTER_USER_SCRAM_CREDENTIALS.key: scram.alter_user_scram_credentials,
+    DESCRIBE_ACLS.key: acls.describe_acls,
+    CREATE_ACLS.key: acls.create_acls,
+    DELETE_ACLS.key: acls.delete_acls,
 }
 
 # What a connection on a SASL listener may send before it has authenticated.

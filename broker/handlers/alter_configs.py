@@ -16,12 +16,16 @@
 - Other resource types are INVALID_REQUEST, and so is a resource listed twice (each
   time), as Kafka answers. `validate_only` checks and changes nothing.
   Errors are per resource; one bad resource does not spoil the others.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: ALTER_CONFIGS on the topic
+  (TOPIC_AUTHORIZATION_FAILED), or for the broker on the cluster
+  (CLUSTER_AUTHORIZATION_FAILED), checked after the request's own checks.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
@@ -29,6 +33,7 @@ from broker.config import ConfigError, TOPIC_CONFIGS, check_topic_config_key
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 from broker.errors import BrokerError
 from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
+from broker.security.acls import DENIED, permitted
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -164,8 +169,9 @@ def _incremental(broker, topics, resource) -> dict[str, str]:
     return configs
 
 
-def _alter(broker, topics, resources, new_configs, validate_only: bool, Response):
-    """The response, and the topic resources whose changes `topics` still has to commit."""
+def _alter(broker, topics, resources, new_configs, validate_only: bool, Response, denied):
+    """The response, and the topic resources whose changes `topics` still has to commit;
+    the resources `denied` are refused."""
     listed = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
@@ -180,6 +186,9 @@ def _alter(broker, topics, resources, new_configs, validate_only: bool, Response
             if resource.resource_type not in (TOPIC, BROKER):
                 raise BrokerError(ErrorCode.INVALID_REQUEST,
                                   f"resource type {resource.resource_type} cannot be altered here")
+            if (resource.resource_type, resource.resource_name) in denied:
+                raise BrokerError(*DENIED[ResourceType.TOPIC if resource.resource_type == TOPIC
+                                          else ResourceType.CLUSTER])
             configs = new_configs(broker, topics, resource)
             _store(broker, topics, resource.resource_type, resource.resource_name, configs, validate_only)
         except BrokerError as exc:
@@ -187,10 +196,11 @@ def _alter(broker, topics, resources, new_configs, validate_only: bool, Response
     return Response(throttle_time_ms=0, responses=results)
 
 
-async def _alter_in_cluster(broker, resources, new_configs, validate_only: bool, Response):
+async def _alter_in_cluster(broker, resources, new_configs, validate_only: bool, Response, denied):
     topics = _ClusterTopics(broker)
-    await topics.load(sorted({r.resource_name for r in resources if r.resource_type == TOPIC}))
-    response = _alter(broker, topics, resources, new_configs, validate_only, Response)
+    await topics.load(sorted({r.resource_name for r in resources
+                              if r.resource_type == TOPIC and (TOPIC, r.resource_name) not in denied}))
+    response = _alter(broker, topics, resources, new_configs, validate_only, Response, denied)
     for out in response.responses:
         if out.resource_type == TOPIC and out.error_code == ErrorCode.NONE:
             try:
@@ -207,16 +217,21 @@ def _replacement(broker, topics, resource) -> dict[str, str | None]:
     return configs
 
 
-def _altered(broker, request, new_configs, Response):
+def _altered(broker, request, session, new_configs, Response):
+    denied = {(r.resource_type, r.resource_name) for r in request.resources
+              if (r.resource_type == TOPIC and not permitted(broker, session, Operation.ALTER_CONFIGS,
+                                                             ResourceType.TOPIC, r.resource_name))
+              or (r.resource_type == BROKER and not permitted(broker, session, Operation.ALTER_CONFIGS,
+                                                              ResourceType.CLUSTER))}
     if broker.admin is not None:
-        return _alter_in_cluster(broker, request.resources, new_configs, request.validate_only, Response)
+        return _alter_in_cluster(broker, request.resources, new_configs, request.validate_only, Response, denied)
     return _alter(broker, _LocalTopics(broker), request.resources, new_configs, request.validate_only,
-                  Response)
+                  Response, denied)
 
 
 def alter_configs(broker, header, request, session):
-    return _altered(broker, request, _replacement, ALTER_CONFIGS.response)
+    return _altered(broker, request, session, _replacement, ALTER_CONFIGS.response)
 
 
 def incremental_alter_configs(broker, header, request, session):
-    return _altered(broker, request, _incremental, INCREMENTAL_ALTER_CONFIGS.response)
+    return _altered(broker, request, session, _incremental, INCREMENTAL_ALTER_CONFIGS.response)

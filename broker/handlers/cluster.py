@@ -16,15 +16,24 @@
   producer id and epoch is INVALID_REQUEST, and PRODUCER_FENCED is answered as
   INVALID_PRODUCER_EPOCH below v4.
   Errors carry producer id -1 and epoch -1.
+
+Authorization (broker.security.acls), as Kafka's KafkaApis: DescribeCluster checks
+nothing, its authorized operations (when asked) are 0 without DESCRIBE on the cluster;
+DescribeLogDirs needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED, v3+'s
+error code, and no directories); InitProducerId needs WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or without one IDEMPOTENT_WRITE on the cluster
+or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 import os
 
+from wire.acl_types import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, INIT_PRODUCER_ID
 from broker.errors import BrokerError
+from broker.security.acls import authorized_operations, permitted, permitted_on_some
 
 
 _MAX_EPOCH = 32767
@@ -38,21 +47,31 @@ def describe_cluster(broker, header, request, session):
                     endpoint_type=request.endpoint_type, cluster_id=broker.metadata.cluster_id,
                     controller_id=-1, brokers=[], cluster_authorized_operations=-2147483648)
     metadata = broker.metadata
+    operations = -2147483648
+    if request.include_cluster_authorized_operations:
+        operations = 0
+        if permitted(broker, session, Operation.DESCRIBE, ResourceType.CLUSTER):
+            operations = authorized_operations(broker, session, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
     return Resp(error_code=0, error_message=None, endpoint_type=1, cluster_id=metadata.cluster_id,
                 controller_id=metadata.controller_id,
                 brokers=[Resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                          for b in metadata.brokers(session.listener)],
-                cluster_authorized_operations=-2147483648)
+                cluster_authorized_operations=operations)
 
 
 def init_producer_id(broker, header, request, session):
     Resp = INIT_PRODUCER_ID.response
     if request.transactional_id is not None:
+        if not permitted(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return Resp(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
         pid, epoch = request.producer_id, request.producer_epoch
         if (pid < 0) != (epoch < 0):
             return Resp(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
         return _init_transactional(broker, header.request_api_version, request,
                                    (pid, epoch) if pid >= 0 else None)
+    if not (permitted(broker, session, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+            or permitted_on_some(broker, session, Operation.WRITE, ResourceType.TOPIC)):
+        return Resp(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     if request.producer_id >= 0 and 0 <= request.producer_epoch < _MAX_EPOCH - 1:
         return Resp(error_code=0, producer_id=request.producer_id,
                     producer_epoch=request.producer_epoch + 1)
@@ -78,6 +97,8 @@ async def _init_transactional(broker, version: int, request, expected):
 
 def describe_log_dirs(broker, header, request, session):
     Resp = DESCRIBE_LOG_DIRS.response
+    if not permitted(broker, session, Operation.DESCRIBE, ResourceType.CLUSTER):
+        return Resp(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     topics = broker.topics.topics
     if request.topics is None:
         wanted = {name: list(topic.partitions) for name, topic in topics.items()}

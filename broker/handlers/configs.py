@@ -8,10 +8,14 @@
   understands (read-only: they change only with server.properties and a restart).
 - `configuration_keys` null means all keys. v1+ synonyms list the topic override and
   the broker-level key behind it when `include_synonyms` is set. v3+ adds the type.
+- Authorization (broker.security.acls), as Kafka's ConfigHelper: DESCRIBE_CONFIGS on the
+  topic (TOPIC_AUTHORIZATION_FAILED), or for the broker on the cluster
+  (CLUSTER_AUTHORIZATION_FAILED), before anything is looked up.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
@@ -19,6 +23,7 @@ from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS,
                            _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, static_broker_values)
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 from broker.errors import BrokerError
+from broker.security.acls import DENIED, permitted
 
 _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
@@ -106,10 +111,16 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynam
     return configs
 
 
+_RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, BROKER: ResourceType.CLUSTER}  # what DESCRIBE_CONFIGS is checked on
+
+
 def handle(broker, header, request, session):
+    denied = {(r.resource_type, r.resource_name) for r in request.resources if r.resource_type in _RESOURCE_TYPES
+              and not permitted(broker, session, Operation.DESCRIBE_CONFIGS, _RESOURCE_TYPES[r.resource_type],
+                                r.resource_name)}
     if broker.admin is not None and any(r.resource_type == TOPIC for r in request.resources):
-        return _handle_in_cluster(broker, header, request)
-    return _described(broker, header, request, lambda name: _local_configs(broker, name))
+        return _handle_in_cluster(broker, header, request, denied)
+    return _described(broker, header, request, lambda name: _local_configs(broker, name), denied)
 
 
 def _local_configs(broker, name: str) -> dict[str, str] | None:
@@ -117,20 +128,22 @@ def _local_configs(broker, name: str) -> dict[str, str] | None:
     return None if topic is None else topic.configs
 
 
-async def _handle_in_cluster(broker, header, request):
+async def _handle_in_cluster(broker, header, request, denied):
     """A cluster's topic configs come from ZooKeeper (the topic may have no replica here)."""
     configs = {}
     for resource in request.resources:
-        if resource.resource_type == TOPIC and resource.resource_name not in configs:
+        if (resource.resource_type == TOPIC and resource.resource_name not in configs
+                and (TOPIC, resource.resource_name) not in denied):
             try:
                 configs[resource.resource_name] = await broker.admin.topic_configs(resource.resource_name)
             except BrokerError:
                 configs[resource.resource_name] = None
-    return _described(broker, header, request, configs.get)
+    return _described(broker, header, request, configs.get, denied)
 
 
-def _described(broker, header, request, topic_configs):
-    """`topic_configs(name)`: the topic's overrides, None when it does not exist."""
+def _described(broker, header, request, topic_configs, denied):
+    """`topic_configs(name)`: the topic's overrides, None when it does not exist; the
+    resources `denied` are refused."""
     version = header.request_api_version
     results = []
     for resource in request.resources:
@@ -139,6 +152,9 @@ def _described(broker, header, request, topic_configs):
                                           error_message=None, configs=[])
         results.append(out)
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        if (resource.resource_type, resource.resource_name) in denied:
+            out.error_code, out.error_message = DENIED[_RESOURCE_TYPES[resource.resource_type]]
+            continue
         if resource.resource_type == TOPIC:
             overrides = topic_configs(resource.resource_name)
             if overrides is None:

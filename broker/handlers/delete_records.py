@@ -10,16 +10,20 @@
   NOT_LEADER_OR_FOLLOWER. Errors are per partition.
 - The new log start offsets are checkpointed before the answer, so that a crash does
   not bring deleted records back.
+- Authorization (broker.security.acls): DELETE on each topic, else its partitions are
+  TOPIC_AUTHORIZATION_FAILED, as Kafka answers.
 """
 
 from __future__ import annotations
 
 import logging
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import DELETE_RECORDS
 
 from broker.errors import BrokerError
+from broker.security.acls import DENIED, refused
 from broker.topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
@@ -46,12 +50,15 @@ def _delete(broker, topic: str, partition: int, offset: int) -> int:
 def handle(broker, header, request, session):
     topics = []
     moved = False
+    denied = refused(broker, session, Operation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
             out = _Resp.DeleteRecordsPartitionResult(partition_index=part.partition_index,
                                                      low_watermark=-1)
             try:
+                if topic.name in denied:
+                    raise BrokerError(*DENIED[ResourceType.TOPIC])
                 out.low_watermark = _delete(broker, topic.name, part.partition_index, part.offset)
                 moved = True
             except BrokerError as exc:

@@ -11,14 +11,19 @@ node is its partitions' only replica: every election there is ELECTION_NOT_NEEDE
 - ControlledShutdown v0–3 (flexible from v3): a broker about to stop asks the controller
   to move its leadership away; the answer lists the partitions it still leads. A broker
   epoch other than the registration's is STALE_BROKER_EPOCH (v0–1 send none: -1).
+- Authorization (broker.security.acls), as Kafka's KafkaApis: ElectLeaders needs ALTER on
+  the cluster (CLUSTER_AUTHORIZATION_FAILED at the top level and on every partition
+  named), ControlledShutdown CLUSTER_ACTION on it (its error code).
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN, ELECT_LEADERS
 
 from broker.errors import BrokerError
+from broker.security.acls import DENIED, permitted
 
 _Elect = ELECT_LEADERS.response
 _Shutdown = CONTROLLED_SHUTDOWN.response
@@ -38,6 +43,9 @@ def handle(broker, header, request, session):
     if request.topic_partitions is not None:
         partitions = [(topic.topic, partition) for topic in request.topic_partitions
                       for partition in topic.partitions]
+    if not permitted(broker, session, Operation.ALTER, ResourceType.CLUSTER):
+        code, message = DENIED[ResourceType.CLUSTER]
+        return _election_response(version, code, {tp: (code, message) for tp in partitions or ()})
     if broker.cluster is None:
         return _single_node_election(broker, version, partitions)
     return _elect(broker, version, election_type, partitions)
@@ -79,6 +87,8 @@ def _election_response(version: int, error: ErrorCode, results: dict):
 
 
 async def controlled_shutdown(broker, header, request, session):
+    if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return _Shutdown(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         remaining = await _active_controller(broker).controlled_shutdown(
             request.broker_id, request.broker_epoch)

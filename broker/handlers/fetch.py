@@ -26,15 +26,22 @@
   epoch that cannot be placed, or an offset below the log start, is OFFSET_OUT_OF_RANGE.
 - v13+ topics are named by id (UNKNOWN_TOPIC_ID for an unknown one).
 - Record bytes are sent from the segment files unchanged (sendfile for large ranges).
+- Authorization (broker.security.acls), as Kafka's KafkaApis, checked once per request
+  (an incremental fetch's session partitions included): a consumer needs READ on each
+  topic, a follower (replica id >= 0) CLUSTER_ACTION on the cluster; otherwise the
+  partitions are TOPIC_AUTHORIZATION_FAILED (before any other check, so that a topic one
+  may not read is not told to exist or not). An unknown topic id stays UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
 from broker.errors import BrokerError
 from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH
+from broker.security.acls import permitted, refused
 
 
 MIN_VERSION = 4
@@ -48,11 +55,11 @@ def _replica_id(request, version: int) -> int:
     return request.replica_id
 
 
-def _build(broker, request, version, wanted):
+def _build(broker, request, version, wanted, denied):
     """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
-    in order): ((topic ref, PartitionData) answered, bytes, partition keys, whether a
-    partition's answer is already final: an error or a diverging epoch, which waiting
-    cannot change)."""
+    in order) but for the topic refs `denied`: ((topic ref, PartitionData) answered,
+    bytes, partition keys, whether a partition's answer is already final: an error or a
+    diverging epoch, which waiting cannot change)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
@@ -73,6 +80,10 @@ def _build(broker, request, version, wanted):
                                   aborted_transactions=[] if committed else None,
                                   preferred_read_replica=-1, records=b"")
         answered.append((ref, out))
+        if ref in denied:
+            out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            settled = True
+            continue
         if topic is None:
             known = broker.metadata.topic_by_id(ref) if by_id else broker.metadata.topic(ref)
             if known is not None:  # a cluster's topic this broker holds no replica of
@@ -141,7 +152,7 @@ class _Fetch:
     """One Fetch request: the partitions it reads (the session's for an incremental one)
     and the session it answers for: continued, to be opened with the answer, or none."""
 
-    __slots__ = ("request", "version", "wanted", "session", "opens")
+    __slots__ = ("request", "version", "wanted", "session", "opens", "denied")
 
     def __init__(self, broker, request, version):
         self.request = request
@@ -158,6 +169,23 @@ class _Fetch:
         else:
             self.session = broker.fetch_sessions.continue_session(request, by_id)
             self.wanted = self.session.wanted()
+        self.denied = frozenset()  # topic refs the principal may not fetch: see `refuse`
+
+    def refuse(self, broker, session) -> None:
+        """Note the topics the connection's principal may not fetch."""
+        if broker.authorizer is None:
+            return
+        refs = {ref for ref, _ in self.wanted}
+        if _replica_id(self.request, self.version) >= 0:
+            if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+                self.denied = frozenset(refs)
+            return
+        if self.version < 13:
+            self.denied = refused(broker, session, Operation.READ, ResourceType.TOPIC, refs)
+            return
+        names = {ref: topic.name for ref in refs if (topic := broker.metadata.topic_by_id(ref)) is not None}
+        denied_names = refused(broker, session, Operation.READ, ResourceType.TOPIC, names.values())
+        self.denied = frozenset(ref for ref, name in names.items() if name in denied_names)
 
     def answer(self, broker, answered):
         by_id = self.version >= 13
@@ -181,6 +209,7 @@ def handle(broker, header, request, session):
         fetch = _Fetch(broker, request, version)
     except BrokerError as exc:  # the session named is gone or out of step
         return _Resp(error_code=exc.code, session_id=0, responses=[])
+    fetch.refuse(broker, session)
     deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
     response, _ = _answer_if_ready(broker, fetch, deadline)
     return response if response is not None else _long_poll(broker, fetch, deadline)
@@ -191,7 +220,7 @@ def _answer_if_ready(broker, fetch, deadline):
     epoch (as Kafka answers at once), the deadline passed or nothing can arrive; else
     (None, the partition keys to wait on)."""
     request = fetch.request
-    answered, total, keys, settled = _build(broker, request, fetch.version, fetch.wanted)
+    answered, total, keys, settled = _build(broker, request, fetch.version, fetch.wanted, fetch.denied)
     if total >= request.min_bytes or settled or deadline <= broker.clock.monotonic() or not keys:
         return fetch.answer(broker, answered), None
     return None, keys

@@ -20,10 +20,18 @@ LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2
   loading COORDINATOR_LOAD_IN_PROGRESS: the request's error code (LeaveGroup v3+ its
   top-level one), each group's own for DescribeGroups and DeleteGroups.
 The membership rules themselves live in `broker.groups.coordinator`.
+
+Authorization (broker.security.acls), as Kafka's KafkaApis: FindCoordinator DESCRIBE on
+the group or transactional id (GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED per key);
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group
+(GROUP_AUTHORIZATION_FAILED for the request); DescribeGroups DESCRIBE per group (v3+
+authorized operations when asked); ListGroups every group with DESCRIBE on the cluster,
+else only the groups one may DESCRIBE; DeleteGroups DELETE per group.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
                            LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
@@ -31,8 +39,10 @@ from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEA
 from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.errors import BrokerError
 from broker.groups.coordinator import DEAD
+from broker.security.acls import DENIED, authorized_operations, permitted, require
 
 _GROUP_KEY, _TRANSACTION_KEY = 0, 1
+_KEY_RESOURCES = {_GROUP_KEY: ResourceType.GROUP, _TRANSACTION_KEY: ResourceType.TRANSACTIONAL_ID}
 _CLASSIC = "classic"
 
 
@@ -44,6 +54,10 @@ def find_coordinator(broker, header, request, session):
     for key in keys:
         if request.key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
             answers.append((key, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}", None))
+            continue
+        resource_type = _KEY_RESOURCES[request.key_type]
+        if not permitted(broker, session, Operation.DESCRIBE, resource_type, key):
+            answers.append((key, *DENIED[resource_type], None))
             continue
         endpoint = broker.metadata.coordinator(request.key_type, key, session.listener)
         if endpoint is None:
@@ -67,6 +81,7 @@ async def join_group(broker, header, request, session):
     Resp = JOIN_GROUP.response
     version = header.request_api_version
     try:
+        require(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
         result = await broker.groups.join(
             request.group_id, request.member_id, request.group_instance_id, header.client_id or "",
             session.client_host, request.session_timeout_ms, request.rebalance_timeout_ms,
@@ -88,6 +103,7 @@ async def join_group(broker, header, request, session):
 async def sync_group(broker, header, request, session):
     Resp = SYNC_GROUP.response
     try:
+        require(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
         protocol_type, protocol_name, assignment = await broker.groups.sync(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
             request.protocol_type, request.protocol_name,
@@ -100,6 +116,7 @@ async def sync_group(broker, header, request, session):
 
 def heartbeat(broker, header, request, session):
     try:
+        require(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
         broker.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                 request.group_instance_id)
     except BrokerError as exc:
@@ -109,6 +126,8 @@ def heartbeat(broker, header, request, session):
 
 def leave_group(broker, header, request, session):
     Resp = LEAVE_GROUP.response
+    if not permitted(broker, session, Operation.READ, ResourceType.GROUP, request.group_id):
+        return Resp(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if header.request_api_version < 3:
         try:
             [code] = broker.groups.leave(request.group_id, [(request.member_id, None)])
@@ -127,9 +146,11 @@ def leave_group(broker, header, request, session):
 
 def describe_groups(broker, header, request, session):
     Resp = DESCRIBE_GROUPS.response
+    with_operations = header.request_api_version >= 3 and request.include_authorized_operations
     described = []
     for group_id in request.groups:
         try:
+            require(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id)
             group = broker.groups.describe(group_id)
         except BrokerError as exc:
             described.append(Resp.DescribedGroup(error_code=exc.code, group_id=group_id, group_state="",
@@ -148,6 +169,11 @@ def describe_groups(broker, header, request, session):
                 client_host=f"/{m.client_host}", member_assignment=m.assignment,
                 member_metadata=m.metadata_for(protocol) if protocol else b"")
                 for m in group.members.values()]))
+    if with_operations:
+        for out in described:
+            if out.error_code == ErrorCode.NONE:
+                out.authorized_operations = authorized_operations(broker, session, ResourceType.GROUP,
+                                                                  out.group_id)
     return Resp(groups=described)
 
 
@@ -161,8 +187,12 @@ def list_groups(broker, header, request, session):
         groups = broker.groups.listed()
     except BrokerError as exc:
         return Resp(error_code=exc.code, groups=[])
+    every_group = permitted(broker, session, Operation.DESCRIBE, ResourceType.CLUSTER)
     for group in groups:
         if (states and group.state not in states) or (types and _CLASSIC not in types):
+            continue
+        if not every_group and not permitted(broker, session, Operation.DESCRIBE, ResourceType.GROUP,
+                                             group.group_id):
             continue
         listed.append(Resp.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                        group_state=group.state, group_type=_CLASSIC))
@@ -174,6 +204,7 @@ async def delete_groups(broker, header, request, session):
     results = []
     for group_id in request.groups_names:
         try:
+            require(broker, session, Operation.DELETE, ResourceType.GROUP, group_id)
             await broker.groups.delete_group(group_id)
             results.append(Resp.DeletableGroupResult(group_id=group_id, error_code=0))
         except BrokerError as exc:

@@ -13,12 +13,16 @@ a cluster broker (the single node does not serve them).
 - StopReplica: v0–2 one `delete_partitions` for all partitions, v3+ a leader epoch and a
   delete flag per partition; the partitions stop being fetched, and deleted ones lose
   their local log.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: each needs CLUSTER_ACTION on
+  the cluster; otherwise CLUSTER_AUTHORIZATION_FAILED at the top level and, for
+  LeaderAndIsr and StopReplica, on every partition named, and nothing is applied.
 """
 
 from __future__ import annotations
 
 import uuid
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from wire.primitives import ZERO_UUID
@@ -27,6 +31,7 @@ from broker.cluster.admin import METADATA_CHANGED
 from broker.cluster.metadata import BrokerEndpoint, PartitionState
 from broker.config import SECURITY_PROTOCOLS
 from broker.errors import BrokerError
+from broker.security.acls import permitted
 
 _PROTOCOL_NAMES = dict(enumerate(SECURITY_PROTOCOLS))  # Kafka's security protocol ids
 
@@ -44,13 +49,18 @@ async def leader_and_isr(broker, header, request, session):
     version = header.request_api_version
     states = _grouped(request, version, 2)
     leaders = {b.broker_id: (b.host_name, b.port) for b in request.live_leaders}
-    try:
-        results = await broker.replicas.become_leader_or_follower(
-            request.controller_epoch, request.broker_epoch, states, leaders)
-    except BrokerError as exc:
-        return Resp(error_code=exc.code, partition_errors=[], topics=[])
+    if permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        try:
+            results = await broker.replicas.become_leader_or_follower(
+                request.controller_epoch, request.broker_epoch, states, leaders)
+        except BrokerError as exc:
+            return Resp(error_code=exc.code, partition_errors=[], topics=[])
+        error = ErrorCode.NONE
+    else:
+        error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        results = {(topic, s.partition_index): error for topic, _, s in states}
     if version < 5:
-        return Resp(error_code=ErrorCode.NONE, partition_errors=[
+        return Resp(error_code=error, partition_errors=[
             Resp.LeaderAndIsrPartitionError(topic_name=topic, partition_index=p, error_code=code)
             for (topic, p), code in results.items()])
     ids = {topic: topic_id for topic, topic_id, _ in states}
@@ -58,7 +68,7 @@ async def leader_and_isr(broker, header, request, session):
     for (topic, p), code in results.items():
         by_topic.setdefault(topic, []).append(Resp.LeaderAndIsrPartitionError(
             topic_name=topic, partition_index=p, error_code=code))
-    return Resp(error_code=ErrorCode.NONE, topics=[
+    return Resp(error_code=error, topics=[
         Resp.LeaderAndIsrTopicError(topic_id=ids[topic], partition_errors=errors)
         for topic, errors in by_topic.items()])
 
@@ -75,6 +85,8 @@ def _endpoints(live, version: int, rack) -> dict[str, BrokerEndpoint]:
 def update_metadata(broker, header, request, session):
     Resp = UPDATE_METADATA.response
     version = header.request_api_version
+    if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return Resp(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     brokers = {b.id: _endpoints(b, version, b.rack if version >= 2 else None) for b in request.live_brokers}
     topics: dict[str, tuple[uuid.UUID, list[PartitionState]]] = {}
     for topic, topic_id, s in _grouped(request, version, 5):
@@ -105,11 +117,16 @@ async def stop_replica(broker, header, request, session):
     else:
         partitions = [(t.topic_name, p.partition_index, p.leader_epoch, p.delete_partition)
                       for t in request.topic_states for p in t.partition_states]
-    try:
-        results = await broker.replicas.stop_replicas(request.controller_epoch, request.broker_epoch,
-                                                      partitions)
-    except BrokerError as exc:
-        return Resp(error_code=exc.code, partition_errors=[])
-    return Resp(error_code=ErrorCode.NONE, partition_errors=[
+    if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        results = {(topic, p): error for topic, p, _, _ in partitions}
+    else:
+        error = ErrorCode.NONE
+        try:
+            results = await broker.replicas.stop_replicas(request.controller_epoch, request.broker_epoch,
+                                                          partitions)
+        except BrokerError as exc:
+            return Resp(error_code=exc.code, partition_errors=[])
+    return Resp(error_code=error, partition_errors=[
         Resp.StopReplicaPartitionError(topic_name=topic, partition_index=p, error_code=code)
         for (topic, p), code in results.items()])

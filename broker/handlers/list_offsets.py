@@ -11,15 +11,19 @@
   current one for -1 (latest), else the epoch the returned offset was written under
   (from the leader epoch history), -1 when no offset is found.
 - Only the leader answers: NOT_LEADER_OR_FOLLOWER elsewhere.
+- Authorization (broker.security.acls): DESCRIBE on each topic, else its partitions are
+  TOPIC_AUTHORIZATION_FAILED, as Kafka answers.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import LIST_OFFSETS
 
 from broker.errors import BrokerError
 from broker.handlers.fetch import READ_COMMITTED
+from broker.security.acls import DENIED, refused
 
 MIN_VERSION = 1
 _Resp = LIST_OFFSETS.response
@@ -46,6 +50,7 @@ def _lookup(partition, timestamp: int, committed: bool) -> tuple[int, int]:
 
 def handle(broker, header, request, session):
     committed = request.isolation_level == READ_COMMITTED
+    denied = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
@@ -54,6 +59,8 @@ def handle(broker, header, request, session):
                                                      timestamp=-1, offset=-1, leader_epoch=-1)
             partitions.append(out)
             try:
+                if topic.name in denied:
+                    raise BrokerError(*DENIED[ResourceType.TOPIC])
                 partition = broker.topics.partition(topic.name, wanted.partition_index)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
                 partition.check_leader()

@@ -12,17 +12,27 @@
 - Topics, brokers, the controller, and each partition's leader, leader epoch, replicas,
   ISR and offline replicas come from the cluster metadata view (`broker.cluster.metadata`).
 
+Authorization (broker.security.acls), as Kafka's KafkaApis: DESCRIBE on a topic. An
+all-topics request leaves out the topics one may not describe; a topic asked for by name
+is TOPIC_AUTHORIZATION_FAILED (whether it exists or not, which is not told), by id
+likewise with a null name ("" below v12). Auto-creation also needs CREATE on the cluster
+or on the topic (TOPIC_AUTHORIZATION_FAILED otherwise). v8+ authorized operations (the
+topics' when asked, v8-10 the cluster's: 0 without DESCRIBE on it) are Kafka's bit
+fields; without an authorizer every operation the resource supports.
+
 A topic's entry is encoded once per version and reused until its partitions' state changes:
 building and encoding 10,000 partition entries took 50 ms per request, now about 1 ms.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import METADATA
 from wire.primitives import ZERO_UUID
 
 from broker.errors import BrokerError
+from broker.security.acls import authorized_operations, permitted, refused
 from broker.topics import validate_topic_name
 
 _Resp = METADATA.response
@@ -30,9 +40,14 @@ _FIRST_NULLABLE_NAME = 12  # response topic names may be null from Metadata v12
 _UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 
 
-def topic_metadata(broker, topic, version):
-    """The topic's entry, encoded for `version`."""
+def topic_metadata(broker, topic, version, operations: int | None = None):
+    """The topic's entry, encoded for `version`; unencoded with the authorized
+    `operations` when given."""
     states = broker.metadata.partition_states(topic)
+    if operations is not None:
+        entry = _topic_entry(topic, states)
+        entry.topic_authorized_operations = operations
+        return entry
     cached = topic.encoded_metadata.get(version)
     if cached is None or cached[0] != states:
         cached = topic.encoded_metadata[version] = (
@@ -60,8 +75,21 @@ def handle(broker, header, request, session):
     version = header.request_api_version
     metadata = broker.metadata
     requested = request.topics
+    with_operations = version >= 8 and request.include_topic_authorized_operations
+
+    def entry(topic):
+        operations = None
+        if with_operations:
+            operations = authorized_operations(broker, session, ResourceType.TOPIC, topic.name)
+        return topic_metadata(broker, topic, version, operations)
+
     if requested is None or (version == 0 and not requested):
-        results = [topic_metadata(broker, t, version) for t in metadata.topics()]
+        topics = metadata.topics()
+        if broker.authorizer is not None:
+            topics = list(topics)
+            hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+            topics = [t for t in topics if t.name not in hidden]
+        results = [entry(t) for t in topics]
     else:
         auto_create = broker.config.auto_create_topics and (version < 4 or request.allow_auto_topic_creation)
         results = []
@@ -70,11 +98,23 @@ def handle(broker, header, request, session):
             if name is None or wanted.topic_id != ZERO_UUID:
                 topic = metadata.topic_by_id(wanted.topic_id)
                 # The response's name is nullable only from v12; below, an unknown id is "".
-                results.append(topic_metadata(broker, topic, version) if topic else
-                               _error_topic(None if version >= _FIRST_NULLABLE_NAME else "",
-                                            ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                unnamed = None if version >= _FIRST_NULLABLE_NAME else ""
+                if topic is None:
+                    results.append(_error_topic(unnamed, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                elif not permitted(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    results.append(_error_topic(unnamed, ErrorCode.TOPIC_AUTHORIZATION_FAILED, wanted.topic_id))
+                else:
+                    results.append(entry(topic))
+                continue
+            if not permitted(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, name):
+                results.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             topic = metadata.topic(name)
+            if topic is None and auto_create and not (
+                    permitted(broker, session, Operation.CREATE, ResourceType.CLUSTER)
+                    or permitted(broker, session, Operation.CREATE, ResourceType.TOPIC, name)):
+                results.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if topic is None and auto_create:
                 try:
                     topic = broker.auto_create_topic(name)
@@ -92,9 +132,15 @@ def handle(broker, header, request, session):
                     code = exc.code
                 results.append(_error_topic(name, code))
                 continue
-            results.append(topic_metadata(broker, topic, version))
+            results.append(entry(topic))
+    cluster_operations = _UNKNOWN_AUTHORIZED_OPERATIONS
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_operations = 0
+        if permitted(broker, session, Operation.DESCRIBE, ResourceType.CLUSTER):
+            cluster_operations = authorized_operations(broker, session, ResourceType.CLUSTER,
+                                                       CLUSTER_RESOURCE_NAME)
     return _Resp(
         brokers=[_Resp.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                  for b in metadata.brokers(session.listener)],
         cluster_id=metadata.cluster_id, controller_id=metadata.controller_id, topics=results,
-        cluster_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
+        cluster_authorized_operations=cluster_operations)

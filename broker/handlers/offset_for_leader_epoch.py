@@ -10,24 +10,36 @@ to truncation (KIP-320); followers ask it to find where their log diverges.
   UNKNOWN_TOPIC_OR_PARTITION. Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere),
   whoever asks: v3+ `replica_id` (-1 consumers, -2 debugging, a broker id for
   followers) changes nothing.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: CLUSTER_ACTION on the
+  cluster (followers), else DESCRIBE on each topic (consumers, KIP-320);
+  TOPIC_AUTHORIZATION_FAILED for the partitions of the others.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
+from wire.error_codes import ErrorCode
 from wire.messages import OFFSET_FOR_LEADER_EPOCH
 
 from broker.errors import BrokerError
+from broker.security.acls import permitted, refused
 
 _Resp = OFFSET_FOR_LEADER_EPOCH.response
 
 
 def handle(broker, header, request, session):
+    denied = frozenset()
+    if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        denied = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
         for wanted in topic.partitions:
             out = _Resp.EpochEndOffset(partition=wanted.partition, leader_epoch=-1, end_offset=-1)
             partitions.append(out)
+            if topic.topic in denied:
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 partition = broker.topics.partition(topic.topic, wanted.partition)
                 partition.check_leader_epoch(wanted.current_leader_epoch)

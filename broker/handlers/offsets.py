@@ -20,31 +20,49 @@
   COORDINATOR_LOAD_IN_PROGRESS: every partition's error for OffsetCommit (and for
   OffsetFetch v0-1, which has no other), the top-level error of OffsetFetch v2-7 and
   OffsetDelete, each group's own from OffsetFetch v8.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: OffsetCommit READ on the
+  group (else GROUP_AUTHORIZATION_FAILED for every partition) and READ on each topic
+  (TOPIC_AUTHORIZATION_FAILED for its partitions, the others committed); OffsetFetch
+  DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED where the group's error goes) and
+  DESCRIBE on each topic: a topic asked for by name answers TOPIC_AUTHORIZATION_FAILED
+  with offset -1, and "all topics" leaves such topics out; OffsetDelete DELETE on the
+  group (the top-level error) and READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
 
 from broker.errors import BrokerError
 from broker.groups.offsets_log import CommittedOffset
+from broker.security.acls import permitted, refused, require
 
 
 async def offset_commit(broker, header, request, session):
     Resp = OFFSET_COMMIT.response
     now = broker.clock.wall_ms()
-    offsets = {}
+    offsets, codes = {}, {}
+    group_allowed = permitted(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
+    denied = refused(broker, session, Operation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         for p in topic.partitions:
+            if not group_allowed:
+                codes[(topic.name, p.partition_index)] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                continue
+            if topic.name in denied:
+                codes[(topic.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             timestamp = p.commit_timestamp if p.commit_timestamp >= 0 else now
             offsets[(topic.name, p.partition_index)] = CommittedOffset(
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", timestamp)
-    try:
-        codes = await broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
-                                           request.member_id, request.group_instance_id, offsets)
-    except BrokerError as exc:
-        codes = {tp: exc.code for tp in offsets}
+    if offsets or not codes:  # as Kafka: a request left with nothing to commit is answered at once
+        try:
+            codes.update(await broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
+                                                    request.member_id, request.group_instance_id, offsets))
+        except BrokerError as exc:
+            codes.update({tp: exc.code for tp in offsets})
     return Resp(topics=[Resp.OffsetCommitResponseTopic(name=topic.name, partitions=[
         Resp.OffsetCommitResponsePartition(partition_index=p.partition_index,
                                            error_code=codes[(topic.name, p.partition_index)])
@@ -52,10 +70,12 @@ async def offset_commit(broker, header, request, session):
 
 
 _UNSTABLE = object()  # a partition whose offset awaits the end of a transaction
+_DENIED = object()  # a partition of a topic the principal may not describe
 
 
-def _fetch_one(broker, group_id: str, topics, require_stable: bool) -> list[tuple[str, list]]:
-    """(topic, [(partition, CommittedOffset | None | _UNSTABLE)]) per topic."""
+def _fetch_one(broker, session, group_id: str, topics, require_stable: bool) -> list[tuple[str, list]]:
+    """(topic, [(partition, CommittedOffset | None | _UNSTABLE | _DENIED)]) per topic."""
+    require(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     committed = broker.groups.committed(group_id)
     unstable = broker.groups.pending_partitions(group_id) if require_stable else set()
 
@@ -66,14 +86,20 @@ def _fetch_one(broker, group_id: str, topics, require_stable: bool) -> list[tupl
         by_topic: dict[str, list] = {}
         for topic, partition in sorted(set(committed) | unstable):
             by_topic.setdefault(topic, []).append((partition, value((topic, partition))))
-        return list(by_topic.items())
-    return [(t.name, [(p, value((t.name, p))) for p in t.partition_indexes]) for t in topics]
+        hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, by_topic)
+        return [(topic, partitions) for topic, partitions in by_topic.items() if topic not in hidden]
+    denied = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+    return [(t.name, [(p, _DENIED if t.name in denied else value((t.name, p))) for p in t.partition_indexes])
+            for t in topics]
 
 
 def _fields(c) -> dict:
     if c is _UNSTABLE:
         return dict(committed_offset=-1, committed_leader_epoch=-1, metadata="",
                     error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    if c is _DENIED:
+        return dict(committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     return dict(committed_offset=c.offset if c else -1, committed_leader_epoch=c.leader_epoch if c else -1,
                 metadata=c.metadata if c else "", error_code=0)
 
@@ -85,7 +111,7 @@ def offset_fetch(broker, header, request, session):
         groups = []
         for group in request.groups:
             try:
-                found = _fetch_one(broker, group.group_id, group.topics, require_stable)
+                found = _fetch_one(broker, session, group.group_id, group.topics, require_stable)
             except BrokerError as exc:
                 groups.append(Resp.OffsetFetchResponseGroup(group_id=group.group_id, error_code=exc.code,
                                                             topics=[]))
@@ -98,7 +124,7 @@ def offset_fetch(broker, header, request, session):
     if not request.group_id:
         return Resp(error_code=ErrorCode.INVALID_GROUP_ID, topics=[])
     try:
-        found = _fetch_one(broker, request.group_id, request.topics, require_stable)
+        found = _fetch_one(broker, session, request.group_id, request.topics, require_stable)
     except BrokerError as exc:
         if header.request_api_version >= 2:
             return Resp(error_code=exc.code, topics=[])
@@ -113,11 +139,17 @@ def offset_fetch(broker, header, request, session):
 
 async def offset_delete(broker, header, request, session):
     Resp = OFFSET_DELETE.response
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    try:
-        codes = await broker.groups.delete_offsets(request.group_id, partitions)
-    except BrokerError as exc:
-        return Resp(error_code=exc.code, topics=[])
+    if not permitted(broker, session, Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return Resp(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
+    denied = refused(broker, session, Operation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
+    codes = {(t.name, p.partition_index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+             for t in request.topics if t.name in denied for p in t.partitions}
+    partitions = [(t.name, p.partition_index) for t in request.topics if t.name not in denied for p in t.partitions]
+    if partitions or not codes:
+        try:
+            codes.update(await broker.groups.delete_offsets(request.group_id, partitions))
+        except BrokerError as exc:
+            return Resp(error_code=exc.code, topics=[])
     return Resp(error_code=0, topics=[Resp.OffsetDeleteResponseTopic(name=topic.name, partitions=[
         Resp.OffsetDeleteResponsePartition(partition_index=p.partition_index,
                                            error_code=codes[(topic.name, p.partition_index)])

@@ -49,10 +49,15 @@
   abort only after their produces are answered).
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: WRITE on each topic, else
+  TOPIC_AUTHORIZATION_FAILED for its partitions; a request with a transactional id also
+  WRITE on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.
+  Idempotent producers need nothing more here: InitProducerId checks IDEMPOTENT_WRITE.
 """
 
 from __future__ import annotations
 
+from wire.acl_types import Operation, ResourceType
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode
 from wire.messages import PRODUCE
@@ -60,6 +65,7 @@ from wire.primitives import DecodeError
 from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.errors import BrokerError
+from broker.security.acls import DENIED, permitted, refused
 from broker.server import CloseConnection, ResponseLater
 from broker.storage.log import MAX_DECOMPRESSED_BATCH
 from broker.topics import INTERNAL_TOPICS
@@ -182,6 +188,13 @@ def handle(broker, header, request, session):
     responses = []
     failed = None
     waiting = []  # acks=all: (partition, offset the high watermark must reach, result)
+    refusal, denied = None, frozenset()  # for every partition; topics not writable
+    if broker.authorizer is not None:
+        transactional_id = request.transactional_id
+        if transactional_id is not None and not permitted(broker, session, Operation.WRITE,
+                                                          ResourceType.TRANSACTIONAL_ID, transactional_id):
+            refusal = DENIED[ResourceType.TRANSACTIONAL_ID]
+        denied = refused(broker, session, Operation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data))
     for topic_data in request.topic_data:
         partitions = []
         for data in topic_data.partition_data:
@@ -190,6 +203,10 @@ def handle(broker, header, request, session):
             try:
                 if acks not in (-1, 0, 1):
                     raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
+                if refusal is not None:
+                    raise BrokerError(*refusal)
+                if topic_data.name in denied:
+                    raise BrokerError(*DENIED[ResourceType.TOPIC])
                 if topic_data.name in INTERNAL_TOPICS:
                     raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                       f"topic {topic_data.name} is internal: only the broker writes it")

@@ -13,6 +13,14 @@
   once this broker's metadata shows it, or REQUEST_TIMED_OUT after the request's
   `timeout_ms`; -1 replication factor is default.replication.factor, and replicas are
   placed as Kafka places them.
+- Authorization (broker.security.acls), as Kafka's KafkaApis: CreateTopics CREATE on the
+  cluster or on the topic (TOPIC_AUTHORIZATION_FAILED "Authorization failed."), and
+  without DESCRIBE_CONFIGS on the topic the result holds no partition count, replication
+  factor or configs but `topic_config_error_code` TOPIC_AUTHORIZATION_FAILED (v5+);
+  DeleteTopics DELETE on the topic, and for a topic named by id DESCRIBE too (without it
+  the answer's name is null); CreatePartitions ALTER on the topic. Refusals come after
+  the checks of the request itself (a name twice, an unknown id) and before the topic's
+  existence is looked at.
 """
 
 from __future__ import annotations
@@ -20,12 +28,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from wire.primitives import ZERO_UUID
 
 from broker.errors import BrokerError
 from broker.handlers.configs import topic_config_entries
+from broker.security.acls import DENIED, permitted, refused
 from broker.topics import INTERNAL_TOPICS
 
 
@@ -36,11 +46,27 @@ def _check_replicas(broker, replication_factor: int, assignments) -> None:
         broker.metadata.check_assignment(assignment.broker_ids)
 
 
+def _check_creation(broker, session, names):
+    """(topics one may not create, topics whose configs one may not see)."""
+    names = list(names)
+    denied = frozenset()
+    if not permitted(broker, session, Operation.CREATE, ResourceType.CLUSTER):
+        denied = refused(broker, session, Operation.CREATE, ResourceType.TOPIC, names)
+    return denied, refused(broker, session, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
+
+
+def _hide_configs(out) -> None:
+    """A created topic's result for one who may not describe its configs, as Kafka's."""
+    out.num_partitions, out.replication_factor, out.configs = -1, -1, []
+    out.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
 def create_topics(broker, header, request, session):
     if broker.admin is not None:
-        return _create_topics_in_cluster(broker, request)
+        return _create_topics_in_cluster(broker, request, session)
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
+    denied, hidden = _check_creation(broker, session, counts)
     results = []
     for wanted in request.topics:
         out = Resp.CreatableTopicResult(name=wanted.name, topic_id=ZERO_UUID, num_partitions=-1,
@@ -49,6 +75,8 @@ def create_topics(broker, header, request, session):
         try:
             if counts[wanted.name] > 1:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            if wanted.name in denied:
+                raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             _check_replicas(broker, wanted.replication_factor, wanted.assignments)
             partitions = wanted.num_partitions
             if wanted.assignments:
@@ -68,14 +96,17 @@ def create_topics(broker, header, request, session):
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
                            for name, value, source in topic_config_entries(broker, topic.configs)]
+            if wanted.name in hidden:
+                _hide_configs(out)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Resp(topics=results, throttle_time_ms=0)
 
 
-async def _create_topics_in_cluster(broker, request):
+async def _create_topics_in_cluster(broker, request, session):
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
+    denied, hidden = _check_creation(broker, session, counts)
 
     async def create(wanted):
         out = Resp.CreatableTopicResult(name=wanted.name, topic_id=ZERO_UUID, num_partitions=-1,
@@ -83,6 +114,8 @@ async def _create_topics_in_cluster(broker, request):
         try:
             if counts[wanted.name] > 1:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            if wanted.name in denied:
+                raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             partitions, factor = wanted.num_partitions, wanted.replication_factor
             if wanted.assignments and (partitions != -1 or factor != -1):
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "give either num_partitions and "
@@ -99,12 +132,24 @@ async def _create_topics_in_cluster(broker, request):
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
                            for name, value, source in topic_config_entries(broker, overrides)]
+            if wanted.name in hidden:
+                _hide_configs(out)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
         return out
 
     results = await asyncio.gather(*(create(wanted) for wanted in request.topics))
     return Resp(topics=list(results), throttle_time_ms=0)
+
+
+def _check_deletion(broker, session, out, by_id: bool) -> None:
+    """DELETE on the topic of `out`; named by id, DESCRIBE too, or its name stays unsaid."""
+    name = out.name
+    if by_id and not permitted(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        out.name = None
+        raise BrokerError(*DENIED[ResourceType.TOPIC])
+    if not permitted(broker, session, Operation.DELETE, ResourceType.TOPIC, name):
+        raise BrokerError(*DENIED[ResourceType.TOPIC])
 
 
 def _refuse_internal(name: str, what: str) -> None:
@@ -120,17 +165,19 @@ def delete_topics(broker, header, request, session):
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
     if broker.admin is not None:
-        return _delete_topics_in_cluster(broker, request, wanted)
+        return _delete_topics_in_cluster(broker, request, wanted, session)
     results = []
     for name, topic_id in wanted:
         out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
         results.append(out)
+        by_id = name is None
         try:
-            if name is None:
+            if by_id:
                 topic = broker.topics.by_id.get(topic_id)
                 if topic is None:
                     raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 name = out.name = topic.name
+            _check_deletion(broker, session, out, by_id)
             topic = broker.topics.topics.get(name)
             if topic is not None:
                 out.topic_id = topic.topic_id
@@ -141,17 +188,19 @@ def delete_topics(broker, header, request, session):
     return Resp(responses=results, throttle_time_ms=0)
 
 
-async def _delete_topics_in_cluster(broker, request, wanted):
+async def _delete_topics_in_cluster(broker, request, wanted, session):
     Resp = DELETE_TOPICS.response
 
     async def delete(name, topic_id):
         out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
+        by_id = name is None
         try:
-            if name is None:
+            if by_id:
                 topic = broker.metadata.topic_by_id(topic_id)
                 if topic is None:
                     raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 name = out.name = topic.name
+            _check_deletion(broker, session, out, by_id)
             _refuse_internal(name, "deleted")
             out.topic_id = await broker.admin.delete_topic(name, request.timeout_ms)
         except BrokerError as exc:
@@ -164,7 +213,7 @@ async def _delete_topics_in_cluster(broker, request, wanted):
 
 def create_partitions(broker, header, request, session):
     if broker.admin is not None:
-        return _create_partitions_in_cluster(broker, request)
+        return _create_partitions_in_cluster(broker, request, session)
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -174,6 +223,8 @@ def create_partitions(broker, header, request, session):
         try:
             if counts[wanted.name] > 1:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            if not permitted(broker, session, Operation.ALTER, ResourceType.TOPIC, wanted.name):
+                raise BrokerError(*DENIED[ResourceType.TOPIC])
             _refuse_internal(wanted.name, "given partitions")
             _check_replicas(broker, 1, wanted.assignments)
             broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only)
@@ -182,7 +233,7 @@ def create_partitions(broker, header, request, session):
     return Resp(results=results, throttle_time_ms=0)
 
 
-async def _create_partitions_in_cluster(broker, request):
+async def _create_partitions_in_cluster(broker, request, session):
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
 
@@ -191,6 +242,8 @@ async def _create_partitions_in_cluster(broker, request):
         try:
             if counts[wanted.name] > 1:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
+            if not permitted(broker, session, Operation.ALTER, ResourceType.TOPIC, wanted.name):
+                raise BrokerError(*DENIED[ResourceType.TOPIC])
             _refuse_internal(wanted.name, "given partitions")
             assignments = [list(a.broker_ids) for a in wanted.assignments] if wanted.assignments else None
             await broker.admin.create_partitions(wanted.name, wanted.count, assignments,

@@ -40,11 +40,28 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   producers with state (epoch, last sequence and timestamp, the coordinator epoch of
   their last marker, the first offset of their open transaction or -1);
   UNKNOWN_TOPIC_OR_PARTITION for a partition this broker does not have.
+
+Authorization (broker.security.acls), as Kafka's KafkaApis:
+- AddPartitionsToTxn v0-3 (clients): WRITE on the transactional id (else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition) and WRITE on each topic,
+  never granted for the internal topics (TOPIC_AUTHORIZATION_FAILED, the transaction's
+  other partitions OPERATION_NOT_ATTEMPTED); v4+ (brokers): CLUSTER_ACTION on the cluster,
+  else CLUSTER_AUTHORIZATION_FAILED for the request.
+- AddOffsetsToTxn: WRITE on the transactional id, then READ on the group
+  (GROUP_AUTHORIZATION_FAILED). EndTxn: WRITE on the transactional id.
+- TxnOffsetCommit: WRITE on the transactional id, READ on the group (each for every
+  partition), READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
+- WriteTxnMarkers: ALTER or CLUSTER_ACTION on the cluster, else CLUSTER_AUTHORIZATION_FAILED
+  for every partition.
+- DescribeTransactions: DESCRIBE per transactional id, and its partitions of topics one
+  may not DESCRIBE left out; ListTransactions lists only the ids one may DESCRIBE.
+- DescribeProducers: READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 
 from __future__ import annotations
 
 
+from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_PRODUCERS,
                            DESCRIBE_TRANSACTIONS, END_TXN, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT,
@@ -53,6 +70,8 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_P
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
+from broker.security.acls import DENIED, permitted, refused, require
+from broker.topics import INTERNAL_TOPICS
 from broker.transactions.markers import append_local_markers
 from broker.transactions.txn_log import STATES_BY_NAME
 
@@ -71,13 +90,15 @@ def _exists(broker, topic: str, partition: int) -> bool:
     return known is not None and partition in known.partitions
 
 
-async def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only, topics):
-    """Error code per (topic, partition) for one transaction of an AddPartitionsToTxn."""
+async def _add_one(broker, version, transactional_id, producer_id, epoch, verify_only, topics,
+                   denied=frozenset()):
+    """Error code per (topic, partition) for one transaction of an AddPartitionsToTxn;
+    the topics `denied` are refused."""
     partitions = [(t.name, p) for t in topics for p in t.partitions]
-    missing = {tp for tp in partitions if not _exists(broker, *tp)}
-    if missing:
-        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing
-                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
+    failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+              for tp in partitions if tp[0] in denied or not _exists(broker, *tp)}
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
     coordinator = broker.transactions
     try:
         if verify_only:
@@ -93,10 +114,17 @@ async def add_partitions_to_txn(broker, header, request, session):
     Resp = ADD_PARTITIONS_TO_TXN.response
     version = header.request_api_version
     if version < 4:
-        codes = await _add_one(broker, version, request.v3_and_below_transactional_id,
-                               request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                               False, request.v3_and_below_topics)
+        transactional_id, topics = request.v3_and_below_transactional_id, request.v3_and_below_topics
+        if permitted(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            denied = refused(broker, session, Operation.WRITE, ResourceType.TOPIC, (t.name for t in topics))
+            codes = await _add_one(broker, version, transactional_id, request.v3_and_below_producer_id,
+                                   request.v3_and_below_producer_epoch, False, topics,
+                                   denied | INTERNAL_TOPICS.intersection(t.name for t in topics))
+        else:
+            codes = {(t.name, p): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in topics for p in t.partitions}
         return Resp(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(Resp, codes))
+    if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return Resp(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     results = []
     for txn in request.transactions:
         codes = await _add_one(broker, version, txn.transactional_id, txn.producer_id,
@@ -118,6 +146,8 @@ def _topic_results(Resp, codes):
 async def add_offsets_to_txn(broker, header, request, session):
     code = ErrorCode.NONE
     try:
+        require(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+        require(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
         if not request.group_id:
             raise BrokerError(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
         partition = broker.groups.partition_for(request.group_id)
@@ -130,6 +160,7 @@ async def add_offsets_to_txn(broker, header, request, session):
 
 async def end_txn(broker, header, request, session):
     try:
+        require(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
         await broker.transactions.end_txn(request.transactional_id, request.producer_id,
                                           request.producer_epoch, request.committed)
     except BrokerError as exc:
@@ -155,9 +186,18 @@ async def txn_offset_commit(broker, header, request, session):
     now = broker.clock.wall_ms()
     codes: dict[tuple[str, int], int] = {}
     offsets = {}
+    refusal = None  # the error of every partition
+    if not permitted(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not permitted(broker, session, Operation.READ, ResourceType.GROUP, request.group_id):
+        refusal = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    denied = refused(broker, session, Operation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
+            if refusal is not None or topic.name in denied:
+                codes[tp] = refusal or ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _exists(broker, *tp):
                 codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -186,12 +226,17 @@ async def txn_offset_commit(broker, header, request, session):
 
 async def write_txn_markers(broker, header, request, session):
     Resp = WRITE_TXN_MARKERS.response
+    allowed = (permitted(broker, session, Operation.ALTER, ResourceType.CLUSTER)
+               or permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER))
     results = []
     for marker in request.markers:
         partitions = [(topic.name, p) for topic in marker.topics for p in topic.partition_indexes]
-        codes = await append_local_markers(broker, marker.producer_id, marker.producer_epoch,
-                                           marker.coordinator_epoch, marker.transaction_result,
-                                           partitions)
+        if not allowed:
+            codes = {tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in partitions}
+        else:
+            codes = await append_local_markers(broker, marker.producer_id, marker.producer_epoch,
+                                               marker.coordinator_epoch, marker.transaction_result,
+                                               partitions)
         results.append(Resp.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
             Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=[
                 Resp.WritableTxnMarkerPartitionResult(partition_index=p, error_code=codes[(topic.name, p)])
@@ -205,6 +250,7 @@ def describe_transactions(broker, header, request, session):
     states = []
     for transactional_id in request.transactional_ids:
         try:
+            require(broker, session, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             meta = broker.transactions.describe(transactional_id)
         except BrokerError as exc:
             states.append(Resp.TransactionState(
@@ -213,8 +259,10 @@ def describe_transactions(broker, header, request, session):
                 producer_epoch=-1, topics=[]))
             continue
         by_topic: dict[str, list[int]] = {}
+        hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in meta.partitions))
         for topic, partition in sorted(meta.partitions):
-            by_topic.setdefault(topic, []).append(partition)
+            if topic not in hidden:
+                by_topic.setdefault(topic, []).append(partition)
         states.append(Resp.TransactionState(
             error_code=0, transactional_id=transactional_id, transaction_state=meta.state_name,
             transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,
@@ -233,6 +281,9 @@ def list_transactions(broker, header, request, session):
         duration = request.duration_filter if header.request_api_version >= 1 else -1
         listed = broker.transactions.list(states or None, set(request.producer_id_filters) or None,
                                           duration)
+        hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                         (m.transactional_id for m in listed))
+        listed = [m for m in listed if m.transactional_id not in hidden]
     return Resp(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
                 transaction_states=[Resp.TransactionState(
                     transactional_id=m.transactional_id, producer_id=m.producer_id,
@@ -241,12 +292,15 @@ def list_transactions(broker, header, request, session):
 
 def describe_producers(broker, header, request, session):
     Resp = DESCRIBE_PRODUCERS.response
+    denied = refused(broker, session, Operation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     topics = []
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
             out = Resp.PartitionResponse(partition_index=index, active_producers=[])
             try:
+                if topic.name in denied:
+                    raise BrokerError(*DENIED[ResourceType.TOPIC])
                 partition = broker.topics.partition(topic.name, index)
             except BrokerError as exc:
                 out.error_code, out.error_message = exc.code, str(exc)

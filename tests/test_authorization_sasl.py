@@ -1,0 +1,171 @@
+"""ACLs enforced on users who authenticated with SASL: one broker with an authorizer and a
+SASL_SSL listener only (PLAIN users from its JAAS entry, SCRAM users made over the wire),
+real clients (confluent-kafka, kafka-python) for the users, and `sluice acls` / `sluice
+users` with --command-config for the super user. What the issue asks: a user without
+ACLs can do nothing; READ on a topic without READ on the group cannot join the group;
+deny beats allow; a super user can do everything; Metadata hides the topics a user may
+not describe; a change takes effect at once.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sluice.broker_process import BrokerProcess
+from sluice.cli import main as sluice
+
+trustme = pytest.importorskip("trustme")
+pytestmark = pytest.mark.timeout(300)
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    d = tmp_path_factory.mktemp("authz")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(d / "broker.pem"))
+    jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+    config = d / "server.properties"
+    config.write_text("\n".join([
+        "listeners=SASL_SSL://127.0.0.1:0", "ssl.keystore.type=PEM", f"ssl.keystore.location={d / 'broker.pem'}",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256", f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer", "super.users=User:admin",
+        "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=false"]) + "\n")
+    admin_config = d / "admin.properties"
+    admin_config.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                            f"sasl.password={USERS['admin']}\nssl.ca.location={d / 'ca.pem'}\n")
+    broker = BrokerProcess(d / "data", port=free_port(), config_file=str(config)).start()
+    broker.ca = str(d / "ca.pem")
+    broker.admin_config = str(admin_config)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def conf(broker, user: str, password: str | None = None, mechanism: str = "PLAIN") -> dict:
+    return {"bootstrap.servers": broker.bootstrap_servers, "security.protocol": "SASL_SSL",
+            "ssl.ca.location": broker.ca, "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password or USERS[user], "log_level": 0}
+
+
+def acls(broker, *args: str) -> None:
+    assert sluice(["acls", "--bootstrap-server", broker.bootstrap_servers, "--command-config",
+                   broker.admin_config, *args]) == 0
+
+
+def create_topic(broker, name: str, partitions: int = 1) -> None:
+    AdminClient(conf(broker, "admin")).create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def produce_error(broker, user: str, topic: str, password: str | None = None):
+    """The delivery error of one record sent as `user` (None when delivered)."""
+    outcome = []
+    producer = Producer({**conf(broker, user, password), "message.timeout.ms": 10_000})
+    producer.produce(topic, b"v", on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(20)
+    return outcome[0] if outcome else "undelivered"
+
+
+def consume_error(broker, user: str, topic: str, group: str):
+    """The first error a consumer of `group` meets (None if it reads a record)."""
+    consumer = Consumer({**conf(broker, user), "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            return message.error()
+        return "nothing"
+    finally:
+        consumer.close()
+
+
+def test_a_user_without_acls_can_do_nothing(secured):
+    topic = f"closed-{uuid.uuid4().hex[:6]}"
+    create_topic(secured, topic)
+    error = produce_error(secured, "alice", topic)
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+    listed = AdminClient(conf(secured, "alice")).list_topics(timeout=10)
+    assert topic not in listed.topics  # Metadata hides what alice may not describe
+    with pytest.raises(KafkaException) as info:
+        AdminClient(conf(secured, "alice")).create_topics([NewTopic("alice-topic", 1, 1)])["alice-topic"].result(30)
+    assert info.value.args[0].code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+
+
+def test_read_on_the_topic_without_read_on_the_group_cannot_join(secured):
+    topic, group = f"readable-{uuid.uuid4().hex[:6]}", f"group-{uuid.uuid4().hex[:6]}"
+    create_topic(secured, topic)
+    assert produce_error(secured, "admin", topic) is None  # the super user may do anything
+    acls(secured, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic)
+    error = consume_error(secured, "alice", topic, group)
+    assert error is not None and error != "nothing" and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
+    acls(secured, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--group", group)
+    assert consume_error(secured, "alice", topic, group) is None  # the change applies at once
+
+
+def test_deny_beats_allow(secured):
+    prefix = f"shared-{uuid.uuid4().hex[:6]}"
+    allowed, denied = f"{prefix}-open", f"{prefix}-x"
+    create_topic(secured, allowed)
+    create_topic(secured, denied)
+    acls(secured, "--add", "--allow-principal", "User:bob", "--operation", "All", "--topic", prefix,
+         "--resource-pattern-type", "prefixed")
+    acls(secured, "--add", "--deny-principal", "User:bob", "--operation", "Write", "--topic", denied)
+    assert produce_error(secured, "bob", allowed) is None
+    error = produce_error(secured, "bob", denied)
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+    listed = AdminClient(conf(secured, "bob")).list_topics(timeout=10).topics
+    assert allowed in listed and denied in listed  # DESCRIBE follows from the allowed ALL
+
+
+def test_scram_user_made_by_the_super_user_gets_only_what_its_acls_give(secured, tmp_path):
+    password_file = tmp_path / "pw"
+    password_file.write_text("carol-secret\n")
+    assert sluice(["users", "--bootstrap-server", secured.bootstrap_servers, "--command-config",
+                   secured.admin_config, "add", "--user", "carol", "--add-config", "SCRAM-SHA-256",
+                   "--password-file", str(password_file)]) == 0
+    topic = f"carol-{uuid.uuid4().hex[:6]}"
+    create_topic(secured, topic)
+    acls(secured, "--add", "--producer", "--allow-principal", "User:carol", "--topic", topic)
+    producer = Producer({**conf(secured, "carol", "carol-secret", "SCRAM-SHA-256")})
+    outcome = []
+    producer.produce(topic, b"c", on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(20)
+    assert outcome == [None]
+    listed = AdminClient(conf(secured, "carol", "carol-secret", "SCRAM-SHA-256")).list_topics(timeout=10).topics
+    assert topic in listed and not any(t.startswith("closed-") for t in listed)
+
+
+def test_kafka_python_sees_the_same_authorization(secured):
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    topic = f"kp-{uuid.uuid4().hex[:6]}"
+    create_topic(secured, topic)
+    producer = KafkaProducer(bootstrap_servers=secured.bootstrap_servers, security_protocol="SASL_SSL",
+                             ssl_cafile=secured.ca, sasl_mechanism="PLAIN", sasl_plain_username="alice",
+                             sasl_plain_password=USERS["alice"], max_block_ms=10_000)
+    try:
+        with pytest.raises((TopicAuthorizationFailedError, Exception)) as info:
+            producer.send(topic, b"x").get(20)
+        assert "Authorization" in type(info.value).__name__ or "AUTHORIZATION" in str(info.value).upper()
+    finally:
+        producer.close(timeout=5)
