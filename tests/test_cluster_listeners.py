@@ -130,7 +130,8 @@ def test_brokers_replicate_over_sasl_ssl_with_scram(tmp_path, zookeeper):
     """The inter-broker listener is SASL_SSL with SCRAM-SHA-512, the brokers' own user made
     in ZooKeeper before they start (as `kafka-configs --zookeeper` does): followers,
     the controller and controlled shutdown all reach the others through it, so a topic
-    at min.insync.replicas=3 takes acks=all writes only if every connection authenticates."""
+    at min.insync.replicas=3 takes acks=all writes only if every connection authenticates
+    (as User:broker, a super user: an unauthenticated client is denied CLUSTER_ACTION)."""
     import hashlib
     import os
 
@@ -153,7 +154,11 @@ def test_brokers_replicate_over_sasl_ssl_with_scram(tmp_path, zookeeper):
                   "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca_path),
                   "sasl.enabled.mechanisms": "SCRAM-SHA-512",
                   "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-                  "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas}
+                  "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas,
+                  # The brokers are User:broker to each other; unauthenticated clients are
+                  # refused CLUSTER_ACTION below, so replication shows they authenticate.
+                  "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                  "super.users": "User:broker", "allow.everyone.if.no.acl.found": "true"}
     cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=properties)
     salt = os.urandom(16)
     credential = ScramCredential.from_salted_password(
@@ -167,8 +172,13 @@ def test_brokers_replicate_over_sasl_ssl_with_scram(tmp_path, zookeeper):
         for broker_id in cluster.ids:
             registration = json.loads(zk.get(f"{cluster.chroot}/brokers/ids/{broker_id}")[0])
             assert registration["listener_security_protocol_map"]["INTERNAL"] == "SASL_SSL"
-        topic = f"sasl-ssl-replicated-{uuid.uuid4().hex[:6]}"
+        from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        deny = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                          AclOperation.CLUSTER_ACTION, AclPermissionType.DENY)
+        admin.create_acls([deny])[deny].result(30)
+        topic = f"sasl-ssl-replicated-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
         cluster.wait_for_leaders(topic, full_isr=True)
         producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "log_level": 3})
