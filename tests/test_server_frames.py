@@ -21,7 +21,7 @@ import threading
 
 import pytest
 
-from broker.server import KafkaServer, Limits
+from broker.server import Endpoint, KafkaServer, Limits
 from tests.test_broker_failures import recv_frame
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,7 +36,7 @@ class FrameServer:
     def __init__(self):
         self.kept: list[tuple[memoryview, bytes]] = []  # (view kept, the bytes it showed)
         self.loop = asyncio.new_event_loop()
-        self.server = KafkaServer(self.handle, "127.0.0.1", 0, Limits())
+        self.server = KafkaServer(self.handle, [Endpoint("PLAINTEXT", "127.0.0.1", 0)], Limits())
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)

@@ -37,9 +37,9 @@ class SegmentFile:
         self.fd = -1
         self.fd = os.open(path, flags, 0o644)
 
-    def __del__(self):
+    def __del__(self, _close=os.close):  # bound now: at interpreter exit `os` may be gone
         if self.fd >= 0:
-            os.close(self.fd)
+            _close(self.fd)
 
 
 class _ReadCache:
