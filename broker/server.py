@@ -6,7 +6,7 @@ endpoints speak TLS (asyncio's, the handshake bounded by _AUTHENTICATION_TIMEOUT
 connection that must authenticate with SASL reads frames of at most
 `sasl.server.max.receive.size` until it has, and closes if it has not within that same
 bound. Zero-copy sends (sendfile) go straight to the socket, so only without TLS; a TLS
-connection's file regions are read and written through the transport.
+connection's file regions are read in 1 MiB pieces and written through the transport.
 
 Reading: bytes arrive in a read buffer, from which every complete small frame is cut
 (several per read when a client pipelines). The server lends read buffers from a small
@@ -86,6 +86,7 @@ log = logging.getLogger("sluice.broker")
 
 _SIZE = struct.Struct(">i")
 _SENDFILE_MIN = 64 * 1024
+_COPY_PIECE = 1 << 20  # a TLS connection's file region is written in pieces of this size
 _READ_BUFFER = 64 * 1024
 _POOLED_READ_BUFFERS = 16
 _KEPT_FRAMES = 4                   # large frame buffers kept for reuse (wire.frame_buffers),
@@ -486,6 +487,9 @@ class Connection(asyncio.BufferedProtocol):
                 await self._writable.wait()
                 if self.transport.is_closing():  # reset by the client: asyncio closes it
                     raise ConnectionError("the connection closed")
+                if self._fd < 0:
+                    await self._copy_region(chunk)
+                    continue
                 sent = self._sendfile_now(chunk)
                 if sent < chunk.length:
                     sent += await loop.sendfile(self.transport, _FdFile(chunk.fd), chunk.position + sent,
@@ -495,6 +499,23 @@ class Connection(asyncio.BufferedProtocol):
         if pending:
             self.transport.writelines(pending)
         await self._writable.wait()
+
+    async def _copy_region(self, region: FileRegion) -> None:
+        """A large region on a TLS connection, which sendfile cannot serve: read in pieces
+        and written through the transport, each once the client has taken the last (the
+        transport's flow control), so at most one piece waits in memory. asyncio's own
+        fallback reads 256 KiB at a time on an executor thread and waits for the buffer to
+        drain completely after each."""
+        position, end = region.position, region.position + region.length
+        while position < end:
+            data = os.pread(region.fd, min(_COPY_PIECE, end - position), position)
+            if not data:
+                raise ConnectionError("log segment shrank while being sent")
+            self.transport.write(data)
+            position += len(data)
+            await self._writable.wait()
+            if self.transport.is_closing():
+                raise ConnectionError("the connection closed")
 
     def _sendfile_now(self, region: FileRegion) -> int:
         """Send what the socket takes of `region` at once, with sendfile straight to the
