@@ -1,4 +1,8 @@
-"""The benchmarks run and report (their figures are judged by reading them, not here)."""
+"""The benchmarks run and report (their figures are judged by reading them, not here).
+The longest (the broker's, the sink's and the comparison of two trees) run with
+`make test-long`."""
+
+import pytest
 
 from bench.codec import run
 
@@ -21,6 +25,7 @@ def test_spark_read_benchmark_runs(spark):
     assert results.get("spark_kafka_rows_per_s") or "spark_kafka" in results["unavailable"]
 
 
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
     """bench.spark_write at a tiny size: every writer and the reads produce figures, the
     target is evaluated (met or not: never asserted), and both reports are written."""
@@ -46,6 +51,7 @@ def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
     assert report.count("| sink, batch") == 2
 
 
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     """bench.broker at tiny sizes against every broker (Apache Kafka too, unless it cannot be
     resolved or started, which the results then say): every section produces figures for
@@ -206,6 +212,7 @@ def test_durability_benchmark_runs_and_reports():
     assert "flush.messages=1" in report and results["file_system"] in report
 
 
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_compare_benchmark_runs_two_trees_side_by_side():
     """bench.compare at tiny sizes against HEAD's own tree (exported and compiled): every
     produce and consume configuration gets a rate from each broker, every e2e configuration
