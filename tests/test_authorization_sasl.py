@@ -173,3 +173,60 @@ def test_kafka_python_sees_the_same_authorization(secured):
         assert "Authorization" in type(info.value).__name__ or "AUTHORIZATION" in str(info.value).upper()
     finally:
         producer.close(timeout=5)
+
+
+# -- principals from client certificates ---------------------------------------------------------
+
+def test_distinguished_names_and_mapping_rules():
+    from broker.security.tls import distinguished_name, principal_mapper
+
+    certificate = {"subject": ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
+                               (("commonName", "alice"),))}
+    assert distinguished_name(certificate) == "CN=alice,O=Acme\\, Inc,C=US"  # RFC 2253: most specific first
+    assert str(principal_mapper(None)(certificate)) == "User:CN=alice,O=Acme\\, Inc,C=US"
+    rules = "RULE:^CN=([a-zA-Z]+),O=Acme.*$/$1@acme/U,RULE:^CN=(.*?),.*$/$1/,DEFAULT"
+    assert str(principal_mapper(rules)(certificate)) == "User:ALICE@ACME"
+    other = {"subject": ((("organizationName", "Other"),), (("commonName", "bob"),))}
+    assert str(principal_mapper(rules)(other)) == "User:bob"
+    from broker.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ssl.principal.mapping.rules"):
+        principal_mapper("RULE:no-slashes")
+
+
+def test_client_certificates_name_principals_the_authorizer_judges(tmp_path):
+    """An SSL listener requiring client certificates, with a mapping rule that keeps the
+    CN: the certificate of `client` is a super user, that of `stranger` may do nothing."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "broker.pem"))
+    for name in ("client", "stranger"):
+        leaf = ca.issue_cert(f"{name}.example", common_name=name)
+        leaf.cert_chain_pems[0].write_to_path(str(tmp_path / f"{name}-cert.pem"))
+        leaf.private_key_pem.write_to_path(str(tmp_path / f"{name}-key.pem"))
+    config = tmp_path / "server.properties"
+    config.write_text("\n".join([
+        "listeners=SSL://127.0.0.1:0", "ssl.keystore.type=PEM", f"ssl.keystore.location={tmp_path / 'broker.pem'}",
+        f"ssl.truststore.location={tmp_path / 'ca.pem'}", "ssl.client.auth=required",
+        "ssl.principal.mapping.rules=RULE:^CN=([a-z]+),.*$/$1/,DEFAULT",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer", "super.users=User:client"]) + "\n")
+    broker = BrokerProcess(tmp_path / "data", port=free_port(), config_file=str(config)).start()
+    try:
+        def settings(name):
+            return {"bootstrap.servers": broker.bootstrap_servers, "security.protocol": "SSL",
+                    "ssl.ca.location": str(tmp_path / "ca.pem"),
+                    "ssl.certificate.location": str(tmp_path / f"{name}-cert.pem"),
+                    "ssl.key.location": str(tmp_path / f"{name}-key.pem"), "log_level": 0}
+
+        admin = AdminClient(settings("client"))
+        admin.create_topics([NewTopic("certified", 1, 1)])["certified"].result(30)
+        outcomes = {}
+        for name in ("client", "stranger"):
+            producer = Producer({**settings(name), "message.timeout.ms": 10_000})
+            producer.produce("certified", b"x", on_delivery=lambda error, message, name=name:
+                             outcomes.__setitem__(name, error))
+            producer.flush(20)
+        assert outcomes["client"] is None
+        assert outcomes["stranger"].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, outcomes
+    finally:
+        broker.stop()
