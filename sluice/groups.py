@@ -37,6 +37,7 @@ import datetime as dt
 import re
 import sys
 import time
+from dataclasses import dataclass
 
 from wire.client import EARLIEST, LATEST, AsyncClient, GroupDescription, UnsupportedVersion
 from wire.error_codes import ErrorCode
@@ -46,7 +47,8 @@ from wire.primitives import DecodeError
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            emit_json, format_table, non_negative, run_command)
 
-__all__ = ["main", "parser", "parse_datetime", "parse_duration"]
+__all__ = ["ResetPlan", "ResetTarget", "describe_group", "execute_reset", "main", "parser",
+           "parse_datetime", "parse_duration", "plan_reset"]
 
 CONSUMER_PROTOCOL = "consumer"
 INACTIVE_STATES = ("Empty", "Dead")
@@ -221,7 +223,45 @@ async def list_groups(client: AsyncClient, args) -> int:
 
 
 async def describe(client: AsyncClient, args) -> int:
-    group = args.group
+    document = await describe_group(client, args.group)
+    if args.output == "json":
+        emit_json(document)
+        return 0
+    group, members, offsets = document["group"], document["members"], document["offsets"]
+    coordinator = document["coordinator"]
+    print(f"Group: {group}  State: {document['state']}  "
+          f"ProtocolType: {document['protocol_type'] or '-'}  Protocol: {document['protocol'] or '-'}  "
+          f"Coordinator: {coordinator['id']} ({coordinator['host']}:{coordinator['port']})  "
+          f"Members: {len(members)}")
+    print()
+    if members:
+        print(format_table(["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], [
+            (m["member_id"], m["group_instance_id"], m["client_id"], m["host"],
+             "?" if m["assignment"] is None else " ".join(
+                 f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"])
+             or None)
+            for m in members]))
+    else:
+        print("(no active members)")
+    print()
+    if offsets:
+        print(format_table(
+            ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID",
+             "HOST", "CLIENT-ID"],
+            [(o["topic"], o["partition"], o["current_offset"], o["log_end_offset"], o["lag"],
+              o["member_id"], o["host"], o["client_id"]) for o in offsets]))
+        without = sum(1 for o in offsets if o["current_offset"] is None)
+        note = f" ({without} partition(s) without a committed offset)" if without else ""
+        print(f"\nTotal lag: {document['total_lag']}{note}")
+    else:
+        print("(no committed offsets)")
+    return 0
+
+
+async def describe_group(client: AsyncClient, group: str) -> dict:
+    """A group as `describe` shows it (its JSON document): state, protocol, coordinator,
+    members with their assignments, and per partition the committed offset, log end
+    offset, lag and owner. CommandError when the group does not exist."""
     description = await _describe_group(client, group)
     committed = await _committed(client, group)
     if description.state == DEAD and not committed:
@@ -262,42 +302,12 @@ async def describe(client: AsyncClient, args) -> int:
                         "host": owner.client_host if owner else None,
                         "client_id": owner.client_id if owner else None})
     coordinator = description.coordinator
-    document = {"group": group, "state": description.state,
-                "protocol_type": description.protocol_type or None,
-                "protocol": description.protocol or None,
-                "coordinator": {"id": coordinator.node_id, "host": coordinator.host,
-                                "port": coordinator.port},
-                "members": members, "offsets": offsets, "total_lag": total_lag}
-    if args.output == "json":
-        emit_json(document)
-        return 0
-    print(f"Group: {group}  State: {description.state}  "
-          f"ProtocolType: {description.protocol_type or '-'}  Protocol: {description.protocol or '-'}  "
-          f"Coordinator: {coordinator.node_id} ({coordinator.host}:{coordinator.port})  "
-          f"Members: {len(members)}")
-    print()
-    if members:
-        print(format_table(["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], [
-            (m["member_id"], m["group_instance_id"], m["client_id"], m["host"],
-             "?" if m["assignment"] is None else " ".join(
-                 f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"])
-             or None)
-            for m in members]))
-    else:
-        print("(no active members)")
-    print()
-    if offsets:
-        print(format_table(
-            ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID",
-             "HOST", "CLIENT-ID"],
-            [(o["topic"], o["partition"], o["current_offset"], o["log_end_offset"], o["lag"],
-              o["member_id"], o["host"], o["client_id"]) for o in offsets]))
-        without = sum(1 for o in offsets if o["current_offset"] is None)
-        note = f" ({without} partition(s) without a committed offset)" if without else ""
-        print(f"\nTotal lag: {total_lag}{note}")
-    else:
-        print("(no committed offsets)")
-    return 0
+    return {"group": group, "state": description.state,
+            "protocol_type": description.protocol_type or None,
+            "protocol": description.protocol or None,
+            "coordinator": {"id": coordinator.node_id, "host": coordinator.host,
+                            "port": coordinator.port},
+            "members": members, "offsets": offsets, "total_lag": total_lag}
 
 
 async def delete(client: AsyncClient, args) -> int:
@@ -325,20 +335,73 @@ async def delete(client: AsyncClient, args) -> int:
 
 
 async def reset_offsets(client: AsyncClient, args) -> int:
-    group = args.group
-    description = await _describe_group(client, group)
-    if description.state not in INACTIVE_STATES:
-        raise CommandError(
-            f"group {group!r} has {len(description.members)} active member(s) (state "
-            f"{description.state}); offsets can only be reset while the group is inactive: "
-            f"stop its consumers first")
+    if args.to_datetime is not None or args.by_duration is not None:
+        at = args.to_datetime if args.to_datetime is not None else \
+            int(time.time() * 1000) - args.by_duration
+    else:
+        at = None
+    target = ResetTarget(earliest=args.to_earliest, latest=args.to_latest, offset=args.to_offset,
+                         timestamp=at, shift_by=args.shift_by,
+                         file_offsets=getattr(args, "file_offsets", None))
+    plan = await plan_reset(client, args.group, args.topic, target)
+    if args.execute:
+        await execute_reset(client, plan)
+    rows = plan.rows()
+    if args.output == "json":
+        emit_json({"group": plan.group, "executed": bool(args.execute), "offsets": rows})
+        return 0
+    print(format_table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+                       [(r["topic"], r["partition"], r["current_offset"], r["new_offset"])
+                        for r in rows]))
+    print()
+    print(f"Committed the new offsets of group {plan.group}." if args.execute else
+          "Dry run: nothing was changed (use --execute to commit these offsets).")
+    return 0
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where `plan_reset` moves each offset; exactly one is set: the log start or end, an
+    offset, the first offset at or after a time (epoch ms; the log end when there is
+    none), the committed offset shifted by N, or {(topic, partition): offset}."""
+
+    earliest: bool = False
+    latest: bool = False
+    offset: int | None = None
+    timestamp: int | None = None
+    shift_by: int | None = None
+    file_offsets: dict[tuple[str, int], int] | None = None
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """The offsets a reset would commit, each clamped to [log start, log end], beside
+    the group's committed ones."""
+
+    group: str
+    committed: dict[tuple[str, int], int]
+    new_offsets: dict[tuple[str, int], int]
+
+    def rows(self) -> list[dict]:
+        return [{"topic": t, "partition": p, "current_offset": self.committed.get((t, p)),
+                 "new_offset": offset} for (t, p), offset in sorted(self.new_offsets.items())]
+
+
+async def plan_reset(client: AsyncClient, group: str,
+                     topics: list[tuple[str, tuple[int, ...] | None]] | None,
+                     target: ResetTarget) -> ResetPlan:
+    """The new offsets of `group` for `topics` (each with all its partitions, or the
+    ones listed); None: the partitions of `target.file_offsets`, or else every partition
+    the group has committed an offset for. CommandError when the group has active
+    members or the scope names nothing that exists."""
+    await _ensure_inactive(client, group)
     committed = await _committed(client, group)
 
     # The partitions to reset.
-    file_offsets = getattr(args, "file_offsets", None)
-    if args.topic:
+    file_offsets = target.file_offsets
+    if topics:
         named: dict[str, set[int] | None] = {}  # None: every partition
-        for topic, partitions in args.topic:
+        for topic, partitions in topics:
             if partitions is None or (topic in named and named[topic] is None):
                 named[topic] = None
             else:
@@ -366,48 +429,40 @@ async def reset_offsets(client: AsyncClient, args) -> int:
             raise CommandError(f"group {group!r} has no committed offsets, so --all-topics "
                                f"names nothing; name topics with --topic")
     keys = sorted(scope)
-    topics = await _partitions_of(client, sorted({t for t, _ in keys}), strict=True)
+    existing = await _partitions_of(client, sorted({t for t, _ in keys}), strict=True)
     for topic, partition in keys:
-        if partition not in topics[topic]:
+        if partition not in existing[topic]:
             raise CommandError(f"topic {topic!r} has no partition {partition}")
 
-    starts, ends = await asyncio.gather(_offsets_at(client, keys, EARLIEST, topics),
-                                        _offsets_at(client, keys, LATEST, topics))
-    if args.to_earliest:
+    starts, ends = await asyncio.gather(_offsets_at(client, keys, EARLIEST, existing),
+                                        _offsets_at(client, keys, LATEST, existing))
+    if target.earliest:
         targets = dict(starts)
-    elif args.to_latest:
+    elif target.latest:
         targets = dict(ends)
-    elif args.to_offset is not None:
-        targets = {k: args.to_offset for k in keys}
-    elif args.to_datetime is not None or args.by_duration is not None:
-        at = args.to_datetime if args.to_datetime is not None else \
-            int(time.time() * 1000) - args.by_duration
-        found = await _offsets_at(client, keys, at, topics) if at >= 0 else {}
+    elif target.offset is not None:
+        targets = {k: target.offset for k in keys}
+    elif target.timestamp is not None:
+        at = target.timestamp
+        found = await _offsets_at(client, keys, at, existing) if at >= 0 else {}
         targets = {k: found[k] if found.get(k, -1) >= 0 else ends[k] for k in keys}
-    elif args.shift_by is not None:
+    elif target.shift_by is not None:
         missing = [k for k in keys if k not in committed]
         if missing:
             raise CommandError(f"cannot shift the offset of {_tp(missing[0])}: group {group!r} "
                                f"has no committed offset for it")
-        targets = {k: committed[k] + args.shift_by for k in keys}
+        targets = {k: committed[k] + target.shift_by for k in keys}
     else:
         targets = {k: file_offsets[k] for k in keys}
-    new_offsets = {k: min(max(targets[k], starts[k]), ends[k]) for k in keys}
+    return ResetPlan(group, committed,
+                     {k: min(max(targets[k], starts[k]), ends[k]) for k in keys})
 
-    if args.execute:
-        await client.commit_offsets(group, new_offsets)
-    rows = [{"topic": t, "partition": p, "current_offset": committed.get((t, p)),
-             "new_offset": new_offsets[(t, p)]} for t, p in keys]
-    if args.output == "json":
-        emit_json({"group": group, "executed": bool(args.execute), "offsets": rows})
-        return 0
-    print(format_table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
-                       [(r["topic"], r["partition"], r["current_offset"], r["new_offset"])
-                        for r in rows]))
-    print()
-    print(f"Committed the new offsets of group {group}." if args.execute else
-          "Dry run: nothing was changed (use --execute to commit these offsets).")
-    return 0
+
+async def execute_reset(client: AsyncClient, plan: ResetPlan) -> None:
+    """Commit a plan's offsets (OffsetCommit outside any generation), once more only if
+    the group is still without active members."""
+    await _ensure_inactive(client, plan.group)
+    await client.commit_offsets(plan.group, plan.new_offsets)
 
 
 ACTIONS = {"list": list_groups, "describe": describe, "delete": delete,
@@ -425,6 +480,15 @@ async def _describe_group(client: AsyncClient, group: str) -> GroupDescription:
         return (await client.describe_groups([group]))[group]
     except UnsupportedVersion as exc:
         raise CommandError(f"the broker cannot describe groups: {exc}") from None
+
+
+async def _ensure_inactive(client: AsyncClient, group: str) -> None:
+    description = await _describe_group(client, group)
+    if description.state not in INACTIVE_STATES:
+        raise CommandError(
+            f"group {group!r} has {len(description.members)} active member(s) (state "
+            f"{description.state}); offsets can only be reset while the group is inactive: "
+            f"stop its consumers first")
 
 
 async def _committed(client: AsyncClient, group: str) -> dict[tuple[str, int], int]:
