@@ -1,7 +1,8 @@
 """The `sluice` command: `sluice broker …` runs a broker, `sluice cluster …` a development
 cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …`, `sluice configs …`,
 `sluice leader-election …`, `sluice acls …` and `sluice users …` administer any
-Kafka-compatible cluster over the wire protocol.
+Kafka-compatible cluster over the wire protocol, and `sluice console …` serves a web
+console of one.
 
 Each command's module is imported only when it runs: the admin commands never import
 `broker`.
@@ -23,6 +24,7 @@ commands:
             elect preferred (or unclean) leaders now (sluice leader-election --help)
   acls      add, list and remove ACLs (sluice acls --help)
   users     add, list and remove users' SCRAM credentials (sluice users --help)
+  console   a web console: brokers, topics, messages, groups and their lag (sluice console --help)
 """
 
 
@@ -56,6 +58,9 @@ def main(argv=None) -> int:
     if command == "users":
         from sluice.users import main as users_main
         return users_main(rest)
+    if command == "console":
+        from sluice.console import main as console_main
+        return console_main(rest)
     print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
     return 2
 

@@ -47,8 +47,9 @@ from wire.primitives import DecodeError
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            emit_json, format_table, non_negative, run_command)
 
-__all__ = ["ResetPlan", "ResetTarget", "describe_group", "execute_reset", "main", "parser",
-           "parse_datetime", "parse_duration", "plan_reset"]
+__all__ = ["ResetPlan", "ResetTarget", "committed_offsets", "describe_group", "execute_reset",
+           "main", "offsets_at", "parser", "parse_datetime", "parse_duration", "partitions_of",
+           "plan_reset"]
 
 CONSUMER_PROTOCOL = "consumer"
 INACTIVE_STATES = ("Empty", "Dead")
@@ -263,7 +264,7 @@ async def describe_group(client: AsyncClient, group: str) -> dict:
     members with their assignments, and per partition the committed offset, log end
     offset, lag and owner. CommandError when the group does not exist."""
     description = await _describe_group(client, group)
-    committed = await _committed(client, group)
+    committed = await committed_offsets(client, group)
     if description.state == DEAD and not committed:
         raise CommandError(f"group {group!r} does not exist")
     members, owners, wanted_topics = [], {}, set(t for t, _ in committed)
@@ -287,9 +288,9 @@ async def describe_group(client: AsyncClient, group: str) -> dict:
                 owners[(topic, partition)] = m
         wanted_topics.update(subscription or ())
 
-    partitions = await _partitions_of(client, sorted(wanted_topics))
+    partitions = await partitions_of(client, sorted(wanted_topics))
     keys = sorted({*committed, *((t, p) for t, ps in partitions.items() for p in ps)})
-    ends = await _offsets_at(client, keys, LATEST, partitions)
+    ends = await offsets_at(client, keys, LATEST, partitions)
     offsets, total_lag = [], 0
     for topic, partition in keys:
         current, end = committed.get((topic, partition)), ends.get((topic, partition))
@@ -395,7 +396,7 @@ async def plan_reset(client: AsyncClient, group: str,
     the group has committed an offset for. CommandError when the group has active
     members or the scope names nothing that exists."""
     await _ensure_inactive(client, group)
-    committed = await _committed(client, group)
+    committed = await committed_offsets(client, group)
 
     # The partitions to reset.
     file_offsets = target.file_offsets
@@ -406,7 +407,7 @@ async def plan_reset(client: AsyncClient, group: str,
                 named[topic] = None
             else:
                 named.setdefault(topic, set()).update(partitions)
-        existing = await _partitions_of(client, sorted(named), strict=True)
+        existing = await partitions_of(client, sorted(named), strict=True)
         scope = set()
         for topic, wanted in named.items():
             have = existing[topic]
@@ -429,13 +430,13 @@ async def plan_reset(client: AsyncClient, group: str,
             raise CommandError(f"group {group!r} has no committed offsets, so --all-topics "
                                f"names nothing; name topics with --topic")
     keys = sorted(scope)
-    existing = await _partitions_of(client, sorted({t for t, _ in keys}), strict=True)
+    existing = await partitions_of(client, sorted({t for t, _ in keys}), strict=True)
     for topic, partition in keys:
         if partition not in existing[topic]:
             raise CommandError(f"topic {topic!r} has no partition {partition}")
 
-    starts, ends = await asyncio.gather(_offsets_at(client, keys, EARLIEST, existing),
-                                        _offsets_at(client, keys, LATEST, existing))
+    starts, ends = await asyncio.gather(offsets_at(client, keys, EARLIEST, existing),
+                                        offsets_at(client, keys, LATEST, existing))
     if target.earliest:
         targets = dict(starts)
     elif target.latest:
@@ -444,7 +445,7 @@ async def plan_reset(client: AsyncClient, group: str,
         targets = {k: target.offset for k in keys}
     elif target.timestamp is not None:
         at = target.timestamp
-        found = await _offsets_at(client, keys, at, existing) if at >= 0 else {}
+        found = await offsets_at(client, keys, at, existing) if at >= 0 else {}
         targets = {k: found[k] if found.get(k, -1) >= 0 else ends[k] for k in keys}
     elif target.shift_by is not None:
         missing = [k for k in keys if k not in committed]
@@ -491,13 +492,13 @@ async def _ensure_inactive(client: AsyncClient, group: str) -> None:
             f"stop its consumers first")
 
 
-async def _committed(client: AsyncClient, group: str) -> dict[tuple[str, int], int]:
+async def committed_offsets(client: AsyncClient, group: str) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset} of the partitions `group` has committed offsets for."""
     return {key: c.offset for key, c in (await client.fetch_offsets(group)).items()
             if c.offset >= 0}
 
 
-async def _partitions_of(client: AsyncClient, topics: list[str], *,
+async def partitions_of(client: AsyncClient, topics: list[str], *,
                          strict: bool = False) -> dict[str, list[int]]:
     """{topic: its partition ids}; topics that do not exist are left out, or, when
     `strict`, refused."""
@@ -517,7 +518,7 @@ async def _partitions_of(client: AsyncClient, topics: list[str], *,
     return found
 
 
-async def _offsets_at(client: AsyncClient, keys: list[tuple[str, int]], timestamp: int,
+async def offsets_at(client: AsyncClient, keys: list[tuple[str, int]], timestamp: int,
                       existing: dict[str, list[int]]) -> dict[tuple[str, int], int]:
     """ListOffsets at `timestamp` for the partitions of `keys` that exist."""
     by_topic: dict[str, list[int]] = {}

@@ -1,0 +1,239 @@
+"""The console's HTML pages, rendered on the server from the dicts of
+`sluice.console.queries` and `sluice.groups.describe_group`.
+
+Every value that comes from Kafka (topic and group names, keys, values, headers, hosts,
+client ids) is HTML-escaped, and quoted where it goes into a URL; the pages carry no
+inline script (the lag chart's script is /static/console.js), so a Content-Security-
+Policy of 'self' holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from urllib.parse import quote
+
+__all__ = ["error_page", "group_page", "groups_page", "overview_page", "reset_plan_page",
+           "topic_page", "topics_page"]
+
+
+def e(value) -> str:
+    """Escaped text of a value; None shows as "-"."""
+    return "-" if value is None else html.escape(str(value), quote=True)
+
+
+def u(segment: str) -> str:
+    """A path segment, percent-quoted (a group name may hold "/" or "?")."""
+    return quote(segment, safe="")
+
+
+def _numbers(values) -> str:
+    return e(",".join(str(v) for v in values)) if values else "-"
+
+
+def _layout(title: str, body: str, cluster_id: str | None = None) -> bytes:
+    cluster = f'<span class="cluster">cluster {e(cluster_id)}</span>' if cluster_id else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{e(title)} · Sluice console</title>
+<link rel="stylesheet" href="/static/console.css">
+</head><body>
+<header><a class="brand" href="/">Sluice console</a><a href="/">Overview</a>
+<a href="/topics">Topics</a><a href="/groups">Consumer groups</a>{cluster}</header>
+<main>
+{body}
+</main>
+<script src="/static/console.js"></script>
+</body></html>
+""".encode("utf-8")
+
+
+def _badges(item: dict) -> str:
+    badges = []
+    if item.get("internal"):
+        badges.append('<span class="badge internal">internal</span>')
+    if item.get("under_replicated"):
+        badges.append(f'<span class="badge under-replicated">{item["under_replicated"]} '
+                      f'under-replicated</span>')
+    if item.get("offline"):
+        badges.append(f'<span class="badge offline">{item["offline"]} offline</span>')
+    return "".join(badges)
+
+
+def _time(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    moment = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _bytes(shown: dict | None) -> str:
+    if shown is None:
+        return '<span class="muted">null</span>'
+    more = f' <span class="muted">… ({shown["size"]} bytes)</span>' if shown["truncated"] else ""
+    kind = " hex" if shown["encoding"] == "hex" else ""
+    prefix = "0x" if shown["encoding"] == "hex" else ""
+    return f'<span class="bytes{kind}">{prefix}{e(shown["text"])}</span>{more}'
+
+
+_CONTROLLER = '<span class="badge controller">controller</span>'
+
+
+def _headers(headers: list[dict]) -> str:
+    return "<br>".join(f"{e(h['key'])}: {_bytes(h['value'])}" for h in headers) or "-"
+
+
+def overview_page(cluster: dict) -> bytes:
+    rows = "".join(
+        f'<tr><td class="num">{b["id"]}</td><td>{e(b["host"])}:{b["port"]}</td><td>{e(b["rack"])}</td>'
+        f'<td>{_CONTROLLER if b["controller"] else ""}</td></tr>'
+        for b in cluster["brokers"])
+    health = (f'{cluster["topic_count"]} topics, {cluster["partition_count"]} partitions'
+              f'{_badges(cluster)}')
+    body = f"""<h1>Cluster {e(cluster["cluster_id"])}</h1>
+<p>Controller: {e(cluster["controller_id"])} · {health}</p>
+<h2>Brokers</h2>
+<table id="brokers"><tr><th>ID</th><th>Address</th><th>Rack</th><th></th></tr>{rows}</table>"""
+    return _layout("Overview", body, cluster["cluster_id"])
+
+
+def topics_page(topics: list[dict], cluster_id: str | None) -> bytes:
+    rows = "".join(
+        f'<tr class="{"offline" if t["offline"] else "under-replicated" if t["under_replicated"] else ""}">'
+        f'<td><a href="/topics/{u(t["name"])}">{e(t["name"])}</a>{_badges(t)}</td>'
+        f'<td class="num">{t["partition_count"]}</td><td class="num">{e(t["replication_factor"])}</td></tr>'
+        for t in topics)
+    body = f"""<h1>Topics</h1>
+<table id="topics"><tr><th>Topic</th><th>Partitions</th><th>Replication factor</th></tr>{rows}</table>"""
+    return _layout("Topics", body, cluster_id)
+
+
+def topic_page(topic: dict, messages: dict, cluster_id: str | None) -> bytes:
+    partitions = "".join(
+        f'<tr class="{p["status"] if p["status"] != "ok" else ""}" data-partition="{p["partition"]}">'
+        f'<td class="num">{p["partition"]}</td><td class="num">{e(p["leader"])}</td>'
+        f'<td>{_numbers(p["replicas"])}</td><td>{_numbers(p["isr"])}</td>'
+        f'<td class="num">{e(p["log_start_offset"])}</td><td class="num">{e(p["log_end_offset"])}</td>'
+        f'<td>{"" if p["status"] == "ok" else e(p["status"])}</td></tr>'
+        for p in topic["partitions"])
+    shown = messages["messages"]
+    rows = "".join(
+        f'<tr><td class="num">{m["partition"]}</td><td class="num">{m["offset"]}</td>'
+        f'<td>{_time(m["timestamp"])}</td><td>{_bytes(m["key"])}</td><td>{_bytes(m["value"])}</td>'
+        f'<td>{_headers(m["headers"])}</td></tr>'
+        for m in shown)
+    choices = "".join(
+        f'<option value="{p["partition"]}"{" selected" if messages["partition"] == p["partition"] else ""}>'
+        f'{p["partition"]}</option>' for p in topic["partitions"])
+    unavailable = (f'<p class="muted">Partitions without a leader, not read: '
+                   f'{_numbers(messages["unavailable_partitions"])}</p>'
+                   if messages["unavailable_partitions"] else "")
+    body = f"""<h1>Topic {e(topic["name"])}{_badges(topic)}</h1>
+<p>Topic id: {e(topic["topic_id"])} · {topic["partition_count"]} partitions ·
+replication factor {e(topic["replication_factor"])}</p>
+<h2>Partitions</h2>
+<table id="partitions"><tr><th>Partition</th><th>Leader</th><th>Replicas</th><th>ISR</th>
+<th>Log start offset</th><th>Log end offset</th><th>Status</th></tr>{partitions}</table>
+<h2>Recent messages</h2>
+<form method="get" action="/topics/{u(topic["name"])}">
+<label>Partition <select name="partition"><option value="">all (merged)</option>{choices}</select></label>
+<label>Last <input type="number" name="limit" min="1" max="500" value="{messages["limit"]}"></label>
+<button type="submit">Show</button></form>
+{unavailable}
+<table id="messages"><tr><th>Partition</th><th>Offset</th><th>Timestamp (UTC)</th><th>Key</th>
+<th>Value</th><th>Headers</th></tr>{rows}</table>
+{"" if shown else '<p class="muted">No messages.</p>'}"""
+    return _layout(f"Topic {topic['name']}", body, cluster_id)
+
+
+def groups_page(groups: list[dict], cluster_id: str | None) -> bytes:
+    rows = "".join(
+        f'<tr><td><a href="/groups/{u(g["group"])}">{e(g["group"])}</a></td><td>{e(g["state"])}</td>'
+        f'<td class="num">{e(g["members"])}</td><td>{e(g["protocol_type"])}</td>'
+        f'<td class="num">{e(g["coordinator"])}</td></tr>'
+        for g in groups)
+    body = f"""<h1>Consumer groups</h1>
+<table id="groups"><tr><th>Group</th><th>State</th><th>Members</th><th>Protocol type</th>
+<th>Coordinator</th></tr>{rows}</table>
+{"" if groups else '<p class="muted">No groups.</p>'}"""
+    return _layout("Consumer groups", body, cluster_id)
+
+
+def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: str | None,
+               cluster_id: str | None) -> bytes:
+    name = group["group"]
+    members = "".join(
+        f'<tr><td>{e(m["member_id"])}</td><td>{e(m["client_id"])}</td><td>{e(m["host"])}</td>'
+        f'<td>{_assignment(m["assignment"])}</td></tr>'
+        for m in group["members"])
+    offsets = "".join(
+        f'<tr><td><a href="/topics/{u(o["topic"])}">{e(o["topic"])}</a></td>'
+        f'<td class="num">{o["partition"]}</td><td class="num">{e(o["current_offset"])}</td>'
+        f'<td class="num">{e(o["log_end_offset"])}</td><td class="num">{e(o["lag"])}</td>'
+        f'<td>{e(o["client_id"])}</td></tr>'
+        for o in group["offsets"])
+    coordinator = group["coordinator"]
+    body = f"""<h1>Consumer group {e(name)}</h1>
+{f'<p class="notice">{e(notice)}</p>' if notice else ""}
+<p>State: <strong id="group-state">{e(group["state"])}</strong> · protocol
+{e(group["protocol_type"])}/{e(group["protocol"])} · coordinator {coordinator["id"]}
+({e(coordinator["host"])}:{coordinator["port"]}) · total lag <strong id="total-lag">{group["total_lag"]}</strong></p>
+<h2>Members</h2>
+{f'<table id="members"><tr><th>Member id</th><th>Client id</th><th>Host</th><th>Assigned partitions</th></tr>{members}</table>'
+ if members else '<p class="muted" id="members">No active members.</p>'}
+<h2>Offsets and lag</h2>
+<table id="offsets"><tr><th>Topic</th><th>Partition</th><th>Committed offset</th><th>Log end offset</th>
+<th>Lag</th><th>Consumer</th></tr>{offsets}</table>
+<h2>Lag over time</h2>
+<div id="lag-chart" data-url="/api/groups/{u(name)}/lag" data-interval-ms="{lag_interval_ms}"></div>
+<div id="lag-legend"></div>
+<p class="muted" id="lag-status">Loading lag samples…</p>
+{reset_form}"""
+    return _layout(f"Group {name}", body, cluster_id)
+
+
+def _assignment(assignment: list[dict] | None) -> str:
+    if assignment is None:
+        return '<span class="muted">?</span>'
+    return e(" ".join(f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in assignment)) or "-"
+
+
+def reset_form(group: dict, csrf: str) -> str:
+    """The first step of an offset reset: choose partitions and target, see the plan."""
+    name = group["group"]
+    if group["state"] not in ("Empty", "Dead"):
+        return ('<h2>Reset offsets</h2><p class="muted" id="reset-unavailable">Offsets can only be '
+                'reset while the group has no active members: stop its consumers first.</p>')
+    topics = sorted({o["topic"] for o in group["offsets"]})
+    scopes = "".join(f'<option value="{e(t)}">topic {e(t)}</option>' for t in topics)
+    return f"""<h2>Reset offsets</h2>
+<form class="reset" id="reset-form" method="post" action="/groups/{u(name)}/reset">
+<input type="hidden" name="csrf" value="{e(csrf)}">
+<label>Partitions <select name="scope"><option value="">every partition with a committed offset</option>{scopes}</select></label>
+<label><input type="radio" name="target" value="earliest" checked> earliest</label>
+<label><input type="radio" name="target" value="latest"> latest</label>
+<label><input type="radio" name="target" value="offset"> offset
+<input type="number" name="offset" min="0" value="0"></label>
+<button type="submit" id="reset-plan">Show the plan</button>
+</form>"""
+
+
+def reset_plan_page(group: str, rows: list[dict], confirm: dict[str, str],
+                    cluster_id: str | None) -> bytes:
+    table = "".join(
+        f'<tr><td>{e(r["topic"])}</td><td class="num">{r["partition"]}</td>'
+        f'<td class="num">{e(r["current_offset"])}</td><td class="num">{r["new_offset"]}</td></tr>'
+        for r in rows)
+    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in confirm.items())
+    body = f"""<h1>Reset the offsets of group {e(group)}?</h1>
+<p>Dry run: nothing has changed yet. Confirm to commit these offsets.</p>
+<table id="plan"><tr><th>Topic</th><th>Partition</th><th>Committed offset</th><th>New offset</th></tr>{table}</table>
+<form method="post" action="/groups/{u(group)}/reset/confirm" id="confirm-form">{hidden}
+<button type="submit" id="reset-confirm">Commit these offsets</button>
+<a href="/groups/{u(group)}">Cancel</a></form>"""
+    return _layout(f"Reset {group}", body, cluster_id)
+
+
+def error_page(status: int, message: str, cluster_id: str | None = None) -> bytes:
+    body = f'<h1>Error {status}</h1><p class="error" id="error">{e(message)}</p>'
+    return _layout(f"Error {status}", body, cluster_id)

@@ -1,0 +1,185 @@
+"""What the console shows, read from the cluster over the Kafka protocol: plain dicts
+(the JSON of /api/..., and what the pages render).
+
+- The cluster: Metadata's cluster id, controller and brokers (id, host, port, rack).
+- Topics: Metadata's partitions (leader, replicas, ISR; -1 leader: offline) with log
+  start and end offsets (ListOffsets EARLIEST and LATEST, asked only of partitions that
+  have a leader). A partition is "offline" without a leader and "under-replicated" when
+  its ISR is smaller than its replica set, as Kafka's tools count them.
+- Recent messages: the last `limit` records below the high watermark of each partition
+  (Fetch, READ_UNCOMMITTED, control records left out), newest first; merged over
+  partitions, the `limit` newest by timestamp. Keys and values show as UTF-8 text when
+  they are printable UTF-8, else as hex, cut to `MAX_SHOWN` characters.
+- Groups: ListGroups (state, protocol type) and, per group, DescribeGroups' member count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from wire.client import EARLIEST, LATEST, AsyncClient, TopicInfo
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
+from wire.primitives import ZERO_UUID
+
+__all__ = ["NotFound", "cluster_overview", "groups_overview", "recent_messages", "shown_bytes",
+           "topic_detail", "topics_overview"]
+
+MAX_SHOWN = 240  # characters of a key, value or header value on a page
+MAX_RECENT = 500  # the largest `limit` of recent messages
+_FETCH_BYTES = 1 << 20
+_FETCH_ROUNDS = 16  # fetches per partition for its recent messages
+_CONCURRENT_PARTITIONS = 8
+
+
+class NotFound(Exception):
+    """A topic or group the cluster does not have (HTTP 404)."""
+
+
+def shown_bytes(data: bytes | None) -> dict | None:
+    """A key, value or header value for people: {"text", "encoding" ("utf-8" or "hex"),
+    "size" (bytes), "truncated"}; None stays None."""
+    if data is None:
+        return None
+    data = bytes(data)
+    try:
+        text = data.decode("utf-8")
+        printable = all(c.isprintable() or c in "\t\n\r" for c in text)
+    except UnicodeDecodeError:
+        printable = False
+    if printable:
+        return {"text": text[:MAX_SHOWN], "encoding": "utf-8", "size": len(data),
+                "truncated": len(text) > MAX_SHOWN}
+    limit = MAX_SHOWN // 2
+    return {"text": data[:limit].hex(), "encoding": "hex", "size": len(data),
+            "truncated": len(data) > limit}
+
+
+async def cluster_overview(client: AsyncClient) -> dict:
+    metadata = await client.metadata()
+    partitions = [p for t in metadata.topics.values() if not t.error_code
+                  for p in t.partitions.values()]
+    return {
+        "cluster_id": metadata.cluster_id,
+        "controller_id": metadata.controller_id if metadata.controller_id >= 0 else None,
+        "brokers": [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                     "controller": b.node_id == metadata.controller_id}
+                    for b in sorted(metadata.brokers.values(), key=lambda b: b.node_id)],
+        "topic_count": sum(1 for t in metadata.topics.values() if not t.error_code),
+        "partition_count": len(partitions),
+        "under_replicated": sum(1 for p in partitions if _status(p) == "under-replicated"),
+        "offline": sum(1 for p in partitions if _status(p) == "offline"),
+    }
+
+
+async def topics_overview(client: AsyncClient) -> list[dict]:
+    metadata = await client.metadata()
+    topics = sorted((t for t in metadata.topics.values() if not t.error_code),
+                    key=lambda t: t.name)
+    return [_topic_summary(t) for t in topics]
+
+
+async def topic_detail(client: AsyncClient, name: str) -> dict:
+    topic = await _existing_topic(client, name)
+    leading = [p.partition for p in topic.partitions.values() if p.leader_id >= 0]
+    starts, ends = {}, {}
+    if leading:
+        first, last = await asyncio.gather(client.list_offsets(name, leading, EARLIEST),
+                                           client.list_offsets(name, leading, LATEST))
+        starts = {p: o.offset for p, o in first.items()}
+        ends = {p: o.offset for p, o in last.items()}
+    detail = _topic_summary(topic)
+    detail["partitions"] = [{
+        "partition": p.partition, "leader": p.leader_id if p.leader_id >= 0 else None,
+        "replicas": list(p.replicas), "isr": list(p.isr),
+        "offline_replicas": list(p.offline_replicas),
+        "log_start_offset": starts.get(p.partition), "log_end_offset": ends.get(p.partition),
+        "status": _status(p)}
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition)]
+    return detail
+
+
+async def recent_messages(client: AsyncClient, name: str, limit: int,
+                          partition: int | None = None) -> dict:
+    """The last `limit` messages of a topic (of one partition, or merged over all)."""
+    topic = await _existing_topic(client, name)
+    if partition is not None and partition not in topic.partitions:
+        raise NotFound(f"topic {name!r} has no partition {partition}")
+    wanted = [partition] if partition is not None else sorted(topic.partitions)
+    readable = [p for p in wanted if topic.partitions[p].leader_id >= 0]
+    limit = max(1, min(limit, MAX_RECENT))
+    gate = asyncio.Semaphore(_CONCURRENT_PARTITIONS)
+
+    async def last_of(p: int) -> list[dict]:
+        async with gate:
+            return await _last_records(client, name, p, limit)
+
+    found = await asyncio.gather(*(last_of(p) for p in readable))
+    merged = sorted((m for ms in found for m in ms),
+                    key=lambda m: (m["timestamp"], m["offset"]), reverse=True)
+    return {"topic": name, "partition": partition, "limit": limit,
+            "unavailable_partitions": [p for p in wanted if p not in readable],
+            "messages": merged[:limit]}
+
+
+async def groups_overview(client: AsyncClient) -> list[dict]:
+    listed = sorted(await client.list_groups(), key=lambda g: g.group_id)
+    described = await client.describe_groups([g.group_id for g in listed]) if listed else {}
+    rows = []
+    for g in listed:
+        description = described.get(g.group_id)
+        rows.append({"group": g.group_id, "state": (description.state if description else g.state) or None,
+                     "protocol_type": g.protocol_type or None,
+                     "members": len(description.members) if description else None,
+                     "coordinator": g.coordinator_id})
+    return rows
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+def _status(partition) -> str:
+    if partition.leader_id < 0:
+        return "offline"
+    if len(partition.isr) < len(partition.replicas):
+        return "under-replicated"
+    return "ok"
+
+
+def _topic_summary(topic: TopicInfo) -> dict:
+    partitions = list(topic.partitions.values())
+    return {"name": topic.name, "internal": topic.is_internal,
+            "topic_id": None if topic.topic_id == ZERO_UUID else str(topic.topic_id),
+            "partition_count": len(partitions),
+            "replication_factor": len(partitions[0].replicas) if partitions else None,
+            "under_replicated": sum(1 for p in partitions if _status(p) == "under-replicated"),
+            "offline": sum(1 for p in partitions if _status(p) == "offline")}
+
+
+async def _existing_topic(client: AsyncClient, name: str) -> TopicInfo:
+    info = (await client.metadata([name])).topics.get(name)
+    if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        raise NotFound(f"topic {name!r} does not exist")
+    if info.error_code:
+        raise KafkaError(info.error_code, f"topic {name!r}")
+    return info
+
+
+async def _last_records(client: AsyncClient, topic: str, partition: int, limit: int) -> list[dict]:
+    """The last `limit` records below the high watermark, newest first."""
+    first = (await client.list_offsets(topic, [partition], EARLIEST))[partition].offset
+    end = (await client.list_offsets(topic, [partition], LATEST))[partition].offset
+    offset = max(first, end - limit)
+    records = []
+    for _ in range(_FETCH_ROUNDS):
+        if offset >= end:
+            break
+        fetched = await client.fetch_records(topic, partition, offset, max_wait_ms=0,
+                                             max_bytes=_FETCH_BYTES)
+        records += [r for r in fetched.records if r.offset < end]
+        if fetched.next_offset <= offset:
+            break
+        offset = fetched.next_offset
+    return [{"partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+             "key": shown_bytes(r.key), "value": shown_bytes(r.value),
+             "headers": [{"key": k, "value": shown_bytes(v)} for k, v in r.headers]}
+            for r in reversed(records[-limit:])]
