@@ -99,6 +99,8 @@ class HttpServer:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            pass  # stop(); ends the task quietly: asyncio 3.11 logs a cancelled connection task as an error
         finally:
             self._connections.discard(task)
             writer.close()

@@ -98,7 +98,8 @@ SCRIPT = """\
         var level = top * g / 4, gy = y(level);
         svg.appendChild(node("line", {x1: LEFT, x2: LEFT + plotWidth, y1: gy, y2: gy,
                                       stroke: "#f1f3f5"}));
-        svg.appendChild(text(LEFT - 6, gy + 4, String(Math.round(level)), "end"));
+        svg.appendChild(text(LEFT - 6, gy + 4,
+                             Number.isInteger(level) ? String(level) : level.toFixed(1), "end"));
       }
       svg.appendChild(text(LEFT, HEIGHT - 10, clock(first)));
       svg.appendChild(text(LEFT + plotWidth, HEIGHT - 10, clock(last), "end"));
