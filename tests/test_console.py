@@ -66,12 +66,14 @@ class Console:
                 return match.group(0)
         return None
 
-    def request(self, method: str, path: str, form: dict | None = None):
+    def request(self, method: str, path: str, form: dict | None = None, host: str | None = None):
         """(status, headers, body text) of one request, redirects not followed."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             body = urlencode(form).encode() if form is not None else None
             headers = {"Content-Type": "application/x-www-form-urlencoded"} if form is not None else {}
+            if host is not None:
+                headers["Host"] = host
             conn.request(method, path, body=body, headers=headers)
             response = conn.getresponse()
             return response.status, dict(response.getheaders()), response.read().decode()
@@ -313,6 +315,9 @@ def test_offset_reset_is_refused_without_the_flag(console, client):
         status, _, body = console.request("POST", path, {"target": "earliest"})
         assert status == 403 and "--allow-offset-reset" in body
     assert client.fetch_offsets("guarded-readers")[("guarded", 0)].offset == 7
+    # A page whose DNS name was rebound to 127.0.0.1 reaches the port, but not the console.
+    assert console.request("GET", "/groups/guarded-readers", host=f"rebound.example:{console.port}")[0] == 403
+    assert console.request("GET", "/api/cluster", host=f"localhost:{console.port}")[0] == 200
 
 
 def test_offset_reset_shows_the_plan_then_commits_it_once_confirmed(browser, resetting_console, client,

@@ -17,6 +17,10 @@ over it (HMAC with a key of this process, valid for `PLAN_LIFETIME` seconds), so
 a plan the console itself computed and showed is committed; the group must still have
 no active members then. Every form carries this process's CSRF token, checked on POST.
 
+A console bound to a loopback address answers only requests whose Host header names a
+loopback address or localhost (403 otherwise): a web page whose DNS name is rebound to
+127.0.0.1 reaches the port, but never with its own name accepted.
+
 Cluster failures answer a readable page (or JSON {"error": ...}): 404 for an unknown
 topic or group, 502 when the cluster cannot be reached or answers with an error, 504
 on a timeout, 409 when a reset is refused; never a traceback.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import secrets
@@ -68,12 +73,14 @@ class HttpError(Exception):
 
 class ConsoleApp:
     def __init__(self, client: AsyncClient, history: LagHistory, sampler: LagSampler, *,
-                 lag_interval_ms: int, allow_offset_reset: bool = False):
+                 lag_interval_ms: int, allow_offset_reset: bool = False,
+                 loopback_only: bool = True):
         self.client = client
         self.history = history
         self.sampler = sampler
         self.lag_interval_ms = lag_interval_ms
         self.allow_offset_reset = allow_offset_reset
+        self.loopback_only = loopback_only
         self.csrf_token = secrets.token_urlsafe(32)
         self._plan_key = secrets.token_bytes(32)
 
@@ -85,6 +92,9 @@ class ConsoleApp:
         path = request.path.strip("/")
         parts = [unquote(part) for part in path.split("/")] if path else []
         api = bool(parts) and parts[0] == "api"
+        if self.loopback_only and not names_loopback(request.headers.get("host", "")):
+            return self._error(403, "this console answers requests addressed to 127.0.0.1 or "
+                                    "localhost only", api)
         try:
             return await self._route(request, parts)
         except HttpError as exc:
@@ -210,6 +220,22 @@ class ConsoleApp:
         if api:
             return _json({"error": message}, status)
         return _page(pages.error_page(status, message, self.cluster_id), status)
+
+
+def names_loopback(host: str) -> bool:
+    """Whether a Host header ("127.0.0.1:8080", "localhost", "[::1]:8080") names this
+    machine's loopback."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _recent_args(query: dict[str, str]) -> tuple[int, int | None]:

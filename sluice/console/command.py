@@ -21,7 +21,7 @@ from wire.errors import KafkaError
 from wire.http import HttpServer
 
 from sluice.common import CommandError, make_client, positive_float, positive_int, run_command
-from sluice.console.app import ConsoleApp
+from sluice.console.app import ConsoleApp, names_loopback
 from sluice.console.lag import LagHistory, LagSampler
 
 __all__ = ["main", "parser"]
@@ -80,7 +80,8 @@ async def serve(client: AsyncClient, args: argparse.Namespace) -> int:
     history = LagHistory(max_samples=args.lag_samples)
     sampler = LagSampler(sampler_client, history, args.lag_interval_ms / 1000)
     app = ConsoleApp(client, history, sampler, lag_interval_ms=args.lag_interval_ms,
-                     allow_offset_reset=args.allow_offset_reset)
+                     allow_offset_reset=args.allow_offset_reset,
+                     loopback_only=names_loopback(args.host))
     server = HttpServer(app.handle, args.host, args.port, max_body=_MAX_FORM)
     try:
         try:

@@ -102,6 +102,8 @@ class LagSampler:
             await asyncio.sleep(max(0.0, started + self.interval - loop.time()))
 
     async def sample_once(self) -> None:
+        """One round over every group; a group that fails (one not authorized, say) does
+        not keep the others from being sampled, and the first failure is raised after."""
         groups = [g.group_id for g in await self.client.list_groups()]
         self.history.keep_only(groups)
         limit = asyncio.Semaphore(_CONCURRENT_GROUPS)
@@ -112,7 +114,11 @@ class LagSampler:
             if lags:
                 self.history.record(group, LagSample(int(time.time() * 1000), lags))
 
-        await asyncio.gather(*(sample(g) for g in groups[:self.history.max_groups]))
+        outcomes = await asyncio.gather(*(sample(g) for g in groups[:self.history.max_groups]),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
 
 async def group_lags(client: AsyncClient, group: str) -> dict[tuple[str, int], int]:

@@ -169,17 +169,18 @@ async def _last_records(client: AsyncClient, topic: str, partition: int, limit: 
     first = (await client.list_offsets(topic, [partition], EARLIEST))[partition].offset
     end = (await client.list_offsets(topic, [partition], LATEST))[partition].offset
     offset = max(first, end - limit)
-    records = []
+    shown: list[dict] = []  # only what is shown is kept, never whole large values
     for _ in range(_FETCH_ROUNDS):
         if offset >= end:
             break
         fetched = await client.fetch_records(topic, partition, offset, max_wait_ms=0,
                                              max_bytes=_FETCH_BYTES)
-        records += [r for r in fetched.records if r.offset < end]
+        shown += [{"partition": partition, "offset": r.offset, "timestamp": r.timestamp,
+                   "key": shown_bytes(r.key), "value": shown_bytes(r.value),
+                   "headers": [{"key": k, "value": shown_bytes(v)} for k, v in r.headers]}
+                  for r in fetched.records if r.offset < end]
+        del shown[:-limit]
         if fetched.next_offset <= offset:
             break
         offset = fetched.next_offset
-    return [{"partition": partition, "offset": r.offset, "timestamp": r.timestamp,
-             "key": shown_bytes(r.key), "value": shown_bytes(r.value),
-             "headers": [{"key": k, "value": shown_bytes(v)} for k, v in r.headers]}
-            for r in reversed(records[-limit:])]
+    return shown[::-1]
