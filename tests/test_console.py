@@ -28,6 +28,7 @@ import pytest
 from sluice.broker_process import BrokerProcess
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, free_ports
+from sluice.console.lag import LagHistory, LagSample
 from wire.client import Client, NewTopic, ProducerRecord
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,6 +159,19 @@ def _click_to(browser, element, selector: str) -> None:
 
 # -- tests --------------------------------------------------------------------------------
 
+def test_lag_history_is_bounded_in_samples_and_groups():
+    history = LagHistory(max_samples=3, max_groups=2)
+    for at in range(5):
+        for group in ("a", "b", "c"):
+            history.record(group, LagSample(at, {("t", 0): at}))
+    assert [s.at_ms for s in history.samples("a")] == [2, 3, 4]
+    assert history.samples("c") == []  # beyond max_groups
+    history.keep_only(["b"])
+    assert history.samples("a") == [] and len(history.samples("b")) == 3
+    history.record("c", LagSample(5, {("t", 0): 1, ("t", 1): 2}))
+    assert history.samples("c")[0].to_json() == {"t": 5, "total": 3, "partitions": {"t-0": 1, "t-1": 2}}
+
+
 def test_an_unreachable_cluster_is_one_line_at_start_and_a_page_once_running(tmp_path):
     closed, = free_ports(1)
     result = subprocess.run([sys.executable, "-m", "sluice.cli", "console", "--bootstrap-server",
@@ -255,6 +269,8 @@ def test_a_group_page_and_its_lag_chart_drawn_live(browser, console, client, bro
         member = browser.find_element(By.CSS_SELECTOR, "#members tr:nth-child(2)")
         assert "chart-consumer" in member.text and "lagged:0,1" in member.text
         assert browser.find_element(By.ID, "total-lag").text == "30"
+        listed = {g["group"]: g for g in console.json("/api/groups")["groups"]}
+        assert (listed["chart-readers"]["state"], listed["chart-readers"]["members"]) == ("Stable", 1)
         assert not browser.find_elements(By.ID, "reset-form")  # read-only console
         _click_to(browser, browser.find_element(By.LINK_TEXT, "Topics"), "#topics")
         offsets_topic = browser.find_element(

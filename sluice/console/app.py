@@ -210,7 +210,8 @@ class ConsoleApp:
         offsets = {(t, p): o for t, p, o in json.loads(planned)}
         await execute_reset(self.client, ResetPlan(group, {}, offsets))
         log.info("reset the offsets of group %r: %s", group, planned)
-        return HttpResponse(303, b"", _HTML, [("location", f"/groups/{quote(group, safe='')}?reset=done")])
+        back = f"/groups/{quote(group, safe='')}?reset=done"
+        return HttpResponse(303, b"", _HTML, [("location", back)])
 
     def _plan_token(self, group: str, planned: str, expires: str) -> str:
         message = json.dumps([group, planned, expires]).encode("utf-8")

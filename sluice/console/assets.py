@@ -110,6 +110,11 @@ SCRIPT = """\
         });
       });
       names.sort();
+      if (names.length > PALETTE.length) {
+        var more = document.createElement("span");
+        more.textContent = "(" + (names.length - PALETTE.length) + " more partitions counted in the total)";
+        legend.appendChild(more);
+      }
       names.slice(0, PALETTE.length).forEach(function (name, i) {
         var points = samples.filter(function (s) { return name in s.partitions; })
           .map(function (s) { return x(s.t) + "," + y(s.partitions[name]); });
@@ -120,7 +125,7 @@ SCRIPT = """\
         swatch.style.background = PALETTE[i];
         item.appendChild(swatch);
         item.appendChild(document.createTextNode(name));
-        legend.appendChild(item);
+        legend.insertBefore(item, more || null);
       });
       var total = samples.map(function (s) { return x(s.t) + "," + y(s.total); });
       svg.appendChild(node("polyline", {id: "lag-total", points: total.join(" "), fill: "none",

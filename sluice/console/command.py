@@ -91,6 +91,10 @@ async def serve(client: AsyncClient, args: argparse.Namespace) -> int:
                                f"{exc.strerror or exc}") from None
         sampler.start()
         host = f"[{args.host}]" if ":" in args.host else args.host
+        if not names_loopback(args.host):
+            print(f"sluice: warning: the console has no login of its own: whoever reaches "
+                  f"{host}:{server.port} sees the cluster as this console's client does",
+                  file=sys.stderr, flush=True)
         mode = "offset reset allowed" if args.allow_offset_reset else "read-only"
         print(f"Sluice console of cluster {client.cached_metadata.cluster_id} on "
               f"http://{host}:{server.port}/ ({mode})", flush=True)

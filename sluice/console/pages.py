@@ -99,13 +99,17 @@ def overview_page(cluster: dict) -> bytes:
 
 def topics_page(topics: list[dict], cluster_id: str | None) -> bytes:
     rows = "".join(
-        f'<tr class="{"offline" if t["offline"] else "under-replicated" if t["under_replicated"] else ""}">'
-        f'<td><a href="/topics/{u(t["name"])}">{e(t["name"])}</a>{_badges(t)}</td>'
-        f'<td class="num">{t["partition_count"]}</td><td class="num">{e(t["replication_factor"])}</td></tr>'
+        f'<tr class="{_worst(t)}"><td><a href="/topics/{u(t["name"])}">{e(t["name"])}</a>{_badges(t)}</td>'
+        f'<td class="num">{t["partition_count"]}</td>'
+        f'<td class="num">{e(t["replication_factor"])}</td></tr>'
         for t in topics)
     body = f"""<h1>Topics</h1>
 <table id="topics"><tr><th>Topic</th><th>Partitions</th><th>Replication factor</th></tr>{rows}</table>"""
     return _layout("Topics", body, cluster_id)
+
+
+def _worst(topic: dict) -> str:
+    return "offline" if topic["offline"] else "under-replicated" if topic["under_replicated"] else ""
 
 
 def topic_page(topic: dict, messages: dict, cluster_id: str | None) -> bytes:
@@ -122,8 +126,9 @@ def topic_page(topic: dict, messages: dict, cluster_id: str | None) -> bytes:
         f'<td>{_time(m["timestamp"])}</td><td>{_bytes(m["key"])}</td><td>{_bytes(m["value"])}</td>'
         f'<td>{_headers(m["headers"])}</td></tr>'
         for m in shown)
+    selected = messages["partition"]
     choices = "".join(
-        f'<option value="{p["partition"]}"{" selected" if messages["partition"] == p["partition"] else ""}>'
+        f'<option value="{p["partition"]}"{" selected" if selected == p["partition"] else ""}>'
         f'{p["partition"]}</option>' for p in topic["partitions"])
     unavailable = (f'<p class="muted">Partitions without a leader, not read: '
                    f'{_numbers(messages["unavailable_partitions"])}</p>'
@@ -173,14 +178,18 @@ def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: st
         f'<td>{e(o["client_id"])}</td></tr>'
         for o in group["offsets"])
     coordinator = group["coordinator"]
+    if members:
+        members = (f'<table id="members"><tr><th>Member id</th><th>Client id</th><th>Host</th>'
+                   f'<th>Assigned partitions</th></tr>{members}</table>')
+    else:
+        members = '<p class="muted" id="members">No active members.</p>'
     body = f"""<h1>Consumer group {e(name)}</h1>
 {f'<p class="notice">{e(notice)}</p>' if notice else ""}
 <p>State: <strong id="group-state">{e(group["state"])}</strong> · protocol
 {e(group["protocol_type"])}/{e(group["protocol"])} · coordinator {coordinator["id"]}
 ({e(coordinator["host"])}:{coordinator["port"]}) · total lag <strong id="total-lag">{group["total_lag"]}</strong></p>
 <h2>Members</h2>
-{f'<table id="members"><tr><th>Member id</th><th>Client id</th><th>Host</th><th>Assigned partitions</th></tr>{members}</table>'
- if members else '<p class="muted" id="members">No active members.</p>'}
+{members}
 <h2>Offsets and lag</h2>
 <table id="offsets"><tr><th>Topic</th><th>Partition</th><th>Committed offset</th><th>Log end offset</th>
 <th>Lag</th><th>Consumer</th></tr>{offsets}</table>

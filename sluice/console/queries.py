@@ -128,7 +128,8 @@ async def groups_overview(client: AsyncClient) -> list[dict]:
     rows = []
     for g in listed:
         description = described.get(g.group_id)
-        rows.append({"group": g.group_id, "state": (description.state if description else g.state) or None,
+        state = description.state if description else g.state
+        rows.append({"group": g.group_id, "state": state or None,
                      "protocol_type": g.protocol_type or None,
                      "members": len(description.members) if description else None,
                      "coordinator": g.coordinator_id})
