@@ -367,6 +367,11 @@ def test_offset_reset_shows_the_plan_then_commits_it_once_confirmed(browser, res
     forged = dict(fields, plan=json.dumps([["replayed", 0, 0], ["replayed", 1, 0]]))
     assert console.request("POST", path, forged)[0] == 403
     assert console.request("POST", path, dict(fields, csrf="guessed"))[0] == 403
+    planning = f"/groups/{quote(group, safe='')}/reset"
+    assert console.request("POST", planning, {"csrf": "é", "target": "earliest"})[0] == 403
+    status, _, body = console.request("POST", planning, {"csrf": fields["csrf"], "target": "offset",
+                                                         "offset": "²"})
+    assert status == 400 and "must be a number" in body
 
     _click_to(browser, browser.find_element(By.ID, "reset-confirm"), ".notice")
     assert "Committed the new offsets." in browser.find_element(By.CLASS_NAME, "notice").text

@@ -174,7 +174,7 @@ class ConsoleApp:
             form = dict(parse_qsl(request.body.decode("utf-8"), keep_blank_values=True))
         except UnicodeDecodeError:
             raise HttpError(400, "the form is not UTF-8") from None
-        if not hmac.compare_digest(form.get("csrf", ""), self.csrf_token):
+        if not _same(form.get("csrf", ""), self.csrf_token):
             raise HttpError(403, "the form's CSRF token is missing or stale: reload the page")
         return form
 
@@ -188,7 +188,7 @@ class ConsoleApp:
             target = ResetTarget(latest=True)
         elif choice == "offset":
             offset = form.get("offset", "").strip()
-            if not offset.isdigit():
+            if not _is_number(offset):
                 raise HttpError(400, f"the offset must be a number >= 0, not {offset!r}")
             target = ResetTarget(offset=int(offset))
         else:
@@ -203,9 +203,9 @@ class ConsoleApp:
 
     async def _confirm_reset(self, group: str, form: dict[str, str]) -> HttpResponse:
         planned, expires = form.get("plan", ""), form.get("expires", "")
-        if not hmac.compare_digest(form.get("token", ""), self._plan_token(group, planned, expires)):
+        if not _same(form.get("token", ""), self._plan_token(group, planned, expires)):
             raise HttpError(403, "this reset was not planned by this console: show the plan again")
-        if not expires.isdigit() or int(expires) < time.time():
+        if not _is_number(expires) or int(expires) < time.time():
             raise HttpError(409, "the plan is too old: show the plan again")
         offsets = {(t, p): o for t, p, o in json.loads(planned)}
         await execute_reset(self.client, ResetPlan(group, {}, offsets))
@@ -243,11 +243,21 @@ def _recent_args(query: dict[str, str]) -> tuple[int, int | None]:
     """(limit, partition) of ?limit=N&partition=P."""
     limit_text = query.get("limit", "").strip() or str(DEFAULT_RECENT)
     partition_text = query.get("partition", "").strip()
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= queries.MAX_RECENT:
+    if not _is_number(limit_text) or not 1 <= int(limit_text) <= queries.MAX_RECENT:
         raise HttpError(400, f"limit must be a number from 1 to {queries.MAX_RECENT}")
-    if partition_text and not partition_text.isdigit():
+    if partition_text and not _is_number(partition_text):
         raise HttpError(400, "partition must be a number >= 0")
     return int(limit_text), int(partition_text) if partition_text else None
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only (str.isdigit also accepts digits int() refuses, such as "²")."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
+def _same(given: str, expected: str) -> bool:
+    """A constant-time comparison of a token from a form (any text) with ours."""
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
 def _page(body: bytes, status: int = 200) -> HttpResponse:

@@ -99,6 +99,9 @@ class LagSampler:
             except (KafkaError, ClientError, CommandError, OSError, TimeoutError) as exc:
                 self.last_error = str(exc) or type(exc).__name__
                 log.warning("lag sampling failed: %s", self.last_error)
+            except Exception:  # a bug: logged, and sampling goes on
+                self.last_error = "unexpected error; see the console's log"
+                log.exception("lag sampling failed")
             await asyncio.sleep(max(0.0, started + self.interval - loop.time()))
 
     async def sample_once(self) -> None:
