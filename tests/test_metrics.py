@@ -264,6 +264,34 @@ def test_the_dashboard_uses_only_exported_names(broker, port):
     assert used <= exported, f"the dashboard asks for names the broker does not export: {used - exported}"
 
 
+def test_formatting_by_pieces_gives_generate_latest_s_text():
+    """Large families are formatted in pieces between turns of the event loop: the text is
+    byte for byte prometheus_client's for the whole registry."""
+    import asyncio
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from broker.metrics import FORMAT_PIECE, BrokerMetrics
+
+    class Large:
+        def collect(self):
+            gauge = GaugeMetricFamily("kafka_log_log_size", "Bytes", labels=["topic", "partition"])
+            for index in range(2 * FORMAT_PIECE + 7):
+                gauge.add_metric(["t", str(index)], index)
+            counter = CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", "Records", labels=["topic"])
+            for index in range(FORMAT_PIECE + 1):
+                counter.add_metric([f"t{index}"], index)
+            return [gauge, GaugeMetricFamily("kafka_empty", "No samples"), counter]
+
+    metrics = BrokerMetrics(None)
+    metrics.registry = CollectorRegistry(auto_describe=False)
+    metrics.registry.register(Large())
+    text = asyncio.run(metrics.exposition())
+    assert text == generate_latest(metrics.registry)
+    assert len(list(text_string_to_metric_families(text.decode()))) == 3
+
+
 def test_metrics_off_nothing_more_listens(tmp_path):
     with BrokerProcess(tmp_path / "data") as plain:
         assert listening_ports(plain.proc.pid) == {plain.port}
