@@ -219,16 +219,6 @@ class _Collected:
         return self._families
 
 
-class _Collected:
-    """Families collected already, as generate_latest reads a registry."""
-
-    def __init__(self, families: list):
-        self._families = families
-
-    def collect(self):
-        return self._families
-
-
 class BrokerCollector:
     """Every family of the module docstring, read from the broker at scrape time."""
 

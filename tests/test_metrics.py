@@ -292,6 +292,18 @@ def test_formatting_by_pieces_gives_generate_latest_s_text():
     assert len(list(text_string_to_metric_families(text.decode()))) == 3
 
 
+def test_the_metrics_port_is_checked_against_the_listeners():
+    from broker.config import ConfigError, build_config
+
+    config, _ = build_config({"metrics.port": "9404", "metrics.host": "127.0.0.2"}, {"data_dir": "d", "port": 9092})
+    assert (config.metrics_port, config.metrics_host) == (9404, "127.0.0.2")
+    assert build_config({}, {"data_dir": "d"})[0].metrics_port is None  # off by default
+    with pytest.raises(ConfigError, match="metrics.port: 9092 is a listener's port"):
+        build_config({"metrics.port": "9092"}, {"data_dir": "d", "port": 9092})
+    with pytest.raises(ConfigError, match="metrics.port: 70000 is above the maximum 65535"):
+        build_config({"metrics.port": "70000"}, {"data_dir": "d"})
+
+
 def test_metrics_off_nothing_more_listens(tmp_path):
     with BrokerProcess(tmp_path / "data") as plain:
         assert listening_ports(plain.proc.pid) == {plain.port}
@@ -335,6 +347,10 @@ def test_a_cluster_has_one_active_controller_and_counts_isr_changes_and_election
                             )["replicated"].result(30)
         cluster.wait_for_leaders("replicated", full_isr=True)
         assert cluster.leader_of("replicated") == leader
+        produce(cluster.bootstrap_servers, "replicated", 20)
+        wait_for(lambda: value(scrape(ports[leader]), "kafka_server_brokertopicmetrics_replicationbytesout_total")
+                 >= value(scrape(ports[leader]), "kafka_server_brokertopicmetrics_bytesin_total", topic="replicated")
+                 * 2, 20, "both followers to fetch the records")
         before = scrape(ports[leader])
         elections = value(scrape(ports[controller]), "kafka_controller_controllerstats_leaderelectionrateandtimems_count")
         assert value(before, "kafka_server_replicamanager_underreplicatedpartitions") == 0
