@@ -14,7 +14,7 @@ import fcntl
 import inspect
 import logging
 import os
-import time
+from time import perf_counter
 
 from wire.messages import API_VERSIONS
 from wire.primitives import DecodeError
@@ -272,7 +272,7 @@ class Broker:
         request has taken effect)."""
         if session.sasl_raw:  # a SASL token after a v0 handshake, not a request
             return raw_token(session, frame)
-        started = time.perf_counter()
+        started = perf_counter()
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
         except UnsupportedRequest as exc:
