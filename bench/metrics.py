@@ -121,7 +121,7 @@ def _quantile_ms(seconds: list[float], q: float) -> float:
 
 def _ping(port: int, stop, results) -> None:
     """ApiVersions v0 requests one after another on one connection until `stop` is set;
-    each answer's seconds go to `results` (a pipe) at the end."""
+    `results` (a pipe) gets "ready" after the first answer, every answer's seconds at the end."""
     request = struct.pack(">ihhih", 10, 18, 0, 1, -1)  # size, ApiVersions v0, correlation 1, no client id
     seconds = []
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
@@ -131,6 +131,8 @@ def _ping(port: int, stop, results) -> None:
             sock.sendall(request)
             reader.read(struct.unpack(">i", reader.read(4))[0])
             seconds.append(time.perf_counter() - started)
+            if len(seconds) == 1:
+                results.send("ready")
     results.send(seconds)
 
 
@@ -147,6 +149,8 @@ class _Pinger:
 
     def __enter__(self) -> "_Pinger":
         self._process.start()
+        if not self._results.poll(60) or self._results.recv() != "ready":
+            raise RuntimeError("the ApiVersions client did not start")
         return self
 
     def __exit__(self, *exc) -> None:
