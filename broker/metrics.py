@@ -116,6 +116,7 @@ class BrokerMetrics:
     def __init__(self, broker):
         self._broker = broker
         self.topics: dict[str, _TopicCounts] = {}
+        self.gone = _TopicCounts()  # counts of topics no longer here (see BrokerCollector)
         self.replication_bytes_out = 0
         self.requests: dict[tuple[int, int], _RequestCounts] = {}  # (api key, version) ->
         self.waiting = dict.fromkeys(PURGATORIES, 0)  # api key -> requests in its purgatory
@@ -228,7 +229,7 @@ class BrokerCollector:
     def collect(self):
         broker = self._broker
         metrics: BrokerMetrics = broker.metrics
-        yield from self._topic_counters(metrics)
+        yield from self._topic_counters(metrics, broker.topics.topics)
         yield from self._requests(metrics)
         purgatory = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",
                                       "Requests waiting in the purgatory", labels=["delayedOperation"])
@@ -249,13 +250,20 @@ class BrokerCollector:
         yield from self._groups(broker)
 
     @staticmethod
-    def _topic_counters(metrics: BrokerMetrics):
+    def _topic_counters(metrics: BrokerMetrics, local_topics):
+        """Per topic while this broker holds a replica of it (a topic deleted, or moved
+        away, loses its series, as Kafka removes its topic's metrics); the broker-wide
+        totals keep every count."""
+        for topic in [t for t in metrics.topics if t not in local_topics]:
+            gone = metrics.topics.pop(topic)
+            for attr in _TopicCounts.__slots__:
+                setattr(metrics.gone, attr, getattr(metrics.gone, attr) + getattr(gone, attr))
         families = []
         for attr, name, doc in (("messages_in", "messagesin", "Records produced by clients"),
                                 ("bytes_in", "bytesin", "Bytes of the record batches produced by clients"),
                                 ("bytes_out", "bytesout", "Record bytes fetched by consumers")):
             family = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc)
-            total = 0
+            total = getattr(metrics.gone, attr)
             for topic, counts in sorted(metrics.topics.items()):
                 value = getattr(counts, attr)
                 total += value

@@ -177,6 +177,23 @@ def test_topic_counters_follow_what_clients_produced_and_fetched(broker, port):
         assert value(after, "kafka_log_log_logstartoffset", topic=topic, partition=str(p)) == 0
 
 
+def test_a_deleted_topic_loses_its_series_and_the_total_keeps_its_counts(broker, port):
+    from confluent_kafka.admin import AdminClient
+
+    topic = f"doomed-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap_servers, topic, 1)
+    produce(broker.bootstrap_servers, topic, 7)
+    before = scrape(port)
+    assert value(before, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 7
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result(15)
+    after = scrape(port)
+    assert value(after, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) is None
+    assert value(after, "kafka_log_log_size", topic=topic, partition="0") is None
+    assert value(after, "kafka_server_brokertopicmetrics_messagesin_total") == \
+        value(before, "kafka_server_brokertopicmetrics_messagesin_total")
+
+
 def test_request_counts_and_latency_histograms_per_api(broker, port):
     traffic(broker, produced=5)
     samples = scrape(port)
