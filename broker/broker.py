@@ -14,6 +14,7 @@ import fcntl
 import inspect
 import logging
 import os
+from time import perf_counter
 
 from wire.messages import API_VERSIONS
 from wire.primitives import DecodeError
@@ -27,6 +28,7 @@ from broker.cluster.metadata import LocalMetadata, MetadataCache
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.coordinator import GroupCoordinator
+from broker.metrics import PURGATORIES, BrokerMetrics
 from broker.cluster.admin import ClusterTopicAdmin
 from broker.cluster.membership import ClusterMembership, new_cluster_id
 from broker.producer_ids import ProducerIdAllocator, local_block_reserver
@@ -79,6 +81,7 @@ class Broker:
         self.clock = clock
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
+        self.metrics = BrokerMetrics(self)  # counters always; the endpoint with metrics.port
         self.delayed = DelayedOperations(clock)  # fetches and acks=all produces waiting on partitions
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
@@ -88,7 +91,7 @@ class Broker:
             self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
             self.replicas = ReplicaManager(self)
             self.metadata = MetadataCache(config.node_id, config.inter_broker_listener.name)
-            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_may_change,
+            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_expanded,
                                        lambda topic, p: self.metadata.partition_state(topic, p) is not None)
             self.cluster = ClusterMembership(self)
             self.zk = self.cluster.zk
@@ -153,6 +156,13 @@ class Broker:
             await self.cluster.remove_stray_replicas()
         await self.server.start()
         self.config.bound(self.server.ports)
+        if self.config.metrics_port is not None:
+            try:
+                await self.metrics.serve(self.config.metrics_host or self.config.listeners[0].host,
+                                         self.config.metrics_port)
+            except OSError:
+                await self.server.stop()
+                raise
         if self.cluster is not None:
             await self.cluster.join()
         loop = asyncio.get_running_loop()
@@ -185,6 +195,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.leave()
         await self.server.stop()
+        await self.metrics.stop()
         await self.transactions.close()
         for task in self._tasks:
             task.cancel()
@@ -261,6 +272,7 @@ class Broker:
         request has taken effect)."""
         if session.sasl_raw:  # a SASL token after a v0 handshake, not a request
             return raw_token(session, frame)
+        started = perf_counter()
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
         except UnsupportedRequest as exc:
@@ -284,10 +296,12 @@ class Broker:
         except AuthenticationFailed as exc:
             raise CloseConnection(str(exc), last_response=self._encode(header, exc.response)) from None
         if isinstance(response, ResponseLater):
-            return ResponseLater(self._encode_when_done(header, response.awaitable))
+            return ResponseLater(self._encode_when_done(header, response.awaitable, started))
         if inspect.isawaitable(response):
-            return self._encode_when_done(header, response)
-        return self._encode(header, response)
+            return self._encode_when_done(header, response, started)
+        chunks = self._encode(header, response)
+        self.metrics.request_done(header.request_api_key, header.request_api_version, started)
+        return chunks
 
     @staticmethod
     def _encode(header, response) -> list | None:
@@ -296,5 +310,17 @@ class Broker:
         return encode_response_writer(header.request_api_key, header.request_api_version,
                                       header.correlation_id, response).getchunks()
 
-    async def _encode_when_done(self, header, response) -> list | None:
-        return self._encode(header, await response)
+    async def _encode_when_done(self, header, response, started: float) -> list | None:
+        """The response once the handler's wait ends, timed from the request's decoding;
+        meanwhile a Produce or Fetch counts in its purgatory."""
+        api_key = header.request_api_key
+        waiting = self.metrics.waiting
+        if api_key in PURGATORIES:
+            waiting[api_key] += 1
+        try:
+            chunks = self._encode(header, await response)
+        finally:
+            if api_key in PURGATORIES:
+                waiting[api_key] -= 1
+        self.metrics.request_done(api_key, header.request_api_version, started)
+        return chunks

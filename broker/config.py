@@ -254,6 +254,8 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
+    metrics_port: int | None = None  # the Prometheus endpoint (broker.metrics): off while None
+    metrics_host: str | None = None  # None: the first listener's host
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -611,6 +613,10 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             setattr(config, attr, _int(key, value, minimum, maximum))
         elif key in _CLUSTER_BOOL_KEYS:
             setattr(config, _CLUSTER_BOOL_KEYS[key], _bool(key, value))
+        elif key == "metrics.port":
+            config.metrics_port = _int(key, value, 0, 65535)
+        elif key == "metrics.host":
+            config.metrics_host = value.strip() or None
         elif key == "authorizer.class.name":  # any class name: Kafka's AclAuthorizer or StandardAuthorizer
             config.authorizer_class_name = value.strip()
         elif key == "super.users":
@@ -634,6 +640,8 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
         raise ConfigError("max.connections.per.ip: 0 is allowed only with "
                           "max.connections.per.ip.overrides (as in Kafka)")
+    if config.metrics_port and config.metrics_port in (l.port for l in config.listeners):
+        raise ConfigError(f"metrics.port: {config.metrics_port} is a listener's port")
     if not config.data_dir:
         raise ConfigError("no data directory: pass --data-dir or set log.dirs")
     return config, warnings

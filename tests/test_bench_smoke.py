@@ -280,3 +280,21 @@ def test_security_benchmark_runs_every_listener_and_reports():
     assert all(r["all_written"] == [sizes.records] for r in results["rows"] if r["benchmark"] == "produce")
     assert len(results["targets"]) == 4 * len(brokers) and all(t["met"] in (True, False) for t in results["targets"])
     assert "## Targets" in security.markdown(results)
+
+
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
+def test_metrics_benchmark_scrapes_and_measures_the_overhead():
+    """bench.metrics at tiny sizes: the scrape of a broker with its partitions and groups
+    is timed and carries a sample per partition and group, and every broker of the
+    overhead runs gets a rate and a CPU cost per request."""
+    from bench import metrics
+
+    sizes = metrics.Sizes(partitions=150, groups=2, scrapes=5, requests=300, repeats=1, timeout=120.0)
+    results = metrics.run(sizes, "tiny", log=lambda line: None)
+    scrape = results["scrape"]
+    assert scrape["partitions"] == 150 and scrape["p99_ms"] >= scrape["p50_ms"] > 0
+    assert scrape["samples"] > 150 * (4 + 2 * 2)  # 4 log gauges a partition, lag and offset a group
+    assert scrape["ping_max_ms_scraping"] > 0 and scrape["ping_max_ms_quiet"] > 0
+    assert [row["broker"] for row in results["overhead"]] == ["metrics-off", "metrics-on"]
+    assert all(row["requests_per_s"] > 0 and row["broker_cpu_us_per_request"] > 0 for row in results["overhead"])
+    assert "## 2. Per-request overhead" in metrics.markdown(results)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -149,6 +150,9 @@ class Controller:
         self._processor: asyncio.Task | None = None
         self._stopped = False
         self._session_lost = False
+        # Leader changes this controller wrote, and the ms their writes took (broker.metrics).
+        self.leader_elections = 0
+        self.leader_election_ms = 0.0
         self._rebalance_timer = None
         self._deletions: set[asyncio.Task] = set()
         # One watch callable per znode, so that a watch set twice fires once.
@@ -189,6 +193,13 @@ class Controller:
             if reply is not None and not reply.done():
                 reply.set_exception(BrokerError(ErrorCode.NOT_CONTROLLER, "controller stopped"))
         self._worker.shutdown(wait=False)
+
+    def offline_partitions(self) -> int:
+        """Partitions without a live leader, as this controller knows them (0 unless active)."""
+        ctx = self._ctx
+        if not self.is_active or ctx is None:
+            return 0
+        return sum(1 for versioned in ctx.states.values() if versioned.value.leader not in ctx.live)
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
         """Moves leadership off a broker about to stop; the partitions it still leads."""
@@ -427,6 +438,7 @@ class Controller:
                 return False
             leader, isr = decided
             new = LeaderAndIsr(leader, current.value.leader_epoch + 1, tuple(isr), self.epoch)
+            started = time.perf_counter()
             try:
                 version = await self._zk(
                     self.store.set_partition_state, *tp, new, current.zk_version,
@@ -438,6 +450,9 @@ class Controller:
                 ctx.states[tp] = fresh
                 continue
             ctx.states[tp] = Versioned(new, version)
+            if leader != current.value.leader:
+                self.leader_elections += 1
+                self.leader_election_ms += (time.perf_counter() - started) * 1000
             return True
         log.warning("controller %d: %s-%d's state kept changing: not written",
                     self.broker_id, *tp)

@@ -223,6 +223,7 @@ def handle(broker, header, request, session):
                 batch_header, batch = _in_topic_codec(batch_header, batch, config.compression_type,
                                                       config.max_message_bytes)
                 appended = partition.append_as_leader(batch_header, batch, acks)
+                broker.metrics.produced(topic_data.name, batch_header.record_count, len(batch))
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time
                 result.log_start_offset = partition.log_start_offset

@@ -56,6 +56,7 @@ class ReplicaManager:
         self._isr_pending: set[tuple[str, int]] = set()  # led partitions whose ISR may have to change
         self._isr_wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self.isr_shrinks = self.isr_expands = 0  # made as leader (broker.metrics)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -211,6 +212,11 @@ class ReplicaManager:
         asyncio.get_running_loop().create_task(fetcher.close())
 
     # -- ISR changes ----------------------------------------------------------------------
+    def isr_expanded(self, partition) -> None:
+        """A follower joined a led partition's ISR here: write it."""
+        self.isr_expands += 1
+        self.isr_may_change(partition)
+
     def isr_may_change(self, partition) -> None:
         """A led partition's ISR grew here, or may have to shrink: write it."""
         self._isr_pending.add(partition.key)
@@ -258,6 +264,7 @@ class ReplicaManager:
         if isr == self._isr_in_zk.get(key):
             if lagging:
                 partition.remove_from_isr(sorted(lagging))
+                self.isr_shrinks += 1
             return True
         controller_epoch, version = applied
         epoch = partition.leader_epoch
@@ -278,5 +285,6 @@ class ReplicaManager:
         self._isr_in_zk[key] = isr
         if lagging:
             partition.remove_from_isr(sorted(lagging))
+            self.isr_shrinks += 1
         log.info("%s-%d: ISR now %s (leader epoch %d)", key[0], key[1], list(isr), epoch)
         return True
