@@ -343,3 +343,282 @@ def test_topic_configs_are_validated():
                                 ("max.compaction.lag.ms", "0", "below the minimum 1")]:
         with pytest.raises(ValueError, match=message):
             parse_topic_configs({key: value})
+
+
+# -- the broker process ------------------------------------------------------------------
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,  # noqa: E402
+                                  NewTopic)
+
+TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def write_properties(path, props: dict) -> str:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return str(path)
+
+
+BROKER_PROPS = {"log.cleaner.backoff.ms": "100", "offsets.topic.num.partitions": "1",
+                "transaction.state.log.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+
+
+@pytest.fixture(scope="module")
+def compaction_broker(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("compaction")
+    config = write_properties(directory / "server.properties", BROKER_PROPS)
+    with BrokerProcess(directory / "data", config_file=config) as proc:
+        yield proc
+
+
+def create_topic(bootstrap, name, config):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1, config=config)],
+                                  operation_timeout=10)
+    futures[name].result(timeout=15)
+
+
+def produce_keyed(bootstrap, topic, pairs, **settings) -> list[tuple[int, bytes, bytes | None]]:
+    """Produce (key, value) pairs in order; returns (offset, key, value) of each."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **settings})
+    reports = []
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        reports.append((msg.offset(), msg.key(), msg.value()))
+
+    for key, value in pairs:
+        producer.produce(topic, key=key, value=value, partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(15) == 0
+    assert len(reports) == len(pairs)
+    return sorted(reports)
+
+
+def consume_all(bootstrap, topic, isolation="read_uncommitted") -> list[tuple[int, bytes, bytes | None]]:
+    """Every record from the log start to the end, through confluent-kafka."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "c-" + uuid.uuid4().hex,
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    out = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                raise KafkaException(msg.error())
+            out.append((msg.offset(), msg.key(), msg.value()))
+        raise AssertionError("did not reach the end of the partition in time")
+    finally:
+        consumer.close()
+
+
+def kcat_all(bootstrap, topic) -> list[tuple[int, bytes, bytes | None]]:
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    out = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                          "-q", "-f", "%o|%k|%S|%s\\n"], capture_output=True, timeout=60, check=True).stdout
+    records = []
+    for line in out.splitlines():
+        offset, key, size, value = line.split(b"|", 3)
+        records.append((int(offset), key, None if int(size) < 0 else value))
+    return records
+
+
+def cleaned_to(proc, topic) -> int:
+    """Where the broker's last cleaning of `topic`-0 ended (its cleaner checkpoint)."""
+    return read_checkpoint(os.path.join(proc.data_dir, CLEANER_CHECKPOINT)).get((topic, 0), 0)
+
+
+def anomalies(found, sent, below) -> dict[str, int]:
+    """What a compacted read of `sent` may not show: a key whose latest record is missing
+    (lost), an offset twice (duplicated), offsets going backwards, a record superseded below
+    the cleaned offset `below` still there."""
+    latest = latest_per_key(sent)
+    latest_cleaned = latest_per_key([r for r in sent if r[0] < below])
+    offsets = [offset for offset, _, _ in found]
+    present = set(found)
+    return {"lost": sum((offset, key, value) not in present for key, (offset, value) in latest.items()),
+            "duplicated": len(offsets) - len(set(offsets)),
+            "backwards": sum(b <= a for a, b in zip(offsets, offsets[1:])),
+            "superseded": sum(latest_cleaned[key][0] != offset for offset, key, _ in found if offset < below)}
+
+
+NO_ANOMALY = {"lost": 0, "duplicated": 0, "backwards": 0, "superseded": 0}
+
+
+def test_broker_keeps_the_latest_value_per_key(compaction_broker):
+    bootstrap = compaction_broker.bootstrap_servers
+    topic = "compacted-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, topic, TOPIC_CONFIG)
+    sent = []
+    for r in range(20):
+        sent += produce_keyed(bootstrap, topic, [(b"key-%d" % k, b"value-%d-%d" % (r, k) * 4) for k in range(30)])
+    end = sent[-1][0] + 1
+    wait_for(lambda: cleaned_to(compaction_broker, topic) > end // 2, what="a cleaning of most of the log")
+    below = cleaned_to(compaction_broker, topic)
+    found = consume_all(bootstrap, topic)
+    assert anomalies(found, sent, below) == NO_ANOMALY
+    assert len(found) < len(sent) // 2, "superseded records were removed"
+    assert kcat_all(bootstrap, topic) == found
+    assert any(f"Log cleaner cleaned log {topic}-0" in line for line in compaction_broker.output)
+
+
+def test_broker_tombstones_expire_after_delete_retention(compaction_broker):
+    bootstrap = compaction_broker.bootstrap_servers
+    topic = "tombstones-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, topic, {**TOPIC_CONFIG, "delete.retention.ms": "1500"})
+    sent = produce_keyed(bootstrap, topic, [(b"key-%d" % k, b"value" * 20) for k in range(40)])
+    sent += produce_keyed(bootstrap, topic, [(b"key-%d" % k, None) for k in range(20)])
+    filler = iter(range(10_000))
+
+    def fill(rounds=1):
+        return produce_keyed(bootstrap, topic, [(b"filler-%d" % (next(filler) % 7), b"x" * 200)
+                                                 for _ in range(25 * rounds)])
+    sent += fill(2)
+    tombstone_end = sent[59][0] + 1
+    wait_for(lambda: cleaned_to(compaction_broker, topic) >= tombstone_end, what="a cleaning past the tombstones")
+    found = consume_all(bootstrap, topic)
+    assert {(k, v) for _, k, v in found if v is None} == {(b"key-%d" % k, None) for k in range(20)}
+    started = time.monotonic()
+
+    def tombstones_gone():
+        nonlocal sent
+        sent += fill()  # dirt for the next cleaning
+        return not any(v is None for _, _, v in consume_all(bootstrap, topic))
+    wait_for(tombstones_gone, timeout=20, interval=0.3, what="the tombstones to go")
+    assert time.monotonic() - started >= 1.0, "kept for delete.retention.ms first"
+    found = consume_all(bootstrap, topic)
+    keys = {k for _, k, _ in found}
+    assert not {b"key-%d" % k for k in range(20)} & keys and {b"key-%d" % k for k in range(20, 40)} <= keys
+    assert anomalies(found, [r for r in sent if r[2] is not None], 0)["duplicated"] == 0
+
+
+def test_broker_removes_aborted_transactions(compaction_broker):
+    bootstrap = compaction_broker.bootstrap_servers
+    topic = "txn-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, topic, TOPIC_CONFIG)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "t-" + uuid.uuid4().hex,
+                         "linger.ms": 5})
+    producer.init_transactions(15)
+    for kind in ("committed", "aborted", "committed-too"):
+        producer.begin_transaction()
+        for k in range(30):
+            producer.produce(topic, key=b"%s-%d" % (kind.encode(), k), value=kind.encode() * 10, partition=0)
+        producer.flush(15)
+        (producer.abort_transaction if kind == "aborted" else producer.commit_transaction)(15)
+    sent = []
+    for _ in range(6):  # batches of their own: some segments roll past the transactions
+        sent += produce_keyed(bootstrap, topic, [(b"filler-%d" % (i % 5), b"f" * 300) for i in range(10)])
+    wait_for(lambda: cleaned_to(compaction_broker, topic) >= sent[0][0], what="a cleaning past the transactions")
+    for isolation in ("read_uncommitted", "read_committed"):
+        found = consume_all(bootstrap, topic, isolation)
+        kinds = {v for _, _, v in found}
+        assert b"aborted" * 10 not in kinds, f"{isolation}: aborted records were removed"
+        assert {b"committed" * 10, b"committed-too" * 10} <= kinds
+        assert [v for _, _, v in found].count(b"committed" * 10) == 30
+        offsets = [o for o, _, _ in found]
+        assert offsets == sorted(set(offsets))
+
+
+def test_keyless_records_are_refused(compaction_broker):
+    bootstrap = compaction_broker.bootstrap_servers
+    topic = "keyless-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, topic, TOPIC_CONFIG)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
+    errors = []
+    producer.produce(topic, value=b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(15)
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() == KafkaError.INVALID_RECORD
+    assert produce_keyed(bootstrap, topic, [(b"k", b"with a key")])[0][0] == 0, "nothing was appended"
+
+
+def test_compaction_configs(compaction_broker, tmp_path):
+    bootstrap = compaction_broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = "bad-ratio-" + uuid.uuid4().hex[:8]
+    futures = admin.create_topics([NewTopic(topic, 1, 1, config={**TOPIC_CONFIG, "min.cleanable.dirty.ratio": "1.5"})])
+    with pytest.raises(KafkaException) as info:
+        futures[topic].result(15)
+    error = info.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "min.cleanable.dirty.ratio: 1.5 is not between 0 and 1" in error.str()
+    good = "configs-" + uuid.uuid4().hex[:8]
+    create_topic(bootstrap, good, {**TOPIC_CONFIG, "delete.retention.ms": "1000", "max.compaction.lag.ms": "60000"})
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, good)])
+    entries = list(described.values())[0].result(15)
+    assert entries["min.cleanable.dirty.ratio"].value == "0.01"
+    assert entries["delete.retention.ms"].value == "1000"
+    assert entries["min.compaction.lag.ms"].value == "0" and entries["max.compaction.lag.ms"].value == "60000"
+    # A bad broker setting stops the start with a readable message.
+    config = write_properties(tmp_path / "bad.properties", {"log.cleaner.min.cleanable.ratio": "2"})
+    with pytest.raises(RuntimeError, match="log.cleaner.min.cleanable.ratio: 2 is not between 0 and 1"):
+        BrokerProcess(tmp_path / "bad-data", config_file=config).start()
+
+
+def test_sigkill_mid_cleaning_loses_and_duplicates_nothing(tmp_path):
+    """A consumer reading from the start while a throttled cleaning runs sees a consistent
+    log; a SIGKILL in the middle of it, then a restart, loses and doubles nothing; the
+    idempotent producer goes on after it without a sequence error."""
+    config = write_properties(tmp_path / "server.properties",
+                              {**BROKER_PROPS, "log.cleaner.io.max.bytes.per.second": "250000"})
+    proc = BrokerProcess(tmp_path / "data", config_file=config).start()
+    try:
+        bootstrap = proc.bootstrap_servers
+        topic = "killed"
+        # min.compaction.lag.ms holds the cleaning back until everything is written; lowered
+        # then, one cleaning of the whole log follows, slowed by the I/O throttle to seconds.
+        create_topic(bootstrap, topic, {**TOPIC_CONFIG, "segment.bytes": "65536",
+                                        "min.compaction.lag.ms": "3600000"})
+        idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        sent = []
+
+        def produce(pairs, producer):
+            reports = []
+            for key, value in pairs:
+                producer.produce(topic, key=key, value=value, partition=0,
+                                 on_delivery=lambda err, msg: reports.append((err, msg)))
+                producer.poll(0)
+            assert producer.flush(15) == 0
+            assert [err for err, _ in reports if err is not None] == []
+            return sorted((m.offset(), m.key(), m.value()) for _, m in reports)
+        for r in range(8):
+            sent += produce([(b"key-%d" % k, b"%d-%d-" % (r, k) + b"v" * 80) for k in range(1000)], idempotent)
+        assert not any(f"cleaning of log {topic}-0" in line for line in proc.output)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        futures = admin.incremental_alter_configs([ConfigResource(
+            ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+                "min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])])
+        list(futures.values())[0].result(15)
+        wait_for(lambda: any(f"Beginning cleaning of log {topic}-0" in line for line in proc.output),
+                 what="the cleaning to begin")
+        # Reads during the cleaning: every key's latest value, offsets ascending, nothing twice.
+        reads = 0
+        while not any(f"Log cleaner cleaned log {topic}-0" in line for line in proc.output) and reads < 3:
+            assert anomalies(consume_all(bootstrap, topic), sent, 0) == {**NO_ANOMALY, "superseded": 0}
+            reads += 1
+        assert reads >= 1 and not any(f"cleaned log {topic}-0" in line for line in proc.output), \
+            "the cleaning ran while the consumer read"
+        leftovers = [n for n in os.listdir(tmp_path / "data" / f"{topic}-0") if n.endswith((".cleaned", ".swap"))]
+        proc.kill()
+        proc.start()
+        found = consume_all(bootstrap, topic)
+        counts = anomalies(found, sent, 0)
+        print(f"after SIGKILL mid-cleaning (files in flight: {leftovers}): {counts}, "
+              f"{len(found)} of {len(sent)} records read")
+        assert {k: counts[k] for k in ("lost", "duplicated", "backwards")} == \
+            {"lost": 0, "duplicated": 0, "backwards": 0}
+        # The idempotent producer goes on: the broker still knows its sequence.
+        sent += produce([(b"key-%d" % k, b"after-%d" % k) for k in range(50)], idempotent)
+        wait_for(lambda: cleaned_to(proc, topic) > 0, timeout=60, what="the cleaning to finish after the restart")
+        final = consume_all(bootstrap, topic)
+        assert anomalies(final, sent, cleaned_to(proc, topic)) == NO_ANOMALY
+    finally:
+        proc.kill()

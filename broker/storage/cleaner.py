@@ -584,7 +584,6 @@ class LogCleaner:
                  dirt.first_dirty, dirt.first_uncleanable, dirt.ratio)
         cleaning = LogCleaning(partition_log, self.offset_map, dirt.first_dirty, dirt.first_uncleanable,
                                now, stats)
-        size_before = partition_log.size_bytes
         await self._work(cleaning.build_offset_map())
         stats.map_done = self.clock.monotonic()
         end = min(self.offset_map.latest_offset + 1, dirt.first_uncleanable)
@@ -604,7 +603,7 @@ class LogCleaner:
             partition_log.replace_segments(cleaned, group)
         self.first_dirty[(partition_log.topic, partition_log.partition)] = end
         await asyncio.to_thread(self._write_checkpoint)
-        self._log_summary(name, dirt, end, stats, size_before, partition_log.size_bytes)
+        self._log_summary(name, dirt, end, stats)
 
     async def _work(self, steps: Iterator[int]) -> None:
         """Run a cleaning step, letting the event loop run every SLICE_SECONDS and
@@ -625,18 +624,17 @@ class LogCleaner:
         self.first_dirty = {key: offset for key, offset in self.first_dirty.items() if key in live}
         write_checkpoint(self.checkpoint_path, self.first_dirty)
 
-    def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats, size_before: int,
-                     size_after: int) -> None:
+    def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats) -> None:
         elapsed = max(self.clock.monotonic() - stats.started, 1e-6)
         mapping = max(stats.map_done - stats.started, 1e-6)
         processed = stats.map_bytes + stats.bytes_read
         removed = stats.records_read - stats.records_kept
         log.info("Log cleaner cleaned log %s (dirty section [%d, %d)): %.1f MB of log processed in %.1f s "
                  "(%.1f MB/s); offset map of %d keys (%.1f%% of its buffer) built from %.1f MB in %.1f s; "
-                 "%.1f MB rewritten into %.1f MB; %d records kept, %d removed, %d batches kept empty; "
-                 "log size %.1f MB -> %.1f MB (%.1f%% smaller)",
+                 "%.1f MB of segments rewritten into %.1f MB (%.1f%% smaller); %d records kept, %d removed, "
+                 "%d batches kept empty",
                  name, dirt.first_dirty, end, processed / _MB, elapsed, processed / _MB / elapsed,
                  len(self.offset_map), 100 * self.offset_map.utilization, stats.map_bytes / _MB, mapping,
-                 stats.bytes_read / _MB, stats.bytes_written / _MB, stats.records_kept, removed,
-                 stats.batches_emptied, size_before / _MB, size_after / _MB,
-                 100 * (1 - size_after / size_before) if size_before else 0.0)
+                 stats.bytes_read / _MB, stats.bytes_written / _MB,
+                 100 * (1 - stats.bytes_written / stats.bytes_read) if stats.bytes_read else 0.0,
+                 stats.records_kept, removed, stats.batches_emptied)
