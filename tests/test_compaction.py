@@ -332,6 +332,24 @@ def test_a_fetch_holding_a_replaced_segment_reads_its_old_bytes(tmp_path):
     assert log.read(0, 1 << 20, log.high_watermark, True).read() != old
 
 
+def test_a_new_follower_replicates_a_compacted_leader(tmp_path):
+    """The leader's batches start past the follower's log end where the cleaner removed
+    offsets: the follower takes them, as Kafka's do, and ends with the leader's records."""
+    from tests.test_follower import leader_and_follower, produce, replicate
+    clock = SteppedClock(BASE_TS)
+    leader, follower = leader_and_follower(tmp_path, COMPACT, clock)
+    for r in range(30):
+        produce(leader, keyed([(b"key-%d" % k, b"value-%d" % r) for k in range(4)]))
+    leader.log.update_high_watermark(leader.log.log_end_offset)
+    assert Cleaner(leader.log, clock).clean()
+    assert records_of(leader.log)[0][0] > 0, "the first offsets were cleaned away"
+    replicate(leader, follower)
+    assert records_of(follower.log) == records_of(leader.log)
+    assert follower.log_end_offset == leader.log_end_offset
+    leader.log.close()
+    follower.log.close()
+
+
 def test_topic_configs_are_validated():
     assert parse_topic_configs({"min.cleanable.dirty.ratio": "0.25", "delete.retention.ms": "0",
                                 "min.compaction.lag.ms": "10", "max.compaction.lag.ms": "100"}) == \
