@@ -555,6 +555,14 @@ def test_keyless_records_are_refused(compaction_broker):
     producer.flush(15)
     assert len(errors) == 1 and errors[0] is not None
     assert errors[0].code() == KafkaError.INVALID_RECORD
+    kafka = pytest.importorskip("kafka")  # kafka-python shows the broker's error message
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, retries=0)
+    try:
+        with pytest.raises(kafka.errors.InvalidRecordError,
+                           match=f"Compacted topic cannot accept message without key in topic partition {topic}-0"):
+            producer.send(topic, value=b"no key either", partition=0).get(15)
+    finally:
+        producer.close(5)
     assert produce_keyed(bootstrap, topic, [(b"k", b"with a key")])[0][0] == 0, "nothing was appended"
 
 
@@ -568,6 +576,11 @@ def test_compaction_configs(compaction_broker, tmp_path):
     error = info.value.args[0]
     assert error.code() == KafkaError.INVALID_CONFIG
     assert "min.cleanable.dirty.ratio: 1.5 is not between 0 and 1" in error.str()
+    conflict = "lags-" + uuid.uuid4().hex[:8]
+    futures = admin.create_topics([NewTopic(conflict, 1, 1, config={"min.compaction.lag.ms": "5000",
+                                                                   "max.compaction.lag.ms": "1000"})])
+    with pytest.raises(KafkaException, match=r"min.compaction.lag.ms \(5000\) > max.compaction.lag.ms \(1000\)"):
+        futures[conflict].result(15)
     good = "configs-" + uuid.uuid4().hex[:8]
     create_topic(bootstrap, good, {**TOPIC_CONFIG, "delete.retention.ms": "1000", "max.compaction.lag.ms": "60000"})
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, good)])
