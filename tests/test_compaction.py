@@ -9,6 +9,7 @@ and the data directory.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -319,6 +320,34 @@ def test_an_interrupted_swap_completes_at_start_up(tmp_path, monkeypatch):
         assert (offset, key, value) in found
     assert reopened.log_end_offset == sent[-1][0] + 1 and reopened.segments[0].base_offset == 0
     reopened.close()
+
+
+def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog):
+    """Segments deleted while a (throttled) cleaning runs: it drops what it cleaned, and
+    the next cleaning starts over from the new log start."""
+    clock = SteppedClock(BASE_TS)
+    log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
+    sent = fill_keys(log, 40, 4)
+    cleaner = Cleaner(log, clock, log_cleaner_io_max_bytes_per_second=20_000.0)
+    caplog.set_level(logging.INFO, logger="sluice.cleaner")
+
+    async def delete_records_meanwhile():
+        cleaning = asyncio.create_task(cleaner.cleaner.clean_dirtiest())
+        for _ in range(2000):  # until the first group is being rewritten
+            if any(n.endswith(".cleaned") for n in os.listdir(log.directory)):
+                break
+            await asyncio.sleep(0.005)
+        assert not cleaning.done()
+        log.delete_records_before(log.segments[2].base_offset)
+        return await cleaning
+    assert asyncio.run(delete_records_meanwhile())
+    assert "abandoned: its segments changed meanwhile" in caplog.text
+    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
+    assert cleaner.clean()
+    start = log.log_start_offset
+    check_compacted(log, [record for record in sent if record[0] >= start])
+    log.close()
 
 
 def test_a_fetch_holding_a_replaced_segment_reads_its_old_bytes(tmp_path):

@@ -597,6 +597,11 @@ class LogCleaner:
                 await asyncio.to_thread(cleaned.seal)
                 if not self._still_holds(partition_log, group, sizes):
                     raise _Abandoned("its segments changed meanwhile")
+            except OSError:
+                cleaned.delete()
+                if not self._still_holds(partition_log, group, sizes):  # its directory went with its topic
+                    raise _Abandoned("its segments changed meanwhile") from None
+                raise
             except BaseException:
                 cleaned.delete()
                 raise
