@@ -9,6 +9,7 @@ and the data directory.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -259,6 +260,30 @@ def test_aborted_transactions_go_and_markers_follow_kafka(tmp_path):
     assert not append(reopened, keyed([(b"n", b"n")], pid=PID, epoch=EPOCH, seq=15)).duplicate
     assert not append(reopened, keyed([(b"n", b"m")], pid=PID + 1, epoch=EPOCH, seq=3)).duplicate
     reopened.close()
+
+
+def test_compaction_lags_and_the_dirty_ratio(tmp_path):
+    """min.cleanable.dirty.ratio holds a cleaning back until max.compaction.lag.ms has
+    passed for the first dirty batch; min.compaction.lag.ms keeps recent segments out."""
+    clock = SteppedClock(BASE_TS)
+    config = dataclasses.replace(COMPACT, min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=DAY,
+                                 min_compaction_lag_ms=60_000)
+    log = open_log(tmp_path / "t-0", config, clock=clock)
+    fill_keys(log, 20, 40, ts=BASE_TS)
+    cleaner = Cleaner(log, clock)
+    assert not cleaner.clean(), "every segment is within min.compaction.lag.ms"
+    clock.now = BASE_TS + 120_000
+    assert cleaner.clean()  # all dirty: ratio 1.0 > 0.9
+    first_end = read_checkpoint(str(tmp_path / CLEANER_CHECKPOINT))[("t", 0)]
+    fill_keys(log, 6, 4, start_value=100, ts=BASE_TS + 10)  # old timestamps
+    fill_keys(log, 6, 4, start_value=200, ts=BASE_TS + DAY)  # within the min lag, then too
+    assert not cleaner.clean(), "the ratio is below 0.9 and nothing is overdue yet"
+    clock.now = BASE_TS + DAY + 20
+    assert cleaner.clean(), "max.compaction.lag.ms passed for the first dirty batch"
+    end = read_checkpoint(str(tmp_path / CLEANER_CHECKPOINT))[("t", 0)]
+    recent = [s for s in log.segments if s.max_timestamp() and s.max_timestamp()[0] == BASE_TS + DAY]
+    assert first_end < end <= recent[0].base_offset, "segments within the min lag stay dirty"
+    log.close()
 
 
 def test_a_small_offset_map_cleans_in_steps(tmp_path):

@@ -99,7 +99,8 @@ class OffsetMap:
     """Key -> latest offset for the dirty range of one cleaning, bounded as Kafka's
     SkimpyOffsetMap: `slots` of 24 bytes (16 of MD5, 8 of offset) in the dedupe buffer,
     filled to `capacity` (slots times the load factor). Keys are kept as their MD5, as
-    Kafka does: two keys colliding is as unlikely here as there."""
+    Kafka does: two keys colliding is as unlikely here as there. It is a dict, so a full
+    map takes some four times the configured bytes of memory: the bound is on keys."""
 
     def __init__(self, buffer_bytes: int, load_factor: float):
         self.slots = buffer_bytes // CLEANER_BYTES_PER_KEY
@@ -530,6 +531,8 @@ class LogCleaner:
             self.uncleanable.add(key)
             log.exception("Cleaning of log %s-%d failed; it stays uncleanable until the broker restarts",
                           *key)
+        finally:
+            self.offset_map.clear()  # its memory is not held between cleanings
         return True
 
     def _dirt(self, partition_log: PartitionLog, now: int) -> _Dirt | None:
