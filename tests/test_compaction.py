@@ -707,3 +707,48 @@ def test_sigkill_mid_cleaning_loses_and_duplicates_nothing(tmp_path):
         assert anomalies(final, sent, cleaned_to(proc, topic)) == NO_ANOMALY
     finally:
         proc.kill()
+
+
+@pytest.mark.long
+def test_produce_and_fetch_go_on_during_a_long_cleaning(tmp_path):
+    """The cleaner works in slices on the broker's event loop: while it cleans a log of
+    tens of MB, single-record produces (acks=1) and fetches are answered without waiting
+    for it. Latencies are printed; the bound asserted is loose (a busy machine)."""
+    config = write_properties(tmp_path / "server.properties", BROKER_PROPS)
+    with BrokerProcess(tmp_path / "data", config_file=config) as proc:
+        bootstrap = proc.bootstrap_servers
+        topic, probe = "big", "probe"
+        create_topic(bootstrap, topic, {**TOPIC_CONFIG, "segment.bytes": str(4 << 20),
+                                        "min.compaction.lag.ms": "3600000"})
+        create_topic(bootstrap, probe, {})
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
+                             "compression.type": "none"})
+        for i in range(400_000):
+            producer.produce(topic, key=b"key-%d" % (i % 100_000), value=b"v" * 100, partition=0)
+            if i % 10_000 == 0:
+                producer.poll(0)
+                assert producer.flush(30) == 0
+        assert producer.flush(30) == 0
+        acked = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
+        acked.produce(probe, key=b"k", value=b"connected", partition=0)  # connections and metadata first
+        assert acked.flush(10) == 0
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        list(admin.incremental_alter_configs([ConfigResource(
+            ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+                "min.compaction.lag.ms", "0", incremental_operation=AlterConfigOpType.SET)])]).values())[0].result(15)
+        wait_for(lambda: any(f"Beginning cleaning of log {topic}-0" in line for line in proc.output),
+                 what="the cleaning to begin")
+        latencies = []
+        deadline = time.monotonic() + 120
+        while not any(f"cleaned log {topic}-0" in line for line in proc.output) and time.monotonic() < deadline:
+            started = time.monotonic()
+            acked.produce(probe, key=b"k", value=b"v", partition=0)
+            assert acked.flush(10) == 0
+            latencies.append(time.monotonic() - started)
+        found = consume_all(bootstrap, probe)
+        assert len(found) == len(latencies) + 1 and latencies, "produces answered during the cleaning"
+        latencies.sort()
+        print(f"{len(latencies)} produces during the cleaning: p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, "
+              f"p99 {latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms")
+        print("".join(line for line in proc.output if f"cleaned log {topic}-0" in line))
+        assert latencies[-1] < 1.0

@@ -42,12 +42,13 @@ Rules (Kafka's Cleaner, LogCleaner and LogCleanerManager, for record batches v2)
   (record count 0), so that the idempotent producer's state survives restart and
   truncation; so is the batch that ends at the cleaning's upper bound.
 - Crash safety, as Kafka: a group is written to `<base>.log.cleaned` and its indexes,
-  fsynced, renamed `.swap` (directory synced), swapped into the segment list with the
-  old segments' files deleted, then renamed to its final names
+  fsynced, renamed `.swap` (directory synced: `seal_for_swap`), swapped into the segment
+  list with the old segments' files deleted, then renamed to its final names
   (`PartitionLog.replace_segments`). At start-up `.cleaned` files are deleted and `.swap`
-  files complete their swap (`PartitionLog._finish_cleaner_swaps`). The checkpoint is
-  written after the swaps: a stop in between cleans the range again, which keeps what
-  the first cleaning kept.
+  files complete their swap (`PartitionLog._finish_cleaner_swaps`): a `.swap` is always a
+  whole cleaning of segments that are still there, or of what is left of them. The
+  checkpoint is written after the swaps: a stop in between cleans the range again, which
+  keeps what the first cleaning kept.
 
 Never blocking the event loop: the cleaner is one asyncio task on the broker's loop
 that works in slices of at most `SLICE_SECONDS` (between batches) and yields after each,
@@ -55,8 +56,9 @@ rather than a thread: its work is Python (decoding batches, hashing keys) that w
 hold the GIL against the loop anyway, and on the loop it sees each log between two
 appends, never inside one, so the swap of segment lists needs no lock and the checks of
 what changed meanwhile (retention, truncation, a deleted topic: the cleaned group is
-then dropped) are exact. The one long system call, the fsync of a cleaned segment before
-its swap, runs in a worker thread (the segment is the cleaner's alone until swapped).
+then dropped) are exact. The long system calls, the fsync of a cleaned segment before
+its swap and the directory's after its rename, run in a worker thread (the segment is
+the cleaner's alone until swapped).
 Source segments are read through the cleaner's own descriptors, and fetches hold theirs,
 so that a deleted segment's bytes stay readable to whoever was reading them. Bytes read
 plus written are throttled to `log.cleaner.io.max.bytes.per.second` by sleeping between
@@ -82,7 +84,7 @@ from broker.clock import Clock
 from broker.config import CLEANER_BYTES_PER_KEY, INT_MAX, BrokerConfig
 from broker.storage.checkpoint import read_checkpoint, write_checkpoint
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
-from broker.storage.log import CLEANED_SUFFIX, MAX_DECOMPRESSED_BATCH, PartitionLog
+from broker.storage.log import CLEANED_SUFFIX, MAX_DECOMPRESSED_BATCH, PartitionLog, seal_for_swap
 from broker.storage.segment import LogSegment, SegmentFile
 from broker.throttled_log import ThrottledLog
 
@@ -597,7 +599,7 @@ class LogCleaner:
             cleaned = cleaning.new_segment(group)
             try:
                 await self._work(cleaning.clean_group(group, cleaned))
-                await asyncio.to_thread(cleaned.seal)
+                await asyncio.to_thread(seal_for_swap, cleaned)
                 if not self._still_holds(partition_log, group, sizes):
                     raise _Abandoned("its segments changed meanwhile")
             except OSError:

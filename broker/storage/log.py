@@ -69,6 +69,23 @@ SWAP_SUFFIX = ".swap"
 _SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 
 
+def sync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal_for_swap(cleaned: LogSegment) -> None:
+    """Make the log cleaner's `.cleaned` segment durable and rename it `.swap`, the
+    directory synced after: the slow part of a swap, for a worker thread (the segment is
+    the cleaner's alone until `PartitionLog.replace_segments` takes it)."""
+    cleaned.seal()
+    cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+    sync_directory(cleaned.directory)
+
+
 class AppendResult:
     __slots__ = ("first_offset", "last_offset", "log_append_time", "duplicate")
 
@@ -584,22 +601,16 @@ class PartitionLog:
         self._advance_recovery_point(self.log_end_offset)
 
     def _sync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(self.directory)
         self._directory_unsynced = False
 
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> None:
-        """Swap the log cleaner's sealed `.cleaned` segment in for the consecutive sealed
-        segments `old` it was cleaned from, in Kafka's order: renamed `.swap` and the
-        directory synced (from here a crash completes the swap at start-up), put in their
-        place in one step of the event loop, their files deleted (a fetch holding a
-        descriptor of one still reads its bytes), then given its final names."""
+        """Swap the log cleaner's segment in for the consecutive sealed segments `old` it
+        was cleaned from, in Kafka's order: `cleaned` is whole, synced and named `.swap`
+        already (`seal_for_swap`: from there a crash completes the swap at start-up); it
+        is put in their place in one step of the event loop, their files deleted (a fetch
+        holding a descriptor of one still reads its bytes), then given its final names."""
         first = self.segments.index(old[0])
-        cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
-        self._sync_directory()
         cleaned.next_offset = old[-1].next_offset
         self.segments[first:first + len(old)] = [cleaned]
         self._base_offsets = [s.base_offset for s in self.segments]
