@@ -676,6 +676,11 @@ def test_sigkill_mid_cleaning_loses_and_duplicates_nothing(tmp_path):
             return sorted((m.offset(), m.key(), m.value()) for _, m in reports)
         for r in range(8):
             sent += produce([(b"key-%d" % k, b"%d-%d-" % (r, k) + b"v" * 80) for k in range(1000)], idempotent)
+        # Another producer supersedes every key: the idempotent producer's last batch is
+        # cleaned empty, and kept for its sequence.
+        plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        sent += produce([(b"key-%d" % k, b"plain-%d-" % k + b"v" * 80) for k in range(1000)], plain)
+        sent += produce([(b"tail-%d" % k, b"v" * 80) for k in range(1000)], plain)  # rolls past them
         assert not any(f"cleaning of log {topic}-0" in line for line in proc.output)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         futures = admin.incremental_alter_configs([ConfigResource(
@@ -684,14 +689,21 @@ def test_sigkill_mid_cleaning_loses_and_duplicates_nothing(tmp_path):
         list(futures.values())[0].result(15)
         wait_for(lambda: any(f"Beginning cleaning of log {topic}-0" in line for line in proc.output),
                  what="the cleaning to begin")
-        # Reads during the cleaning: every key's latest value, offsets ascending, nothing twice.
+        # Reads during the cleaning: every key's latest value, offsets ascending, nothing
+        # twice; the kill comes once groups were swapped in and another is being written.
+        directory = tmp_path / "data" / f"{topic}-0"
+
+        def in_flight(from_offset=0):
+            return [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))
+                    and int(n.partition(".")[0]) >= from_offset]
+        wait_for(in_flight, timeout=30, interval=0.01, what="the first group's rewrite")
         reads = 0
-        while not any(f"Log cleaner cleaned log {topic}-0" in line for line in proc.output) and reads < 3:
-            assert anomalies(consume_all(bootstrap, topic), sent, 0) == {**NO_ANOMALY, "superseded": 0}
+        while not in_flight(6000) and reads < 50:
+            assert not any(f"cleaned log {topic}-0" in line for line in proc.output), "killed mid-cleaning"
+            assert anomalies(consume_all(bootstrap, topic), sent, 0) == NO_ANOMALY
             reads += 1
-        assert reads >= 1 and not any(f"cleaned log {topic}-0" in line for line in proc.output), \
-            "the cleaning ran while the consumer read"
-        leftovers = [n for n in os.listdir(tmp_path / "data" / f"{topic}-0") if n.endswith((".cleaned", ".swap"))]
+        leftovers = wait_for(lambda: in_flight(6000), timeout=30, interval=0.01, what="a later group's rewrite")
+        print(f"{reads} consistent reads during the cleaning")
         proc.kill()
         proc.start()
         found = consume_all(bootstrap, topic)
@@ -700,11 +712,17 @@ def test_sigkill_mid_cleaning_loses_and_duplicates_nothing(tmp_path):
               f"{len(found)} of {len(sent)} records read")
         assert {k: counts[k] for k in ("lost", "duplicated", "backwards")} == \
             {"lost": 0, "duplicated": 0, "backwards": 0}
-        # The idempotent producer goes on: the broker still knows its sequence.
-        sent += produce([(b"key-%d" % k, b"after-%d" % k) for k in range(50)], idempotent)
         wait_for(lambda: cleaned_to(proc, topic) > 0, timeout=60, what="the cleaning to finish after the restart")
+        summary = next(line for line in proc.output if f"cleaned log {topic}-0" in line)
+        print(summary)
+        assert summary.endswith(" 1 batches kept empty\n"), "the idempotent producer's last batch stayed"
         final = consume_all(bootstrap, topic)
         assert anomalies(final, sent, cleaned_to(proc, topic)) == NO_ANOMALY
+        # A SIGKILL again, and the idempotent producer goes on: the broker knows its sequence.
+        proc.kill()
+        proc.start()
+        sent += produce([(b"key-%d" % k, b"after-%d" % k) for k in range(50)], idempotent)
+        assert anomalies(consume_all(bootstrap, topic), sent, 0)["lost"] == 0
     finally:
         proc.kill()
 
