@@ -188,8 +188,9 @@ def check_topic_config_key(key: str) -> None:
 def check_log_config(config: LogConfig) -> None:
     """Kafka's checks across keys of a topic's effective config: ConfigError."""
     if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
-        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) "
-                          f"> max.compaction.lag.ms ({config.max_compaction_lag_ms})")
+        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms "
+                          f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                          f"({config.max_compaction_lag_ms})")
 
 
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
@@ -571,7 +572,8 @@ CLEANER_BYTES_PER_KEY = 24
 
 def _check_cleaner(config: BrokerConfig) -> None:
     """The offset map must hold at least one key, as Kafka's cleaner asserts."""
-    if config.log_cleaner_dedupe_buffer_size // CLEANER_BYTES_PER_KEY * config.log_cleaner_io_buffer_load_factor < 1:
+    keys = config.log_cleaner_dedupe_buffer_size // CLEANER_BYTES_PER_KEY * config.log_cleaner_io_buffer_load_factor
+    if keys < 1:
         raise ConfigError(f"log.cleaner.dedupe.buffer.size {config.log_cleaner_dedupe_buffer_size} with "
                           f"log.cleaner.io.buffer.load.factor {config.log_cleaner_io_buffer_load_factor:g} "
                           f"leaves no room for a single key ({CLEANER_BYTES_PER_KEY} bytes each)")

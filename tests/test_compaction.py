@@ -19,7 +19,6 @@ import uuid
 
 import pytest
 
-from wire.error_codes import ErrorCode
 from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, build_batch, decode_batch, decode_control_record,
                           iter_batches)
 
@@ -206,7 +205,7 @@ def transactional(log, pairs, seq, pid=PID):
 def test_aborted_transactions_go_and_markers_follow_kafka(tmp_path):
     clock = SteppedClock(BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
-    committed = transactional(log, [(b"c-%d" % i, b"committed") for i in range(5)], 0)
+    transactional(log, [(b"c-%d" % i, b"committed") for i in range(5)], 0)
     log.append_marker(PID, EPOCH, 0, True, 0)
     aborted = transactional(log, [(b"a-%d" % i, b"aborted") for i in range(5)], 5)
     aborted_marker = log.append_marker(PID, EPOCH, 0, False, 0)

@@ -38,7 +38,8 @@ __all__ = [
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
     "set_partition_leader_epoch", "set_log_append_time", "decode_batch",
-    "decode_control_record", "assemble_batch", "recompress_batch", "build_batch", "build_batch_columns", "build_control_batch",
+    "decode_control_record", "assemble_batch", "recompress_batch", "build_batch", "build_batch_columns",
+    "build_control_batch",
 ]
 
 HEADER_SIZE = 61
@@ -483,9 +484,9 @@ def _build(keys, values, headers, timestamps, attributes: int, codec: int, base_
         attributes |= LOG_APPEND_TIME_BIT
         max_timestamp = log_append_time
     return assemble_batch(BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC, 0, attributes | codec,
-                                 len(keys) - 1, base_timestamp, max_timestamp, producer_id,
-                                 producer_epoch, base_sequence, len(keys)),
-                     section)
+                                      len(keys) - 1, base_timestamp, max_timestamp, producer_id,
+                                      producer_epoch, base_sequence, len(keys)),
+                          section)
 
 
 def assemble_batch(header: BatchHeader, section: bytes) -> bytes:
@@ -517,7 +518,7 @@ def recompress_batch(batch, codec: int, max_decompressed_size: int) -> bytes:
         raise EncodeError("control batches are never recompressed")
     _decode_records(section, header.record_count, 0, 0, None)
     return assemble_batch(header._replace(attributes=header.attributes & ~COMPRESSION_MASK | codec),
-                     section)
+                          section)
 
 
 def build_batch(

@@ -297,7 +297,8 @@ class LogCleaning:
         # Opened before the first pause: the segments are read as they were found.
         files = [(segment, SegmentFile(segment.path, os.O_RDONLY), segment.size,
                   segment.position_of(start)[0] if segment.base_offset < start else 0)
-                 for segment in self.log.segments if segment.base_offset < end and segment.next_offset > start]
+                 for segment in self.log.segments
+                 if segment.base_offset < end and segment.next_offset > start]
         for segment, file, size, position in files:
             for header, batch in _batches(file, size, position):
                 if header.is_control:
@@ -450,7 +451,8 @@ class _Dirt:
 
     @property
     def cleanable(self) -> bool:
-        return (self.overdue and self.dirty_bytes > 0) or self.ratio > self.log.config.min_cleanable_dirty_ratio
+        return (self.overdue and self.dirty_bytes > 0) or \
+            self.ratio > self.log.config.min_cleanable_dirty_ratio
 
 
 class _Throttle:
