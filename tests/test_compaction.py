@@ -374,6 +374,34 @@ def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog):
     log.close()
 
 
+def test_a_stop_in_the_middle_of_a_cleaning_leaves_nothing_behind(tmp_path):
+    """The broker's stop cancels the cleaner's task: the group being rewritten is dropped,
+    the log and the checkpoint stay as they were."""
+    clock = SteppedClock(BASE_TS)
+    log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
+    sent = fill_keys(log, 40, 4)
+    cleaner = Cleaner(log, clock, log_cleaner_io_max_bytes_per_second=20_000.0)
+    before = records_of(log)
+
+    async def stop_meanwhile():
+        cleaning = asyncio.create_task(cleaner.cleaner.run())
+        for _ in range(2000):
+            if any(n.endswith(".cleaned") for n in os.listdir(log.directory)):
+                break
+            await asyncio.sleep(0.005)
+        cleaning.cancel()
+        await asyncio.gather(cleaning, return_exceptions=True)
+    asyncio.run(stop_meanwhile())
+    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
+    assert records_of(log) == before
+    log.close()
+    reopened = open_log(tmp_path / "t-0", COMPACT, recovery_point=None, clock=clock)
+    assert records_of(reopened) == before and Cleaner(reopened, clock).clean()
+    check_compacted(reopened, sent)
+    reopened.close()
+
+
 def test_a_fetch_holding_a_replaced_segment_reads_its_old_bytes(tmp_path):
     clock = SteppedClock(BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)

@@ -515,7 +515,9 @@ class LogCleaner:
         """Clean the dirtiest log that needs it; whether there was one."""
         now = self.clock.wall_ms()
         candidates = []
-        for partition_log in self._logs():
+        logs = self._logs()
+        self.uncleanable &= {(l.topic, l.partition) for l in logs}  # a deleted topic's name may come back
+        for partition_log in logs:
             key = (partition_log.topic, partition_log.partition)
             if partition_log.config.compact and key not in self.uncleanable:
                 dirt = self._dirt(partition_log, now)
@@ -614,7 +616,9 @@ class LogCleaner:
                 raise
             partition_log.replace_segments(cleaned, group)
         self.first_dirty[(partition_log.topic, partition_log.partition)] = end
-        await asyncio.to_thread(self._write_checkpoint)
+        live = {(l.topic, l.partition) for l in self._logs()}
+        self.first_dirty = {key: offset for key, offset in self.first_dirty.items() if key in live}
+        await asyncio.to_thread(write_checkpoint, self.checkpoint_path, dict(self.first_dirty))
         self._log_summary(name, dirt, end, stats)
 
     async def _work(self, steps: Iterator[int]) -> None:
@@ -630,11 +634,6 @@ class LogCleaner:
                 else:
                     await asyncio.sleep(0)
                 slice_end = clock.monotonic() + SLICE_SECONDS
-
-    def _write_checkpoint(self) -> None:
-        live = {(l.topic, l.partition) for l in self._logs()}
-        self.first_dirty = {key: offset for key, offset in self.first_dirty.items() if key in live}
-        write_checkpoint(self.checkpoint_path, self.first_dirty)
 
     def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats) -> None:
         elapsed = max(self.clock.monotonic() - stats.started, 1e-6)
