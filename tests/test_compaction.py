@@ -285,6 +285,21 @@ def test_compaction_lags_and_the_dirty_ratio(tmp_path):
     log.close()
 
 
+def test_compact_delete_retention_passes_segments_the_cleaner_emptied(tmp_path):
+    clock = SteppedClock(BASE_TS)
+    config = dataclasses.replace(COMPACT, cleanup_policy="compact,delete", retention_ms=3_600_000)
+    log = open_log(tmp_path / "t-0", config, clock=clock)
+    fill_keys(log, 20, 4, ts=BASE_TS - 7_200_000)  # expired
+    sent = fill_keys(log, 20, 4, start_value=100, ts=BASE_TS)  # recent: supersedes the expired
+    assert Cleaner(log, clock).clean()
+    emptied = [s.base_offset for s in log.segments[:-1] if s.size == 0]
+    assert emptied and emptied[0] == 0
+    assert log.enforce_retention(clock.now) >= len(emptied)
+    assert log.log_start_offset > emptied[-1] and log.segments[0].size > 0
+    check_compacted(log, sent)
+    log.close()
+
+
 def test_a_small_offset_map_cleans_in_steps(tmp_path):
     clock = SteppedClock(BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)

@@ -753,6 +753,9 @@ class PartitionLog:
         deletable = 0
         if cfg.retention_ms >= 0:
             for segment in self.segments:
+                if segment.size == 0 and segment is not self.segments[-1]:
+                    deletable += 1  # sealed and empty (the log cleaner emptied it): nothing to keep
+                    continue
                 largest = segment.max_timestamp()
                 if segment.size == 0 or largest is None or now - largest[0] <= cfg.retention_ms:
                     break
