@@ -48,9 +48,10 @@
   batches (they send to a partition only after AddPartitionsToTxn succeeded, and
   abort only after their produces are answered).
 - Compacted topics (cleanup.policy with compact): every record needs a key, as Kafka's
-  LogValidator checks: a batch with keyless records is INVALID_RECORD, each of them in
-  record_errors (v8+) with "Compacted topic cannot accept message without key in topic
-  partition <topic>-<partition>", the first also the error message.
+  LogValidator checks (the batch is decoded for it): a batch with keyless records is
+  INVALID_RECORD at every version, each of them in record_errors (v8+) with Kafka's
+  "Compacted topic cannot accept message without key in topic partition <topic>-<partition>",
+  which is the error message too.
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
 - Authorization (broker.security.acls), as Kafka's KafkaApis: WRITE on each topic, else
@@ -153,7 +154,7 @@ def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int
     return header, batch
 
 
-def _check_keys(header, batch, topic: str, partition: int, result) -> None:
+def _check_keys(batch, topic: str, partition: int, result) -> None:
     """A compacted topic's records must have keys: the keyless ones go to `result`'s
     record_errors (their indexes in the batch) and the batch is refused."""
     try:
@@ -243,7 +244,7 @@ def handle(broker, header, request, session):
                 batch_header, batch = _in_topic_codec(batch_header, batch, config.compression_type,
                                                       config.max_message_bytes)
                 if config.compact:
-                    _check_keys(batch_header, batch, topic_data.name, data.index, result)
+                    _check_keys(batch, topic_data.name, data.index, result)
                 appended = partition.append_as_leader(batch_header, batch, acks)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time
