@@ -483,7 +483,8 @@ class LogCleaner:
     """The broker's one cleaner (log.cleaner.threads=1): picks the dirtiest compacted
     log, cleans it, records where it ended; see the module's docstring."""
 
-    def __init__(self, config: BrokerConfig, logs: Callable[[], Iterable[PartitionLog]], clock: Clock):
+    def __init__(self, config: BrokerConfig, logs: Callable[[], list[PartitionLog]], clock: Clock):
+        """`logs()`: the broker's partition logs now (those of deleted topics gone)."""
         self.config = config
         self._logs = logs
         self.clock = clock
