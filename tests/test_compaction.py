@@ -361,9 +361,10 @@ def test_an_interrupted_swap_completes_at_start_up(tmp_path, monkeypatch):
     reopened.close()
 
 
-def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog):
-    """Segments deleted while a (throttled) cleaning runs: it drops what it cleaned, and
-    the next cleaning starts over from the new log start."""
+@pytest.mark.parametrize("change", ["delete_records", "truncate"])
+def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog, change):
+    """Segments deleted at the head, or the tail cut (a follower's truncation), while a
+    (throttled) cleaning runs: it drops what it cleaned, and the next one starts over."""
     clock = SteppedClock(BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
     sent = fill_keys(log, 40, 4)
@@ -377,15 +378,19 @@ def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog):
                 break
             await asyncio.sleep(0.005)
         assert not cleaning.done()
-        log.delete_records_before(log.segments[2].base_offset)
+        if change == "delete_records":
+            log.delete_records_before(log.segments[2].base_offset)
+        else:
+            log.truncate_to(log.segments[-3].base_offset + 1)
         return await cleaning
     assert asyncio.run(delete_records_meanwhile())
     assert "abandoned: its segments changed meanwhile" in caplog.text
     assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
     assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
+    log.update_high_watermark(log.log_end_offset)
     assert cleaner.clean()
-    start = log.log_start_offset
-    check_compacted(log, [record for record in sent if record[0] >= start])
+    start, end = log.log_start_offset, log.log_end_offset
+    check_compacted(log, [record for record in sent if start <= record[0] < end])
     log.close()
 
 

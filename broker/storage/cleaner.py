@@ -285,6 +285,7 @@ class LogCleaning:
         self.first_uncleanable = first_uncleanable
         self.now = now_ms
         self.stats = stats
+        self.truncations = log.truncations  # as the log was when the cleaning began
         self._transactions = _Transactions()
         self._last_of_producers: dict[int, tuple[int | None, int]] = {}
 
@@ -294,13 +295,11 @@ class LogCleaning:
         offset_map.clear()
         transactions = _Transactions()
         transactions.add_aborted(self.log.aborted_transactions(start, end))
-        # Opened before the first pause: the segments are read as they were found.
-        files = [(segment, SegmentFile(segment.path, os.O_RDONLY), segment.size,
-                  segment.position_of(start)[0] if segment.base_offset < start else 0)
-                 for segment in self.log.segments
-                 if segment.base_offset < end and segment.next_offset > start]
-        for segment, file, size, position in files:
-            for header, batch in _batches(file, size, position):
+        for segment in [s for s in self.log.segments if s.base_offset < end and s.next_offset > start]:
+            # One descriptor at a time; a segment deleted meanwhile ends the cleaning.
+            position = segment.position_of(start)[0] if segment.base_offset < start else 0
+            file = SegmentFile(segment.path, os.O_RDONLY)
+            for header, batch in _batches(file, segment.size, position):
                 if header.is_control:
                     transactions.on_marker(header, _marker_kind(batch))
                 elif not transactions.on_batch(header):
@@ -352,16 +351,15 @@ class LogCleaning:
         return cleaned
 
     def clean_group(self, group: list[LogSegment], cleaned: LogSegment) -> Iterator[int]:
-        """Write what `group` keeps into `cleaned`. The files are opened before the first
-        pause, so that the group is read as it was when it was found in the log."""
-        files = [(segment, SegmentFile(segment.path, os.O_RDONLY), segment.size) for segment in group]
+        """Write what `group` keeps into `cleaned`, reading one segment at a time (a
+        segment deleted or cut meanwhile ends the cleaning, before or at its swap)."""
         self._last_of_producers = {
             pid: (entry.batches[-1].last_offset if entry.batches else None, entry.epoch)
             for pid, entry in self.log.producer_state.producers.items()}
-        for segment, file, size in files:
+        for segment in group:
             self._transactions.add_aborted(self.log.aborted_transactions(segment.base_offset,
                                                                          segment.next_offset))
-            for header, batch in _batches(file, size):
+            for header, batch in _batches(SegmentFile(segment.path, os.O_RDONLY), segment.size):
                 kept, aborted = self._kept(header, batch)
                 if aborted is not None:
                     cleaned.txn_index.append(aborted)
@@ -573,11 +571,16 @@ class LogCleaner:
         return _Dirt(partition_log, first_dirty, uncleanable, dirty_bytes / (clean_bytes + dirty_bytes),
                      overdue, dirty_bytes)
 
-    def _still_holds(self, partition_log: PartitionLog, group: list[LogSegment], sizes: list[int]) -> bool:
-        """Whether `group` is still in the log as it was found: consecutive, sealed, of the
-        same sizes, and the log still the broker's."""
-        if not any(candidate is partition_log for candidate in self._logs()):
+    def _intact(self, cleaning: LogCleaning, group: list[LogSegment] | None = None,
+                sizes: list[int] | None = None) -> bool:
+        """Whether the log is as `cleaning` found it: still the broker's, its tail not cut
+        since, and `group` (when given) still in it, consecutive, sealed, of `sizes`."""
+        partition_log = cleaning.log
+        if partition_log.truncations != cleaning.truncations or \
+                not any(candidate is partition_log for candidate in self._logs()):
             return False
+        if group is None:
+            return True
         segments = partition_log.segments
         try:
             first = segments.index(group[0])
@@ -594,26 +597,28 @@ class LogCleaner:
                  dirt.first_dirty, dirt.first_uncleanable, dirt.ratio)
         cleaning = LogCleaning(partition_log, self.offset_map, dirt.first_dirty, dirt.first_uncleanable,
                                now, stats)
-        await self._work(cleaning.build_offset_map())
+        try:
+            await self._work(cleaning.build_offset_map())
+        except (OSError, DecodeError) as exc:  # a segment deleted or cut while it was read
+            if isinstance(exc, FileNotFoundError) or not self._intact(cleaning):
+                raise _Abandoned("its segments changed meanwhile") from None
+            raise
         stats.map_done = self.clock.monotonic()
         end = min(self.offset_map.latest_offset + 1, dirt.first_uncleanable)
         for group in cleaning.groups(end):
             sizes = [s.size for s in group]
-            if not self._still_holds(partition_log, group, sizes):
+            if not self._intact(cleaning, group, sizes):
                 raise _Abandoned("its segments changed meanwhile")
             cleaned = cleaning.new_segment(group)
             try:
                 await self._work(cleaning.clean_group(group, cleaned))
                 await asyncio.to_thread(seal_for_swap, cleaned)
-                if not self._still_holds(partition_log, group, sizes):
+                if not self._intact(cleaning, group, sizes):
                     raise _Abandoned("its segments changed meanwhile")
-            except OSError:
+            except BaseException as exc:
                 cleaned.delete()
-                if not self._still_holds(partition_log, group, sizes):  # its directory went with its topic
-                    raise _Abandoned("its segments changed meanwhile") from None
-                raise
-            except BaseException:
-                cleaned.delete()
+                if isinstance(exc, (OSError, DecodeError)) and not self._intact(cleaning, group, sizes):
+                    raise _Abandoned("its segments changed meanwhile") from None  # or went with its topic
                 raise
             partition_log.replace_segments(cleaned, group)
         self.first_dirty[(partition_log.topic, partition_log.partition)] = end

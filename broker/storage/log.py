@@ -127,6 +127,9 @@ class PartitionLog:
         # Files created in the directory since its last fsync (the first flush after
         # start-up syncs it once): a flushed segment must not vanish with its name.
         self._directory_unsynced = True
+        # How many times the log's tail was cut: a cleaning that saw another count
+        # (its offset map may hold records that are gone) is dropped.
+        self.truncations = 0
         if fresh:
             self.segments = [LogSegment(directory, 0, config.index_interval_bytes, clock.wall_ms(),
                                         empty=True)]
@@ -306,6 +309,7 @@ class PartitionLog:
             os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
         except OSError as exc:
             raise self._storage_error("empty", exc) from None
+        self.truncations += 1
         segment.next_offset = offset
         self.segments = [segment]
         self._base_offsets = [offset]
@@ -317,6 +321,7 @@ class PartitionLog:
         """Cut the segment holding `offset` there and delete every later one: the one way
         the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
         i = max(0, self._segment_index(offset))
+        self.truncations += 1
         try:
             if self.segments[i].next_offset > offset:
                 self.segments[i].truncate_to(offset)
