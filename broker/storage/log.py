@@ -62,6 +62,28 @@ _write_failures = ThrottledLog(log, logging.WARNING, burst=1)
 
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# The log cleaner's files (broker.storage.cleaner): a cleaned segment is written as
+# `<base>.log.cleaned` (and its indexes), renamed `.swap` once whole, then to its final names.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
+
+
+def sync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal_for_swap(cleaned: LogSegment) -> None:
+    """Make the log cleaner's `.cleaned` segment durable and rename it `.swap`, the
+    directory synced after: the slow part of a swap, for a worker thread (the segment is
+    the cleaner's alone until `PartitionLog.replace_segments` takes it)."""
+    cleaned.seal()
+    cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+    sync_directory(cleaned.directory)
 
 
 class AppendResult:
@@ -105,6 +127,9 @@ class PartitionLog:
         # Files created in the directory since its last fsync (the first flush after
         # start-up syncs it once): a flushed segment must not vanish with its name.
         self._directory_unsynced = True
+        # How many times the log's tail was cut: a cleaning that saw another count
+        # (its offset map may hold records that are gone) is dropped.
+        self.truncations = 0
         if fresh:
             self.segments = [LogSegment(directory, 0, config.index_interval_bytes, clock.wall_ms(),
                                         empty=True)]
@@ -125,6 +150,7 @@ class PartitionLog:
     def _load(self, recovery_point: int | None) -> int | None:
         """Open the segments, re-validating those recovery must; returns the base offset of
         the first one re-validated (None when none was)."""
+        self._finish_cleaner_swaps()
         bases = sorted(int(name[:-len(_LOG_SUFFIX)]) for name in os.listdir(self.directory)
                        if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
         for name in os.listdir(self.directory):  # indexes whose .log is gone
@@ -159,6 +185,35 @@ class PartitionLog:
             self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
         return revalidated_from
+
+    def _finish_cleaner_swaps(self) -> None:
+        """Kafka's start-up rules for what an interrupted cleaning left. `.cleaned` files
+        never replaced anything (the segments they were cleaned from are intact): deleted,
+        as are index `.swap` files without their `.log.swap` (renamed ahead of it by a swap
+        that never happened). A `<base>.log.swap` was whole and synced when renamed: it
+        replaces every segment whose base offset lies in [base, its next offset), whatever
+        of them is left, and takes its final names."""
+        names = os.listdir(self.directory)
+        swaps = sorted(int(name.partition(".")[0]) for name in names
+                       if name.endswith(_LOG_SUFFIX + SWAP_SUFFIX) and name.partition(".")[0].isdigit())
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and (
+                    not name.partition(".")[0].isdigit() or int(name.partition(".")[0]) not in swaps)):
+                os.unlink(os.path.join(self.directory, name))
+        for base in swaps:
+            swap = LogSegment(self.directory, base, self.config.index_interval_bytes, self._clock.wall_ms(),
+                              suffix=SWAP_SUFFIX)
+            end = base + 1
+            for _, header in swap.batches_from(0):
+                end = max(end, header.last_offset + 1)
+            for name in os.listdir(self.directory):
+                stem, _, suffix = name.partition(".")
+                if stem.isdigit() and base <= int(stem) < end and "." + suffix in _SEGMENT_FILES:
+                    os.unlink(os.path.join(self.directory, name))
+            swap.change_suffix(SWAP_SUFFIX, "")
+            log.info("%s-%d: completed the swap of cleaned segment %s interrupted by a stop; it replaces "
+                     "the segments with base offsets in [%d, %d)", self.topic, self.partition,
+                     os.path.basename(swap.path), base, end)
 
     def _load_epochs(self, revalidated_from: int | None) -> None:
         """The epoch history from its file, else from the batches; the epochs of re-validated
@@ -254,6 +309,7 @@ class PartitionLog:
             os.close(os.open(segment.path, os.O_WRONLY | os.O_CREAT, 0o644))
         except OSError as exc:
             raise self._storage_error("empty", exc) from None
+        self.truncations += 1
         segment.next_offset = offset
         self.segments = [segment]
         self._base_offsets = [offset]
@@ -265,6 +321,7 @@ class PartitionLog:
         """Cut the segment holding `offset` there and delete every later one: the one way
         the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
         i = max(0, self._segment_index(offset))
+        self.truncations += 1
         try:
             if self.segments[i].next_offset > offset:
                 self.segments[i].truncate_to(offset)
@@ -412,8 +469,9 @@ class PartitionLog:
         whole batches v2, maybe followed by a truncated one, which is ignored), byte for
         byte: their offsets and leader epochs are kept. Returns how many were appended.
 
-        The first must start at the log end (OFFSET_OUT_OF_RANGE otherwise, nothing
-        written); each must be CRC-valid, magic 2, within the size recovery accepts and
+        The first must start at or after the log end (OFFSET_OUT_OF_RANGE when before it,
+        nothing written): past it, as Kafka's followers take it, are offsets the leader's
+        log cleaner removed. Each must be CRC-valid, magic 2, within the size recovery accepts and
         above the previous one's offsets (CORRUPT_MESSAGE or MESSAGE_TOO_LARGE otherwise:
         the batches before it stay appended). The producer state follows every batch, as
         it would have on the leader, without refusing duplicates: the leader decided."""
@@ -440,10 +498,10 @@ class PartitionLog:
     def _check_follower_batch(self, header: BatchHeader, batch, expected: int, index: int) -> None:
         """A leader's batch must continue this log: see `append_as_follower`."""
         where = f"{self.topic}-{self.partition}"
-        if index == 0 and header.base_offset != expected:
+        if index == 0 and header.base_offset < expected:
             raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
                               f"the leader's batches of {where} start at offset {header.base_offset}, "
-                              f"not at this log's end offset {expected}")
+                              f"before this log's end offset {expected}")
         if header.base_offset < expected or header.last_offset_delta < 0:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
                               f"the leader's batch {index + 1} of {where} holds offsets "
@@ -540,17 +598,31 @@ class PartitionLog:
         try:
             self.segments[-1].flush()
             if self._directory_unsynced:
-                fd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                self._directory_unsynced = False
+                self._sync_directory()
         except OSError as exc:
             raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock.wall_ms()
         self._advance_recovery_point(self.log_end_offset)
+
+    def _sync_directory(self) -> None:
+        sync_directory(self.directory)
+        self._directory_unsynced = False
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> None:
+        """Swap the log cleaner's segment in for the consecutive sealed segments `old` it
+        was cleaned from, in Kafka's order: `cleaned` is whole, synced and named `.swap`
+        already (`seal_for_swap`: from there a crash completes the swap at start-up); it
+        is put in their place in one step of the event loop, their files deleted (a fetch
+        holding a descriptor of one still reads its bytes), then given its final names."""
+        first = self.segments.index(old[0])
+        cleaned.next_offset = old[-1].next_offset
+        self.segments[first:first + len(old)] = [cleaned]
+        self._base_offsets = [s.base_offset for s in self.segments]
+        for segment in old:
+            segment.delete()
+        cleaned.change_suffix(SWAP_SUFFIX, "")
+        self._directory_unsynced = True
 
     def _advance_recovery_point(self, offset: int) -> None:
         """Data up to `offset` is flushed: recovery need not re-validate it, once the epoch
@@ -682,10 +754,13 @@ class PartitionLog:
         many were deleted. The active segment is rolled first when it has itself expired."""
         cfg = self.config
         if "delete" not in cfg.cleanup_policy.split(","):
-            return 0  # compacted topics are cleaned by their owner, not expired
+            return 0  # cleanup.policy=compact alone: only the log cleaner removes records
         deletable = 0
         if cfg.retention_ms >= 0:
             for segment in self.segments:
+                if segment.size == 0 and segment is not self.segments[-1]:
+                    deletable += 1  # sealed and empty (the log cleaner emptied it): nothing to keep
+                    continue
                 largest = segment.max_timestamp()
                 if segment.size == 0 or largest is None or now - largest[0] <= cfg.retention_ms:
                     break
