@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import broker, cluster, codec, connections, coordinators, durability, security, spark_write
+from bench import broker, cluster, codec, compaction, connections, coordinators, durability, security, spark_write
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -20,3 +20,5 @@ print()
 connections.main([])  # RSS per idle connection
 print()
 security.main(["--quick"] if quick else [])  # SSL and SASL_SSL against PLAINTEXT
+print()
+compaction.main(["--quick"] if quick else [])  # the log cleaner: throughput, produce latency, coordinator load
