@@ -41,6 +41,7 @@ from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
 from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
 from broker.storage.checkpoint import write_atomically
+from broker.storage.cleaner import LogCleaner
 from broker.throttled_log import ThrottledLog
 from broker.topics import TopicManager
 from broker.transactions import txn_log
@@ -104,6 +105,9 @@ class Broker:
                     listener or self.config.listeners[0].name), self.topics)
             self.producer_ids = ProducerIdAllocator(
                 local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
+        # Log compaction (log.cleaner.enable): one cleaner task over every local log.
+        self.cleaner = LogCleaner(config, lambda: [p.log for p in self.topics.all_partitions()], clock) \
+            if config.log_cleaner_enable and config.log_cleaner_threads > 0 else None
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
@@ -146,6 +150,8 @@ class Broker:
             await self.acls.start()
         self.metadata.cluster_id = self._load_cluster_id()
         self.clean_start = self.topics.load()
+        if self.cleaner is not None:
+            self.cleaner.load()
         if self.cluster is None:
             self.groups.load()
             await self.transactions.load()  # after the groups: completing transactions commits their offsets
@@ -171,6 +177,8 @@ class Broker:
                        loop.create_task(self._every(
                            self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000,
                            self.transactions.upkeep))]
+        if self.cleaner is not None:
+            self._tasks.append(loop.create_task(self.cleaner.run()))
         listening = ", ".join(
             f"{l.host}:{l.port} ({l.name}, " + (f"{l.security_protocol}, " if l.security_protocol != l.name else "")
             + "advertised {}:{})".format(*self.config.advertised_endpoint(l.name)) for l in self.config.listeners)

@@ -42,6 +42,21 @@ def _long(key: str, text: str, minimum: int = -LONG_MAX - 1) -> int:
     return _int(key, text, minimum, LONG_MAX)
 
 
+_JAVA_DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[dDfF]?")
+
+
+def _double(key: str, text: str, minimum: float, maximum: float) -> float:
+    """A DOUBLE key's value, as Java's parseDouble reads a plain decimal (no NaN or
+    Infinity), within [minimum, maximum]."""
+    digits = text.strip(_JAVA_WHITESPACE)
+    if not _JAVA_DOUBLE.fullmatch(digits):
+        raise ConfigError(f"{key}: {text!r} is not a number")
+    value = float(digits.rstrip("dDfF"))
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{key}: {value:g} is not between {minimum:g} and {maximum:g}")
+    return value
+
+
 def _bool(key: str, text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
@@ -92,6 +107,15 @@ class LogConfig:
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = 3_600_000  # Kafka 4's default: one hour ahead
     segment_index_bytes: int = 10 * 1024 * 1024
+    # Log compaction (broker.storage.cleaner), for cleanup.policy compact.
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
 
 # Topic-level key -> (LogConfig attribute, broker-level key, parser). Types and minimums
@@ -118,6 +142,14 @@ TOPIC_CONFIGS = {
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms",
                                        "log.message.timestamp.after.max.ms", lambda k, v: _long(k, v, 0)),
     "segment.index.bytes": ("segment_index_bytes", "log.index.size.max.bytes", lambda k, v: _int(k, v, 4)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "log.cleaner.min.cleanable.ratio",
+                                  lambda k, v: _double(k, v, 0.0, 1.0)),
+    "delete.retention.ms": ("delete_retention_ms", "log.cleaner.delete.retention.ms",
+                            lambda k, v: _long(k, v, 0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", "log.cleaner.min.compaction.lag.ms",
+                              lambda k, v: _long(k, v, 0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms",
+                              lambda k, v: _long(k, v, 1)),
 }
 # Kafka 4's other topic configs, which this broker does not implement: refused by name
 # (INVALID_CONFIG), never accepted and ignored. The README's "Topic configs" lists them.
@@ -125,10 +157,6 @@ NOT_IMPLEMENTED_TOPIC_CONFIGS = {
     "compression.gzip.level": "codecs compress at their default levels",
     "compression.lz4.level": "codecs compress at their default levels",
     "compression.zstd.level": "codecs compress at their default levels",
-    "delete.retention.ms": "log compaction is not implemented yet",
-    "min.compaction.lag.ms": "log compaction is not implemented yet",
-    "max.compaction.lag.ms": "log compaction is not implemented yet",
-    "min.cleanable.dirty.ratio": "log compaction is not implemented yet",
     "segment.jitter.ms": "segments roll at segment.ms exactly",
     "file.delete.delay.ms": "segments are deleted at once, not after a delay",
     "preallocate": "segment files are not preallocated",
@@ -228,6 +256,13 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000
     queued_max_requests: int = 500
     max_incremental_fetch_session_cache_slots: int = 1000
+    # The log cleaner (broker.storage.cleaner): one, as log.cleaner.threads=1.
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Double.MAX_VALUE: no limit
+    log_cleaner_backoff_ms: int = 15_000
     # Cluster mode (ZooKeeper): off while zookeeper_connect is None, the single node.
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
@@ -510,6 +545,31 @@ _COARSE_UNITS = {
 }
 
 
+# The log cleaner's keys: key -> (BrokerConfig attribute, parser). Kafka's types and
+# defaults; one cleaner task runs on the event loop whatever log.cleaner.threads says
+# above 0 (0: none, as Kafka without cleaner threads).
+_CLEANER_KEYS = {
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.threads": ("log_cleaner_threads", lambda k, v: _int(k, v, 0)),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", lambda k, v: _long(k, v, 1)),
+    "log.cleaner.io.buffer.load.factor": ("log_cleaner_io_buffer_load_factor",
+                                          lambda k, v: _double(k, v, 0.0, 1.0)),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second",
+                                            lambda k, v: _double(k, v, 1.0, 1.7976931348623157e308)),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", lambda k, v: _long(k, v, 0)),
+}
+# Bytes of Kafka's offset map per key: a 16-byte MD5 of the key and an 8-byte offset.
+CLEANER_BYTES_PER_KEY = 24
+
+
+def _check_cleaner(config: BrokerConfig) -> None:
+    """The offset map must hold at least one key, as Kafka's cleaner asserts."""
+    if config.log_cleaner_dedupe_buffer_size // CLEANER_BYTES_PER_KEY * config.log_cleaner_io_buffer_load_factor < 1:
+        raise ConfigError(f"log.cleaner.dedupe.buffer.size {config.log_cleaner_dedupe_buffer_size} with "
+                          f"log.cleaner.io.buffer.load.factor {config.log_cleaner_io_buffer_load_factor:g} "
+                          f"leaves no room for a single key ({CLEANER_BYTES_PER_KEY} bytes each)")
+
+
 def static_broker_values(config: BrokerConfig) -> dict[str, str]:
     """Every broker-level key (other than the topic defaults) understood here, with its
     effective value as Kafka would print it: what DescribeConfigs reports for the broker."""
@@ -541,6 +601,9 @@ def static_broker_values(config: BrokerConfig) -> dict[str, str]:
                                                  or config.zookeeper_session_timeout_ms)
     for key, attr in _CLUSTER_BOOL_KEYS.items():
         values[key] = str(getattr(config, attr)).lower()
+    for key, (attr, _) in _CLEANER_KEYS.items():
+        value = getattr(config, attr)
+        values[key] = str(value).lower() if isinstance(value, bool) else value
     return {key: str(value) for key, value in values.items()}
 
 
@@ -611,6 +674,11 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             setattr(config, attr, _int(key, value, minimum, maximum))
         elif key in _CLUSTER_BOOL_KEYS:
             setattr(config, _CLUSTER_BOOL_KEYS[key], _bool(key, value))
+        elif key in _CLEANER_KEYS:
+            attr, parse = _CLEANER_KEYS[key]
+            setattr(config, attr, parse(key, value))
+            if key == "log.cleaner.threads" and config.log_cleaner_threads > 1:
+                warnings.append(f"log.cleaner.threads={config.log_cleaner_threads}: one log cleaner runs")
         elif key == "authorizer.class.name":  # any class name: Kafka's AclAuthorizer or StandardAuthorizer
             config.authorizer_class_name = value.strip()
         elif key == "super.users":
@@ -636,4 +704,5 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
                           "max.connections.per.ip.overrides (as in Kafka)")
     if not config.data_dir:
         raise ConfigError("no data directory: pass --data-dir or set log.dirs")
+    _check_cleaner(config)
     return config, warnings

@@ -38,7 +38,7 @@ __all__ = [
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
     "set_partition_leader_epoch", "set_log_append_time", "decode_batch",
-    "decode_control_record", "recompress_batch", "build_batch", "build_batch_columns", "build_control_batch",
+    "decode_control_record", "assemble_batch", "recompress_batch", "build_batch", "build_batch_columns", "build_control_batch",
 ]
 
 HEADER_SIZE = 61
@@ -482,15 +482,16 @@ def _build(keys, values, headers, timestamps, attributes: int, codec: int, base_
     if log_append_time is not None:
         attributes |= LOG_APPEND_TIME_BIT
         max_timestamp = log_append_time
-    return _assemble(BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC, 0, attributes | codec,
+    return assemble_batch(BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC, 0, attributes | codec,
                                  len(keys) - 1, base_timestamp, max_timestamp, producer_id,
                                  producer_epoch, base_sequence, len(keys)),
                      section)
 
 
-def _assemble(header: BatchHeader, section: bytes) -> bytes:
+def assemble_batch(header: BatchHeader, section: bytes) -> bytes:
     """A batch from its header fields (batchLength and CRC are computed, magic is 2) and
-    its uncompressed records section, compressed with the codec the attributes name."""
+    its uncompressed records section, compressed with the codec the attributes name (the
+    log cleaner rebuilds batches with it)."""
     codec = header.attributes & COMPRESSION_MASK
     if codec != NONE:
         section = compress(codec, section)
@@ -515,7 +516,7 @@ def recompress_batch(batch, codec: int, max_decompressed_size: int) -> bytes:
     if header.is_control:
         raise EncodeError("control batches are never recompressed")
     _decode_records(section, header.record_count, 0, 0, None)
-    return _assemble(header._replace(attributes=header.attributes & ~COMPRESSION_MASK | codec),
+    return assemble_batch(header._replace(attributes=header.attributes & ~COMPRESSION_MASK | codec),
                      section)
 
 

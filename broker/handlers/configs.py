@@ -29,11 +29,12 @@ _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
-_TYPE_BOOLEAN, _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_LIST = 1, 2, 3, 5, 7
+_TYPE_BOOLEAN, _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_DOUBLE, _TYPE_LIST = 1, 2, 3, 5, 6, 7
 _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
           "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
-          "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT}
+          "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT,
+          "min.cleanable.dirty.ratio": _TYPE_DOUBLE}
 LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
 # The broker's other keys, typed as Kafka types them.
 _STATIC_TYPES = {
@@ -46,6 +47,9 @@ _STATIC_TYPES = {
     **{key: _TYPE_LONG if maximum > INT_MAX else _TYPE_INT
        for key, (_, _, maximum) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items()},
     **{key: _TYPE_BOOLEAN for key in _CLUSTER_BOOL_KEYS},
+    "log.cleaner.enable": _TYPE_BOOLEAN, "log.cleaner.threads": _TYPE_INT,
+    "log.cleaner.dedupe.buffer.size": _TYPE_LONG, "log.cleaner.io.buffer.load.factor": _TYPE_DOUBLE,
+    "log.cleaner.io.max.bytes.per.second": _TYPE_DOUBLE, "log.cleaner.backoff.ms": _TYPE_LONG,
 }
 
 

@@ -47,6 +47,10 @@
   admin's WriteTxnMarkers (kafka-transactions.sh abort); clients do not send such
   batches (they send to a partition only after AddPartitionsToTxn succeeded, and
   abort only after their produces are answered).
+- Compacted topics (cleanup.policy with compact): every record needs a key, as Kafka's
+  LogValidator checks: a batch with keyless records is INVALID_RECORD, each of them in
+  record_errors (v8+) with "Compacted topic cannot accept message without key in topic
+  partition <topic>-<partition>", the first also the error message.
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
 - Authorization (broker.security.acls), as Kafka's KafkaApis: WRITE on each topic, else
@@ -62,7 +66,7 @@ from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode
 from wire.messages import PRODUCE
 from wire.primitives import DecodeError
-from wire.records import MAGIC, has_valid_crc, iter_batches, parse_header, recompress_batch
+from wire.records import MAGIC, decode_batch, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.errors import BrokerError
 from broker.security.acls import DENIED, permitted, refused
@@ -149,6 +153,22 @@ def _in_topic_codec(header, batch, compression_type: str, max_message_bytes: int
     return header, batch
 
 
+def _check_keys(header, batch, topic: str, partition: int, result) -> None:
+    """A compacted topic's records must have keys: the keyless ones go to `result`'s
+    record_errors (their indexes in the batch) and the batch is refused."""
+    try:
+        records = decode_batch(batch, MAX_DECOMPRESSED_BATCH)
+    except DecodeError as exc:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"records cannot be read: {exc}") from None
+    message = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
+    keyless = [index for index, record in enumerate(records) if record.key is None]
+    if keyless:
+        result.record_errors = [_Resp.BatchIndexAndErrorMessage(batch_index=index,
+                                                                batch_index_error_message=message)
+                                for index in keyless]
+        raise BrokerError(ErrorCode.INVALID_RECORD, message)
+
+
 def _check_transactional(broker, version: int, transactional_id: str | None, header,
                          topic: str, partition: int) -> None:
     if header.producer_id >= 0 and header.base_sequence < 0:
@@ -222,6 +242,8 @@ def handle(broker, header, request, session):
                                      batch_header, topic_data.name, data.index)
                 batch_header, batch = _in_topic_codec(batch_header, batch, config.compression_type,
                                                       config.max_message_bytes)
+                if config.compact:
+                    _check_keys(batch_header, batch, topic_data.name, data.index, result)
                 appended = partition.append_as_leader(batch_header, batch, acks)
                 result.base_offset = appended.first_offset
                 result.log_append_time_ms = appended.log_append_time

@@ -62,6 +62,11 @@ _write_failures = ThrottledLog(log, logging.WARNING, burst=1)
 
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# The log cleaner's files (broker.storage.cleaner): a cleaned segment is written as
+# `<base>.log.cleaned` (and its indexes), renamed `.swap` once whole, then to its final names.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 
 
 class AppendResult:
@@ -125,6 +130,7 @@ class PartitionLog:
     def _load(self, recovery_point: int | None) -> int | None:
         """Open the segments, re-validating those recovery must; returns the base offset of
         the first one re-validated (None when none was)."""
+        self._finish_cleaner_swaps()
         bases = sorted(int(name[:-len(_LOG_SUFFIX)]) for name in os.listdir(self.directory)
                        if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
         for name in os.listdir(self.directory):  # indexes whose .log is gone
@@ -159,6 +165,35 @@ class PartitionLog:
             self._load_producer_state(recover_from=None)
         self._base_offsets = [s.base_offset for s in self.segments]
         return revalidated_from
+
+    def _finish_cleaner_swaps(self) -> None:
+        """Kafka's start-up rules for what an interrupted cleaning left. `.cleaned` files
+        never replaced anything (the segments they were cleaned from are intact): deleted,
+        as are index `.swap` files without their `.log.swap` (renamed ahead of it by a swap
+        that never happened). A `<base>.log.swap` was whole and synced when renamed: it
+        replaces every segment whose base offset lies in [base, its next offset), whatever
+        of them is left, and takes its final names."""
+        names = os.listdir(self.directory)
+        swaps = sorted(int(name.partition(".")[0]) for name in names
+                       if name.endswith(_LOG_SUFFIX + SWAP_SUFFIX) and name.partition(".")[0].isdigit())
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and (
+                    not name.partition(".")[0].isdigit() or int(name.partition(".")[0]) not in swaps)):
+                os.unlink(os.path.join(self.directory, name))
+        for base in swaps:
+            swap = LogSegment(self.directory, base, self.config.index_interval_bytes, self._clock.wall_ms(),
+                              suffix=SWAP_SUFFIX)
+            end = base + 1
+            for _, header in swap.batches_from(0):
+                end = max(end, header.last_offset + 1)
+            for name in os.listdir(self.directory):
+                stem, _, suffix = name.partition(".")
+                if stem.isdigit() and base <= int(stem) < end and "." + suffix in _SEGMENT_FILES:
+                    os.unlink(os.path.join(self.directory, name))
+            swap.change_suffix(SWAP_SUFFIX, "")
+            log.info("%s-%d: completed the swap of cleaned segment %s interrupted by a stop; it replaces "
+                     "the segments with base offsets in [%d, %d)", self.topic, self.partition,
+                     os.path.basename(swap.path), base, end)
 
     def _load_epochs(self, revalidated_from: int | None) -> None:
         """The epoch history from its file, else from the batches; the epochs of re-validated
@@ -540,17 +575,37 @@ class PartitionLog:
         try:
             self.segments[-1].flush()
             if self._directory_unsynced:
-                fd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                self._directory_unsynced = False
+                self._sync_directory()
         except OSError as exc:
             raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock.wall_ms()
         self._advance_recovery_point(self.log_end_offset)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._directory_unsynced = False
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> None:
+        """Swap the log cleaner's sealed `.cleaned` segment in for the consecutive sealed
+        segments `old` it was cleaned from, in Kafka's order: renamed `.swap` and the
+        directory synced (from here a crash completes the swap at start-up), put in their
+        place in one step of the event loop, their files deleted (a fetch holding a
+        descriptor of one still reads its bytes), then given its final names."""
+        first = self.segments.index(old[0])
+        cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        self._sync_directory()
+        cleaned.next_offset = old[-1].next_offset
+        self.segments[first:first + len(old)] = [cleaned]
+        self._base_offsets = [s.base_offset for s in self.segments]
+        for segment in old:
+            segment.delete()
+        cleaned.change_suffix(SWAP_SUFFIX, "")
+        self._directory_unsynced = True
 
     def _advance_recovery_point(self, offset: int) -> None:
         """Data up to `offset` is flushed: recovery need not re-validate it, once the epoch
@@ -682,7 +737,7 @@ class PartitionLog:
         many were deleted. The active segment is rolled first when it has itself expired."""
         cfg = self.config
         if "delete" not in cfg.cleanup_policy.split(","):
-            return 0  # compacted topics are cleaned by their owner, not expired
+            return 0  # cleanup.policy=compact alone: only the log cleaner removes records
         deletable = 0
         if cfg.retention_ms >= 0:
             for segment in self.segments:

@@ -93,17 +93,19 @@ class LogSegment:
     """A `.log` file plus its `.index` and `.timeindex`, named by the base offset."""
 
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int,
-                 created_ms: int, empty: bool = False):
-        """`empty`: a segment known to have no file yet (a new partition's first)."""
+                 created_ms: int, empty: bool = False, suffix: str = ""):
+        """`empty`: a segment known to have no file yet (a new partition's first).
+        `suffix`: after every file name, as the log cleaner's `.cleaned` and `.swap`."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.path = os.path.join(directory, segment_name(base_offset, ".log"))
-        self.offset_index = OffsetIndex(os.path.join(directory, segment_name(base_offset, ".index")),
+        self.path = os.path.join(directory, segment_name(base_offset, ".log" + suffix))
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_name(base_offset, ".index" + suffix)),
                                         base_offset, empty)
-        self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex")),
+        self.time_index = TimeIndex(os.path.join(directory, segment_name(base_offset, ".timeindex" + suffix)),
                                     base_offset, empty)
-        self.txn_index = TransactionIndex(os.path.join(directory, segment_name(base_offset, ".txnindex")))
+        self.txn_index = TransactionIndex(os.path.join(directory,
+                                                       segment_name(base_offset, ".txnindex" + suffix)))
         self._file: SegmentFile | None = None  # for appending, open while the segment is active
         self._torn_tail = False  # bytes of a failed write may follow `size` in the file
         self.size = 0 if empty or not os.path.exists(self.path) else os.path.getsize(self.path)
@@ -189,6 +191,18 @@ class LogSegment:
     def close(self) -> None:
         self.seal()
         READ_CACHE.discard(self.path)
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename every file of the segment from `<name>old` to `<name>new`, the indexes
+        first and the `.log` last (the cleaner's `.cleaned` -> `.swap` -> final names:
+        recovery acts on a `.log` name only, so its indexes are always renamed before it).
+        The segment must hold no descriptor of its own (sealed)."""
+        for holder in (self.offset_index, self.time_index, self.txn_index, self):
+            renamed = holder.path[:len(holder.path) - len(old)] + new
+            if os.path.exists(holder.path):
+                os.replace(holder.path, renamed)
+            READ_CACHE.discard(holder.path)
+            holder.path = renamed
 
     def delete(self) -> None:
         self._file = None
