@@ -4,15 +4,17 @@ One broker process with a small `offsets.topic.segment.bytes` takes 20,000 offse
 (OffsetCommit over the wire, many partitions each) over a few keys, and transactional
 offset commits from confluent-kafka's transactional producer: one committed, one
 aborted, one whose records a later plain commit of the same partitions makes obsolete
-(so the cleaner may drop them and keep or drop their COMMIT marker), and one whose
+(so the cleaner drops them and then their COMMIT marker), and one whose
 COMMIT comes after a plain commit of the same partition was written (the plain one,
-later in the log, stays: Kafka's rule, and what compaction keeps). Then:
+later in the log, stays: Kafka's rule, and what compaction keeps); a deleted group's
+tombstones. With `log.cleaner.delete.retention.ms=0` tombstones and markers go at the
+cleaning after the one that first keeps them. Then:
 - the cleaner compacts the topic: its segments on disk hold a few KiB instead of the
   ~1.5 MB written, its log start offset stays 0 (compaction, not retention), and a
   reader of the topic sees about one record per key;
 - the coordinator serves the latest committed offsets before and after a clean restart
   and after SIGKILL, replaying the compacted log (offset gaps, aborted records gone,
-  markers with and without their records).
+  markers with and without their records, tombstones gone with what they deleted).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 
 import pytest
 
+from broker.groups.offsets_log import decode_record
 from sluice.broker_process import BrokerProcess
 from sluice.polling import wait_for
 from wire.client import EARLIEST, LATEST, AsyncClient, Client, NewTopic
@@ -37,12 +40,15 @@ PARTITIONS = 4
 GROUPS = [f"plain-{n}" for n in range(5)]
 ROUNDS = 1_000  # commits per group, each of every partition: 5 x 1,000 x 4 = 20,000 records
 TXN_GROUP = "txn-group"
+GONE_GROUP = "deleted-group"
 SEGMENT_BYTES = 16_384
 CONFIG = {
     "offsets.topic.num.partitions": "1",
     "offsets.topic.segment.bytes": str(SEGMENT_BYTES),
     "transaction.state.log.num.partitions": "1",
     "log.cleaner.backoff.ms": "100",
+    # Tombstones and transaction markers go at the cleaning after the one that keeps them.
+    "log.cleaner.delete.retention.ms": "0",
     "auto.create.topics.enable": "false",
 }
 
@@ -107,6 +113,8 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
             txn.end(commit=True)
             expected_txn = {(TOPIC, 0): 200, (TOPIC, 1): 250, (TOPIC, 3): 6}
             assert {tp: c.offset for tp, c in client.fetch_offsets(TXN_GROUP).items()} == expected_txn
+            client.commit_offsets(GONE_GROUP, {(TOPIC, p): 1 for p in range(PARTITIONS)})
+            assert client.delete_groups([GONE_GROUP]) == {GONE_GROUP: None}  # tombstones
             txn = None  # the producer goes (it would reconnect to the broker restarted below)
 
             started = time.monotonic()
@@ -116,11 +124,19 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
             expected = {(TOPIC, p): ((ROUNDS - 1) * 10 + p, f"r{ROUNDS - 1}") for p in range(PARTITIONS)}
 
             def compacted():
+                """(bytes, segments, records) once the topic is small, the aborted
+                transaction's records gone and the deleted group's tombstones too."""
                 size, segments = offsets_log_bytes(proc)
-                return size < 4 * SEGMENT_BYTES and (size, segments)
-            size, segments = wait_for(compacted, 30, f"the cleaner to compact {OFFSETS_TOPIC}")
+                if size >= 4 * SEGMENT_BYTES:
+                    return None
+                records = read_offsets_topic(bootstrap)
+                offsets = [d for d in (decode_record(k, v) for k, v in records) if d and d[0] == "offset"]
+                if [1 for _, (g, _, _), c in offsets if g == GONE_GROUP or c and c.offset == 999]:
+                    return None
+                return size, segments, records
+            size, segments, records = wait_for(compacted, 30, f"the cleaner to compact {OFFSETS_TOPIC}",
+                                               interval=0.5)
             assert client.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset == 0
-            records = read_offsets_topic(bootstrap)
             print(f"{len(GROUPS) * ROUNDS} commits in {commit_seconds:.1f} s; {log_end:,} offsets written, "
                   f"{len(records)} records in {size:,} bytes in {segments} segment(s) after compaction")
             assert log_end > len(GROUPS) * ROUNDS * PARTITIONS and len(records) < log_end // 20
@@ -132,6 +148,8 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
                     assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == expected, group
                 committed = client.fetch_offsets(TXN_GROUP)
                 assert {tp: c.offset for tp, c in committed.items()} == expected_txn
+                assert client.fetch_offsets(GONE_GROUP) == {}
+                assert GONE_GROUP not in {g.group_id for g in client.list_groups()}
         check()
         proc.restart()
         check()
