@@ -163,9 +163,11 @@ class Broker:
         return self.client.list_offsets(topic, [partition], LATEST)[partition].offset
 
     def topic_disk(self, topic: str) -> dict:
-        """The topic's files: bytes in its .log segments, their count, and the bytes all its
-        files (indexes included) occupy on disk (allocated blocks)."""
+        """The topic's files: bytes in its .log segments, their count, the bytes of the last
+        (active) segment of partition 0, and the bytes all its files (indexes included)
+        occupy on disk (allocated blocks)."""
         log_bytes = segments = allocated = 0
+        active = (-1, 0)  # (base offset, bytes) of partition 0's last segment
         prefix = topic + "-"
         for name in os.listdir(self.data_dir):
             if not (name.startswith(prefix) and name[len(prefix):].isdigit()):
@@ -180,7 +182,10 @@ class Broker:
                 if file.endswith(".log"):
                     log_bytes += stat.st_size
                     segments += 1
-        return {"log_bytes": log_bytes, "segments": segments, "disk_bytes": allocated}
+                    if name == f"{topic}-0" and file[:-4].isdigit():
+                        active = max(active, (int(file[:-4]), stat.st_size))
+        return {"log_bytes": log_bytes, "segments": segments, "active_bytes": active[1],
+                "disk_bytes": allocated}
 
     def cleanings(self, topic: str, since_line: int = 0) -> list[dict]:
         """The cleaner's summary lines about `topic` in the broker's output since line
@@ -484,7 +489,8 @@ def markdown_report(results: dict) -> str:
                "altered to compact.", "",
                "| measure | value |", "|---|---:|",
                f"| before | {t['before']['log_bytes'] / MB:.1f} MB in {t['before']['segments']} segments |",
-               f"| after | {t['after']['log_bytes'] / MB:.2f} MB in {t['after']['segments']} segments |",
+               f"| after | {t['after']['log_bytes'] / MB:.2f} MB in {t['after']['segments']} segments, "
+               f"{t['after']['active_bytes'] / MB:.2f} MB of it the active segment (never cleaned) |",
                f"| cleanings (the cleaner's log) | {len(t['cleanings'])} |",
                f"| bytes the cleaner read (offset map pass + rewriting pass) | {t['cleaner_bytes_read'] / MB:.1f} MB |",
                f"| records it removed | {t['records_removed']:,} |",
