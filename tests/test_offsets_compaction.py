@@ -2,8 +2,9 @@
 
 One broker process with a small `offsets.topic.segment.bytes` takes 20,000 offset commits
 (OffsetCommit over the wire, many partitions each) over a few keys, and transactional
-offset commits from confluent-kafka's transactional producer: one committed, one
-aborted, one whose records a later plain commit of the same partitions makes obsolete
+offset commits from confluent-kafka's transactional producer: one committed (one of its
+records outlives compaction, so its COMMIT marker must too), one aborted, one whose
+records a later plain commit of the same partitions makes obsolete
 (so the cleaner drops them and then their COMMIT marker), and one whose
 COMMIT comes after a plain commit of the same partition was written (the plain one,
 later in the log, stays: Kafka's rule, and what compaction keeps); a deleted group's
@@ -101,8 +102,8 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
         with Client(bootstrap) as client:
             client.create_topics({TOPIC: NewTopic(partitions=PARTITIONS, replication_factor=1)})
             txn = Transactions(bootstrap)
-            txn.offsets({0: 100, 1: 101})
-            txn.end(commit=True)   # partition 1's offset stays; 0's a plain commit replaces
+            txn.offsets({0: 100, 1: 101, 2: 102})
+            txn.end(commit=True)   # 2's record stays (and so its marker); later commits replace 0's, 1's
             txn.offsets({0: 999, 2: 999})
             txn.end(commit=False)  # the cleaner removes these records
             txn.offsets({3: 5})
@@ -111,7 +112,7 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
             txn.offsets({1: 300})
             client.commit_offsets(TXN_GROUP, {(TOPIC, 1): 250})  # written after the pending 300
             txn.end(commit=True)
-            expected_txn = {(TOPIC, 0): 200, (TOPIC, 1): 250, (TOPIC, 3): 6}
+            expected_txn = {(TOPIC, 0): 200, (TOPIC, 1): 250, (TOPIC, 2): 102, (TOPIC, 3): 6}
             assert {tp: c.offset for tp, c in client.fetch_offsets(TXN_GROUP).items()} == expected_txn
             client.commit_offsets(GONE_GROUP, {(TOPIC, p): 1 for p in range(PARTITIONS)})
             assert client.delete_groups([GONE_GROUP]) == {GONE_GROUP: None}  # tombstones
