@@ -185,6 +185,13 @@ def check_topic_config_key(key: str) -> None:
         raise ConfigError(f"unknown topic config {key!r}")
 
 
+def check_log_config(config: LogConfig) -> None:
+    """Kafka's checks across keys of a topic's effective config: ConfigError."""
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) "
+                          f"> max.compaction.lag.ms ({config.max_compaction_lag_ms})")
+
+
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
     result = {}

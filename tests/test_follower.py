@@ -258,17 +258,17 @@ def _refused(follower: Partition, records, code: ErrorCode) -> str:
     return str(refused.value)
 
 
-def test_an_offset_gap_is_refused_with_nothing_written(tmp_path):
+def test_an_offset_gap_is_taken_and_a_batch_behind_refused_with_nothing_written(tmp_path):
+    """As Kafka's followers: batches past the log end (offsets a compacted leader's cleaner
+    removed) are taken; a batch before it is refused."""
     leader, follower, data, headers = _three_batches(tmp_path)
-    message = _refused(follower, data[headers[0].size:], ErrorCode.OFFSET_OUT_OF_RANGE)
-    assert "2" in message and "0" in message and "start at offset 2" in message
-    assert follower.log_end_offset == 0 and follower.log.size_bytes == 0
-    assert follower.latest_epoch == -1
-    follower.append_as_follower(data[:headers[0].size], 0, 0)
-    with pytest.raises(BrokerError) as refused:  # the same batch twice: it is behind the log end
-        follower.append_as_follower(data[:headers[0].size], 0, 0)
-    assert refused.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert follower.log_end_offset == 2
+    assert follower.append_as_follower(data[headers[0].size:headers[0].size + headers[1].size], 0, 0) == 1
+    assert follower.log_end_offset == 4 and follower.log.size_bytes == headers[1].size
+    message = _refused(follower, data[:headers[0].size], ErrorCode.OFFSET_OUT_OF_RANGE)
+    assert "start at offset 0" in message and "before this log's end offset 4" in message
+    assert follower.log_end_offset == 4 and follower.log.size_bytes == headers[1].size
+    follower.append_as_follower(data[headers[0].size + headers[1].size:], 0, 0)
+    assert follower.log_end_offset == 6
     close(leader, follower)
 
 

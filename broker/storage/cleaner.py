@@ -99,7 +99,8 @@ class OffsetMap:
     """Key -> latest offset for the dirty range of one cleaning, bounded as Kafka's
     SkimpyOffsetMap: `slots` of 24 bytes (16 of MD5, 8 of offset) in the dedupe buffer,
     filled to `capacity` (slots times the load factor). Keys are kept as their MD5, as
-    Kafka does: two keys colliding is as unlikely here as there."""
+    Kafka does: two keys colliding is as unlikely here as there. It is a dict, so a full
+    map takes some four times the configured bytes of memory: the bound is on keys."""
 
     def __init__(self, buffer_bytes: int, load_factor: float):
         self.slots = buffer_bytes // CLEANER_BYTES_PER_KEY
@@ -530,6 +531,8 @@ class LogCleaner:
             self.uncleanable.add(key)
             log.exception("Cleaning of log %s-%d failed; it stays uncleanable until the broker restarts",
                           *key)
+        finally:
+            self.offset_map.clear()  # its memory is not held between cleanings
         return True
 
     def _dirt(self, partition_log: PartitionLog, now: int) -> _Dirt | None:
@@ -584,7 +587,6 @@ class LogCleaner:
                  dirt.first_dirty, dirt.first_uncleanable, dirt.ratio)
         cleaning = LogCleaning(partition_log, self.offset_map, dirt.first_dirty, dirt.first_uncleanable,
                                now, stats)
-        size_before = partition_log.size_bytes
         await self._work(cleaning.build_offset_map())
         stats.map_done = self.clock.monotonic()
         end = min(self.offset_map.latest_offset + 1, dirt.first_uncleanable)
@@ -598,13 +600,18 @@ class LogCleaner:
                 await asyncio.to_thread(cleaned.seal)
                 if not self._still_holds(partition_log, group, sizes):
                     raise _Abandoned("its segments changed meanwhile")
+            except OSError:
+                cleaned.delete()
+                if not self._still_holds(partition_log, group, sizes):  # its directory went with its topic
+                    raise _Abandoned("its segments changed meanwhile") from None
+                raise
             except BaseException:
                 cleaned.delete()
                 raise
             partition_log.replace_segments(cleaned, group)
         self.first_dirty[(partition_log.topic, partition_log.partition)] = end
         await asyncio.to_thread(self._write_checkpoint)
-        self._log_summary(name, dirt, end, stats, size_before, partition_log.size_bytes)
+        self._log_summary(name, dirt, end, stats)
 
     async def _work(self, steps: Iterator[int]) -> None:
         """Run a cleaning step, letting the event loop run every SLICE_SECONDS and
@@ -625,18 +632,17 @@ class LogCleaner:
         self.first_dirty = {key: offset for key, offset in self.first_dirty.items() if key in live}
         write_checkpoint(self.checkpoint_path, self.first_dirty)
 
-    def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats, size_before: int,
-                     size_after: int) -> None:
+    def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats) -> None:
         elapsed = max(self.clock.monotonic() - stats.started, 1e-6)
         mapping = max(stats.map_done - stats.started, 1e-6)
         processed = stats.map_bytes + stats.bytes_read
         removed = stats.records_read - stats.records_kept
         log.info("Log cleaner cleaned log %s (dirty section [%d, %d)): %.1f MB of log processed in %.1f s "
                  "(%.1f MB/s); offset map of %d keys (%.1f%% of its buffer) built from %.1f MB in %.1f s; "
-                 "%.1f MB rewritten into %.1f MB; %d records kept, %d removed, %d batches kept empty; "
-                 "log size %.1f MB -> %.1f MB (%.1f%% smaller)",
+                 "%.1f MB of segments rewritten into %.1f MB (%.1f%% smaller); %d records kept, %d removed, "
+                 "%d batches kept empty",
                  name, dirt.first_dirty, end, processed / _MB, elapsed, processed / _MB / elapsed,
                  len(self.offset_map), 100 * self.offset_map.utilization, stats.map_bytes / _MB, mapping,
-                 stats.bytes_read / _MB, stats.bytes_written / _MB, stats.records_kept, removed,
-                 stats.batches_emptied, size_before / _MB, size_after / _MB,
-                 100 * (1 - size_after / size_before) if size_before else 0.0)
+                 stats.bytes_read / _MB, stats.bytes_written / _MB,
+                 100 * (1 - stats.bytes_written / stats.bytes_read) if stats.bytes_read else 0.0,
+                 stats.records_kept, removed, stats.batches_emptied)

@@ -447,8 +447,9 @@ class PartitionLog:
         whole batches v2, maybe followed by a truncated one, which is ignored), byte for
         byte: their offsets and leader epochs are kept. Returns how many were appended.
 
-        The first must start at the log end (OFFSET_OUT_OF_RANGE otherwise, nothing
-        written); each must be CRC-valid, magic 2, within the size recovery accepts and
+        The first must start at or after the log end (OFFSET_OUT_OF_RANGE when before it,
+        nothing written): past it, as Kafka's followers take it, are offsets the leader's
+        log cleaner removed. Each must be CRC-valid, magic 2, within the size recovery accepts and
         above the previous one's offsets (CORRUPT_MESSAGE or MESSAGE_TOO_LARGE otherwise:
         the batches before it stay appended). The producer state follows every batch, as
         it would have on the leader, without refusing duplicates: the leader decided."""
@@ -475,10 +476,10 @@ class PartitionLog:
     def _check_follower_batch(self, header: BatchHeader, batch, expected: int, index: int) -> None:
         """A leader's batch must continue this log: see `append_as_follower`."""
         where = f"{self.topic}-{self.partition}"
-        if index == 0 and header.base_offset != expected:
+        if index == 0 and header.base_offset < expected:
             raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
                               f"the leader's batches of {where} start at offset {header.base_offset}, "
-                              f"not at this log's end offset {expected}")
+                              f"before this log's end offset {expected}")
         if header.base_offset < expected or header.last_offset_delta < 0:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE,
                               f"the leader's batch {index + 1} of {where} holds offsets "
