@@ -2,7 +2,8 @@
 
 import sys
 
-from bench import broker, cluster, codec, connections, coordinators, durability, metrics, security, spark_write
+from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, metrics, security,
+                   spark_write)
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -22,3 +23,5 @@ print()
 security.main(["--quick"] if quick else [])  # SSL and SASL_SSL against PLAINTEXT
 print()
 metrics.main(["--quick"] if quick else [])  # the /metrics scrape, and what counting costs a request
+print()
+compaction.main(["--quick"] if quick else [])  # the log cleaner: throughput, produce latency, coordinator load

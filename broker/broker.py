@@ -180,7 +180,7 @@ class Broker:
                        loop.create_task(self._every(_SESSION_CHECK_INTERVAL_S,
                                                     self.groups.expire_sessions)),
                        loop.create_task(self._every(self.config.offsets_retention_check_interval_ms / 1000,
-                                                    self._offsets_upkeep)),
+                                                    self.groups.expire_offsets)),
                        loop.create_task(self._every(
                            self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
                            self.transactions.abort_timed_out)),
@@ -255,10 +255,6 @@ class Broker:
             if deleted:
                 log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d",
                          deleted, partition.topic, partition.index, partition.log_start_offset)
-
-    def _offsets_upkeep(self) -> None:
-        self.groups.expire_offsets()
-        self.groups.clean_offsets_topic()
 
     def _flush_due(self) -> None:
         for partition in self.topics.all_partitions():

@@ -298,3 +298,32 @@ def test_metrics_benchmark_scrapes_and_measures_the_overhead():
     assert [row["broker"] for row in results["overhead"]] == ["metrics-off", "metrics-on"]
     assert all(row["requests_per_s"] > 0 and row["broker_cpu_us_per_request"] > 0 for row in results["overhead"])
     assert "## 2. Per-request overhead" in metrics.markdown(results)
+
+
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
+def test_compaction_benchmark_runs_every_section_and_reports(tmp_path):
+    """bench.compaction at its tiny size: the cleaner compacts the keyed topic (its own log
+    lines give the MB/s), produce latency is measured idle and while it cleans, and the
+    coordinator serves the last offsets after each restart; the report is written."""
+    import json
+
+    from bench import compaction
+    from bench.common import write_result_files
+
+    results = compaction.run(compaction.TINY, "tiny", log=lambda line: None)
+    t = results["throughput"]
+    assert t["after"]["log_bytes"] < t["before"]["log_bytes"] and t["cleanings"], t
+    assert t["cleaner_mb_per_s"] > 0 and t["removed_mb_per_s"] > 0
+    windows = results["latency"]["windows"]
+    assert set(windows) == {"idle_before", "cleaning", "idle_after"}
+    for w in windows.values():
+        assert w["failed"] == 0 and w["measured"] > 0 and w["p50_ms"] <= w["p99_ms"] <= w["max_ms"], w
+    assert results["latency"]["backlog_after"]["log_bytes"] < results["latency"]["backlog_before"]["log_bytes"]
+    steps = results["load"]["steps"]
+    assert [s["commits"] for s in steps] == list(compaction.TINY.commit_counts)
+    assert all(s["served_s"] > 0 and s["compacted"]["log_bytes"] > 0 for s in steps)
+
+    report = compaction.markdown_report(results)
+    paths = write_result_files("compaction", results, str(tmp_path), report)
+    assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
+    assert "## 3. Coordinator load after offset commits" in open(paths["md"]).read()

@@ -28,8 +28,9 @@
   (`make chaos`) injects SLUICE_CHAOS_ROUNDS (default 5) faults drawn from the seed
   (printed; SLUICE_SEED replays it): SIGKILL of the coordinator, SIGSTOP of it past its
   session, SIGKILL of another broker.
-- A replicated `__consumer_offsets` partition is cleaned by its coordinator (the
-  history goes only once the snapshot is replicated) and survives SIGKILL of its leader.
+- A replicated `__consumer_offsets` partition is compacted by the log cleaner on every
+  replica and survives SIGKILL of its leader: the new coordinator replays its own
+  compacted replica to every last offset.
 - On the coordinator itself: writes are answered and applied only once replicated.
 """
 
@@ -73,8 +74,9 @@ pytestmark = pytest.mark.timeout(240)
 REPO = Path(__file__).resolve().parent.parent
 PROPERTIES = {**FAST_FAILOVER, "group.initial.rebalance.delay.ms": "300",
               "group.min.session.timeout.ms": "1000",
-              # Small offsets segments cleaned often: cleaning runs during the failovers too.
-              "offsets.topic.segment.bytes": "4096", "offsets.retention.check.interval.ms": "300"}
+              # Small offsets segments compacted often: the cleaner runs during the failovers too.
+              "offsets.topic.segment.bytes": "4096", "log.cleaner.backoff.ms": "200",
+              "offsets.retention.check.interval.ms": "300"}
 OFFSETS_PARTITIONS = int(FAST_FAILOVER["offsets.topic.num.partitions"])
 SESSION_MS = 10_000
 
@@ -436,12 +438,19 @@ def test_groups_cli_against_any_broker(cluster):
     assert {p: committed[("cli", p)].offset for p in range(3)} == {0: 1, 1: 1, 2: 1}
 
 
-# -- cleaning ----------------------------------------------------------------------------------
+# -- compaction --------------------------------------------------------------------------------
 
-def test_cleaned_offsets_partition_survives_sigkill_of_its_leader(cluster):
-    """The coordinator cleans its `__consumer_offsets` partition (a snapshot, replicated,
-    then the history before it deleted): the log start offset moves, and after SIGKILL of
-    the coordinator the new one, loading its replica, has every last offset."""
+def _offsets_log_bytes(cluster: Cluster, broker_id: int, partition: int) -> int:
+    directory = os.path.join(cluster.processes[broker_id].data_dir, f"{OFFSETS_TOPIC}-{partition}")
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
+               if n.endswith(".log"))
+
+
+def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):
+    """The log cleaner compacts the group's `__consumer_offsets` partition on each replica
+    (each broker cleans its own log, as in Kafka): its size on disk falls to a few segments
+    while its log start stays 0, and after SIGKILL of the coordinator the new one, loading
+    its compacted replica, has every last offset."""
     cluster.create_topic("cleaned", partitions=2, replication_factor=3)
     group = groups_on_every_partition("cleaned")[1]
     partition = _java_partition(group, OFFSETS_PARTITIONS)
@@ -450,8 +459,11 @@ def test_cleaned_offsets_partition_survives_sigkill_of_its_leader(cluster):
         for r in range(200):
             client.commit_offsets(group, {("cleaned", p): (r * 10 + p, f"r{r}") for p in range(2)})
         expected = {("cleaned", p): (199 * 10 + p, "r199") for p in range(2)}
-        wait_for(lambda: client.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset > 0,
-                 20, f"a cleaning of {OFFSETS_TOPIC}-{partition}")
+        segment_bytes = int(PROPERTIES["offsets.topic.segment.bytes"])
+        for broker_id in cluster.live:
+            wait_for(lambda: _offsets_log_bytes(cluster, broker_id, partition) <= 3 * segment_bytes,
+                     20, f"the cleaner of broker {broker_id} to compact {OFFSETS_TOPIC}-{partition}")
+        assert client.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset == 0
     cluster.kill(coordinator)
     try:
         with Client(cluster.bootstrap_servers, retries=50, retry_timeout=90) as client:

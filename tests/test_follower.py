@@ -184,7 +184,7 @@ def test_the_follower_log_is_the_leader_log_byte_for_byte(tmp_path, cuts, timest
     assert len(leader.log.segments) > 3
     assert len(leader.log.epochs.entries) == 2
     assert leader.log.aborted_transactions(0, leader.log_end_offset)  # two aborts indexed
-    assert leader.has_open_transactions and leader.last_stable_offset < leader.high_watermark
+    assert leader.log.producer_state.ongoing and leader.last_stable_offset < leader.high_watermark
     if timestamps == "LogAppendTime":
         first = follower.log.segments[0].header_at(0)
         assert first.attributes & LOG_APPEND_TIME_BIT and first.max_timestamp == BASE_TS

@@ -20,8 +20,8 @@
   An Ongoing transaction survives clean and unclean restarts with the last stable
   offset pinned, until its timeout aborts it; the aborted-transaction index is
   persisted (`.txnindex`) and rebuilt.
-- `__transaction_state` is cleaned (small segments) and replays to the same state;
-  idle transactional ids expire for good.
+- `__transaction_state` is compacted by the log cleaner (small segments) and replays to
+  the same state; idle transactional ids expire for good.
 - Bad input over raw sockets gets Kafka's error codes, version by version; the broker
   keeps serving and logs no traceback.
 - The partition log itself (no process): LSO, aborted index across segments, markers
@@ -846,9 +846,10 @@ def test_open_transaction_survives_restarts_until_its_timeout(tmp_path):
     assert "Traceback" not in "".join(proc.output)
 
 
-def test_transaction_state_log_is_cleaned_and_replayed(tmp_path):
+def test_transaction_state_log_is_compacted_and_replayed(tmp_path):
     proc = own_broker(tmp_path, "transaction.state.log.num.partitions=1\n"
                                 "transaction.state.log.segment.bytes=1024\n"
+                                "log.cleaner.backoff.ms=100\n"
                                 "transaction.remove.expired.transaction.cleanup.interval.ms=300\n")
     proc.start()
     try:
@@ -864,11 +865,12 @@ def test_transaction_state_log_is_cleaned_and_replayed(tmp_path):
                 assert conn.end(txn_id, pid, epoch, n % 2 == 1) == 0  # the last one aborts
         state_dir = os.path.join(proc.data_dir, "__transaction_state-0")
 
-        def cleaned():
+        def compacted():  # 450 state changes of 3 ids: ~50 segments before compaction
             logs = [n for n in os.listdir(state_dir) if n.endswith(".log")]
-            return len(logs) <= 3 and min(int(n[:-4]) for n in logs) > 0
+            return sum(os.path.getsize(os.path.join(state_dir, n)) for n in logs) <= 4096 \
+                and min(int(n[:-4]) for n in logs) == 0  # compacted, not deleted
 
-        wait_for(cleaned, 10, "__transaction_state to be cleaned")
+        wait_for(compacted, 20, "the cleaner to compact __transaction_state")
         before = {txn_id: conn.describe(txn_id) for txn_id in ids}
         assert {s.transaction_state for s in before.values()} == {"CompleteAbort"}
         conn.close()

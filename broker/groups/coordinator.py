@@ -32,8 +32,9 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   are written as the producer's transactional batch and stay pending, per producer,
   until the transaction coordinator's marker: COMMIT applies them, ABORT drops them.
   Pending offsets are invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT
-  for them when asked for stable offsets), never expire, and keep their partition of
-  `__consumer_offsets` from being cleaned.
+  for them when asked for stable offsets) and never expire. A committed transactional
+  offset does not replace one written later in the log by a plain commit (Kafka's
+  rule, which keeps the state the same once the log cleaner has compacted the topic).
 
 Coordination follows the leadership of `__consumer_offsets` (see broker.coordinated): a
 group's coordinator is the leader of partition abs(javaHash(group)) % partitions. On the
@@ -48,8 +49,10 @@ Writes a client waits for (OffsetCommit, TxnOffsetCommit, the leader's SyncGroup
 static member's replacement, DeleteGroups, OffsetDelete) are answered once committed in
 Kafka's sense (acks=all, the high watermark past them) and only then applied to memory,
 in log order, so that nothing a client saw is lost when another replica takes over.
-Writes nobody waits for (an emptied group, expiry, cleaning) go to memory first and are
-appended without waiting; a failure there is logged at a bounded rate.
+Writes nobody waits for (an emptied group, expiry) go to memory first and are appended
+without waiting; a failure there is logged at a bounded rate. The log cleaner compacts
+`__consumer_offsets` (a compacted topic, as in Kafka); replay copes with what it
+leaves (see offsets_log).
 """
 
 from __future__ import annotations
@@ -137,8 +140,10 @@ class Group:
     # The log end after the write each offset in `offsets` comes from: writes committed
     # out of order (their waits end in any order) still apply in log order.
     offsets_written_at: dict[tuple[str, int], int] = field(default_factory=dict)
-    # Transactional commits awaiting their transaction's end: producer id -> offsets.
-    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    # Transactional commits awaiting their transaction's end: producer id -> partition ->
+    # (offset, the log end after its write).
+    pending_txn: dict[int, dict[tuple[str, int], tuple[CommittedOffset, int]]] = field(
+        default_factory=dict)
     state_since_ms: int = field(kw_only=True)  # the coordinator clock's wall_ms()
     rebalance_timer: Timer | None = None
     rebalance_deadline: float = 0.0
@@ -184,10 +189,8 @@ class GroupCoordinator:
         self.coordinated = CoordinatedPartitions(offsets_log.TOPIC, self.load_partition,
                                                  self.unload_partition)
         # Partition index -> writes appended and awaiting replication before they are
-        # applied: cleaning and expiry leave such a partition alone until they are done.
+        # applied: expiry leaves such a partition alone until they are done.
         self._in_flight: Counter[int] = Counter()
-        # Partition index -> the end of its cleaning, waiting for the snapshot's replication.
-        self._cleaning: dict[int, asyncio.Task] = {}
         self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
     # -- placement -------------------------------------------------------------------
@@ -331,23 +334,26 @@ class GroupCoordinator:
                     if group is not None:
                         self._end_pending(group, producer_id, committed)
                 continue
-            _, key, value, producer_id = entry
+            _, key, value, producer_id, position = entry
             decoded = offsets_log.decode_record(key, value)
             if decoded is None:
                 continue
             kind, ident, payload = decoded
             if kind == "offset":
                 group_id, topic_name, topic_partition = ident
+                tp = (topic_name, topic_partition)
                 # Without a group record (standalone commits) the commit timestamps
                 # alone decide when its offsets expire, not the time of this start.
                 group = groups.setdefault(group_id, Group(group_id, partition=index, state_since_ms=0))
-                if producer_id >= 0 and payload is not None:
-                    group.pending_txn.setdefault(producer_id, {})[(topic_name, topic_partition)] = payload
+                if producer_id >= 0:
+                    offsets = group.pending_txn.setdefault(producer_id, {})
+                    if payload is None:
+                        offsets.pop(tp, None)
+                    else:
+                        offsets[tp] = (payload, position)
                     pending.setdefault(producer_id, set()).add(group_id)
-                elif payload is None:
-                    group.offsets.pop((topic_name, topic_partition), None)
                 else:
-                    group.offsets[(topic_name, topic_partition)] = payload
+                    self._apply_offsets(group, {tp: payload}, position)
             elif payload is None:
                 groups.pop(ident, None)
             else:
@@ -797,8 +803,9 @@ class GroupCoordinator:
         codes, accepted = self._acceptable(offsets)
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
-            await self._store(index, records, producer_id, producer_epoch)
-            group.pending_txn.setdefault(producer_id, {}).update(accepted)
+            end = await self._store(index, records, producer_id, producer_epoch)
+            group.pending_txn.setdefault(producer_id, {}).update(
+                {tp: (committed, end) for tp, committed in accepted.items()})
         return codes
 
     def end_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
@@ -808,11 +815,14 @@ class GroupCoordinator:
             if group.partition == partition and producer_id in group.pending_txn:
                 self._end_pending(group, producer_id, committed)
 
-    @staticmethod
-    def _end_pending(group: Group, producer_id: int, committed: bool) -> None:
+    @classmethod
+    def _end_pending(cls, group: Group, producer_id: int, committed: bool) -> None:
+        """The producer's transaction ended: its offsets apply (COMMIT) unless a plain
+        commit of the same partition was written after them, or are dropped (ABORT)."""
         offsets = group.pending_txn.pop(producer_id, {})
         if committed:
-            group.offsets.update(offsets)
+            for tp, (offset, written_at) in offsets.items():
+                cls._apply_offsets(group, {tp: offset}, written_at)
 
     def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions with transactional offsets not yet committed or aborted."""
@@ -921,8 +931,8 @@ class GroupCoordinator:
         return topics
 
     def _upkeep_partitions(self) -> set[int]:
-        """The partitions expiry and cleaning may write: coordinated and led here, with
-        no client's write awaiting replication (it is not in memory yet)."""
+        """The partitions expiry may write: coordinated and led here, with no client's
+        write awaiting replication (it is not in memory yet)."""
         return {index for index in self.coordinated.coordinated()
                 if index not in self._in_flight and self._leads(index)}
 
@@ -945,36 +955,3 @@ class GroupCoordinator:
                 del self.groups[group.group_id]
             self._write_later(group, records)
             log.info("expired %d offset(s) of empty group %s", len(stale), group.group_id)
-
-    def clean_offsets_topic(self) -> None:
-        """Clean every offsets partition coordinated here with two or more sealed
-        segments (see offsets_log). The history before the snapshot goes once the
-        snapshot is committed: at once on the single node, after its replication in a
-        cluster."""
-        for index in sorted(self._upkeep_partitions() - set(self._cleaning)):
-            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
-            if partition.segment_count < 3 or partition.has_open_transactions:
-                continue  # small, or holding transactional offsets that still await a marker
-            live = []
-            for group in self.groups.values():
-                if group.partition != index:
-                    continue
-                if group.generation or group.members:
-                    live.append(self._group_metadata_record(group))
-                live += [offsets_log.offset_record(group.group_id, t, p, c)
-                         for (t, p), c in group.offsets.items()]
-            snapshot_start, end = offsets_log.write_snapshot(partition, live, self.clock.wall_ms())
-            if partition.high_watermark >= end:
-                offsets_log.drop_before_snapshot(partition, snapshot_start)
-            else:
-                self._cleaning[index] = asyncio.get_running_loop().create_task(
-                    self._finish_cleaning(partition, snapshot_start, end))
-
-    async def _finish_cleaning(self, partition, snapshot_start: int, end: int) -> None:
-        try:
-            await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
-            offsets_log.drop_before_snapshot(partition, snapshot_start)
-        except (BrokerError, OSError) as exc:  # the next cleaning writes another snapshot
-            self._write_failures("cleaning %s-%d stopped: %s", offsets_log.TOPIC, partition.index, exc)
-        finally:
-            del self._cleaning[partition.index]

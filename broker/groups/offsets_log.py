@@ -9,13 +9,16 @@ A group lives in partition `abs(javaHash(group)) % partitions`, as in Kafka.
 Transactional offset commits (TxnOffsetCommit) are written as a transactional batch
 of the producer (its id and epoch, no sequence); they take effect at the COMMIT
 marker the transaction coordinator later writes to the partition and are dropped at
-an ABORT marker, at run time and when the log is replayed.
+an ABORT marker, at run time and when the log is replayed. Of two commits of one
+partition's offset, the one later in the log wins (Kafka's rule): a transactional
+commit whose marker comes after a later plain commit does not replace it.
 
-Cleaning: the coordinator holds the live state in memory, so a partition that has grown
-past its threshold is cleaned by appending a snapshot of its live keys at the end and
-then, once the snapshot is committed (replicated), deleting every segment before it.
-Replaying from the log start always yields the current state, before, during and after
-a cleaning.
+The topic is compacted by the log cleaner (cleanup.policy=compact, as Kafka creates
+it): only the latest record of each key remains, tombstones go after
+delete.retention.ms, aborted transactional records go and so, once nothing of their
+transaction is left, do their markers. Replay therefore meets offset gaps, keys whose
+history is gone, markers without records and records of committed transactions
+whose marker may be the only trace left; it yields the same state as the whole log.
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ def batches_of(records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
 
 def read_entries(partition):
     """Everything stored in one partition of the topic, in order: ("record", key, value,
-    producer id) for each keyed record (producer id -1 unless the batch is
-    transactional) and ("marker", producer id, committed) for each transaction marker."""
+    producer id, position) for each keyed record (producer id -1 unless the batch is
+    transactional; position: the log end after its batch, which orders writes) and
+    ("marker", producer id, committed) for each transaction marker."""
     for header, records in partition.decoded_batches(_MAX_DECOMPRESSED):
         if header.is_control:
             try:
@@ -101,9 +105,10 @@ def read_entries(partition):
                 yield "marker", header.producer_id, marker.type == CONTROL_COMMIT
             continue
         producer = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+        position = header.last_offset + 1
         for record in records:
             if record.key is not None:
-                yield "record", record.key, record.value, producer
+                yield "record", record.key, record.value, producer, position
 
 
 def read_records(partition):
@@ -147,25 +152,3 @@ def append_records(partition, records: list[tuple[bytes, bytes | None]], timesta
         header = next(iter(iter_batches(view)))[0]
         partition.append_as_leader(header, view, required_acks=-1)
     return partition.log_end_offset
-
-
-def write_snapshot(partition, live_records: list[tuple[bytes, bytes | None]],
-                   timestamp_ms: int) -> tuple[int, int]:
-    """The first half of a cleaning (see module doc): a snapshot of the partition's live
-    records appended in a new segment; (its first offset, the log end after it)."""
-    partition.roll()
-    snapshot_start = partition.log_end_offset
-    return snapshot_start, append_records(partition, live_records, timestamp_ms)
-
-
-def drop_before_snapshot(partition, snapshot_start: int) -> None:
-    """The second half, once the snapshot is committed: the history before it goes."""
-    partition.flush()
-    partition.delete_records_before(snapshot_start)
-
-
-def clean(partition, live_records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
-    """Both halves at once: for a partition whose appends are committed as they are
-    made (a single node's)."""
-    snapshot_start, _ = write_snapshot(partition, live_records, timestamp_ms)
-    drop_before_snapshot(partition, snapshot_start)

@@ -286,12 +286,6 @@ class Partition:
     def enforce_retention(self, now_ms: int) -> int:
         return self.log.enforce_retention(now_ms)
 
-    def roll(self) -> None:
-        self.log.roll()
-
-    def flush(self) -> None:
-        self.log.flush()
-
     def flush_if_due(self) -> None:
         self.log.flush_if_due()
 
@@ -404,11 +398,3 @@ class Partition:
     def producers(self):
         """The producers this partition keeps state of (DescribeProducers)."""
         return self.log.producer_state.producers.values()
-
-    @property
-    def has_open_transactions(self) -> bool:
-        return bool(self.log.producer_state.ongoing)
-
-    @property
-    def segment_count(self) -> int:
-        return len(self.log.segments)

@@ -506,25 +506,13 @@ class TransactionCoordinator:
                                     f"aborting the transaction of {meta.transactional_id}")
 
     def upkeep(self) -> None:
-        """Forget transactional ids idle past transactional.id.expiration.ms; clean
-        every coordinated partition of `__transaction_state` with two or more sealed
-        segments."""
+        """Forget transactional ids idle past transactional.id.expiration.ms (the log
+        cleaner compacts `__transaction_state` down to each id's last record)."""
         now = self.clock.wall_ms()
         for meta in list(self.txns.values()):
             if meta.state in (EMPTY, *_COMPLETE) and not meta.pending \
                     and now - meta.last_update_ms >= self.expiration_ms:
                 self._in_background(self._expire(meta), f"expiring {meta.transactional_id}")
-        topic = self.broker.topics.topics.get(txn_log.TOPIC)
-        if topic is None:
-            return
-        for index in self.coordinated.coordinated():
-            partition = topic.partitions.get(index)
-            if partition is None or partition.segment_count < 3:
-                continue
-            live = [txn_log.txn_record(m.transactional_id, m.producer_id, m.producer_epoch,
-                                       m.timeout_ms, m.state, m.partitions, m.last_update_ms, m.start_ms)
-                    for m in self._ids_of(index) if m.producer_epoch != NO_PRODUCER_EPOCH]
-            txn_log.clean(partition, live, now)
 
     async def _expire(self, meta: TxnMetadata) -> None:
         index, coordinator_epoch = self._coordinator_of(meta.transactional_id)

@@ -9,10 +9,10 @@ CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7. The partition li
 is null for Empty and empty once a transaction completed, as Kafka writes them.
 A transactional id lives in partition `abs(javaHash(id)) % partitions`, as in Kafka.
 
-Cleaning mirrors `__consumer_offsets`: the coordinator holds the live state in
-memory, so a partition past its threshold gets a snapshot of its live keys appended
-and every segment before the snapshot deleted; replaying from the log start always
-yields the current state.
+The topic is compacted by the log cleaner (cleanup.policy=compact, as Kafka creates
+it): only each id's latest record remains, and a tombstone goes after
+delete.retention.ms. Replay keeps the last record of each key, which is all
+compaction leaves, so it yields the same state before and after a cleaning.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from __future__ import annotations
 from wire.messages import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from wire.primitives import DecodeError
 
-from broker.groups.offsets_log import append_records, clean, partition_for, read_records
+from broker.groups.offsets_log import append_records, partition_for, read_records
 
 __all__ = ["TOPIC", "EMPTY", "ONGOING", "PREPARE_COMMIT", "PREPARE_ABORT", "COMPLETE_COMMIT",
            "COMPLETE_ABORT", "DEAD", "PREPARE_EPOCH_FENCE", "STATE_NAMES", "STATES_BY_NAME",
-           "txn_record", "decode_record", "append_records", "read_records", "clean",
-           "partition_for"]
+           "txn_record", "decode_record", "append_records", "read_records", "partition_for"]
 
 TOPIC = "__transaction_state"
 _KEY_VERSION = 0
