@@ -433,6 +433,26 @@ def test_a_fetch_holding_a_replaced_segment_reads_its_old_bytes(tmp_path):
     assert log.read(0, 1 << 20, log.high_watermark, True).read() != old
 
 
+def test_a_replay_paused_across_a_cleaning_goes_on_in_the_cleaned_segments(tmp_path):
+    """A coordinator replays its partition in pieces, letting requests (and the cleaner) run
+    between them: the replay reads on from the cleaned segments by offset, and ends with
+    every key's latest value."""
+    clock = SteppedClock(BASE_TS)
+    log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
+    sent = fill_keys(log, 60, 4)
+    replay = log.decoded_batches(1 << 20)
+    state, offsets = {}, []
+    for header, records in (next(replay) for _ in range(5)):
+        offsets.append(header.base_offset)
+        state.update((r.key, r.value) for r in records)
+    assert Cleaner(log, clock).clean()
+    for header, records in replay:
+        offsets.append(header.base_offset)
+        state.update((r.key, r.value) for r in records)
+    assert offsets == sorted(set(offsets)) and len(offsets) < 60, "read on in the cleaned, smaller log"
+    assert state == {key: value for key, (_, value) in latest_per_key(sent).items()}
+
+
 def test_a_new_follower_replicates_a_compacted_leader(tmp_path):
     """The leader's batches start past the follower's log end where the cleaner removed
     offsets: the follower takes them, as Kafka's do, and ends with the leader's records."""

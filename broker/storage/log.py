@@ -693,27 +693,49 @@ class PartitionLog:
 
     def decoded_batches(self, max_decompressed: int) -> Iterable[tuple[BatchHeader, list]]:
         """(header, records) of every stored batch, in order, for an owner replaying its
-        state. A batch that cannot be read has the log re-validated from its segment, which
-        truncates it at the first invalid batch, as recovery does; a whole, CRC-valid batch
-        whose records cannot be decoded is skipped, with a warning."""
-        for segment in list(self.segments):
-            position = 0
-            while position < segment.size:
-                try:
-                    header = segment.header_at(position)
-                    records = decode_batch(segment.region(position, position + header.size).read(),
-                                           max_decompressed)
-                except DecodeError as exc:
-                    self.revalidate(segment, f"a batch at byte {position} cannot be read: {exc}")
-                    if position >= segment.size:
-                        return  # truncated there, later segments dropped: the log ends here
-                    log.warning("%s-%d: skipping the batch at byte %d of %s: its records cannot "
-                                "be read (%s)", self.topic, self.partition, position,
-                                os.path.basename(segment.path), exc)
-                    position += segment.header_at(position).size
-                    continue
+        state. The owner may pause between batches while the cleaner swaps segments or
+        retention deletes them: each batch is read from a segment still in the log, found
+        again by the next offset when the one being read has been replaced (a cleaned
+        segment holds the same offsets, less what later records supersede). A batch that
+        cannot be read has the log re-validated from its segment, which truncates it at
+        the first invalid batch, as recovery does; a whole, CRC-valid batch whose records
+        cannot be decoded is skipped, with a warning."""
+        next_offset = self.segments[0].base_offset
+        segment, position = None, 0
+        while True:
+            if segment is None or not self._holds(segment):
+                index = max(self._segment_index(next_offset), 0)
+                segment = self.segments[index]
+                position, _ = segment.position_of(next_offset)
+            if position >= segment.size:
+                index = self._segment_index(segment.base_offset) + 1
+                if index >= len(self.segments):
+                    return
+                segment, position = self.segments[index], 0
+                continue
+            try:
+                header = segment.header_at(position)
+                records = decode_batch(segment.region(position, position + header.size).read(),
+                                       max_decompressed)
+            except DecodeError as exc:
+                self.revalidate(segment, f"a batch at byte {position} cannot be read: {exc}")
+                if position >= segment.size:
+                    return  # truncated there, later segments dropped: the log ends here
+                log.warning("%s-%d: skipping the batch at byte %d of %s: its records cannot "
+                            "be read (%s)", self.topic, self.partition, position,
+                            os.path.basename(segment.path), exc)
+                header = segment.header_at(position)
                 position += header.size
-                yield header, records
+                next_offset = header.last_offset + 1
+                continue
+            position += header.size
+            next_offset = header.last_offset + 1
+            yield header, records
+
+    def _holds(self, segment: LogSegment) -> bool:
+        """Whether `segment` is still one of the log's (not replaced by a cleaning nor deleted)."""
+        index = self._segment_index(segment.base_offset)
+        return 0 <= index < len(self.segments) and self.segments[index] is segment
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp`,
