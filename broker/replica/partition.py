@@ -209,6 +209,10 @@ class Partition:
     def size_bytes(self) -> int:
         return self.log.size_bytes
 
+    @property
+    def segment_count(self) -> int:
+        return len(self.log.segments)
+
     # -- writing --------------------------------------------------------------------------
     def append_as_leader(self, header: BatchHeader, batch: memoryview, required_acks: int) -> AppendResult:
         """Append a validated batch under the current leader epoch (see `PartitionLog.append`)."""
