@@ -10,6 +10,8 @@
 5. Reprocesses history: resets the group's offsets to the earliest with
    `sluice groups reset-offsets`, then re-runs the count as a batch job that starts
    from the group's offsets, and shows that it saw every view again.
+6. Starts the web console (`sluice console`) on the broker and reads the group's page of
+   it (members, lag), then says how to run broker and console yourself.
 """
 
 from __future__ import annotations
@@ -62,6 +64,29 @@ def sluice_cli(*args: str) -> str:
     if done.returncode:
         raise SystemExit(f"sluice {' '.join(args)} failed: {done.stderr}")
     return done.stdout
+
+
+def console_view_of_group(bootstrap: str) -> None:
+    """`sluice console` on a free port: its URL and what its group page's data says."""
+    import urllib.request
+
+    console = subprocess.Popen([sys.executable, "-m", "sluice.cli", "console", "--bootstrap-server", bootstrap,
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = console.stdout.readline()  # "Sluice console of cluster ... on http://127.0.0.1:P/ (read-only)"
+        url = line.split(" on ", 1)[1].split()[0] if " on http://" in line else None
+        if url is None:
+            raise SystemExit(f"sluice console did not start: {line}{console.stdout.read()}")
+        with urllib.request.urlopen(f"{url}api/groups/{GROUP}", timeout=30) as response:
+            group = json.load(response)
+        print(f"6. the web console: {url} (sluice console --bootstrap-server {bootstrap})")
+        print(f"   its page of group {GROUP}: state {group['state']}, "
+              f"{len(group['members'])} members, total lag {group['total_lag']}")
+        print("   to keep one open: .venv/bin/sluice broker --data-dir /tmp/sluice-data --port 9092, "
+              "then .venv/bin/sluice console --bootstrap-server 127.0.0.1:9092 and open http://127.0.0.1:8080/")
+    finally:
+        console.terminate()
+        console.wait(15)
 
 
 def main() -> int:
@@ -142,6 +167,7 @@ def main() -> int:
                      .option("kafka.group.id", GROUP).load().count())
             print(f"   the batch job read {again} page views again (the stream counted {total})")
             spark.stop()
+            console_view_of_group(bootstrap)
             return 0 if again == total == EVENTS else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

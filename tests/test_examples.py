@@ -32,6 +32,7 @@ def test_demo_counts_every_view_and_reprocesses_them():
     counts = [int(n) for n in re.findall(r"^   /\S*\s+(\d+)$", out, re.M)]
     assert sum(counts) == 20_000, out
     assert "the batch job read 20000 page views again (the stream counted 20000)" in out
+    assert re.search(r"^   its page of group page-view-counter: state Empty, 0 members, total lag 20000$", out, re.M), out
 
 
 def test_streaming_etl_parquet():
