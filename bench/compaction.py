@@ -71,7 +71,8 @@ _CLEANED = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*Log clea
                       r"(?P<topic>\S+)-(?P<partition>\d+) \(dirty section \[(?P<first>\d+), (?P<end>\d+)\)\): "
                       r"(?P<processed>[\d.]+) MB "
                       r"of log processed in (?P<seconds>[\d.]+) s .*? built from (?P<map>[\d.]+) MB in "
-                      r"(?P<map_seconds>[\d.]+) s; (?P<rewritten>[\d.]+) MB rewritten into (?P<written>[\d.]+) MB; "
+                      r"(?P<map_seconds>[\d.]+) s; (?P<rewritten>[\d.]+) MB of segments rewritten into "
+                      r"(?P<written>[\d.]+) MB \([^)]*\); "
                       r"(?P<kept>\d+) records kept, (?P<removed>\d+) removed")
 
 
