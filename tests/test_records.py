@@ -13,7 +13,8 @@ from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
 from wire.primitives import DecodeError, EncodeError
 from wire.records import (
     CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, ControlRecord,
-    build_batch, build_batch_columns, build_control_batch, decode_batch, decode_control_record, has_valid_crc,
+    build_batch, build_batch_columns, build_control_batch, decode_batch, decode_batch_in_chunks,
+    decode_control_record, has_valid_crc,
     iter_batches, parse_header, set_base_offset, set_log_append_time,
     set_partition_leader_epoch,
 )
@@ -566,6 +567,21 @@ def test_every_truncation_of_a_records_section_behind_a_valid_crc(codec):
             decode_batch(batch_around(section[:cut], len(SAMPLE), codec), MiB)
     with pytest.raises(DecodeError, match="after the last"):
         decode_batch(batch_around(section + b"\x00", len(SAMPLE), codec), MiB)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 100])
+@pytest.mark.parametrize("codec", [NONE, ZSTD], ids=["none", "zstd"])
+def test_decoding_in_chunks_is_decoding_whole(codec, chunk):
+    section = build_batch(SAMPLE)[HEADER_SIZE:]
+    batch = batch_around(section, len(SAMPLE), codec)
+    chunks = list(decode_batch_in_chunks(batch, MiB, chunk))
+    assert [len(c) for c in chunks] == [min(chunk, len(SAMPLE) - i) for i in range(0, len(SAMPLE), chunk)]
+    assert [r for c in chunks for r in c] == decode_batch(batch, MiB)
+    with pytest.raises(DecodeError, match="after the last"):
+        list(decode_batch_in_chunks(batch_around(section + b"\x00", len(SAMPLE), codec), MiB, chunk))
+    with pytest.raises(DecodeError):
+        list(decode_batch_in_chunks(batch_around(section[:-3], len(SAMPLE), codec), MiB, chunk))
+    assert list(decode_batch_in_chunks(batch_around(b"", 0, codec), MiB, chunk)) == []
 
 
 HUGE = [2 ** 31 - 1, 2 ** 20, 100, -2, -(2 ** 31)]

@@ -21,7 +21,7 @@ inlined varint handling instead of going through `wire.primitives.Reader`/`Write
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
@@ -37,7 +37,7 @@ __all__ = [
     "NO_PARTITION_LEADER_EPOCH",
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
-    "set_partition_leader_epoch", "set_log_append_time", "decode_batch",
+    "set_partition_leader_epoch", "set_log_append_time", "decode_batch", "decode_batch_in_chunks",
     "decode_control_record", "assemble_batch", "recompress_batch", "build_batch", "build_batch_columns",
     "build_control_batch",
 ]
@@ -314,17 +314,50 @@ def _read_uvarint(data: bytes, pos: int, bits: int) -> tuple[int, int]:
     raise DecodeError(f"varint longer than {(bits + 6) // 7} bytes")
 
 
+def decode_batch_in_chunks(batch, max_decompressed_size: int, chunk: int) -> Iterator[list[Record]]:
+    """`decode_batch` a `chunk` of records at a time, for a caller that must not hold
+    the event loop for a whole large batch (the log cleaner). The checks are the same;
+    one failing raises when its chunk is reached (bytes left after the last record: at
+    the end of the iteration)."""
+    header, data = records_section(batch, max_decompressed_size)
+    log_append_time = header.max_timestamp if header.attributes & LOG_APPEND_TIME_BIT else None
+    count = header.record_count
+    _check_record_count(data, count)
+    pos = 0
+    for first in range(0, count, chunk):
+        records, pos = _decode_some(data, pos, min(chunk, count - first), header.base_offset,
+                                    header.base_timestamp, log_append_time)
+        yield records
+    _check_records_end(data, pos, count)
+
+
 def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: int,
                     log_append_time: int | None) -> list[Record]:
+    _check_record_count(data, count)
+    records, pos = _decode_some(data, 0, count, base_offset, base_timestamp, log_append_time)
+    _check_records_end(data, pos, count)
+    return records
+
+
+def _check_record_count(data: bytes, count: int) -> None:
+    if count > len(data) // _MIN_RECORD_SIZE:
+        raise DecodeError(f"{count} records cannot fit in {len(data)} bytes")
+
+
+def _check_records_end(data: bytes, pos: int, count: int) -> None:
+    if pos != len(data):
+        raise DecodeError(f"{len(data) - pos} bytes after the last of {count} records")
+
+
+def _decode_some(data: bytes, pos: int, count: int, base_offset: int, base_timestamp: int,
+                 log_append_time: int | None) -> tuple[list[Record], int]:
+    """`count` records from byte `pos` of a records section, and the position after them."""
     end = len(data)
-    if count > end // _MIN_RECORD_SIZE:
-        raise DecodeError(f"{count} records cannot fit in {end} bytes")
     read_uvarint = _read_uvarint
     new = tuple.__new__
     no_headers = ()
     records = []
     append = records.append
-    pos = 0
     # Every varint below is read inline when it takes one or two bytes, then
     # zigzag-decoded as (z >> 1) ^ -(z & 1); lengths test z directly (z == 1 is -1).
     try:
@@ -415,9 +448,7 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             )))
     except IndexError:
         raise DecodeError("records section ends inside a record") from None
-    if pos != end:
-        raise DecodeError(f"{end - pos} bytes after the last of {count} records")
-    return records
+    return records, pos
 
 
 def _decode_headers(data: bytes, pos: int, record_end: int,

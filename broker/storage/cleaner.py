@@ -51,7 +51,9 @@ Rules (Kafka's Cleaner, LogCleaner and LogCleanerManager, for record batches v2)
   keeps what the first cleaning kept.
 
 Never blocking the event loop: the cleaner is one asyncio task on the broker's loop
-that works in slices of at most `SLICE_SECONDS` (between batches) and yields after each,
+that works in slices of about `SLICE_SECONDS` and yields after each (a slice ends between
+batches, or inside a large batch every `RECORDS_PER_STEP` records decoded, judged or
+re-encoded: a producer's batch of a megabyte is tens of milliseconds of Python),
 rather than a thread: its work is Python (decoding batches, hashing keys) that would
 hold the GIL against the loop anyway, and on the loop it sees each log between two
 appends, never inside one, so the swap of segment lists needs no lock and the checks of
@@ -73,12 +75,12 @@ import heapq
 import logging
 import os
 from bisect import bisect_right
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Generator, Iterable, Iterator
 
 from wire.primitives import DecodeError
 from wire.records import (COMPRESSION_MASK, CONTROL_ABORT, CONTROL_COMMIT, DELETE_HORIZON_BIT,
                           LOG_APPEND_TIME_BIT, BatchHeader, Record, assemble_batch, decode_batch,
-                          decode_control_record, iter_batches, parse_header)
+                          decode_batch_in_chunks, decode_control_record, iter_batches, parse_header)
 
 from broker.clock import Clock
 from broker.config import CLEANER_BYTES_PER_KEY, INT_MAX, BrokerConfig
@@ -93,6 +95,14 @@ log = logging.getLogger("sluice.cleaner")
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # The longest the cleaner works before letting the event loop run.
 SLICE_SECONDS = 0.005
+# Records decoded, judged or re-encoded between two chances to pause (about a millisecond
+# of work): a producer's batch may hold thousands, too many for one slice.
+RECORDS_PER_STEP = 500
+# Turns of the event loop a pause lets go by. A turn runs what was ready before it began,
+# the cleaner's wake-up first, then what became ready meanwhile (a request's bytes, a due
+# timer): with one turn every step of a request would wait for a whole slice; with a few,
+# a request goes through several steps (read, handle, answer) between two slices.
+LOOP_TURNS_PER_PAUSE = 4
 _READ_CHUNK = 256 * 1024
 _MB = 1024 * 1024
 
@@ -234,17 +244,22 @@ def _encoded_record(record: Record, offset_delta: int, timestamp_delta: int) -> 
     return _zigzag_varint(len(body)) + body
 
 
-def _rebuilt(header: BatchHeader, records: list[Record], horizon: int | None) -> bytes:
+def _rebuilt(header: BatchHeader, records: list[Record], horizon: int | None) -> Generator[int, None, bytes]:
     """The batch of `header` holding only `records`: base offset, last offset delta,
     producer fields and codec kept; with a delete `horizon`, bit 6 set and the base
-    timestamp the horizon, as Kafka's MemoryRecordsBuilder writes it."""
+    timestamp the horizon, as Kafka's MemoryRecordsBuilder writes it. Pauses (yields 0)
+    every RECORDS_PER_STEP records."""
     base_timestamp = records[0].timestamp if horizon is None else horizon
     if header.attributes & LOG_APPEND_TIME_BIT:
         max_timestamp = header.max_timestamp
     else:
         max_timestamp = max(r.timestamp for r in records)
-    section = b"".join(_encoded_record(r, r.offset - header.base_offset, r.timestamp - base_timestamp)
-                       for r in records)
+    parts = []
+    for first in range(0, len(records), RECORDS_PER_STEP):
+        parts.append(b"".join(_encoded_record(r, r.offset - header.base_offset, r.timestamp - base_timestamp)
+                              for r in records[first:first + RECORDS_PER_STEP]))
+        yield 0
+    section = b"".join(parts)
     attributes = header.attributes & ~DELETE_HORIZON_BIT | (0 if horizon is None else DELETE_HORIZON_BIT)
     return assemble_batch(header._replace(attributes=attributes, base_timestamp=base_timestamp,
                                           max_timestamp=max_timestamp, record_count=len(records)), section)
@@ -305,9 +320,11 @@ class LogCleaning:
                 elif not transactions.on_batch(header):
                     if offset_map.full:
                         return
-                    for record in decode_batch(batch, MAX_DECOMPRESSED_BATCH):
-                        if record.key is not None and record.offset >= start:
-                            offset_map.put(record.key, record.offset)
+                    for records in decode_batch_in_chunks(batch, MAX_DECOMPRESSED_BATCH, RECORDS_PER_STEP):
+                        for record in records:
+                            if record.key is not None and record.offset >= start:
+                                offset_map.put(record.key, record.offset)
+                        yield 0
                 if header.last_offset >= start:
                     offset_map.latest_offset = max(offset_map.latest_offset, header.last_offset)
                 self.stats.map_bytes += header.size
@@ -360,7 +377,7 @@ class LogCleaning:
             self._transactions.add_aborted(self.log.aborted_transactions(segment.base_offset,
                                                                          segment.next_offset))
             for header, batch in _batches(SegmentFile(segment.path, os.O_RDONLY), segment.size):
-                kept, aborted = self._kept(header, batch)
+                kept, aborted = yield from self._kept(header, batch)
                 if aborted is not None:
                     cleaned.txn_index.append(aborted)
                 written = 0
@@ -371,9 +388,11 @@ class LogCleaning:
                 self.stats.bytes_written += written
                 yield header.size + written
 
-    def _kept(self, header: BatchHeader, batch: memoryview) -> tuple[bytes | None, AbortedTxn | None]:
+    def _kept(self, header: BatchHeader,
+              batch: memoryview) -> Generator[int, None, tuple[bytes | None, AbortedTxn | None]]:
         """What of one batch stays (None: nothing), and an aborted transaction its marker
-        keeps indexed (see the module's docstring for the rules)."""
+        keeps indexed (see the module's docstring for the rules). Pauses (yields 0) every
+        RECORDS_PER_STEP records."""
         records = None
         aborted = None
         if header.is_control:
@@ -389,14 +408,20 @@ class LogCleaning:
             self.stats.records_read += header.record_count
             return None, aborted
         if records is None and not drop_records:
-            records = decode_batch(batch, MAX_DECOMPRESSED_BATCH)
+            records = []
+            for chunk in decode_batch_in_chunks(batch, MAX_DECOMPRESSED_BATCH, RECORDS_PER_STEP):
+                records += chunk
+                yield 0
         self.stats.records_read += header.record_count
         if drop_records:
             kept = []
         elif header.is_control:
             kept = records
         else:
-            kept = [record for record in records if self._keeps(header, record)]
+            kept = []
+            for first in range(0, len(records), RECORDS_PER_STEP):
+                kept += [record for record in records[first:first + RECORDS_PER_STEP] if self._keeps(header, record)]
+                yield 0
         self.stats.records_kept += len(kept)
         if kept:
             needs_horizon = not header.has_delete_horizon and (
@@ -407,7 +432,7 @@ class LogCleaning:
                 horizon = self.now + self.log.config.delete_retention_ms
             else:
                 horizon = header.base_timestamp if header.has_delete_horizon else None
-            return _rebuilt(header, kept, horizon), aborted
+            return (yield from _rebuilt(header, kept, horizon)), aborted
         if keep_empty:
             self.stats.batches_emptied += header.record_count > 0
             return _emptied(header), aborted
@@ -638,7 +663,8 @@ class LogCleaner:
                 if delay > 0:
                     await clock.sleep(delay)
                 else:
-                    await asyncio.sleep(0)
+                    for _ in range(LOOP_TURNS_PER_PAUSE):
+                        await asyncio.sleep(0)
                 slice_end = clock.monotonic() + SLICE_SECONDS
 
     def _log_summary(self, name: str, dirt: _Dirt, end: int, stats: CleaningStats) -> None:
