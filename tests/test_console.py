@@ -269,6 +269,7 @@ def test_a_group_page_and_its_lag_chart_drawn_live(browser, console, client, bro
         member = browser.find_element(By.CSS_SELECTOR, "#members tr:nth-child(2)")
         assert "chart-consumer" in member.text and "lagged:0,1" in member.text
         assert browser.find_element(By.ID, "total-lag").text == "30"
+        assert "when this page loaded" in browser.find_element(By.ID, "offsets-as-of").text  # the table is a snapshot
         listed = {g["group"]: g for g in console.json("/api/groups")["groups"]}
         assert (listed["chart-readers"]["state"], listed["chart-readers"]["members"]) == ("Stable", 1)
         assert not browser.find_elements(By.ID, "reset-form")  # read-only console

@@ -191,6 +191,8 @@ def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: st
 <h2>Members</h2>
 {members}
 <h2>Offsets and lag</h2>
+<p class="muted" id="offsets-as-of">As of {dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S")} UTC, when
+this page loaded (reload for the current offsets); the chart below follows the lag live.</p>
 <table id="offsets"><tr><th>Topic</th><th>Partition</th><th>Committed offset</th><th>Log end offset</th>
 <th>Lag</th><th>Consumer</th></tr>{offsets}</table>
 <h2>Lag over time</h2>
