@@ -59,6 +59,7 @@ from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
 from tests.anomalies import offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
+from tests.log_files import log_bytes
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from sluice.polling import wait_for
 from tests.replicas import topic_manager
@@ -441,9 +442,7 @@ def test_groups_cli_against_any_broker(cluster):
 # -- compaction --------------------------------------------------------------------------------
 
 def _offsets_log_bytes(cluster: Cluster, broker_id: int, partition: int) -> int:
-    directory = os.path.join(cluster.processes[broker_id].data_dir, f"{OFFSETS_TOPIC}-{partition}")
-    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-               if n.endswith(".log"))
+    return log_bytes(os.path.join(cluster.processes[broker_id].data_dir, f"{OFFSETS_TOPIC}-{partition}"))[0]
 
 
 def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):

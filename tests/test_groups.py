@@ -216,6 +216,7 @@ import pytest  # noqa: E402
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.manual_clock import ManualClock  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
+from tests.log_files import log_bytes  # noqa: E402
 from tests.replicas import topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402
@@ -1140,9 +1141,7 @@ def test_consumer_offsets_group_record_names_members(start_broker):
 
 def _offsets_log_bytes(broker) -> int:
     """Bytes in the .log files of __consumer_offsets-0."""
-    directory = os.path.join(broker.data_dir, f"{OFFSETS_TOPIC}-0")
-    return sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
-               if f.endswith(".log"))
+    return log_bytes(os.path.join(broker.data_dir, f"{OFFSETS_TOPIC}-0"))[0]
 
 
 def test_offsets_topic_is_compacted_and_replays(start_broker):

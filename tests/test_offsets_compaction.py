@@ -29,6 +29,7 @@ import pytest
 from broker.groups.offsets_log import decode_record
 from sluice.broker_process import BrokerProcess
 from sluice.polling import wait_for
+from tests.log_files import log_bytes
 from wire.client import EARLIEST, LATEST, AsyncClient, Client, NewTopic
 
 ck = pytest.importorskip("confluent_kafka")
@@ -56,9 +57,7 @@ CONFIG = {
 
 def offsets_log_bytes(proc: BrokerProcess) -> tuple[int, int]:
     """(bytes in the .log files of __consumer_offsets-0, how many there are)."""
-    directory = os.path.join(proc.data_dir, f"{OFFSETS_TOPIC}-0")
-    logs = [n for n in os.listdir(directory) if n.endswith(".log")]
-    return sum(os.path.getsize(os.path.join(directory, n)) for n in logs), len(logs)
+    return log_bytes(os.path.join(proc.data_dir, f"{OFFSETS_TOPIC}-0"))
 
 
 async def commit_rounds(bootstrap: str) -> None:
