@@ -122,7 +122,7 @@ async def list_topics(client: AsyncClient, args) -> int:
 
 async def describe(client: AsyncClient, args) -> int:
     if args.name is not None:
-        topics = [await _existing_topic(client, args.name)]
+        topics = [await existing_topic(client, args.name)]
     else:
         topics = await _all_topics(client, args.exclude_internal)
     configs = await _config_overrides(client, [t.name for t in topics])
@@ -182,7 +182,7 @@ async def delete(client: AsyncClient, args) -> int:
 
 
 async def alter(client: AsyncClient, args) -> int:
-    before = await _existing_topic(client, args.name)
+    before = await existing_topic(client, args.name)
     error = (await client.create_partitions({args.name: args.partitions}))[args.name]
     if error is not None:
         if error.code == ErrorCode.INVALID_PARTITIONS and args.partitions <= len(before.partitions):
@@ -211,10 +211,11 @@ async def _all_topics(client: AsyncClient, exclude_internal: bool) -> list[Topic
                   key=lambda t: t.name)
 
 
-async def _existing_topic(client: AsyncClient, name: str) -> TopicInfo:
+async def existing_topic(client: AsyncClient, name: str, missing: type[Exception] = CommandError) -> TopicInfo:
+    """The topic's metadata; `missing` (CommandError for the CLI) when it does not exist."""
     info = (await client.metadata([name])).topics.get(name)
     if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        raise CommandError(f"topic {name!r} does not exist")
+        raise missing(f"topic {name!r} does not exist")
     if info.error_code:
         raise KafkaError(info.error_code, f"topic {name!r}")
     return info

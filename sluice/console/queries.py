@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 
+from sluice.topics import existing_topic
 from wire.client import EARLIEST, LATEST, AsyncClient, TopicInfo
-from wire.error_codes import ErrorCode
-from wire.errors import KafkaError
 from wire.primitives import ZERO_UUID
 
 __all__ = ["NotFound", "cluster_overview", "groups_overview", "recent_messages", "shown_bytes",
@@ -80,7 +79,7 @@ async def topics_overview(client: AsyncClient) -> list[dict]:
 
 
 async def topic_detail(client: AsyncClient, name: str) -> dict:
-    topic = await _existing_topic(client, name)
+    topic = await existing_topic(client, name, NotFound)
     leading = [p.partition for p in topic.partitions.values() if p.leader_id >= 0]
     starts, ends = {}, {}
     if leading:
@@ -102,7 +101,7 @@ async def topic_detail(client: AsyncClient, name: str) -> dict:
 async def recent_messages(client: AsyncClient, name: str, limit: int,
                           partition: int | None = None) -> dict:
     """The last `limit` messages of a topic (of one partition, or merged over all)."""
-    topic = await _existing_topic(client, name)
+    topic = await existing_topic(client, name, NotFound)
     if partition is not None and partition not in topic.partitions:
         raise NotFound(f"topic {name!r} has no partition {partition}")
     wanted = [partition] if partition is not None else sorted(topic.partitions)
@@ -154,15 +153,6 @@ def _topic_summary(topic: TopicInfo) -> dict:
             "replication_factor": len(partitions[0].replicas) if partitions else None,
             "under_replicated": sum(1 for p in partitions if _status(p) == "under-replicated"),
             "offline": sum(1 for p in partitions if _status(p) == "offline")}
-
-
-async def _existing_topic(client: AsyncClient, name: str) -> TopicInfo:
-    info = (await client.metadata([name])).topics.get(name)
-    if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        raise NotFound(f"topic {name!r} does not exist")
-    if info.error_code:
-        raise KafkaError(info.error_code, f"topic {name!r}")
-    return info
 
 
 async def _last_records(client: AsyncClient, topic: str, partition: int, limit: int) -> list[dict]:
