@@ -915,6 +915,9 @@ def test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing(tmp_path
                 while time.monotonic() < waited_until:  # and still coming while it waits
                     produce(chunk // 4)
                     producer.poll(0.002)
+                # A slow poll can let every request finish; the kill must not find
+                # the producer idle, so the last records are queued just before it.
+                produce(chunk // 4)
                 outstanding_at_kill.append(len(producer))
                 proc.kill()
                 for _ in range(2):  # keep producing while the broker is down
