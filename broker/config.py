@@ -185,14 +185,6 @@ def check_topic_config_key(key: str) -> None:
         raise ConfigError(f"unknown topic config {key!r}")
 
 
-def check_log_config(config: LogConfig) -> None:
-    """Kafka's checks across keys of a topic's effective config: ConfigError."""
-    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
-        raise ConfigError(f"conflict topic config setting min.compaction.lag.ms "
-                          f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
-                          f"({config.max_compaction_lag_ms})")
-
-
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
     result = {}
@@ -347,6 +339,19 @@ class BrokerConfig:
         """The effective LogConfig of a topic with these (validated) overrides."""
         changes = {TOPIC_CONFIGS[k][0]: TOPIC_CONFIGS[k][2](k, v) for k, v in overrides.items()}
         return dataclasses.replace(self.log, **changes)
+
+    def topic_overrides(self, configs: dict[str, str | None]) -> dict[str, str]:
+        """`configs` as a topic's overrides (`parse_topic_configs`), with Kafka's checks
+        across keys of the effective config they make with this broker's defaults: the
+        one check of what CreateTopics and AlterConfigs set, on one node and in a
+        cluster. Raises ConfigError."""
+        overrides = parse_topic_configs(configs)
+        effective = self.log_config(overrides)
+        if effective.min_compaction_lag_ms > effective.max_compaction_lag_ms:
+            raise ConfigError(f"conflict topic config setting min.compaction.lag.ms "
+                              f"({effective.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                              f"({effective.max_compaction_lag_ms})")
+        return overrides
 
 
 def read_properties(path: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 
 from broker.clock import Clock
-from broker.config import BrokerConfig, ConfigError, check_log_config, parse_topic_configs
+from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.errors import BrokerError
 from broker.replica.delayed import DelayedOperations
 from broker.replica.partition import Partition
@@ -290,8 +290,7 @@ class TopicManager:
             raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                               f"topic {name!r} collides with an existing topic ('.' and '_' are alike)")
         try:
-            overrides = parse_topic_configs(configs)
-            check_log_config(self.config.log_config(overrides))
+            overrides = self.config.topic_overrides(configs)
         except ConfigError as exc:
             raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         self._check_budget(name, partitions)
@@ -365,8 +364,7 @@ class TopicManager:
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         try:
-            overrides = parse_topic_configs(configs)
-            check_log_config(self.config.log_config(overrides))
+            overrides = self.config.topic_overrides(configs)
         except ConfigError as exc:
             raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if topic.internal:

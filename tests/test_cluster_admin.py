@@ -344,6 +344,26 @@ def test_create_topics_and_partitions_through_brokers_that_are_not_the_controlle
     assert sorted(listed.partitions) == [0, 1, 2, 3, 4]
 
 
+def test_topic_configs_are_checked_across_keys_in_the_cluster_as_on_one_node(cluster):
+    """min.compaction.lag.ms above max.compaction.lag.ms is INVALID_CONFIG through any
+    broker, on creation and on alteration, as the single node refuses it."""
+    plain = not_controller(cluster)[0]
+    conflict = {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "1000"}
+    message = "min.compaction.lag.ms (5000) > max.compaction.lag.ms (1000)"
+    (refused,) = request(cluster, plain, CREATE_TOPICS, _topic_body("lags-conflict", 1, 3, conflict)).topics
+    assert refused.error_code == ErrorCode.INVALID_CONFIG and message in refused.error_message, refused
+    assert "lags-conflict" not in cluster.metadata(plain).topics
+    cluster.create_topic("lags", 1, 3)
+    resource = (TOPIC_RESOURCE, "lags")
+    with Client(cluster.address(plain), call_timeout=60) as client:
+        (error,) = client.alter_configs({resource: conflict}).values()
+        assert error is not None and error.code == ErrorCode.INVALID_CONFIG and message in str(error), error
+        assert client.alter_configs({resource: {"min.compaction.lag.ms": "5000"}}) == {resource: None}
+        (error,) = client.incremental_alter_configs(  # with the topic's min.compaction.lag.ms
+            {resource: [("max.compaction.lag.ms", SET_CONFIG, "1000")]}).values()
+        assert error is not None and error.code == ErrorCode.INVALID_CONFIG and message in str(error), error
+
+
 def _produce_value(cluster: Cluster, topic: str, size: int, via: str | None = None) -> None:
     with Client(via or cluster.bootstrap_servers, call_timeout=60, retries=5) as client:
         client.produce(topic, 0, [(None, b"x" * size)])

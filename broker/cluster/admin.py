@@ -42,7 +42,7 @@ from broker.cluster import placement
 from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.cluster.zk_layout import TopicAssignment
 from broker.cluster.zk_store import StaleVersion
-from broker.config import ConfigError, parse_topic_configs
+from broker.config import ConfigError
 from broker.errors import BrokerError
 from broker.topics import (INTERNAL_REQUIRED_CONFIGS, INTERNAL_TOPICS, MAX_PARTITIONS,
                            validate_topic_name)
@@ -72,13 +72,6 @@ def _live_brokers(store) -> dict[int, str | None]:
     return brokers
 
 
-def _parse_configs(configs: dict[str, str | None]) -> dict[str, str]:
-    try:
-        return parse_topic_configs(configs)
-    except ConfigError as exc:
-        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-
-
 class ClusterTopicAdmin:
     def __init__(self, broker):
         self._broker = broker
@@ -88,6 +81,12 @@ class ClusterTopicAdmin:
     def _store(self):
         return self._broker.zk
 
+    def _overrides(self, configs: dict[str, str | None]) -> dict[str, str]:
+        try:
+            return self._broker.config.topic_overrides(configs)
+        except ConfigError as exc:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            assignments: list[tuple[int, list[int]]] | None,
                            configs: dict[str, str | None], validate_only: bool,
@@ -95,7 +94,7 @@ class ClusterTopicAdmin:
         """(topic id, partitions, replication factor, overrides) of the created topic
         (the zero id when only validating)."""
         validate_topic_name(name)
-        overrides = _parse_configs(configs)
+        overrides = self._overrides(configs)
         if not assignments and not 1 <= partitions <= MAX_PARTITIONS:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                               f"number of partitions must be between 1 and {MAX_PARTITIONS}, not {partitions}")
@@ -199,7 +198,7 @@ class ClusterTopicAdmin:
 
     def check_topic_configs(self, name: str, configs: dict[str, str | None]) -> dict[str, str]:
         """The overrides `configs` would be, checked as the single node checks them."""
-        overrides = _parse_configs(configs)
+        overrides = self._overrides(configs)
         if name in INTERNAL_TOPICS:
             for key, required in INTERNAL_REQUIRED_CONFIGS.items():
                 if overrides.setdefault(key, required) != required:
