@@ -1,7 +1,8 @@
 """Per-data-directory offset checkpoints in Kafka's text format, written atomically.
 
 A file holds a version line (0), a count line, then `topic partition offset` lines.
-Used for recovery points, log start offsets and high watermarks.
+Used for recovery points, log start offsets and high watermarks. `sync_directory` is
+the one fsync of a directory, after its names change (here and in the segmented log).
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ def write_atomically(path: str, data: bytes) -> None:
             pass
         raise
     os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    sync_directory(os.path.dirname(path) or ".")
+
+
+def sync_directory(path: str) -> None:
+    """fsync a directory, so that the names created or renamed in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)

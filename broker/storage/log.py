@@ -43,6 +43,7 @@ from wire.records import (CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import LogConfig
 from broker.errors import BrokerError
+from broker.storage.checkpoint import sync_directory
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
@@ -67,14 +68,6 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
-
-
-def sync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def seal_for_swap(cleaned: LogSegment) -> None:
@@ -598,16 +591,13 @@ class PartitionLog:
         try:
             self.segments[-1].flush()
             if self._directory_unsynced:
-                self._sync_directory()
+                sync_directory(self.directory)
+                self._directory_unsynced = False
         except OSError as exc:
             raise self._storage_error("flush", exc) from None
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock.wall_ms()
         self._advance_recovery_point(self.log_end_offset)
-
-    def _sync_directory(self) -> None:
-        sync_directory(self.directory)
-        self._directory_unsynced = False
 
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> None:
         """Swap the log cleaner's segment in for the consecutive sealed segments `old` it
