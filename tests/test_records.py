@@ -14,7 +14,7 @@ from wire.primitives import DecodeError, EncodeError
 from wire.records import (
     CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, ControlRecord,
     build_batch, build_batch_columns, build_control_batch, decode_batch, decode_batch_in_chunks,
-    decode_control_record, has_valid_crc,
+    decode_control_record, encode_record, has_valid_crc,
     iter_batches, parse_header, set_base_offset, set_log_append_time,
     set_partition_leader_epoch,
 )
@@ -582,6 +582,19 @@ def test_decoding_in_chunks_is_decoding_whole(codec, chunk):
     with pytest.raises(DecodeError):
         list(decode_batch_in_chunks(batch_around(section[:-3], len(SAMPLE), codec), MiB, chunk))
     assert list(decode_batch_in_chunks(batch_around(b"", 0, codec), MiB, chunk)) == []
+
+
+def test_encode_record_is_the_c_encoders_format_and_keeps_offset_gaps():
+    batch = build_batch(SAMPLE)
+    records = decode_batch(batch, MiB)
+    base_timestamp = SAMPLE[0][3]
+    consecutive = b"".join(encode_record(r, i, r.timestamp - base_timestamp) for i, r in enumerate(records))
+    assert consecutive == batch[HEADER_SIZE:]
+    deltas = [0, 7, 8, 2 ** 31 - 1]  # a cleaned batch's records: offsets with gaps
+    gapped = b"".join(encode_record(r, delta, r.timestamp) for r, delta in zip(records, deltas))
+    decoded = decode_batch(batch_around(gapped, len(records)), MiB)  # base offset and timestamp 0
+    assert [r.offset for r in decoded] == deltas
+    assert [r._replace(offset=0) for r in decoded] == [r._replace(offset=0) for r in records]
 
 
 HUGE = [2 ** 31 - 1, 2 ** 20, 100, -2, -(2 ** 31)]

@@ -38,8 +38,8 @@ __all__ = [
     "BatchHeader", "BatchIterator", "Record", "ControlRecord",
     "parse_header", "iter_batches", "has_valid_crc", "set_base_offset",
     "set_partition_leader_epoch", "set_log_append_time", "decode_batch", "decode_batch_in_chunks",
-    "decode_control_record", "assemble_batch", "recompress_batch", "build_batch", "build_batch_columns",
-    "build_control_batch",
+    "decode_control_record", "encode_record", "assemble_batch", "recompress_batch", "build_batch",
+    "build_batch_columns", "build_control_batch",
 ]
 
 HEADER_SIZE = 61
@@ -518,6 +518,37 @@ def _build(keys, values, headers, timestamps, attributes: int, codec: int, base_
                                       len(keys) - 1, base_timestamp, max_timestamp, producer_id,
                                       producer_epoch, base_sequence, len(keys)),
                           section)
+
+
+def encode_record(record: Record, offset_delta: int, timestamp_delta: int) -> bytes:
+    """One record of a records section, its length first, from a decoded `Record` and
+    its deltas from the batch's base offset and base timestamp: for a broker rewriting a
+    batch whose offsets keep gaps (the log cleaner). Records with consecutive offsets are
+    encoded in C by `build_batch_columns`."""
+    parts = [bytes((record.attributes,)), _varlong(timestamp_delta), _varlong(offset_delta)]
+    for blob in (record.key, record.value):
+        parts += (_NULL_LENGTH,) if blob is None else (_varlong(len(blob)), blob)
+    parts.append(_varlong(len(record.headers)))
+    for name, value in record.headers:
+        raw = name.encode()
+        parts += (_varlong(len(raw)), raw)
+        parts += (_NULL_LENGTH,) if value is None else (_varlong(len(value)), value)
+    body = b"".join(parts)
+    return _varlong(len(body)) + body
+
+
+def _varlong(value: int) -> bytes:
+    """A zigzag varint of up to 64 bits (a record's varints, which all fit one)."""
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_NULL_LENGTH = _varlong(-1)
 
 
 def assemble_batch(header: BatchHeader, section: bytes) -> bytes:

@@ -80,7 +80,8 @@ from typing import Callable, Generator, Iterable, Iterator
 from wire.primitives import DecodeError
 from wire.records import (COMPRESSION_MASK, CONTROL_ABORT, CONTROL_COMMIT, DELETE_HORIZON_BIT,
                           LOG_APPEND_TIME_BIT, BatchHeader, Record, assemble_batch, decode_batch,
-                          decode_batch_in_chunks, decode_control_record, iter_batches, parse_header)
+                          decode_batch_in_chunks, decode_control_record, encode_record, iter_batches,
+                          parse_header)
 
 from broker.clock import Clock
 from broker.config import CLEANER_BYTES_PER_KEY, INT_MAX, BrokerConfig
@@ -216,34 +217,6 @@ def _batches(file: SegmentFile, size: int, start: int = 0) -> Iterator[tuple[Bat
         position += consumed
 
 
-def _zigzag_varint(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append(z & 0x7F | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_NULL = _zigzag_varint(-1)
-
-
-def _encoded_record(record: Record, offset_delta: int, timestamp_delta: int) -> bytes:
-    """One record of a v2 batch: length, attributes, timestamp and offset deltas, key,
-    value, headers."""
-    parts = [bytes((record.attributes,)), _zigzag_varint(timestamp_delta), _zigzag_varint(offset_delta)]
-    for blob in (record.key, record.value):
-        parts += (_NULL,) if blob is None else (_zigzag_varint(len(blob)), blob)
-    parts.append(_zigzag_varint(len(record.headers)))
-    for name, value in record.headers:
-        raw = name.encode()
-        parts += (_zigzag_varint(len(raw)), raw)
-        parts += (_NULL,) if value is None else (_zigzag_varint(len(value)), value)
-    body = b"".join(parts)
-    return _zigzag_varint(len(body)) + body
-
-
 def _rebuilt(header: BatchHeader, records: list[Record], horizon: int | None) -> Generator[int, None, bytes]:
     """The batch of `header` holding only `records`: base offset, last offset delta,
     producer fields and codec kept; with a delete `horizon`, bit 6 set and the base
@@ -256,7 +229,7 @@ def _rebuilt(header: BatchHeader, records: list[Record], horizon: int | None) ->
         max_timestamp = max(r.timestamp for r in records)
     parts = []
     for first in range(0, len(records), RECORDS_PER_STEP):
-        parts.append(b"".join(_encoded_record(r, r.offset - header.base_offset, r.timestamp - base_timestamp)
+        parts.append(b"".join(encode_record(r, r.offset - header.base_offset, r.timestamp - base_timestamp)
                               for r in records[first:first + RECORDS_PER_STEP]))
         yield 0
     section = b"".join(parts)
@@ -316,7 +289,7 @@ class LogCleaning:
             file = SegmentFile(segment.path, os.O_RDONLY)
             for header, batch in _batches(file, segment.size, position):
                 if header.is_control:
-                    transactions.on_marker(header, _marker_kind(batch))
+                    transactions.on_marker(header, _marker_kind(decode_batch(batch, MAX_DECOMPRESSED_BATCH)))
                 elif not transactions.on_batch(header):
                     if offset_map.full:
                         return
@@ -397,7 +370,7 @@ class LogCleaning:
         aborted = None
         if header.is_control:
             records = decode_batch(batch, MAX_DECOMPRESSED_BATCH)
-            kind = decode_control_record(records[0]).type if records else None
+            kind = _marker_kind(records)
             may_go, aborted = self._transactions.on_marker(header, kind)
             drop_records = may_go and header.has_delete_horizon and header.base_timestamp <= self.now
         else:
@@ -457,8 +430,8 @@ class LogCleaning:
         return header.is_control and header.producer_epoch == epoch
 
 
-def _marker_kind(batch) -> int | None:
-    records = decode_batch(batch, MAX_DECOMPRESSED_BATCH)
+def _marker_kind(records: list[Record]) -> int | None:
+    """The type of a control batch's record; None when a cleaning emptied the batch."""
     return decode_control_record(records[0]).type if records else None
 
 
