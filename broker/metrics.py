@@ -72,6 +72,7 @@ import asyncio
 import bisect
 import logging
 import os
+from collections import defaultdict
 from time import perf_counter
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -118,10 +119,11 @@ class BrokerMetrics:
 
     def __init__(self, broker):
         self._broker = broker
-        self.topics: dict[str, _TopicCounts] = {}
+        self.topics: defaultdict[str, _TopicCounts] = defaultdict(_TopicCounts)
         self.gone = _TopicCounts()  # counts of topics no longer here (see BrokerCollector)
         self.replication_bytes_out = 0
-        self.requests: dict[tuple[int, int], _RequestCounts] = {}  # (api key, version) ->
+        # (api key, version) -> its requests
+        self.requests: defaultdict[tuple[int, int], _RequestCounts] = defaultdict(_RequestCounts)
         self.waiting = dict.fromkeys(PURGATORIES, 0)  # api key -> requests in its purgatory
         self.server: HttpServer | None = None
         self.registry: CollectorRegistry | None = None
@@ -129,9 +131,7 @@ class BrokerMetrics:
     # -- counting (hot paths: keep cheap) -------------------------------------------------
     def produced(self, topic: str, records: int, size: int) -> None:
         """A leader appended a client's batch of `records` records, `size` bytes."""
-        counts = self.topics.get(topic)
-        if counts is None:
-            counts = self.topics[topic] = _TopicCounts()
+        counts = self.topics[topic]
         counts.messages_in += records
         counts.bytes_in += size
 
@@ -151,17 +151,12 @@ class BrokerMetrics:
                 if topic is None:
                     continue
                 ref = topic.name
-            counts = self.topics.get(ref)
-            if counts is None:
-                counts = self.topics[ref] = _TopicCounts()
-            counts.bytes_out += size
+            self.topics[ref].bytes_out += size
 
     def request_done(self, api_key: int, version: int, started: float) -> None:
         """A request decoded at perf_counter() `started` has its response ready."""
         elapsed_ms = (perf_counter() - started) * 1000.0
-        counts = self.requests.get((api_key, version))
-        if counts is None:
-            counts = self.requests[(api_key, version)] = _RequestCounts()
+        counts = self.requests[(api_key, version)]
         counts.count += 1
         counts.sum_ms += elapsed_ms
         counts.buckets[bisect.bisect_left(LATENCY_BUCKETS_MS, elapsed_ms)] += 1
