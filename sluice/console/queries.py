@@ -66,8 +66,7 @@ async def cluster_overview(client: AsyncClient) -> dict:
                     for b in sorted(metadata.brokers.values(), key=lambda b: b.node_id)],
         "topic_count": sum(1 for t in metadata.topics.values() if not t.error_code),
         "partition_count": len(partitions),
-        "under_replicated": sum(1 for p in partitions if _status(p) == "under-replicated"),
-        "offline": sum(1 for p in partitions if _status(p) == "offline"),
+        **_health(partitions),
     }
 
 
@@ -145,14 +144,19 @@ def _status(partition) -> str:
     return "ok"
 
 
+def _health(partitions) -> dict:
+    """How many of `partitions` are under-replicated and offline."""
+    statuses = [_status(p) for p in partitions]
+    return {"under_replicated": statuses.count("under-replicated"), "offline": statuses.count("offline")}
+
+
 def _topic_summary(topic: TopicInfo) -> dict:
     partitions = list(topic.partitions.values())
     return {"name": topic.name, "internal": topic.is_internal,
             "topic_id": None if topic.topic_id == ZERO_UUID else str(topic.topic_id),
             "partition_count": len(partitions),
             "replication_factor": len(partitions[0].replicas) if partitions else None,
-            "under_replicated": sum(1 for p in partitions if _status(p) == "under-replicated"),
-            "offline": sum(1 for p in partitions if _status(p) == "offline")}
+            **_health(partitions)}
 
 
 async def _last_records(client: AsyncClient, topic: str, partition: int, limit: int) -> list[dict]:
