@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sluice.broker_process import launch
-from sluice.common import CommandError, fail, format_table, positive_float, positive_int
+from sluice.common import (CommandError, fail, fixed_port_number, format_table, positive_float,
+                           positive_int)
 from sluice.polling import wait_until
 
 __all__ = ["main", "parser"]
@@ -94,16 +95,6 @@ def broker_dir(data_dir: Path, broker_id: int) -> Path:
 
 # -- command line -------------------------------------------------------------------------
 
-def port_number(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is outside 1-65535")
-    return port
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sluice cluster",
                                 description="Run a development cluster (ZooKeeper and N brokers) "
@@ -113,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument("--data-dir", required=True, type=Path, help="the cluster's directory")
     start.add_argument("--brokers", type=positive_int,
                        help="number of brokers (required the first time)")
-    start.add_argument("--base-port", type=port_number,
+    start.add_argument("--base-port", type=fixed_port_number,
                        help="broker i listens on BASE_PORT + i (default: free ports, chosen once)")
     start.add_argument("--host", help="address the brokers listen on (default 127.0.0.1)")
     start.add_argument("--config", type=Path, metavar="FILE",

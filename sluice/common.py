@@ -79,6 +79,25 @@ def _int_at_least(text: str, minimum: int, complaint: str) -> int:
     return value
 
 
+def _port_at_least(text: str, minimum: int) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number")
+    port = int(text)
+    if not minimum <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside {minimum}-65535")
+    return port
+
+
+def port_number(text: str) -> int:
+    """A TCP port to serve on; 0 asks for any free one."""
+    return _port_at_least(text, 0)
+
+
+def fixed_port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) refused: for ports others are told in advance."""
+    return _port_at_least(text, 1)
+
+
 def positive_int(text: str) -> int:
     return _int_at_least(text, 1, "not positive")
 

@@ -180,6 +180,11 @@ def test_an_unreachable_cluster_is_one_line_at_start_and_a_page_once_running(tmp
     assert result.returncode == 1
     assert result.stderr.startswith(f"sluice: cannot reach the cluster at 127.0.0.1:{closed}"), result.stderr
     assert "Traceback" not in result.stderr
+    for port, message in (("70000", "70000 is outside 0-65535"), ("80a", "'80a' is not a port number")):
+        refused = subprocess.run([sys.executable, "-m", "sluice.cli", "console", "--bootstrap-server",
+                                  f"127.0.0.1:{closed}", "--port", port],
+                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
     short_lived = BrokerProcess(tmp_path / "data").start()
     running = Console(short_lived.bootstrap_servers)

@@ -20,7 +20,8 @@ from wire.client import AsyncClient, ClientError
 from wire.errors import KafkaError
 from wire.http import HttpServer
 
-from sluice.common import CommandError, make_client, positive_float, positive_int, run_command
+from sluice.common import (CommandError, make_client, port_number, positive_float, positive_int,
+                           run_command)
 from sluice.console.app import ConsoleApp, names_loopback
 from sluice.console.lag import LagHistory, LagSampler
 
@@ -29,12 +30,6 @@ __all__ = ["main", "parser"]
 DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT = 10.0
 _MAX_FORM = 64 * 1024
-
-
-def port_number(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number from 0 to 65535")
-    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
