@@ -48,8 +48,8 @@ import uuid
 
 from bench.broker.e2e import e2e_once
 from bench.broker.produce import kcat_records_file, produce_kcat, produce_python
-from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, client_versions, cpu_seconds,
-                          publish, section_timer, value_pool, watermarks, write_result_files)
+from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, chosen_sections, client_versions,
+                          cpu_seconds, publish, section_timer, value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
 
@@ -903,9 +903,7 @@ def main(argv=None) -> None:
         sizes = dataclasses.replace(sizes, records=args.records or sizes.records,
                                     failover_repeats=args.repeats or sizes.failover_repeats)
         mode = "custom"
-    sections = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
-    if set(sections) - set(SECTIONS):
-        parser.error(f"unknown sections {sorted(set(sections) - set(SECTIONS))}")
+    sections = chosen_sections(parser, args.only, SECTIONS)
     print(f"machine: {describe_machine()}")
     print(f"cluster benchmarks ({mode}): {BROKERS} brokers under ZooKeeper vs one broker, 127.0.0.1",
           flush=True)

@@ -409,6 +409,15 @@ def section_timer(results: dict):
     return timed
 
 
+def chosen_sections(parser, only: str | None, sections: tuple[str, ...]) -> tuple[str, ...]:
+    """The sections a benchmark's `--only a,b` names (all of them without it); an
+    unknown name is a usage error of `parser`."""
+    chosen = sections if not only else tuple(s.strip() for s in only.split(","))
+    if set(chosen) - set(sections):
+        parser.error(f"unknown sections {sorted(set(chosen) - set(sections))}")
+    return chosen
+
+
 def publish(name: str, results: dict, markdown: str, out_dir: str | None) -> None:
     """Print a run's report and, unless `out_dir` is None, write it and the results
     there (`write_result_files`), naming the files written."""

@@ -46,7 +46,8 @@ import tempfile
 import time
 import uuid
 
-from bench.common import DEFAULT_OUT, MB, MIB, VALUE_SIZE, _fmt, _loads, client_versions, publish, value_pool
+from bench.common import (DEFAULT_OUT, MB, MIB, VALUE_SIZE, _fmt, _loads, chosen_sections, client_versions,
+                          publish, value_pool)
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
@@ -559,9 +560,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     sizes, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    sections = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
-    if set(sections) - set(SECTIONS):
-        parser.error(f"unknown sections {sorted(set(sections) - set(SECTIONS))}")
+    sections = chosen_sections(parser, args.only, SECTIONS)
     print(f"machine: {describe_machine()}", flush=True)
     results = run(sizes, mode, sections, lambda line: print(line, flush=True))
     publish("compaction", results, markdown_report(results), None if args.no_write else args.out)

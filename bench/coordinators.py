@@ -35,7 +35,8 @@ import threading
 import time
 import uuid
 
-from bench.common import DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, client_versions, publish
+from bench.common import (DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, chosen_sections, client_versions,
+                          publish)
 from bench.cluster import LocalCluster
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
@@ -334,9 +335,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     sizes, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    sections = SECTIONS if not args.only else tuple(s.strip() for s in args.only.split(","))
-    if set(sections) - set(SECTIONS):
-        parser.error(f"unknown sections {sorted(set(sections) - set(SECTIONS))}")
+    sections = chosen_sections(parser, args.only, SECTIONS)
     print(f"machine: {describe_machine()}", flush=True)
 
     def log(line):

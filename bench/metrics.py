@@ -38,6 +38,7 @@ import time
 import uuid
 
 from bench.common import DEFAULT_OUT, REPO, Probe, _fmt, _loads, client_versions, publish
+from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
 from sluice.broker_process import BrokerProcess
 
@@ -115,8 +116,7 @@ def fill(broker: MetricsBroker, sizes: Sizes) -> int:
 
 
 def _quantile_ms(seconds: list[float], q: float) -> float:
-    ordered = sorted(seconds)
-    return 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+    return 1000 * percentile(sorted(seconds), q)
 
 
 def _ping(port: int, stop, results) -> None:
