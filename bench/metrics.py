@@ -28,7 +28,6 @@ import datetime
 import http.client
 import multiprocessing
 import os
-import re
 import socket
 import statistics
 import struct
@@ -42,7 +41,6 @@ from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
 from sluice.broker_process import BrokerProcess
 
-_METRICS_LINE = re.compile(r"Prometheus metrics on http://[^ ]+:(\d+)/metrics")
 TOPIC_PARTITIONS = 100
 
 
@@ -76,8 +74,7 @@ class MetricsBroker:
 
     def start(self) -> "MetricsBroker":
         self.process.start(timeout=60)
-        found = _METRICS_LINE.findall("".join(self.process.output))
-        self.metrics_port = int(found[-1]) if found else None
+        self.metrics_port = self.process.metrics_port
         return self
 
     def stop(self) -> None:

@@ -21,6 +21,7 @@ __all__ = ["BrokerProcess", "launch"]
 
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 _LISTENER = re.compile(r"(?:on |, )\[?[0-9A-Za-z.:-]*\]?:(\d+) \(([A-Z0-9_.-]+), ")
+_METRICS = re.compile(r"Prometheus metrics on http://[^ ]+:(\d+)/metrics")
 # The checkout this module is in: its `broker` package is the one `python -m broker` runs there.
 _SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,6 +55,13 @@ class BrokerProcess:
     def bootstrap(self, listener: str) -> str:
         """host:port of a listener by name (its port is the one it bound)."""
         return f"127.0.0.1:{self.ports[listener]}"
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the Prometheus endpoint (metrics.port) as the broker's last start
+        logged it, before its "listening on" line; None when it serves none."""
+        found = _METRICS.findall("".join(self.output))
+        return int(found[-1]) if found else None
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         args = ["--data-dir", self.data_dir, "--host", "127.0.0.1", "--port", str(self.port),

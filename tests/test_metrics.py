@@ -25,16 +25,14 @@ from sluice.polling import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "examples" / "grafana" / "sluice-broker.json"
-_METRICS_LINE = re.compile(r"Prometheus metrics on http://[^ ]+:(\d+)/metrics")
 BROKER_PROPERTIES = {"metrics.port": "0", "group.initial.rebalance.delay.ms": "0",
                      "offsets.topic.num.partitions": "2"}
 
 
 def metrics_port(process: BrokerProcess) -> int:
     """The port the broker's last start logged for its metrics endpoint."""
-    found = _METRICS_LINE.findall("".join(process.output))
-    assert found, "no metrics endpoint logged:\n" + "".join(process.output[-20:])
-    return int(found[-1])
+    assert process.metrics_port is not None, "no metrics endpoint logged:\n" + "".join(process.output[-20:])
+    return process.metrics_port
 
 
 def get(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:
@@ -324,7 +322,7 @@ def test_the_metrics_port_is_checked_against_the_listeners():
 def test_metrics_off_nothing_more_listens(tmp_path):
     with BrokerProcess(tmp_path / "data") as plain:
         assert listening_ports(plain.proc.pid) == {plain.port}
-        assert not _METRICS_LINE.search("".join(plain.output))
+        assert plain.metrics_port is None
 
 
 def test_a_taken_metrics_port_stops_the_start_with_a_clear_error(tmp_path):
