@@ -441,10 +441,6 @@ def test_groups_cli_against_any_broker(cluster):
 
 # -- compaction --------------------------------------------------------------------------------
 
-def _offsets_log_bytes(cluster: Cluster, broker_id: int, partition: int) -> int:
-    return log_bytes(os.path.join(cluster.processes[broker_id].data_dir, f"{OFFSETS_TOPIC}-{partition}"))[0]
-
-
 def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):
     """The log cleaner compacts the group's `__consumer_offsets` partition on each replica
     (each broker cleans its own log, as in Kafka): its size on disk falls to a few segments
@@ -460,7 +456,8 @@ def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):
         expected = {("cleaned", p): (199 * 10 + p, "r199") for p in range(2)}
         segment_bytes = int(PROPERTIES["offsets.topic.segment.bytes"])
         for broker_id in cluster.live:
-            wait_for(lambda: _offsets_log_bytes(cluster, broker_id, partition) <= 3 * segment_bytes,
+            data_dir = cluster.processes[broker_id].data_dir
+            wait_for(lambda: log_bytes(data_dir, OFFSETS_TOPIC, partition)[0] <= 3 * segment_bytes,
                      20, f"the cleaner of broker {broker_id} to compact {OFFSETS_TOPIC}-{partition}")
         assert client.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset == 0
     cluster.kill(coordinator)

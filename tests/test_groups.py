@@ -1139,11 +1139,6 @@ def test_consumer_offsets_group_record_names_members(start_broker):
 
 # -- 6. compaction and expiry of __consumer_offsets -------------------------------------------
 
-def _offsets_log_bytes(broker) -> int:
-    """Bytes in the .log files of __consumer_offsets-0."""
-    return log_bytes(os.path.join(broker.data_dir, f"{OFFSETS_TOPIC}-0"))[0]
-
-
 def test_offsets_topic_is_compacted_and_replays(start_broker):
     segment_bytes = 2048
     broker = start_broker(offsets_topic_segment_bytes=segment_bytes, offsets_topic_num_partitions=1,
@@ -1169,7 +1164,7 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
             log_end = end_offsets(client, OFFSETS_TOPIC, 1)[0]
             assert log_end > 1000
             # ~60 segments of history without compaction; the cleaner keeps each key's last record.
-            wait_for(lambda: _offsets_log_bytes(broker) <= 4 * segment_bytes, 20,
+            wait_for(lambda: log_bytes(broker.data_dir, OFFSETS_TOPIC, 0)[0] <= 4 * segment_bytes, 20,
                      "the cleaner to compact __consumer_offsets-0")
             live_assignment = consumer.assignment()
         finally:
@@ -1192,7 +1187,7 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
     broker.kill()
     broker.start()
     check()
-    assert _offsets_log_bytes(broker) <= 4 * segment_bytes
+    assert log_bytes(broker.data_dir, OFFSETS_TOPIC, 0)[0] <= 4 * segment_bytes
 
 
 def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):

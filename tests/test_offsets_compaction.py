@@ -21,7 +21,6 @@ cleaning after the one that first keeps them. Then:
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -53,11 +52,6 @@ CONFIG = {
     "log.cleaner.delete.retention.ms": "0",
     "auto.create.topics.enable": "false",
 }
-
-
-def offsets_log_bytes(proc: BrokerProcess) -> tuple[int, int]:
-    """(bytes in the .log files of __consumer_offsets-0, how many there are)."""
-    return log_bytes(os.path.join(proc.data_dir, f"{OFFSETS_TOPIC}-0"))
 
 
 async def commit_rounds(bootstrap: str) -> None:
@@ -126,7 +120,7 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
             def compacted():
                 """(bytes, segments, records) once the topic is small, the aborted
                 transaction's records gone and the deleted group's tombstones too."""
-                size, segments = offsets_log_bytes(proc)
+                size, segments = log_bytes(proc.data_dir, OFFSETS_TOPIC, 0)
                 if size >= 4 * SEGMENT_BYTES:
                     return None
                 records = read_offsets_topic(bootstrap)
@@ -156,7 +150,7 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
         proc.kill()
         proc.start()
         check()
-        assert offsets_log_bytes(proc)[0] < 4 * SEGMENT_BYTES
+        assert log_bytes(proc.data_dir, OFFSETS_TOPIC, 0)[0] < 4 * SEGMENT_BYTES
     finally:
         if proc.proc is not None:
             proc.stop()

@@ -868,7 +868,7 @@ def test_transaction_state_log_is_compacted_and_replayed(tmp_path):
 
         def compacted():  # 450 state changes of 3 ids: ~50 segments before compaction
             logs = [n for n in os.listdir(state_dir) if n.endswith(".log")]
-            return log_bytes(state_dir)[0] <= 4096 \
+            return log_bytes(proc.data_dir, "__transaction_state", 0)[0] <= 4096 \
                 and min(int(n[:-4]) for n in logs) == 0  # compacted, not deleted
 
         wait_for(compacted, 20, "the cleaner to compact __transaction_state")
