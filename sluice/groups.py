@@ -47,9 +47,9 @@ from wire.primitives import DecodeError
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            emit_json, format_table, non_negative, run_command)
 
-__all__ = ["ResetPlan", "ResetTarget", "committed_offsets", "describe_group", "execute_reset",
-           "main", "offsets_at", "parser", "parse_datetime", "parse_duration", "partitions_of",
-           "plan_reset"]
+__all__ = ["INACTIVE_STATES", "ResetPlan", "ResetTarget", "assignment_text", "committed_offsets",
+           "describe_group", "execute_reset", "main", "offsets_at", "parser", "parse_datetime",
+           "parse_duration", "partitions_of", "plan_reset"]
 
 CONSUMER_PROTOCOL = "consumer"
 INACTIVE_STATES = ("Empty", "Dead")
@@ -238,9 +238,7 @@ async def describe(client: AsyncClient, args) -> int:
     if members:
         print(format_table(["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], [
             (m["member_id"], m["group_instance_id"], m["client_id"], m["host"],
-             "?" if m["assignment"] is None else " ".join(
-                 f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"])
-             or None)
+             "?" if m["assignment"] is None else assignment_text(m["assignment"]) or None)
             for m in members]))
     else:
         print("(no active members)")
@@ -257,6 +255,11 @@ async def describe(client: AsyncClient, args) -> int:
     else:
         print("(no committed offsets)")
     return 0
+
+
+def assignment_text(assignment: list[dict]) -> str:
+    """A member's assigned partitions as `topic:0,1 other:2` ("" when none)."""
+    return " ".join(f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in assignment)
 
 
 async def describe_group(client: AsyncClient, group: str) -> dict:

@@ -13,6 +13,8 @@ import datetime as dt
 import html
 from urllib.parse import quote
 
+from sluice.groups import INACTIVE_STATES, assignment_text
+
 __all__ = ["error_page", "group_page", "groups_page", "overview_page", "reset_plan_page",
            "topic_page", "topics_page"]
 
@@ -206,13 +208,13 @@ this page loaded (reload for the current offsets); the chart below follows the l
 def _assignment(assignment: list[dict] | None) -> str:
     if assignment is None:
         return '<span class="muted">?</span>'
-    return e(" ".join(f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in assignment)) or "-"
+    return e(assignment_text(assignment)) or "-"
 
 
 def reset_form(group: dict, csrf: str) -> str:
     """The first step of an offset reset: choose partitions and target, see the plan."""
     name = group["group"]
-    if group["state"] not in ("Empty", "Dead"):
+    if group["state"] not in INACTIVE_STATES:
         return ('<h2>Reset offsets</h2><p class="muted" id="reset-unavailable">Offsets can only be '
                 'reset while the group has no active members: stop its consumers first.</p>')
     topics = sorted({o["topic"] for o in group["offsets"]})
