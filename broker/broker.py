@@ -76,6 +76,26 @@ def lock_data_dir(data_dir: str) -> int:
     return fd
 
 
+class _EncodedLater:
+    """A handler's awaitable response, encoded once it is ready. A coroutine wrapping the
+    handler's, dropped before it ran (its connection closed while responses ahead of it
+    waited), would leave the handler's coroutine never awaited: closing this closes both."""
+
+    __slots__ = ("_encoding", "_response")
+
+    def __init__(self, encoding, response):
+        self._encoding = encoding
+        self._response = response
+
+    def __await__(self):
+        return self._encoding.__await__()
+
+    def close(self) -> None:
+        self._encoding.close()
+        if inspect.iscoroutine(self._response):
+            self._response.close()
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK):
         self.config = config
@@ -300,9 +320,10 @@ class Broker:
         except AuthenticationFailed as exc:
             raise CloseConnection(str(exc), last_response=self._encode(header, exc.response)) from None
         if isinstance(response, ResponseLater):
-            return ResponseLater(self._encode_when_done(header, response.awaitable, started))
+            return ResponseLater(_EncodedLater(self._encode_when_done(header, response.awaitable, started),
+                                               response.awaitable))
         if inspect.isawaitable(response):
-            return self._encode_when_done(header, response, started)
+            return _EncodedLater(self._encode_when_done(header, response, started), response)
         chunks = self._encode(header, response)
         self.metrics.request_done(header.request_api_key, header.request_api_version, started)
         return chunks

@@ -325,6 +325,8 @@ class Connection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._writable.set()
         self._stop_waiting()
+        if self._task is None:  # else the task drops them as it ends
+            self._drop_replies()
 
     def _stop_waiting(self) -> None:
         """The client is gone or has sent its last byte: a request parked in a long
@@ -466,9 +468,10 @@ class Connection(asyncio.BufferedProtocol):
         self._answer()
 
     def _drop_replies(self) -> None:
-        """The connection closed: responses not yet sent are dropped."""
+        """The connection closed: responses not yet sent are dropped, and the awaitables
+        of those not yet ready closed (never started, they would warn as never awaited)."""
         for entry, _ in self._replies:
-            if inspect.iscoroutine(entry):
+            if inspect.isawaitable(entry) and hasattr(entry, "close"):
                 entry.close()
         self._replies.clear()
         self._blocking = 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import subprocess
 import time
 
@@ -34,6 +35,10 @@ import pytest
 from broker.cluster.placement import assign_rack_unaware
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
                            pick_seed, read_all, verify)
+from tests.test_broker_failures import (PRODUCE_VERSION, assert_closed_by_broker, connect, frame,
+                                        produce_body, records_of)
+from wire.messages import PRODUCE
+from wire.records import build_batch
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -159,6 +164,30 @@ def test_produce_at_acks_all_and_consume_through_each_broker(cluster, request):
     for broker_id in cluster.ids:
         through = count_anomalies(acked, read_all(cluster.address(broker_id), topic, 3))
         assert through.clean and through.read == 180, (broker_id, through.summary())
+
+
+def test_a_client_gone_while_acks_all_produces_wait_leaves_no_work_behind(cluster):
+    """Two acks=all produces wait for a paused follower when the client sends its last byte:
+    the broker drops both waits and closes, and no coroutine is left unawaited (the second
+    one, never started, was once dropped without being closed)."""
+    topic = "acks-all-abandoned"
+    cluster.create_topic(topic, 1, 2)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    leader = cluster.leader_of(topic)
+    follower = next(b for b in cluster.isr_of(topic) if b != leader)
+    cluster.pause(follower)
+    try:
+        sock = connect(cluster.processes[leader].port)
+        for correlation_id in (1, 2):
+            records = build_batch(records_of(1, f"waiting-{correlation_id}"))
+            sock.sendall(frame(PRODUCE, PRODUCE_VERSION, produce_body(topic, 0, records), correlation_id))
+        sock.shutdown(socket.SHUT_WR)
+        assert_closed_by_broker(sock)
+    finally:
+        cluster.resume(follower)
+    assert cluster.stop(leader) == 0
+    output = "".join(cluster.processes[leader].output)
+    assert "never awaited" not in output, output[-3000:]
 
 
 def test_new_partitions_replicate_at_once_into_open_fetch_sessions(tmp_path, zookeeper):
