@@ -46,7 +46,8 @@ class BrokerProcess:
         self.config_file = config_file
         self.extra_args = extra_args
         self.proc: subprocess.Popen | None = None
-        self.output: list[str] = []
+        self.output: list[str] = []  # every line of every start, complete once stopped or killed
+        self._pump: threading.Thread | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -80,7 +81,8 @@ class BrokerProcess:
                     self.ports = {name: int(port) for port, name in _LISTENER.findall(line)}
                     found.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not found.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -94,9 +96,11 @@ class BrokerProcess:
             return 0
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         finally:
             self.proc = None
+        self._read_to_end()
+        return code
 
     def kill(self) -> None:
         """SIGKILL: no chance to flush or close anything."""
@@ -104,6 +108,13 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait(10)
             self.proc = None
+            self._read_to_end()
+
+    def _read_to_end(self) -> None:
+        """The process has exited: wait (bounded) until its last lines are in `output`."""
+        if self._pump is not None:
+            self._pump.join(10)
+            self._pump = None
 
     def restart(self, timeout: float = 30.0) -> "BrokerProcess":
         self.stop()

@@ -2,7 +2,51 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
+from sluice.broker_process import BrokerProcess
+
+# What asyncio prints when work was created and abandoned: a coroutine dropped before it
+# ran, or a task garbage-collected while pending.
+_ABANDONED_WORK = re.compile(r"coroutine '[^']+' was never awaited|Task was destroyed but it is pending")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def broker_processes():
+    """Every BrokerProcess started in this run, with how many of its output lines have
+    been checked for abandoned work; the last lines are checked at the end of the run."""
+    seen: dict[BrokerProcess, int] = {}
+    original_start = BrokerProcess.start
+
+    def start(self, *args, **kwargs):
+        seen.setdefault(self, 0)
+        return original_start(self, *args, **kwargs)
+
+    BrokerProcess.start = start
+    yield seen
+    BrokerProcess.start = original_start
+    _fail_on_abandoned_work(seen)
+
+
+def _fail_on_abandoned_work(seen: dict) -> None:
+    found = []
+    for process, checked in seen.items():
+        lines = process.output[:]  # the process's pump thread may still be appending
+        found += [f"{process.data_dir}: {line.rstrip()}" for line in lines[checked:]
+                  if _ABANDONED_WORK.search(line)]
+        seen[process] = len(lines)
+    if found:
+        pytest.fail("a broker abandoned asyncio work:\n" + "\n".join(found), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_abandoned_work_in_brokers(broker_processes):
+    """Fails the test during which a broker process printed that it abandoned asyncio work
+    ("coroutine ... was never awaited", "Task was destroyed but it is pending")."""
+    yield
+    _fail_on_abandoned_work(broker_processes)
 
 
 @pytest.fixture(scope="session")
