@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -329,10 +330,12 @@ def start(args) -> int:
     state.zookeeper_pid = zookeeper.pid
     write_state(data_dir, state)
     try:
+        processes = {}
         for broker in state.brokers:
-            broker.pid = launch_broker(data_dir, state, broker)
+            processes[broker.id] = launch_broker(data_dir, state, broker)
+            broker.pid = processes[broker.id].pid
             write_state(data_dir, state)
-        wait_for_cluster(data_dir, state, args.timeout)
+        wait_for_cluster(data_dir, state, processes, args.timeout)
     except BaseException:
         print("sluice: stopping what was started", file=sys.stderr)
         stop_all(data_dir, state, timeout=10.0)
@@ -341,18 +344,31 @@ def start(args) -> int:
     return 0
 
 
-def launch_broker(data_dir: Path, state: ClusterState, broker: BrokerEntry) -> int:
+def launch_broker(data_dir: Path, state: ClusterState, broker: BrokerEntry) -> subprocess.Popen:
     directory = broker_dir(data_dir, broker.id)
     (directory / "data").mkdir(parents=True, exist_ok=True)
     config = directory / "server.properties"
     config.write_text(broker_properties(state, broker, data_dir))
     with open(directory / "broker.log", "ab") as log:
-        return launch(["--config", str(config)], cwd=directory, log=log, detached=True).pid
+        return launch(["--config", str(config)], cwd=directory, log=log, detached=True)
 
 
-def wait_for_cluster(data_dir: Path, state: ClusterState, timeout: float) -> None:
+def exit_description(returncode: int) -> str:
+    """How a process ended, from its Popen returncode (negative: the signal that ended it)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with status {returncode}"
+
+
+def wait_for_cluster(data_dir: Path, state: ClusterState, processes: dict[int, subprocess.Popen],
+                     timeout: float) -> None:
     """Until a broker's Metadata lists every broker and a controller; a broker that exits
-    meanwhile ends the wait with the end of its log."""
+    meanwhile (`processes`, by broker id, are the ones just launched) ends the wait with how
+    it ended and the end of its log."""
     from wire.client import AsyncClient, ClientError
     from wire.errors import KafkaError
 
@@ -362,12 +378,11 @@ def wait_for_cluster(data_dir: Path, state: ClusterState, timeout: float) -> Non
         deadline = time.monotonic() + timeout
         last = "no broker answered"
         while True:
-            for broker in state.brokers:
-                directory = broker_dir(data_dir, broker.id)
-                if not process_running(broker.pid, directory / "server.properties"):
-                    raise CommandError(f"broker {broker.id} exited; the end of "
-                                       f"{directory / 'broker.log'}:\n"
-                                       f"{log_tail(directory / 'broker.log')}")
+            for broker_id, process in processes.items():
+                if process.poll() is not None:
+                    log = broker_dir(data_dir, broker_id) / "broker.log"
+                    raise CommandError(f"broker {broker_id} {exit_description(process.returncode)}; "
+                                       f"the end of {log}:\n{log_tail(log)}")
             client = AsyncClient(state.bootstrap_servers, client_id="sluice-cluster",
                                  connect_timeout=2.0, request_timeout=5.0, retries=0)
             try:

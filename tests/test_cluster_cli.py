@@ -141,6 +141,14 @@ def test_a_bad_extra_config_is_refused_before_anything_starts(cluster_dir, tmp_p
     assert not (cluster_dir / "cluster.json").exists()
 
 
+def test_a_broker_that_exits_at_start_is_reported_with_its_status_and_log(cluster_dir):
+    done = sluice("cluster", "start", "--data-dir", str(cluster_dir), "--brokers", "2",
+                  env={"SLUICE_FAILPOINTS": "no-such-point"})
+    assert_refused(done, "exited with status 2; the end of ")
+    assert "SLUICE_FAILPOINTS names no such fail point: no-such-point" in done.stderr, done.stderr
+    assert "stopping what was started" in done.stderr
+
+
 def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
     path = tmp_path / "a-file"
     path.write_text("")
