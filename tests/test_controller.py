@@ -499,6 +499,20 @@ def test_controlled_shutdown_moves_leadership_and_followers_out(connect):
                     and cluster.brokers[3].told("follows", 0, isr=[2, 3]), "the others")
         assert not broker.told("follows", 0, leader_epoch=1)  # only stopped, not told
 
+        # Its replicas are offline from now on, and the leaders hear so before they hear of
+        # ISRs without it: none of them takes it back in.
+        leader = cluster.brokers[2]
+        await until(lambda: leader.knows("follows", 0, isr=[2, 3], offline_replicas=[1]),
+                    "broker 2 told broker 1's replica is offline")
+
+        def first(api, **expected) -> int:
+            return next(i for i, (key, _, body) in enumerate(leader.received) if key == api.key
+                        and any(_matches(state, expected) for topic in body.topic_states
+                                if topic.topic_name == "follows" for state in topic.partition_states))
+
+        assert first(UPDATE_METADATA, offline_replicas=[1]) < first(LEADER_AND_ISR, isr=[2, 3])
+        assert cluster.brokers[3].knows("led", 0, offline_replicas=[1])
+
         # A shutting-down broker is no candidate when its new leader then dies.
         await cluster.brokers[2].lose_session()
         await cluster.wait_state("led", 0, "failed over past 1", leader=3, isr=(3,))

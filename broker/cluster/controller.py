@@ -18,6 +18,8 @@ and tells the brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
 - Requests go through `broker.cluster.channel`: LeaderAndIsr v6 to a partition's live
   replicas, UpdateMetadata v7 to every live broker, StopReplica v3; the event loop does
   not wait for the brokers' answers (topic deletion finishes in a later event).
+  UpdateMetadata lists a replica as offline when its broker is not live or is shutting
+  down, as Kafka's isReplicaOnline: leaders take no offline replica into an ISR.
 """
 
 from __future__ import annotations
@@ -684,7 +686,8 @@ class Controller:
     async def _controlled_shutdown(self, broker_id: int, broker_epoch: int
                                    ) -> list[TopicPartition]:
         """Kafka's doControlledShutdown: leadership moves to other live ISR members; as a
-        follower the broker leaves the ISR and is told to stop its replicas."""
+        follower the broker leaves the ISR and is told to stop its replicas. Its replicas
+        are offline from then on, until it registers again."""
         if not self.is_active:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not "
                                                         f"the controller")
@@ -696,7 +699,15 @@ class Controller:
             raise BrokerError(ErrorCode.STALE_BROKER_EPOCH,
                               f"broker {broker_id}'s epoch is {live.epoch}, not {broker_epoch}")
         log.info("controller %d: broker %d shutting down", self.broker_id, broker_id)
-        ctx.shutting_down.add(broker_id)
+        if broker_id not in ctx.shutting_down:
+            ctx.shutting_down.add(broker_id)
+            # Every broker hears that its replicas are offline before any leader hears
+            # of the ISRs without it (each broker's requests go in order), so that no
+            # leader takes it back into an ISR (KIP-841; Kafka's controller refuses it).
+            notice = _Batch()
+            notice.update_metadata.update(tp for tp in ctx.partitions() if broker_id in ctx.replicas(tp)
+                                          and tp[0] not in ctx.deleting)
+            self._send(notice)
         batch = _Batch()
         for tp in ctx.partitions():
             replicas = ctx.replicas(tp)
@@ -868,7 +879,7 @@ class Controller:
                 leader=LEADER_DURING_DELETE if topic in ctx.deleting else state.leader,
                 leader_epoch=state.leader_epoch, isr=list(state.isr), zk_version=zk_version,
                 replicas=list(replicas),
-                offline_replicas=[replica for replica in replicas if replica not in ctx.live]))
+                offline_replicas=[replica for replica in replicas if not ctx.eligible(replica)]))
         live_brokers = []
         for live_id, live in sorted(ctx.live.items()):
             live_brokers.append(_UMR.UpdateMetadataBroker(
