@@ -112,7 +112,7 @@ class Broker:
             self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
             self.replicas = ReplicaManager(self)
             self.metadata = MetadataCache(config.node_id, config.inter_broker_listener.name)
-            self.topics = TopicManager(config, self.delayed, clock, self.replicas.isr_expanded,
+            self.topics = TopicManager(config, self.delayed, clock, self.replicas.admit_to_isr,
                                        lambda topic, p: self.metadata.partition_state(topic, p) is not None)
             self.cluster = ClusterMembership(self)
             self.zk = self.cluster.zk

@@ -111,13 +111,13 @@ def validate_topic_name(name: str | None) -> None:
 
 class TopicManager:
     def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock,
-                 on_isr_expanded=None, known_in_cluster=None):
-        """`on_isr_expanded`: given to every partition (see `Partition`).
+                 admit_to_isr=None, known_in_cluster=None):
+        """`admit_to_isr`: given to every partition (see `Partition`).
         `known_in_cluster(topic, partition)`: whether the cluster has that partition (a
         lookup of one this broker holds no replica of is then NOT_LEADER_OR_FOLLOWER, as
         Kafka answers it, rather than UNKNOWN_TOPIC_OR_PARTITION)."""
         self.config = config
-        self._on_isr_expanded = on_isr_expanded
+        self._admit_to_isr = admit_to_isr
         self._known_in_cluster = known_in_cluster
         self._delayed = delayed
         self._clock = clock
@@ -210,7 +210,7 @@ class TopicManager:
         """The log's partition: led by this broker alone on the single node; in a cluster
         without a role until the controller gives it one."""
         partition = Partition(log, self.config.node_id, self._delayed, self._clock,
-                              self.config.replica_lag_time_max_ms, self._on_isr_expanded)
+                              self.config.replica_lag_time_max_ms, self._admit_to_isr)
         if not self.config.cluster_mode:
             partition.lead_alone()
         return partition

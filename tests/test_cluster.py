@@ -3,6 +3,8 @@
 
 - The brokers register (/brokers/ids), elect one controller (/controller), and every
   broker's Metadata lists all three and that controller.
+- A broker in controlled shutdown, though it still fetches the partitions whose
+  leadership it handed over, is taken back into no ISR until it has restarted (KIP-841).
 - Replicas are placed as Kafka places them (broker/cluster/placement.py, for some start
   index and shift: Kafka draws them at random), preferred leaders lead, the ISR fills,
   and ZooKeeper holds the same assignment.
@@ -35,9 +37,11 @@ import pytest
 from broker.cluster.placement import assign_rack_unaware
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
                            pick_seed, read_all, verify)
+from tests.log_files import log_bytes
 from tests.test_broker_failures import (PRODUCE_VERSION, assert_closed_by_broker, connect, frame,
                                         produce_body, records_of)
-from wire.messages import PRODUCE
+from wire.client import BrokerConnection
+from wire.messages import CONTROLLED_SHUTDOWN, PRODUCE
 from wire.records import build_batch
 
 pytestmark = pytest.mark.timeout(180)
@@ -116,6 +120,71 @@ def test_a_stopped_broker_leaves_metadata_and_comes_back(cluster):
     cluster.restart(other)
     cluster.wait_for_brokers()
     assert cluster.controller_id() == controller
+
+
+async def ask_controlled_shutdown(cluster: Cluster, controller: int, broker_id: int, broker_epoch: int):
+    connection = BrokerConnection("127.0.0.1", cluster.processes[controller].port,
+                                  client_id=f"broker-{broker_id}-shutdown", request_timeout=30)
+    try:
+        return await connection.request(CONTROLLED_SHUTDOWN, 3, CONTROLLED_SHUTDOWN.request(
+            broker_id=broker_id, broker_epoch=broker_epoch), negotiated=False)
+    finally:
+        await connection.close()
+
+
+def test_a_broker_in_controlled_shutdown_is_not_taken_back_into_an_isr(cluster, zk):
+    """Kafka's rule (KIP-841): a broker the controller took out of the ISRs for its
+    controlled shutdown is let back into none, though it goes on fetching (as the
+    follower of the partitions whose leadership it handed over) until it stops, and
+    joins them again once it has restarted and caught up. Its ControlledShutdown is sent
+    here on its behalf, as its SIGTERM sends it first, so that it fetches as long as the
+    test needs; its SIGTERM then finishes the shutdown."""
+    topic = "draining"
+    cluster.create_topic(topic, 3, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    controller = cluster.controller_id()
+    leaving = next(b for b in cluster.ids if b != controller)
+    handed_over = [p for p, info in cluster.partitions(topic).items() if info.leader_id == leaving]
+    assert handed_over, "each broker leads one partition of three"
+    seen: list[tuple[int, tuple[int, ...]]] = []  # (partition, ISR) of each state the watches saw
+
+    def watch(partition: int):
+        def record(data, stat):
+            if data:
+                seen.append((partition, tuple(sorted(json.loads(data)["isr"]))))
+        return record
+
+    state = f"{cluster.chroot}/brokers/topics/{topic}/partitions/{{}}/state"
+    for partition in range(3):
+        zk.DataWatch(state.format(partition), watch(partition))
+    epoch = zk.exists(f"{cluster.chroot}/brokers/ids/{leaving}").czxid
+    answer = asyncio.run(ask_controlled_shutdown(cluster, controller, leaving, epoch))
+    assert answer.error_code == 0 and answer.remaining_partitions == [], answer
+    shrunk = len(seen)
+    cluster.wait(lambda: all(leaving not in json.loads(zk.get(state.format(p))[0])["isr"]
+                             for p in range(3)), 30, f"broker {leaving} to leave every ISR")
+
+    # Records for the partitions it handed over reach its log: it fetches them from
+    # their new leaders, up to their log end.
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "acks": "all", "message.timeout.ms": 60_000})
+    errors = []
+    for partition in handed_over:
+        for i in range(20):
+            producer.produce(topic, f"v{i}".encode(), partition=partition,
+                             on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(60) == 0 and not errors, errors
+    for partition in handed_over:
+        leader = json.loads(zk.get(state.format(partition))[0])["leader"]
+        cluster.wait(lambda: log_bytes(cluster.processes[leaving].data_dir, topic, partition)
+                     == log_bytes(cluster.processes[leader].data_dir, topic, partition), 30,
+                     f"broker {leaving} to fetch {topic}-{partition} up to its leader's end")
+
+    assert cluster.stop(leaving) == 0
+    restarting = len(seen)
+    assert [isr for _, isr in seen[shrunk:restarting] if leaving in isr] == [], seen
+    cluster.restart(leaving)
+    cluster.wait_for_leaders(topic, full_isr=True)
 
 
 # -- placement ------------------------------------------------------------------------------

@@ -15,6 +15,9 @@ and a leader's ISR changes written to ZooKeeper.
   Follower: it follows the given leader; its fetcher truncates it first. A partition of
   a coordinator's topic is loaded by that coordinator when it starts leading here and
   unloaded when it follows or stops (`broker.coordinated`).
+- A follower the controller's metadata lists as offline for a partition (its broker not
+  live, or in controlled shutdown) does not join the partition's ISR here, however
+  caught up: Kafka's rule (KIP-841), which its ZooKeeper-era controller enforces.
 - ISR changes by a leader go to ZooKeeper before they count where they could lose data:
   a shrink (followers not caught up for replica.lag.time.max.ms) is written first and only
   then applied, since the controller elects new leaders from the ISR it reads there; an
@@ -212,10 +215,16 @@ class ReplicaManager:
         asyncio.get_running_loop().create_task(fetcher.close())
 
     # -- ISR changes ----------------------------------------------------------------------
-    def isr_expanded(self, partition) -> None:
-        """A follower joined a led partition's ISR here: write it."""
+    def admit_to_isr(self, partition, replica_id: int) -> bool:
+        """Whether a caught-up follower joins a led partition's ISR here (then written):
+        not while the controller lists its replica as offline, its broker gone or in
+        controlled shutdown, as Kafka refuses those (KIP-841)."""
+        state = self._broker.metadata.partition_state(*partition.key)
+        if state is not None and replica_id in state.offline_replicas:
+            return False
         self.isr_expands += 1
         self.isr_may_change(partition)
+        return True
 
     def isr_may_change(self, partition) -> None:
         """A led partition's ISR grew here, or may have to shrink: write it."""

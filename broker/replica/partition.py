@@ -11,8 +11,9 @@ coordinator) and the partition's log, as Kafka's `Partition` is.
 - Every move of the high watermark, and every append while followers may be waiting for
   it, wakes the requests waiting on the partition (`DelayedOperations`); no writer
   wakes anything itself.
-- A follower joins the ISR once its log end offset reaches the high watermark, and is
-  dropped from it when it has not been caught up with the log end for
+- A follower joins the ISR once its log end offset reaches the high watermark, if its
+  owner admits it (a cluster broker admits no replica the controller lists as offline),
+  and is dropped from it when it has not been caught up with the log end for
   replica.lag.time.max.ms.
 - acks=all: the append is refused with NOT_ENOUGH_REPLICAS while the ISR is smaller than
   min.insync.replicas; it is complete once the high watermark passes it, with
@@ -56,9 +57,10 @@ class FollowerState:
 
 class Partition:
     def __init__(self, log: PartitionLog, local_id: int, delayed: DelayedOperations, clock: Clock,
-                 lag_time_max_ms: int, on_isr_expanded: Callable[["Partition"], None] | None = None):
-        """`on_isr_expanded`: told when a follower joins the ISR here (a cluster broker
-        writes the change to ZooKeeper)."""
+                 lag_time_max_ms: int, admit_to_isr: Callable[["Partition", int], bool] | None = None):
+        """`admit_to_isr(partition, replica)`: asked when a caught-up follower would join the
+        ISR here; False keeps it out (a cluster broker refuses offline replicas and writes
+        an admitted one to ZooKeeper)."""
         self.log = log  # the partition's storage; only this class and its owner touch it
         self.topic = log.topic
         self.index = log.partition
@@ -67,7 +69,7 @@ class Partition:
         self._delayed = delayed
         self._clock = clock
         self._lag_time_max_ms = lag_time_max_ms
-        self._on_isr_expanded = on_isr_expanded
+        self._admit_to_isr = admit_to_isr
         # Until `make_leader`: no leader, and the high watermark stays as restored.
         self.leader_id = -1
         self.leader_epoch = log.epochs.latest_epoch
@@ -139,11 +141,10 @@ class Partition:
         follower.end_offset = fetch_offset
         if fetch_offset >= self.log.log_end_offset:
             follower.last_caught_up_ms = self._clock.wall_ms()
-        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
+        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark and (
+                self._admit_to_isr is None or self._admit_to_isr(self, replica_id)):
             self.isr.add(replica_id)
             self._state_changed()
-            if self._on_isr_expanded is not None:
-                self._on_isr_expanded(self)
         self._maybe_advance_high_watermark()
         return True
 
