@@ -155,8 +155,9 @@ class Cluster:
 
     def restart(self, broker_id: int, timeout: float = 60.0) -> None:
         """Start again on the same port and data directory (stopping it first if it runs).
-        After a SIGKILL, first wait until ZooKeeper has ended the dead broker's session: as
-        Kafka's, a broker whose id is still registered by another session does not start."""
+        After a SIGKILL, first wait until ZooKeeper has ended the dead broker's session, so
+        that the start is not held up waiting for it (as a broker whose id is still
+        registered by another session is)."""
         process = self.processes[broker_id]
         if broker_id in self.paused:
             self.resume(broker_id)

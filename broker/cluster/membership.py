@@ -9,6 +9,11 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   partition no longer assigned to it.
 - Join: register the ephemeral /brokers/ids/<id> (its czxid is the broker epoch), start
   the replica manager, claim a first block of producer ids, and campaign for controller.
+  An id registered by another session may be this broker's own before a crash, which
+  ZooKeeper drops once the session expires: the broker waits for that, at most
+  zookeeper.session.timeout.ms and a margin (saying so), and then registers; an id
+  still registered after it is a live broker's (`InconsistentBroker`). (Kafka's broker
+  exits at once instead, failing a restart within the session timeout of a crash.)
   When the session expires (ZooKeeper lost us for zookeeper.session.timeout.ms), the
   broker registers again once reconnected, with a new broker epoch; the controller treats
   it as a restarted broker.
@@ -47,6 +52,9 @@ log = logging.getLogger("sluice.cluster")
 
 _CONTROLLED_SHUTDOWN_VERSION = 3
 _CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's: /config/changes notifications are purged after it
+# How long past zookeeper.session.timeout.ms a crashed broker's registration may last:
+# ZooKeeper expires a session up to a tick (tickTime, 3 s by default) after its timeout.
+STALE_REGISTRATION_MARGIN_S = 5.0
 
 
 class InconsistentBroker(RuntimeError):
@@ -174,14 +182,22 @@ class ClusterMembership:
         registration = BrokerRegistration(
             tuple(Listener(l.name, *self._config.advertised_endpoint(l.name), l.security_protocol)
                   for l in self._config.listeners), self._broker.clock.wall_ms(), self._config.broker_rack)
-        try:
-            self._broker.broker_epoch = await asyncio.to_thread(
-                self.zk.register_broker, self._config.node_id, registration)
-        except BrokerIdInUse as exc:
-            raise InconsistentBroker(f"{exc}: another broker runs with broker.id "
-                                     f"{self._config.node_id}") from None
-        log.info("registered as broker %d (broker epoch %d)", self._config.node_id,
-                 self._broker.broker_epoch)
+        node_id = self._config.node_id
+        bound = self._config.zookeeper_session_timeout_ms / 1000 + STALE_REGISTRATION_MARGIN_S
+        for waited in (False, True):
+            try:
+                self._broker.broker_epoch = await asyncio.to_thread(self.zk.register_broker, node_id,
+                                                                    registration)
+                break
+            except BrokerIdInUse as exc:
+                if waited:
+                    raise InconsistentBroker(f"{exc}, still after {bound:g} s: another broker runs "
+                                             f"with broker.id {node_id}") from None
+                log.warning("%s: waiting up to %g s (zookeeper.session.timeout.ms plus %g s) for it "
+                            "to expire, as a crashed broker's session does",
+                            exc, bound, STALE_REGISTRATION_MARGIN_S)
+                await asyncio.to_thread(self.zk.wait_until_unregistered, node_id, bound)
+        log.info("registered as broker %d (broker epoch %d)", node_id, self._broker.broker_epoch)
 
     def _session_state(self, state) -> None:
         """kazoo's thread: a lost session means a new registration once reconnected."""
@@ -197,13 +213,17 @@ class ClusterMembership:
         task.add_done_callback(self._tasks.discard)
 
     async def _reregister(self) -> None:
-        """Register again with the new session, trying for as long as a session lasts."""
+        """Register again with the new session, trying for as long as a session lasts
+        (not after finding a live broker with this id)."""
         attempts = max(1, self._config.zookeeper_session_timeout_ms // 1000)
         for attempt in range(1, attempts + 1):
             try:
                 await self._register()
                 return
-            except (KazooException, InconsistentBroker) as exc:
+            except InconsistentBroker as exc:
+                log.error("cannot register again after the ZooKeeper session expired: %s", exc)
+                break
+            except KazooException as exc:
                 log.warning("cannot register again after the ZooKeeper session expired "
                             "(attempt %d of %d): %s", attempt, attempts, exc)
             await self._broker.clock.sleep(1.0)

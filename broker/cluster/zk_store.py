@@ -11,6 +11,8 @@ disconnected, kazoo's ConnectionLoss and SessionExpiredError come through unchan
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Callable, NamedTuple
 from urllib.parse import unquote
 
@@ -170,6 +172,19 @@ class ZkStore:
                 raise BrokerIdInUse(f"broker id {broker_id} is registered by another session "
                                     f"({path})") from None
         return self.client.exists(path).czxid
+
+    def wait_until_unregistered(self, broker_id: int, timeout: float) -> None:
+        """Returns once /brokers/ids/<id> is gone (a watch on it wakes the wait), as the
+        registration of a dead broker's session goes when ZooKeeper expires the session,
+        or after `timeout` seconds."""
+        path = broker_path(broker_id)
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = threading.Event()
+            remaining = deadline - time.monotonic()
+            if self.client.exists(path, watch=lambda event: changed.set()) is None or remaining <= 0:
+                return
+            changed.wait(remaining)
 
     def broker_ids(self) -> list[int]:
         return sorted(int(name) for name in self.client.get_children(BROKER_IDS))
