@@ -118,7 +118,7 @@ def test_a_broker_restarted_at_once_after_a_crash_registers_once_its_old_session
         crashed = zk.exists(path)
         cluster.kill(1)
         cluster.processes[1].start(timeout=wait + 30)
-        assert f"waiting up to {wait:g} s" in cluster.output(1)
+        assert f"waiting up to {wait:g} s" in "".join(cluster.processes[1].output)
         registered = zk.exists(path)
         assert registered.czxid != crashed.czxid and registered.ephemeralOwner != crashed.ephemeralOwner
         cluster.wait_for_brokers()
