@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long chaos bench
+.PHONY: demo test test-long chaos stress bench
 
 # -qq: pip prints errors only (a failed build still shows in full). At -q it also relays
 # setuptools' warnings about pyproject.toml (ext-modules "experimental", the license
@@ -35,6 +35,18 @@ chaos: $(STAMP)
 # and the broker, sink and comparison benchmarks run end to end at tiny sizes.
 test-long: $(STAMP)
 	SLUICE_SINK_BATCHES=1000 $(PY) -m pytest -q -s -m long
+
+# Tests that once failed on a loaded machine, each run STRESS_RUNS times in a row (a fresh
+# pytest each time) while one busy process per core takes the CPU: a race shows here
+# before it shows in CI. `make stress STRESS_TESTS=tests/x.py::test_y` runs others.
+STRESS_RUNS ?= 20
+STRESS_TESTS ?= \
+	tests/test_broker_limits.py::test_idle_connections_are_closed_but_not_long_polls \
+	tests/test_cluster_cli.py::test_start_status_use_stop_and_start_again \
+	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[small-batches]' \
+	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[large-batches]'
+stress: $(STAMP)
+	$(PY) tools/stress.py --runs $(STRESS_RUNS) $(STRESS_TESTS)
 
 # make bench BENCH_ARGS=--quick for the short run
 bench: $(STAMP)
