@@ -90,3 +90,41 @@ def test_connections_beyond_the_limit_are_closed():
             for s in held:
                 s.close()
     _with_server(check, max_connections=3)
+
+
+def test_a_connection_cancelled_as_its_next_request_arrives_stops():
+    """stop() cancels each connection's task once; a cancellation that lands in the step its
+    next request's bytes arrive in stops the connection too. Python 3.11's asyncio.wait_for
+    returned the bytes instead: the connection served on and stop() waited out its idle
+    timeout."""
+    def tasks_running(name):
+        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == name]
+
+    async def response(reader):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        return head + await reader.readexactly(length)
+
+    async def run():
+        server = HttpServer(_echo, "127.0.0.1", 0, idle_timeout=30)
+        await server.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            writer.write(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b'"/first"' in await response(reader)
+            [connection] = tasks_running("HttpServer._accept")
+            for _ in range(1000):  # the server is back to reading the connection
+                reads = tasks_running("StreamReader.read")
+                if reads:
+                    break
+                await asyncio.sleep(0)
+            [read] = reads
+            read.add_done_callback(lambda _: connection.cancel())
+            writer.write(b"GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
+            done, _ = await asyncio.wait((connection,), timeout=5)
+            assert connection in done, "the cancelled connection is still served"
+        finally:
+            writer.close()
+            await server.stop()
+    asyncio.run(asyncio.wait_for(run(), 30))

@@ -145,8 +145,8 @@ class HttpServer:
             if event is h11.NEED_DATA:
                 if head is None and head_bytes >= _MAX_HEAD:
                     raise _Refused(431, f"request head over {_MAX_HEAD} bytes")
-                data = await asyncio.wait_for(reader.read(_MAX_HEAD if head is None else _READ_SIZE),
-                                              self._idle_timeout)
+                data = await _within(reader.read(_MAX_HEAD if head is None else _READ_SIZE),
+                                     self._idle_timeout)
                 if head is None:
                     head_bytes += len(data)
                 conn.receive_data(data)
@@ -177,7 +177,23 @@ class HttpServer:
         writer.write(conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)))
         writer.write(conn.send(h11.Data(data=response.body)))
         writer.write(conn.send(h11.EndOfMessage()))
-        await asyncio.wait_for(writer.drain(), self._idle_timeout)
+        await _within(writer.drain(), self._idle_timeout)
+
+
+async def _within(awaitable, timeout: float):
+    """`awaitable`'s result, or asyncio.TimeoutError after `timeout` seconds. asyncio.wait,
+    not wait_for: on Python 3.11 wait_for loses a cancellation that arrives as the awaited
+    completes, and a connection stopped as its next request arrived would serve on until
+    its idle timeout, holding up stop()."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=timeout)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not done:
+        raise asyncio.TimeoutError
+    return task.result()
 
 
 def _request(head: h11.Request, body: bytes) -> HttpRequest:
