@@ -24,6 +24,9 @@ POINTS = {
         "the transaction coordinator logged PrepareCommit and wrote no marker yet",
     "txn-mid-commit-markers":
         "the transaction coordinator wrote the first of a commit's several markers",
+    "replica-deleted-before-registry":
+        "a cluster broker renamed and emptied the directory of one replica it deletes, and did "
+        "not rewrite topics.json yet",
 }
 
 _ENABLED = frozenset(name.strip() for name in os.environ.get(ENVIRONMENT_VARIABLE, "").split(",")

@@ -9,7 +9,10 @@ Deleting a topic frees its space before anything needs space (the disk may be fu
 each partition directory is renamed `<topic>-<partition>.<topic id>-delete`, as Kafka
 names it, and emptied; then the registry is written and those directories removed.
 Until then (a crash, or still no space for the registry) such a directory says the
-topic is deleted: a start finishes the deletion, so it never comes back.
+topic is deleted: a start finishes the deletion, so it never comes back. Deleting one
+replica of a topic whose other partitions stay (a cluster broker's) goes the same way,
+its directory renamed `<topic>-<partition>.<topic id>.replica-delete`: that says only
+this replica is deleted, and a start drops it alone from the registry.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from wire.error_codes import ErrorCode
 from broker.clock import Clock
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.errors import BrokerError
+from broker.failpoints import fail_point
 from broker.replica.delayed import DelayedOperations
 from broker.replica.partition import Partition
 from broker.storage.checkpoint import read_checkpoint, write_atomically, write_checkpoint
@@ -48,6 +52,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # What the internal topics' owners rely on (they compact, nothing expires their records).
 INTERNAL_REQUIRED_CONFIGS = {"cleanup.policy": "compact"}
 DELETED_SUFFIX = "-delete"
+REPLICA_DELETED_SUFFIX = ".replica" + DELETED_SUFFIX  # one replica deleted, its topic kept
 
 # Descriptors kept for all but the active segments: client connections, index, checkpoint
 # and snapshot files opened for a moment, the interpreter's own (the read cache of sealed
@@ -157,17 +162,29 @@ class TopicManager:
         return clean
 
     def _finish_deletions(self, registry: dict) -> None:
-        """Drop from `registry` the topics whose deletion was interrupted (a renamed
-        partition directory carries their topic id) and remove what is left of their logs."""
+        """Drop from `registry` the topics whose deletion was interrupted (a partition
+        directory renamed for it carries their topic id) and remove what is left of their
+        logs; drop the replicas whose deletion was interrupted from their topics' entries."""
         deleted = [name for name in os.listdir(self.data_dir) if name.endswith(DELETED_SUFFIX)
                    and os.path.isdir(os.path.join(self.data_dir, name))]
-        deleted_ids = {name[:-len(DELETED_SUFFIX)].rpartition(".")[2] for name in deleted}
+        deleted_ids, deleted_replicas = set(), set()
+        for name in deleted:
+            if name.endswith(REPLICA_DELETED_SUFFIX):
+                deleted_replicas.add(name[:-len(REPLICA_DELETED_SUFFIX)])  # <topic>-<partition>.<topic id>
+            else:
+                deleted_ids.add(name[:-len(DELETED_SUFFIX)].rpartition(".")[2])
         for name, entry in list(registry.items()):
-            if uuid.UUID(entry["id"]).hex in deleted_ids:
+            topic_id = uuid.UUID(entry["id"]).hex
+            if topic_id in deleted_ids:
                 del registry[name]
                 for p in _local_partitions(entry):
                     shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)
                 log.info("finished deleting topic %s", name)
+                continue
+            gone = [p for p in _local_partitions(entry) if f"{name}-{p}.{topic_id}" in deleted_replicas]
+            if gone:
+                entry["partitions"] = [p for p in _local_partitions(entry) if p not in gone]
+                log.info("finished deleting the replica(s) %s of topic %s", gone, name)
         self._deleted_dirs = [os.path.join(self.data_dir, name) for name in deleted]
 
     def close(self) -> None:
@@ -265,10 +282,11 @@ class TopicManager:
             self.delete(name)
             return
         partition = topic.partitions.pop(index)
-        renamed = f"{partition.log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
+        renamed = f"{partition.log.directory}.{topic.topic_id.hex}{REPLICA_DELETED_SUFFIX}"
         try:
             partition.log.delete(renamed)
             self._deleted_dirs.append(renamed)
+            fail_point("replica-deleted-before-registry")
             self._write_registry()
         except OSError as exc:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,

@@ -14,7 +14,9 @@ leader elections on demand.
   max.message.bytes is MESSAGE_TOO_LARGE on the leader and, once leadership has moved, on
   the new leader; the broker that was down during the change reads it at start.
 - A deleted topic leaves every broker's Metadata and data dir; a broker down during the
-  deletion removes its leftovers when it starts again.
+  deletion removes its leftovers when it starts again. A replica moved away while its
+  broker was down is deleted at its start, and a crash in the middle of that (a fail
+  point) keeps the broker's other replicas of the topic.
 - Auto-creation through Metadata: LEADER_NOT_AVAILABLE first, then the topic with leaders.
 
 One cluster for the module (auto.leader.rebalance.enable=false, so that only the tests
@@ -35,6 +37,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
+from broker.cluster.zk_layout import TopicAssignment
 from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
 from sluice.polling import wait_for
@@ -465,6 +468,45 @@ def test_a_topic_deleted_through_a_non_controller_leaves_every_broker(cluster):
     cluster.wait_for_leaders(topic, full_isr=True)
     for broker_id in cluster.ids:
         assert partition_dirs(cluster, broker_id, topic) == [f"{topic}-0"]
+
+
+def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas(cluster, zk, monkeypatch):
+    """A replica moved to another broker while its broker was down is deleted when that
+    broker starts (Membership.remove_stray_replicas). A crash between renaming its
+    directory and rewriting topics.json (fail point replica-deleted-before-registry) left
+    a directory that the next start took for the whole topic's deletion, and the
+    broker's other replicas of the topic went with it. The topic's replicas are all on
+    one broker, so nothing could re-replicate what it lost."""
+    topic = "moved"
+    down, other = not_controller(cluster, 2)
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([confluent_kafka.admin.NewTopic(topic, 2, replica_assignment=[[down], [down]])])[
+        topic].result(30)
+    cluster.wait_for_leaders(topic)
+    values = [f"kept-{i}".encode() for i in range(50)]
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        client.produce(topic, 1, [(None, v) for v in values])
+    assert cluster.stop(down) == 0
+
+    path = f"{cluster.chroot}/brokers/topics/{topic}"
+    data, stat = zk.get(path)
+    assignment = TopicAssignment.from_json(path, data)
+    zk.set(path, TopicAssignment(assignment.topic_id, {**assignment.partitions, 0: (other,)}).to_json(),
+           version=stat.version)
+    monkeypatch.setenv("SLUICE_FAILPOINTS", "replica-deleted-before-registry")
+    with pytest.raises(RuntimeError, match="fail point replica-deleted-before-registry reached"):
+        cluster.processes[down].start()
+    monkeypatch.delenv("SLUICE_FAILPOINTS")
+    assert partition_dirs(cluster, down, topic) == [
+        f"{topic}-0.{assignment.topic_id.hex}.replica-delete", f"{topic}-1"]
+
+    cluster.restart(down)
+    cluster.wait_for_brokers()
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        fetched = client.fetch_records(topic, 1, 0, max_wait_ms=0)
+        assert [r.value for r in fetched.records] == values
+        assert partition_dirs(cluster, down, topic) == [f"{topic}-1"]
+        assert client.delete_topics([topic]) == {topic: None}
 
 
 def test_metadata_auto_creates_a_topic_in_the_cluster(cluster):

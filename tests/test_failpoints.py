@@ -2,7 +2,7 @@
 stops the broker at start-up, as a process and embedded, with a message naming it and
 the points there are; every point the broker's code names is registered, and every
 registered point is named. The points themselves kill the broker in
-tests/test_transactions.py's crash tests."""
+tests/test_transactions.py's crash tests and tests/test_cluster_admin.py's replica deletion."""
 
 from __future__ import annotations
 
