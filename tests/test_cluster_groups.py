@@ -31,7 +31,11 @@
 - A replicated `__consumer_offsets` partition is compacted by the log cleaner on every
   replica and survives SIGKILL of its leader: the new coordinator replays its own
   compacted replica to every last offset.
-- On the coordinator itself: writes are answered and applied only once replicated.
+- On the coordinator itself: writes are answered and applied only once replicated;
+  expiry leaves alone only the offsets (and groups) that writes awaiting replication
+  are about.
+- Constant commits on a replicated `__consumer_offsets` partition starve neither its
+  compaction nor offset expiry, even with every commit waiting for a stopped follower.
 """
 
 from __future__ import annotations
@@ -60,11 +64,13 @@ from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
 from tests.anomalies import offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
 from tests.log_files import log_bytes
+from tests.manual_clock import ManualClock
+from tests.test_compaction import cleaned_to
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from sluice.polling import wait_for
 from tests.replicas import topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
-from wire.client import EARLIEST, Client, ClientError
+from wire.client import EARLIEST, AsyncClient, Client, ClientError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, LIST_GROUPS, METADATA,
@@ -304,6 +310,63 @@ def test_writes_are_answered_once_replicated(tmp_path):
     topics.close()
 
 
+def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
+    """On the coordinator itself, its offsets partition led with a follower in the ISR
+    that fetches when the test says, and a manual clock: with commits awaiting
+    replication, expiry drops every other stale offset of the partition, but not an
+    offset being written (its old value stays until the commit applies) nor a group
+    whose only offset is being written; once replicated, memory and a replay of the log
+    agree."""
+    clock = ManualClock()
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
+                          offsets_retention_minutes=1, group_initial_rebalance_delay_ms=0)
+    topics = topic_manager(config, clock)
+    topics.load()
+    topics.create("t", 3, {})
+    topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"})
+    broker = SimpleNamespace(config=config, topics=topics, clock=clock,
+                             metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics))
+    groups = GroupCoordinator(broker)
+    groups.load()
+    partition = topics.partition(OFFSETS_TOPIC, 0)
+
+    def commit(group: str, partition_index: int, offset: int):
+        return asyncio.ensure_future(groups.commit(group, -1, "", None, {
+            ("t", partition_index): CommittedOffset(offset, -1, "", clock.wall_ms())}))
+
+    def committed(coordinator, group: str) -> dict[int, int]:
+        return {p: c.offset for (_, p), c in coordinator.committed(group).items()}
+
+    async def scenario():
+        partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1])
+        groups.coordinated.elected(partition)
+        for _ in range(100):
+            if groups.coordinated.coordinated() == [0]:
+                break
+            await asyncio.sleep(0)
+        assert groups.coordinated.coordinated() == [0], "the partition did not load"
+        written = [commit("mixed", 0, 5), commit("mixed", 1, 6), commit("one", 0, 7)]
+        await asyncio.sleep(0)  # appended (a commit's first step), now waiting for the follower
+        partition.update_follower(1, partition.log_end_offset)
+        await asyncio.gather(*written)
+        await clock.advance(61)  # every offset is a retention old
+        writing = [commit("mixed", 0, 8), commit("one", 2, 9)]
+        await asyncio.sleep(0)
+        assert not any(w.done() for w in writing)
+        groups.expire_offsets()
+        assert committed(groups, "mixed") == {0: 5}  # 1 expired; 0 is being written
+        assert committed(groups, "one") == {} and "one" in groups.groups  # its new offset is on the way
+        partition.update_follower(1, partition.log_end_offset)
+        await asyncio.gather(*writing)
+
+    asyncio.run(scenario())
+    assert committed(groups, "mixed") == {0: 8} and committed(groups, "one") == {2: 9}
+    replayed = GroupCoordinator(broker)
+    replayed.load()
+    assert committed(replayed, "mixed") == {0: 8} and committed(replayed, "one") == {2: 9}
+    topics.close()
+
+
 # -- the wire client waiting for a coordinator ----------------------------------------------
 
 def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
@@ -347,6 +410,94 @@ def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
     committed, code = asyncio.run(asyncio.wait_for(main(), 30))
     assert committed[("t", 0)].offset == 42 and code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert len(broker.sent(FIND_COORDINATOR)) >= 5  # 3 refusals, then found again after NOT_COORDINATOR
+
+
+# -- upkeep under constant commits -------------------------------------------------------------
+
+RETENTION_S = 60  # offsets.retention.minutes=1, the least there is
+PAUSE_LEAD_S = 10  # the follower stops this long before the offsets are a retention old
+
+
+class CommitStream:
+    """OffsetCommits of other groups on the one `__consumer_offsets` partition, one started
+    every `interval` seconds from a thread without waiting for those before it (a commit
+    waiting for replication holds up none after it)."""
+
+    def __init__(self, bootstrap: str, topic: str, interval: float = 0.05):
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.interval = interval
+        self.acknowledged = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True)
+
+    def start(self) -> "CommitStream":
+        self._thread.start()
+        return self
+
+    async def _run(self) -> None:
+        async with AsyncClient(self.bootstrap, retries=0, request_timeout=10) as client:
+            pending: set[asyncio.Task] = set()
+            sent = 0
+            while not self._stop.is_set():
+                task = asyncio.ensure_future(self._commit(client, sent))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                sent += 1
+                await asyncio.sleep(self.interval)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _commit(self, client: AsyncClient, offset: int) -> None:
+        try:
+            await client.commit_offsets(f"busy-{offset % 8}", {(self.topic, 0): offset})
+        except (ClientError, KafkaError):
+            return  # not replicated in time (COORDINATOR_NOT_AVAILABLE): the next one comes
+        self.acknowledged += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_constant_commits_starve_neither_cleaning_nor_offset_expiry(tmp_path, zookeeper):
+    """`__consumer_offsets` (one partition, two replicas) takes a commit of some group
+    every 50 ms throughout. The coordinator's log cleaner compacts the partition while the
+    commits go on. Once a group's offset is a retention old it expires while every commit
+    waits for replication (the follower SIGSTOPped, kept in the ISR by long session and
+    lag timeouts): expiry skipped a partition while any write to it awaited replication,
+    so that constant commits held it off for good."""
+    properties = {"offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "2",
+                  "offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "250",
+                  "offsets.topic.segment.bytes": "4096", "log.cleaner.backoff.ms": "200",
+                  # Longer than the follower's pause: it stays registered and in the ISR.
+                  "zookeeper.session.timeout.ms": "40000", "replica.lag.time.max.ms": "40000"}
+    with Cluster(tmp_path, zookeeper, brokers=2, properties=properties) as cluster:
+        cluster.create_topic("committed", 1, 2)
+        committed_at = time.monotonic()
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            client.commit_offsets("expiring", {("committed", 0): 7})
+        coordinator = coordinator_of(cluster, "expiring")
+        follower = next(b for b in cluster.ids if b != coordinator)
+        stream = CommitStream(cluster.address(coordinator), "committed").start()
+        try:
+            wait_for(lambda: stream.acknowledged >= 100 and
+                     cleaned_to(cluster.processes[coordinator], OFFSETS_TOPIC) > 0, 30,
+                     f"the coordinator's cleaner to compact {OFFSETS_TOPIC}-0 while commits go on")
+            # Waiting for time itself: the offset is a retention old at committed_at + RETENTION_S.
+            time.sleep(max(0.0, committed_at + RETENTION_S - PAUSE_LEAD_S - time.monotonic()))
+            cluster.pause(follower)
+            with Client(cluster.address(coordinator), call_timeout=10, request_timeout=5) as client:
+                wait_for(lambda: client.fetch_offsets("expiring") == {},
+                         committed_at + RETENTION_S + 15 - time.monotonic(),
+                         "the offset of group 'expiring' to expire")
+            assert cluster.isr_of(OFFSETS_TOPIC, 0, via=coordinator) == tuple(sorted(cluster.ids)), \
+                "the follower left the ISR: the commits did not wait for it"
+        finally:
+            if follower in cluster.paused:
+                cluster.resume(follower)
+            stream.stop()
 
 
 # -- placement -------------------------------------------------------------------------------

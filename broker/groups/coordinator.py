@@ -144,6 +144,10 @@ class Group:
     # (offset, the log end after its write).
     pending_txn: dict[int, dict[tuple[str, int], tuple[CommittedOffset, int]]] = field(
         default_factory=dict)
+    # Partitions whose offset a write awaiting replication sets or deletes (not applied
+    # yet): expiry leaves their offsets, and the group, alone meanwhile (Kafka's
+    # pendingOffsetCommits).
+    offsets_in_flight: Counter[tuple[str, int]] = field(default_factory=Counter)
     state_since_ms: int = field(kw_only=True)  # the coordinator clock's wall_ms()
     rebalance_timer: Timer | None = None
     rebalance_deadline: float = 0.0
@@ -188,9 +192,6 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.coordinated = CoordinatedPartitions(offsets_log.TOPIC, self.load_partition,
                                                  self.unload_partition)
-        # Partition index -> writes appended and awaiting replication before they are
-        # applied: expiry leaves such a partition alone until they are done.
-        self._in_flight: Counter[int] = Counter()
         self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
     # -- placement -------------------------------------------------------------------
@@ -251,20 +252,22 @@ class GroupCoordinator:
             raise coordinator_error(exc) from None
         return partition, end
 
-    async def _store(self, index: int, records: list, producer_id: int = NO_PRODUCER_ID,
-                     producer_epoch: int = NO_PRODUCER_EPOCH) -> int:
-        """Append and wait until the records are committed; the log end after them."""
-        partition, end = self._append(index, records, producer_id, producer_epoch)
-        self._in_flight[index] += 1
+    async def _store(self, group: Group, records: list, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = NO_PRODUCER_EPOCH, *, offsets=()) -> int:
+        """Append to the group's partition and wait until the records are committed; the
+        log end after them. `offsets`: the partitions whose offsets of the group they set
+        or delete, in flight meanwhile."""
+        partition, end = self._append(group.partition, records, producer_id, producer_epoch)
+        writing = Counter(offsets)
+        group.offsets_in_flight += writing
         try:
             await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
         except BrokerError as exc:
-            self._write_failures("a write to %s-%d was not committed: %s", offsets_log.TOPIC, index, exc)
+            self._write_failures("a write to %s-%d was not committed: %s", offsets_log.TOPIC,
+                                 group.partition, exc)
             raise
         finally:
-            self._in_flight[index] -= 1
-            if not self._in_flight[index]:
-                del self._in_flight[index]
+            group.offsets_in_flight -= writing
         return end
 
     def _write_later(self, group: Group, records: list) -> None:
@@ -503,7 +506,7 @@ class GroupCoordinator:
             if group.state == STABLE and group.select_protocol() == group.protocol_name:
                 generation = group.generation
                 try:
-                    await self._store(group.partition, [self._group_metadata_record(group)])
+                    await self._store(group, [self._group_metadata_record(group)])
                 except BrokerError:
                     # Kafka's answer to a failed store: the old member id is back.
                     if group.static_members.get(instance_id) == new_id:
@@ -626,7 +629,7 @@ class GroupCoordinator:
             m.assignment = assignments.get(m.member_id, b"")
         error = None
         try:
-            await self._store(group.partition, [self._group_metadata_record(group)])
+            await self._store(group, [self._group_metadata_record(group)])
         except BrokerError as exc:
             error = exc
         if self.groups.get(group.group_id) is not group or group.state != COMPLETING \
@@ -740,8 +743,8 @@ class GroupCoordinator:
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         codes, accepted = self._acceptable(offsets)
         if accepted:
-            end = await self._store(index, [offsets_log.offset_record(group_id, t, p, c)
-                                            for (t, p), c in accepted.items()])
+            end = await self._store(group, [offsets_log.offset_record(group_id, t, p, c)
+                                            for (t, p), c in accepted.items()], offsets=accepted.keys())
             self._apply_offsets(group, accepted, end)
         return codes
 
@@ -803,7 +806,7 @@ class GroupCoordinator:
         codes, accepted = self._acceptable(offsets)
         if accepted:
             records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
-            end = await self._store(index, records, producer_id, producer_epoch)
+            end = await self._store(group, records, producer_id, producer_epoch, offsets=accepted.keys())
             group.pending_txn.setdefault(producer_id, {}).update(
                 {tp: (committed, end) for tp, committed in accepted.items()})
         return codes
@@ -861,7 +864,7 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> None:
         """Delete an empty group and its offsets; done once the tombstones are committed."""
         self._check_group_id(group_id)
-        index = self._coordinating(group_id)
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -874,7 +877,7 @@ class GroupCoordinator:
         state = group.state
         group.set_state(DEAD, self.clock.wall_ms())
         try:
-            await self._store(index, records)
+            await self._store(group, records)
         except BrokerError:
             if self.groups.get(group_id) is group:
                 group.set_state(state, self.clock.wall_ms())
@@ -891,7 +894,7 @@ class GroupCoordinator:
         of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition
         without an offset is no error."""
         self._check_group_id(group_id)
-        index = self._coordinating(group_id)
+        self._coordinating(group_id)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -909,8 +912,8 @@ class GroupCoordinator:
             if (topic, partition) in group.offsets:
                 deleted.append((topic, partition))
         if deleted:
-            end = await self._store(index, [offsets_log.offset_record(group_id, t, p, None)
-                                            for t, p in deleted])
+            end = await self._store(group, [offsets_log.offset_record(group_id, t, p, None)
+                                            for t, p in deleted], offsets=deleted)
             self._apply_offsets(group, dict.fromkeys(deleted), end)
         return codes
 
@@ -930,27 +933,24 @@ class GroupCoordinator:
                 topics.update(subscription.topics)
         return topics
 
-    def _upkeep_partitions(self) -> set[int]:
-        """The partitions expiry may write: coordinated and led here, with no client's
-        write awaiting replication (it is not in memory yet)."""
-        return {index for index in self.coordinated.coordinated()
-                if index not in self._in_flight and self._leads(index)}
-
     def expire_offsets(self) -> None:
-        """Drop offsets of groups that have been empty longer than the retention."""
+        """Drop offsets of groups that have been empty longer than the retention. Writes
+        awaiting replication on the same partition hold up only the offsets they write
+        (and the group's removal), as in Kafka: the others expire between them."""
         now_ms = self.clock.wall_ms()
-        writable = self._upkeep_partitions()
+        writable = {index for index in self.coordinated.coordinated() if self._leads(index)}
         for group in list(self.groups.values()):
             if group.partition not in writable or group.members or group.state != EMPTY or \
                     group.pending_txn or now_ms - group.state_since_ms < self.retention_ms:
                 continue
-            stale = [tp for tp, c in group.offsets.items() if now_ms - c.commit_timestamp >= self.retention_ms]
+            stale = [tp for tp, c in group.offsets.items() if tp not in group.offsets_in_flight
+                     and now_ms - c.commit_timestamp >= self.retention_ms]
             if not stale:
                 continue
             records = [offsets_log.offset_record(group.group_id, t, p, None) for t, p in stale]
             for tp in stale:
                 del group.offsets[tp]
-            if not group.offsets:
+            if not group.offsets and not group.offsets_in_flight:
                 records.append(offsets_log.group_record(group.group_id, None))
                 del self.groups[group.group_id]
             self._write_later(group, records)
