@@ -112,6 +112,9 @@ class LogConfig:
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
+    # The controller's, not the log's: whether a replica out of the ISR may be elected
+    # when no ISR member is live (a cluster's; on one node there is no other replica).
+    unclean_leader_election_enable: bool = False
 
     @property
     def compact(self) -> bool:
@@ -150,6 +153,8 @@ TOPIC_CONFIGS = {
                               lambda k, v: _long(k, v, 0)),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms",
                               lambda k, v: _long(k, v, 1)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", "unclean.leader.election.enable",
+                                       _bool),
 }
 # Kafka 4's other topic configs, which this broker does not implement: refused by name
 # (INVALID_CONFIG), never accepted and ignored. The README's "Topic configs" lists them.
@@ -160,7 +165,6 @@ NOT_IMPLEMENTED_TOPIC_CONFIGS = {
     "segment.jitter.ms": "segments roll at segment.ms exactly",
     "file.delete.delay.ms": "segments are deleted at once, not after a delay",
     "preallocate": "segment files are not preallocated",
-    "unclean.leader.election.enable": "a single broker has no other replica to elect",
     "max.decompressed.message.bytes": "the decompressed size of a batch has a fixed bound",
     "message.downconversion.enable": "only record batches v2 are served; nothing is down-converted",
     "remote.storage.enable": "tiered storage is not implemented",
@@ -185,6 +189,11 @@ def check_topic_config_key(key: str) -> None:
         raise ConfigError(f"unknown topic config {key!r}")
 
 
+def config_text(value) -> str:
+    """A parsed value as Kafka writes it: booleans in lower case."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
     result = {}
@@ -192,8 +201,7 @@ def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
         check_topic_config_key(key)
         if value is None:
             raise ConfigError(f"{key}: a value is required")
-        parsed = TOPIC_CONFIGS[key][2](key, value)
-        result[key] = str(parsed)
+        result[key] = config_text(TOPIC_CONFIGS[key][2](key, value))
     return result
 
 
@@ -268,7 +276,6 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int | None = None  # None: the session timeout
     broker_rack: str | None = None
-    unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
@@ -497,7 +504,6 @@ _CLUSTER_INT_KEYS = {
     "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
 }
 _CLUSTER_BOOL_KEYS = {
-    "unclean.leader.election.enable": "unclean_leader_election_enable",
     "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
     "controlled.shutdown.enable": "controlled_shutdown_enable",
 }
@@ -616,11 +622,10 @@ def static_broker_values(config: BrokerConfig) -> dict[str, str]:
     values["zookeeper.connection.timeout.ms"] = (config.zookeeper_connection_timeout_ms
                                                  or config.zookeeper_session_timeout_ms)
     for key, attr in _CLUSTER_BOOL_KEYS.items():
-        values[key] = str(getattr(config, attr)).lower()
+        values[key] = getattr(config, attr)
     for key, (attr, _) in _CLEANER_KEYS.items():
-        value = getattr(config, attr)
-        values[key] = str(value).lower() if isinstance(value, bool) else value
-    return {key: str(value) for key, value in values.items()}
+        values[key] = getattr(config, attr)
+    return {key: config_text(value) for key, value in values.items()}
 
 
 def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[BrokerConfig, list[str]]:

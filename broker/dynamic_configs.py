@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 
-from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS
+from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, config_text
 from broker.storage.checkpoint import write_atomically
 
 FILENAME = "dynamic-broker-configs.json"
@@ -59,7 +59,7 @@ class DynamicBrokerConfigs:
                 raise ConfigError(f"{key} cannot be updated dynamically")
             if value is None:
                 raise ConfigError(f"{key}: a value is required")
-            result[key] = str(TOPIC_CONFIGS[DYNAMIC_KEYS[key]][2](key, value))
+            result[key] = config_text(TOPIC_CONFIGS[DYNAMIC_KEYS[key]][2](key, value))
         return result
 
     def set_level(self, level: str, configs: dict[str, str]) -> None:

@@ -198,7 +198,7 @@ def test_cluster_keys(tmp_path):
     """Cluster mode's keys under Kafka's names and defaults; the single node has none set."""
     single, _ = config_from(tmp_path, "num.partitions=1")
     assert not single.cluster_mode
-    assert (single.zookeeper_session_timeout_ms, single.unclean_leader_election_enable,
+    assert (single.zookeeper_session_timeout_ms, single.log.unclean_leader_election_enable,
             single.auto_leader_rebalance_enable, single.controlled_shutdown_enable) == (18000, False, True, True)
     config, warnings = config_from(tmp_path, "zookeeper.connect=127.0.0.1:2181,127.0.0.1:2182/sluice\n"
                                              "broker.id=3\nbroker.rack=r1\n"
@@ -208,7 +208,7 @@ def test_cluster_keys(tmp_path):
     assert not warnings and config.cluster_mode
     assert (config.zookeeper_connect, config.node_id, config.broker_rack) == (
         "127.0.0.1:2181,127.0.0.1:2182/sluice", 3, "r1")
-    assert config.unclean_leader_election_enable and config.offsets_topic_replication_factor == 1
+    assert config.log.unclean_leader_election_enable and config.offsets_topic_replication_factor == 1
     assert config.replica_fetch_wait_max_ms == 50
 
 

@@ -9,6 +9,9 @@ leader elections on demand.
 - CreateTopics, CreatePartitions and DeleteTopics sent to a broker that is not the
   controller (a raw request on one connection: the clients would route them to the
   controller), and confluent-kafka's AdminClient bootstrapped from one such broker.
+- unclean.leader.election.enable as a topic config: with it an out-of-sync replica is
+  elected when no ISR member is live, without it the partition stays offline, and setting
+  it then (`sluice configs`) elects at once.
 - AlterConfigs and IncrementalAlterConfigs through one broker, DescribeConfigs through
   another, and the live logs of every replica applying the change: a record over the new
   max.message.bytes is MESSAGE_TOO_LARGE on the leader and, once leadership has moved, on
@@ -218,6 +221,56 @@ def test_unclean_election_from_the_cli_brings_an_offline_partition_back(cluster)
     cluster.restart(leader)
     cluster.wait_for_brokers()
     cluster.wait_for_leaders(topic, full_isr=True)
+
+
+def test_a_topic_allowing_unclean_election_elects_an_out_of_sync_replica(cluster):
+    """Two topics on the same two replicas (neither the controller), one created with
+    unclean.leader.election.enable=true by confluent-kafka's AdminClient. The follower
+    leaves the ISR (controlled shutdown), then the leader, the last ISR member, stops; the
+    follower comes back out of sync. The topic that allows it elects the follower, the
+    other stays offline (one controller event decides both, one UpdateMetadata tells both)
+    until `sluice configs` sets the key on it too: then it elects the follower at once,
+    as Kafka's controller does on that change."""
+    key, allowing, strict = "unclean.leader.election.enable", "unclean-allowed", "unclean-refused"
+    controller = cluster.controller_id()
+    leader, follower = [b for b in cluster.ids if b != controller]
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    created = admin.create_topics([
+        confluent_kafka.admin.NewTopic(allowing, 1, replica_assignment=[[leader, follower]], config={key: "true"}),
+        confluent_kafka.admin.NewTopic(strict, 1, replica_assignment=[[leader, follower]])],
+        operation_timeout=30, request_timeout=30)
+    for future in created.values():
+        future.result(60)
+    for topic in (allowing, strict):
+        cluster.wait_for_leaders(topic, full_isr=True)
+    assert cluster.stop(follower) == 0
+    cluster.wait_for_brokers()
+    for topic in (allowing, strict):
+        cluster.wait_for_isr(topic, 0, [leader])
+    assert cluster.stop(leader) == 0
+    cluster.wait_for_brokers()
+    cluster.restart(follower)
+    cluster.wait_for_brokers()
+
+    def partition(topic: str):
+        return cluster.metadata(follower, [allowing, strict]).topics[topic].partitions[0]
+
+    wait_for(lambda: partition(allowing).leader_id == follower, 30,
+             f"{allowing}-0 to elect broker {follower}, out of its ISR")
+    assert partition(allowing).isr == (follower,)
+    offline = partition(strict)
+    assert (offline.leader_id, offline.isr) == (-1, (leader,)), offline
+
+    topic_entity = ("--bootstrap-server", cluster.bootstrap_servers, "--entity-type", "topics",
+                    "--entity-name", strict)
+    altered = sluice("configs", *topic_entity, "--alter", "--add-config", f"{key}=true")
+    assert altered.returncode == 0, altered
+    wait_for(lambda: partition(strict).leader_id == follower, 30,
+             f"{strict}-0 to elect broker {follower} once its config allows it")
+    described = sluice("configs", *topic_entity, "--describe")
+    assert f"  {key}=true" in described.stdout.splitlines(), described
+    cluster.restart(leader)
+    cluster.wait_for_brokers()
 
 
 def test_the_client_follows_the_controller_when_it_moves(cluster):

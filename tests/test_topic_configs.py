@@ -6,6 +6,8 @@ behaviour, the ones not implemented are refused by name, never accepted and igno
 - message.timestamp.after.max.ms / before.max.ms: CreateTime records too far from the
   broker's clock are INVALID_TIMESTAMP; LogAppendTime topics take any timestamp.
 - segment.index.bytes: a full offset index rolls the segment.
+- unclean.leader.election.enable: accepted and described (BOOLEAN) as Kafka accepts it
+  on any broker; one node has no other replica, so it never elects anything there.
 - Every config of NOT_IMPLEMENTED_TOPIC_CONFIGS is INVALID_CONFIG naming it, at
   CreateTopics and IncrementalAlterConfigs, and the README lists it.
 
@@ -85,6 +87,43 @@ def test_segment_index_bytes_rolls_full_index(broker):
         logs = sorted(name for name in os.listdir(os.path.join(broker.data_dir, "small-index-0"))
                       if name.endswith(".log"))
         assert logs == [f"{base:020d}.log" for base in (0, 2, 4)]
+
+
+def test_unclean_leader_election_enable_is_a_topic_config(broker):
+    """Through CreateTopics, AlterConfigs and IncrementalAlterConfigs, described as a
+    BOOLEAN with its source; a value other than true or false is INVALID_CONFIG."""
+    from tests.test_broker_failures import connect, roundtrip
+    from wire.client import DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_TOPIC_CONFIG
+    from wire.messages import DESCRIBE_CONFIGS
+
+    key, resource = "unclean.leader.election.enable", (TOPIC_RESOURCE, "elected")
+
+    def described(client: Client) -> tuple[str, int]:
+        entry = client.describe_configs([resource])[resource][key]
+        return entry.value, entry.source
+
+    with Client(broker.bootstrap_servers, retries=0) as client:
+        assert client.create_topics({"elected": NewTopic(1, 1, {key: "true"})})["elected"].error is None
+        assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
+        assert client.alter_configs({resource: {key: "False"}}) == {resource: None}
+        assert described(client) == ("false", DYNAMIC_TOPIC_CONFIG)
+        assert client.incremental_alter_configs({resource: [(key, DELETE_CONFIG, None)]}) == {resource: None}
+        assert described(client) == ("false", DEFAULT_CONFIG)
+        assert client.incremental_alter_configs({resource: [(key, SET_CONFIG, "true")]}) == {resource: None}
+        assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
+        error = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "yes")]})[resource]
+        assert error.code == ErrorCode.INVALID_CONFIG and key in str(error), error
+        assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
+        assert produce_error(client, "elected") is None
+
+    Req = DESCRIBE_CONFIGS.request
+    body = Req(resources=[Req.DescribeConfigsResource(resource_type=TOPIC_RESOURCE, resource_name="elected",
+                                                      configuration_keys=[key])],
+               include_synonyms=False, include_documentation=False)
+    with connect(broker.port) as sock:
+        (entry,) = roundtrip(sock, DESCRIBE_CONFIGS, 4, body, 1).results[0].configs
+    BOOLEAN = 1
+    assert (entry.name, entry.config_type) == (key, BOOLEAN)
 
 
 @pytest.mark.parametrize("key", sorted(NOT_IMPLEMENTED_TOPIC_CONFIGS))

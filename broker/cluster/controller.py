@@ -12,9 +12,10 @@ and tells the brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
   own worker thread, and kazoo's watch callbacks are handed to the event loop.
 - Leader election for a partition without a live leader: the first replica in assignment
   order that is live, in the ISR and not shutting down; failing that, with unclean
-  election allowed (the broker's default or the topic's config), the first live replica
-  with an ISR of itself; failing that no leader (-1), the ISR kept. Each change writes
-  leader_epoch + 1 and this controller's epoch.
+  election allowed (the topic's unclean.leader.election.enable, else the broker's), the
+  first live replica with an ISR of itself; failing that no leader (-1), the ISR kept.
+  A change of a topic's configs runs the election again for its partitions without a
+  leader. Each change writes leader_epoch + 1 and this controller's epoch.
 - Requests go through `broker.cluster.channel`: LeaderAndIsr v6 to a partition's live
   replicas, UpdateMetadata v7 to every live broker, StopReplica v3; the event loop does
   not wait for the brokers' answers (topic deletion finishes in a later event).
@@ -202,6 +203,12 @@ class Controller:
         if not self.is_active or ctx is None:
             return 0
         return sum(1 for versioned in ctx.states.values() if versioned.value.leader not in ctx.live)
+
+    def topic_configs_changed(self, topic: str) -> None:
+        """A topic's configs changed (a /config/changes notification): as Kafka's
+        controller does when unclean.leader.election.enable is turned on, the partitions
+        of the topic without a live leader get one if the configs now allow it."""
+        self._submit(self._on_topic_configs_change, topic)
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
         """Moves leadership off a broker about to stop; the partitions it still leads."""
@@ -464,7 +471,7 @@ class Controller:
         config = await self._zk(self.store.topic_config, topic)
         value = config.get("unclean.leader.election.enable")
         if value is None:
-            return bool(self.config.unclean_leader_election_enable)
+            return self.config.log.unclean_leader_election_enable
         return value.strip().lower() == "true"
 
     async def _elect_offline(self, tp: TopicPartition, *, unclean: bool | None = None,
@@ -603,6 +610,13 @@ class Controller:
                      [partition for _, partition in added])
         batch = _Batch()
         await self._bring_partitions_online(added, batch)
+        self._send(batch)
+
+    async def _on_topic_configs_change(self, topic: str) -> None:
+        if not self.is_active or topic not in self._ctx.assignments:
+            return
+        batch = _Batch()
+        await self._bring_partitions_online([tp for tp in self._ctx.partitions() if tp[0] == topic], batch)
         self._send(batch)
 
     def _forget_topic(self, topic: str) -> None:

@@ -19,7 +19,8 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   it as a restarted broker.
 - Topic configs: a local topic's are refreshed from /config/topics at start, and on every
   /config/changes notification naming it; so are users' SCRAM credentials
-  (/config/users, broker.security.scram_credentials).
+  (/config/users, broker.security.scram_credentials). The controller hears of every
+  topic's change too (unclean.leader.election.enable may now allow a leader).
 - Producer ids come in blocks claimed in /latest_producer_id_block; the next block is
   claimed in the background before the current one runs out, so that InitProducerId never
   waits on ZooKeeper (COORDINATOR_LOAD_IN_PROGRESS, retriable, when none could be claimed).
@@ -153,8 +154,11 @@ class ClusterMembership:
                 changes = await asyncio.to_thread(self.zk.config_changes, self._config_seen)
                 for sequence, change, created_ms in changes:
                     kind, _, name = change.entity_path.partition("/")
-                    if kind == "topics" and name in self._broker.topics.topics:
-                        self._apply_topic_configs(name, await asyncio.to_thread(self.zk.topic_config, name))
+                    if kind == "topics":
+                        if name in self._broker.topics.topics:
+                            self._apply_topic_configs(name, await asyncio.to_thread(self.zk.topic_config, name))
+                        if self.controller is not None:
+                            self.controller.topic_configs_changed(name)
                     elif kind == "users":
                         await self._broker.scram.refresh(name)
                     self._config_seen = sequence

@@ -20,7 +20,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
 from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS, _CONNECTION_KEYS,
-                           _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, static_broker_values)
+                           _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, config_text, static_broker_values)
 from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 from broker.errors import BrokerError
 from broker.security.acls import DENIED, permitted
@@ -34,7 +34,7 @@ _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
           "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
           "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT,
-          "min.cleanable.dirty.ratio": _TYPE_DOUBLE}
+          "min.cleanable.dirty.ratio": _TYPE_DOUBLE, "unclean.leader.election.enable": _TYPE_BOOLEAN}
 LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
 # The broker's other keys, typed as Kafka types them.
 _STATIC_TYPES = {
@@ -62,7 +62,7 @@ def config_type(key: str) -> int:
 
 def _broker_value(broker, key: str) -> tuple[str, int]:
     attr, broker_key, _ = TOPIC_CONFIGS[key]
-    value = str(getattr(broker.config.log, attr))
+    value = config_text(getattr(broker.config.log, attr))
     level = broker.dynamic_configs.source(broker_key)
     if level is not None:
         return value, DYNAMIC_DEFAULT_BROKER_CONFIG if level == CLUSTER_DEFAULT else DYNAMIC_BROKER_CONFIG
