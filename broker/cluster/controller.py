@@ -363,6 +363,7 @@ class Controller:
                                             self.config.controller_socket_timeout_ms / 1000,
                                             self.clock, self.security)
         ctx.live = await self._zk(self.store.live_brokers, self._brokers_watch)
+        log.info("controller %d: live brokers %s", self.broker_id, sorted(ctx.live))
         for broker_id, live in ctx.live.items():
             self._channels.add_broker(broker_id, live.registration)
         for topic in await self._zk(self.store.watch_topics, self._topics_watch):
