@@ -192,14 +192,15 @@ class Cluster:
         except (ClientError, KafkaError, OSError, TimeoutError):
             return None
 
-    def wait_for_brokers(self, timeout: float = 60.0) -> None:
-        """Until Metadata from every live broker lists exactly the live brokers and a
-        controller among them."""
+    def wait_for_brokers(self, timeout: float = 60.0, stand_ins: Iterable[int] = ()) -> None:
+        """Until Metadata from every live broker lists exactly the live brokers (and
+        `stand_ins`: ids a test registered in /brokers/ids itself) and a controller among
+        the live brokers."""
         def formed() -> bool:
             live = set(self.live)
             for broker_id in live:
                 metadata = self._try_metadata(broker_id, [])
-                if (metadata is None or set(metadata.brokers) != live
+                if (metadata is None or set(metadata.brokers) != live | set(stand_ins)
                         or metadata.controller_id not in live):
                     return False
             return True

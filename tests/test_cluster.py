@@ -33,8 +33,10 @@ import aiokafka
 import confluent_kafka
 import kafka
 import pytest
+from kazoo.protocol.states import EventType
 
 from broker.cluster.placement import assign_rack_unaware
+from broker.cluster.zk_layout import BrokerRegistration, ControllerRegistration, Listener
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
                            pick_seed, read_all, verify)
 from tests.log_files import log_bytes
@@ -109,6 +111,48 @@ def test_three_brokers_register_and_every_broker_names_the_controller(cluster, z
     assert json.loads(data)["brokerid"] == controller
     data, _ = zk.get(f"{cluster.chroot}/controller_epoch")
     assert int(data) >= 1
+
+
+def test_registrations_just_before_during_and_after_an_election_are_all_known(tmp_path, zookeeper, zk):
+    """Every broker registered when or after a controller takes office is in every broker's
+    Metadata, with a controller. The test holds /controller, so that no broker wins before
+    it lets go; registrations land:
+    - before: brokers 0 and 1, and stand-in broker 10 (a znode of the test's session, at a
+      port refusing connections);
+    - as the election starts: stand-in 11, in the ZooKeeper transaction that frees
+      /controller, and broker 2, started at that moment;
+    - during it: stand-in 12, as soon as the winner has written /controller, while it takes
+      office (reads /brokers/ids and watches it);
+    - after it: stand-in 13, once the brokers name the controller."""
+    refusing = socket.socket()  # bound, never listening: the stand-ins' port refuses
+    refusing.bind(("127.0.0.1", 0))
+    stand_in = BrokerRegistration((Listener("PLAINTEXT", *refusing.getsockname()),), int(time.time() * 1000))
+    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=FAST_FAILOVER)
+    ids, controller = f"{cluster.chroot}/brokers/ids", f"{cluster.chroot}/controller"
+    try:
+        zk.ensure_path(ids)
+        zk.create(controller, ControllerRegistration(99, 0).to_json(), ephemeral=True)
+        cluster.processes[0].start()
+        cluster.processes[1].start()
+        zk.create(f"{ids}/10", stand_in.to_json(), ephemeral=True)
+        election = zk.transaction()
+        election.delete(controller)
+        election.create(f"{ids}/11", stand_in.to_json(), ephemeral=True)
+        assert election.commit() == [True, f"{ids}/11"]
+
+        def register_at_the_win(event) -> None:
+            if event.type == EventType.CREATED:
+                zk.create_async(f"{ids}/12", stand_in.to_json(), ephemeral=True)
+
+        if zk.exists(controller, watch=register_at_the_win) is not None:  # the winner was quicker
+            zk.create(f"{ids}/12", stand_in.to_json(), ephemeral=True)
+        cluster.processes[2].start()
+        cluster.controller_id()
+        zk.create(f"{ids}/13", stand_in.to_json(), ephemeral=True)
+        cluster.wait_for_brokers(30, stand_ins=(10, 11, 12, 13))
+    finally:
+        cluster.close()
+        refusing.close()
 
 
 def test_a_stopped_broker_leaves_metadata_and_comes_back(cluster):
