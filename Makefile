@@ -45,8 +45,12 @@ STRESS_TESTS ?= \
 	tests/test_cluster_cli.py::test_start_status_use_stop_and_start_again \
 	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[small-batches]' \
 	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[large-batches]'
+# A cluster's start-up, with registrations landing around the controller's election (issue 38).
+STRESS_STARTUP_RUNS ?= 50
+STRESS_STARTUP ?= tests/test_cluster.py::test_registrations_just_before_during_and_after_an_election_are_all_known
 stress: $(STAMP)
 	$(PY) tools/stress.py --runs $(STRESS_RUNS) $(STRESS_TESTS)
+	$(PY) tools/stress.py --runs $(STRESS_STARTUP_RUNS) $(STRESS_STARTUP)
 
 # make bench BENCH_ARGS=--quick for the short run
 bench: $(STAMP)
