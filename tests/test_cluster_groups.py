@@ -4,7 +4,8 @@
 - The coordinator follows the leadership of `__consumer_offsets` on the coordinator
   itself, with real logs: resigning a partition drops its groups and answers their
   waiting JoinGroup NOT_COORDINATOR; leading it again replays only that partition
-  (COORDINATOR_LOAD_IN_PROGRESS meanwhile, other groups served) and brings the group,
+  (COORDINATOR_LOAD_IN_PROGRESS meanwhile, but a Heartbeat passes and a SyncGroup is
+  REBALANCE_IN_PROGRESS, as in Kafka; other groups served) and brings the group,
   its static member and its offsets back; a deposed coordinator's write is refused; a
   static member's restart is stored and survives the next reload.
 - The wire client waits for a moving or loading coordinator until its retry timeout,
@@ -189,6 +190,13 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         await asyncio.sleep(0)  # the load runs up to its first yield
         assert code_of(lambda: groups.committed(moving)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         assert code_of(groups.listed) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        # Kafka's answers while loading: a heartbeat passes blindly, a SyncGroup sends the
+        # member back to JoinGroup (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS there for fatal).
+        assert code_of(lambda: groups.heartbeat(moving, first.generation, first.member_id, None)) \
+            == ErrorCode.NONE
+        with pytest.raises(BrokerError) as refused:
+            await groups.sync(moving, first.generation, first.member_id, None, None, None, {})
+        assert refused.value.code == ErrorCode.REBALANCE_IN_PROGRESS
         assert groups.committed(staying)[("t", 1)].offset == 7  # other partitions go on
         deadline = time.monotonic() + 10
         while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:

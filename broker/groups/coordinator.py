@@ -43,7 +43,8 @@ cluster a partition is replayed when this broker becomes its leader and its grou
 dropped when it stops leading (their waiting JoinGroup/SyncGroup answered
 NOT_COORDINATOR, their timers cancelled). Every request first checks that its group's
 partition is coordinated here: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
-it loads.
+it loads; as in Kafka, a Heartbeat is then answered blindly and a SyncGroup
+REBALANCE_IN_PROGRESS (the member joins again).
 
 Writes a client waits for (OffsetCommit, TxnOffsetCommit, the leader's SyncGroup, a
 static member's replacement, DeleteGroups, OffsetDelete) are answered once committed in
@@ -599,8 +600,15 @@ class GroupCoordinator:
                    assignments: dict[str, bytes]) -> tuple[str | None, str | None, bytes]:
         """A member's assignment. The leader's SyncGroup stores the group's metadata
         with every assignment; members are answered once that is committed, or with the
-        store's error (the group then rebalances), as Kafka's."""
-        self._coordinating(group_id)
+        store's error (the group then rebalances), as Kafka's. While the group's partition
+        loads, REBALANCE_IN_PROGRESS sends the member back to JoinGroup, as Kafka answers
+        (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error)."""
+        try:
+            self._coordinating(group_id)
+        except BrokerError as exc:
+            if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, str(exc)) from None
+            raise
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
         if generation != group.generation:
@@ -654,7 +662,15 @@ class GroupCoordinator:
 
     # -- heartbeat and leave -----------------------------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
-        self._coordinating(group_id)
+        """While the group's partition loads the heartbeat is answered blindly, as Kafka
+        does (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error: its
+        consumer stops)."""
+        try:
+            self._coordinating(group_id)
+        except BrokerError as exc:
+            if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                raise
+            return
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
         member.last_heartbeat = self.clock.monotonic()
