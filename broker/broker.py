@@ -21,7 +21,7 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
-from broker.clock import SYSTEM_CLOCK, Clock
+from broker.clock import SYSTEM_CLOCK, Clock, StallWatch
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
 from broker.cluster.metadata import LocalMetadata, MetadataCache
@@ -55,6 +55,7 @@ VERSION = "0.1.0"
 _CHECKPOINT_INTERVAL_S = 5.0
 _FLUSH_CHECK_INTERVAL_S = 1.0
 _SESSION_CHECK_INTERVAL_S = 0.25
+_STALL_CHECK_INTERVAL_S = 0.25
 
 
 class DataDirInUse(OSError):
@@ -100,6 +101,7 @@ class Broker:
     def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK):
         self.config = config
         self.clock = clock
+        self.stalls = StallWatch(clock)  # started with the upkeep tasks, one of them checking it
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
         self.metrics = BrokerMetrics(self)  # counters always; the endpoint with metrics.port
@@ -192,7 +194,9 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.join()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._every(self.config.retention_check_interval_ms / 1000,
+        self.stalls.start()
+        self._tasks = [loop.create_task(self._every(_STALL_CHECK_INTERVAL_S, self.stalls.check)),
+                       loop.create_task(self._every(self.config.retention_check_interval_ms / 1000,
                                                     self.enforce_retention)),
                        loop.create_task(self._every(_CHECKPOINT_INTERVAL_S,
                                                     self.topics.write_checkpoints)),

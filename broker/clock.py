@@ -3,7 +3,9 @@
 Everything that expires by time (retention, group sessions and rebalances, transaction
 timeouts, waiting produces and fetches, upkeep jobs) asks the clock it was given, so
 that another implementation (the tests' manual clock) can move time forward at once
-instead of sleeping. `SystemClock` is the real one.
+instead of sleeping. `SystemClock` is the real one. `StallWatch`, on a clock, notices
+when the event loop stood still; group sessions and rebalances run on its time, which
+leaves such stalls out.
 """
 
 from __future__ import annotations
@@ -46,3 +48,48 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+class StallWatch:
+    """Notices the event loop standing still: the process stopped (SIGSTOP), a pause of
+    the whole machine, a call that blocks the loop. Nobody could be heard meanwhile, yet
+    the clock ran on: what times out on it (a group member's session, a rebalance) must
+    not count that time.
+
+    Once started, `check()` runs every few hundred milliseconds (a broker upkeep task);
+    a gap of more than `STALL_S` since the previous check is a stall, its part beyond
+    `STALL_S` left out of `monotonic()` (already before a check notices it: time read
+    first after a stall does not jump). Before `start()` (a broker starting, a
+    coordinator tested alone) nothing counts as a stall."""
+
+    STALL_S = 2.0
+
+    def __init__(self, clock: Clock):
+        self._clock = clock
+        self._last: float | None = None  # the clock's monotonic() at the last check, once started
+        self._stalled = 0.0  # seconds left out: the stalls noticed so far
+
+    def start(self) -> None:
+        """Watch from now on: the first gap is counted from here."""
+        self._last = self._clock.monotonic()
+
+    def _left_out(self, now: float) -> float:
+        """The part of the gap since the last check beyond STALL_S."""
+        return 0.0 if self._last is None else max(0.0, now - self._last - self.STALL_S)
+
+    def check(self) -> float:
+        """The length in seconds of the stall that ended now (0.0: none)."""
+        if self._last is None:
+            return 0.0
+        now = self._clock.monotonic()
+        left_out = self._left_out(now)
+        stall, self._last = now - self._last, now
+        if not left_out:
+            return 0.0
+        self._stalled += left_out
+        return stall
+
+    def monotonic(self) -> float:
+        """The clock's monotonic time without the stalls, the one under way included."""
+        now = self._clock.monotonic()
+        return now - self._stalled - self._left_out(now)

@@ -55,6 +55,11 @@ class ManualClock:
         finally:
             timer.cancel()
 
+    def stall(self, seconds: float) -> None:
+        """Move time `seconds` forward with nothing run meanwhile, as for a process that
+        stood still (SIGSTOP): the timers due on the way run late, at the next `advance`."""
+        self._elapsed += seconds
+
     async def advance(self, seconds: float) -> None:
         """Move time `seconds` forward on the running loop, stopping at each timer that
         falls due on the way (in time order) to run it and let the loop settle."""
@@ -63,7 +68,7 @@ class ManualClock:
             when, _, timer = heapq.heappop(self._due)
             if timer.cancelled:
                 continue
-            self._elapsed = when
+            self._elapsed = max(self._elapsed, when)  # a timer overdue after a stall runs late
             timer.callback()
             await _settle()
         self._elapsed = target

@@ -6,7 +6,9 @@ sleeping.
   connections, the wire client's DescribeGroups to watch): a member that stops heartbeating stays a member until its
   session timeout has passed on the clock, and is removed at the next check after it;
   a rebalance that a member does not rejoin completes, without it, once the rebalance
-  timeout has passed, and not before.
+  timeout has passed, and not before. Time the broker stood still (the clock jumping
+  three session timeouts with nothing run, as under SIGSTOP) does not count: both
+  members stay, and a silent one goes a session timeout after its last heartbeat.
 - Transactions (the wire client): a transaction left open stays Ongoing until its
   timeout has passed on the clock, then the coordinator aborts it with the epoch
   bumped: DescribeTransactions and ListTransactions say CompleteAbort, and the
@@ -186,6 +188,41 @@ def test_session_and_rebalance_timeouts_follow_the_clock(tmp_path):
             assert await described(client, group) == ("Stable", {c.member_id})
         finally:
             for member in (a, b, c):
+                await member.close()
+
+    run_broker(tmp_path, scenario, **{"group.initial.rebalance.delay.ms": "0",
+                                      "offsets.topic.num.partitions": "1"})
+
+
+def test_time_the_broker_stood_still_does_not_count_against_sessions(tmp_path):
+    async def scenario(client: AsyncClient, clock: ManualClock):
+        group = "stalled"
+        a, b = (GroupMember(client, group, name) for name in ("a", "b"))
+        try:
+            await a.join()
+            await a.sync({a.member_id: b"a"})
+            b_joins = asyncio.create_task(b.join())
+            await until(lambda: _told_to_rejoin(a), "the rebalance b's JoinGroup starts")
+            await asyncio.gather(a.join(), b_joins)
+            await asyncio.gather(a.sync({a.member_id: b"a", b.member_id: b"b"}), b.sync())
+
+            # The broker stands still for three session timeouts (SIGSTOP: the clock runs
+            # on, nothing runs), then goes on: it heard no heartbeat meanwhile, so the
+            # members' sessions go on from where they were.
+            clock.stall(3 * SESSION_MS / 1000)
+            await clock.advance(0.5)
+            assert await described(client, group) == ("Stable", {a.member_id, b.member_id})
+            assert await a.heartbeat() == ErrorCode.NONE and await b.heartbeat() == ErrorCode.NONE
+
+            # From then on the clock counts as before: b, silent, goes after its session.
+            for _ in range(SESSION_MS // 1000):
+                await clock.advance(1)
+                assert await a.heartbeat() == ErrorCode.NONE
+                assert await described(client, group) == ("Stable", {a.member_id, b.member_id})
+            await clock.advance(1)
+            assert await described(client, group) == ("PreparingRebalance", {a.member_id})
+        finally:
+            for member in (a, b):
                 await member.close()
 
     run_broker(tmp_path, scenario, **{"group.initial.rebalance.delay.ms": "0",

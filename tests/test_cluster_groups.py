@@ -56,7 +56,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.clock import SYSTEM_CLOCK
+from broker.clock import SYSTEM_CLOCK, StallWatch
 from broker.cluster.metadata import LocalMetadata
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
@@ -142,6 +142,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
     topics.load()
     topics.create("t", 2, {})
     groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=SYSTEM_CLOCK,
+                                              stalls=StallWatch(SYSTEM_CLOCK),
                                               metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
     moving, staying = (groups_on_every_partition("unit", 2)[i] for i in (0, 1))
 
@@ -257,6 +258,7 @@ def test_writes_are_answered_once_replicated(tmp_path):
     topics.create("t", 1, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "min.insync.replicas": "2"})
     groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=SYSTEM_CLOCK,
+                                              stalls=StallWatch(SYSTEM_CLOCK),
                                               metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
     groups.load()
     partition = topics.partition(OFFSETS_TOPIC, 0)

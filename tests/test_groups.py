@@ -1192,6 +1192,7 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
 
 def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     """Offsets retention on the coordinator itself, with a manual clock."""
+    from broker.clock import StallWatch
     from broker.cluster.metadata import LocalMetadata
     from broker.config import BrokerConfig
     from broker.groups.coordinator import GroupCoordinator
@@ -1203,7 +1204,7 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     topics.load()
     topics.create("expiring", 2, {})
     clock = ManualClock()
-    broker = SimpleNamespace(config=config, topics=topics, clock=clock,
+    broker = SimpleNamespace(config=config, topics=topics, clock=clock, stalls=StallWatch(clock),
                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 9092), topics))
     groups = GroupCoordinator(broker)
 
@@ -1265,6 +1266,7 @@ def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
     for the same protocol (the Java client sends its owned partitions and generation)
     gets its assignment back in the same generation, and its JoinGroup names the leader
     as it was (the old member id when it led), as Kafka answers."""
+    from broker.clock import StallWatch
     from broker.config import BrokerConfig
     from broker.groups.coordinator import GroupCoordinator
 
@@ -1272,7 +1274,9 @@ def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
                           group_initial_rebalance_delay_ms=0)
     topics = topic_manager(config)
     topics.load()
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=ManualClock()))
+    clock = ManualClock()
+    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=clock,
+                                              stalls=StallWatch(clock)))
 
     async def scenario():
         def join(instance, metadata, member_id=""):

@@ -16,7 +16,9 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   JoinGroup naming the leader as it was before (a rejoining leader does not assign);
   the replaced id is FENCED_INSTANCE_ID.
 - Members that miss heartbeats for their session timeout are removed (not while they
-  wait in JoinGroup, which the rebalance timeout governs).
+  wait in JoinGroup, which the rebalance timeout governs). Time the broker stood still
+  (broker.clock.StallWatch: a SIGSTOP, a long pause), when no heartbeat could be heard,
+  does not count against sessions and rebalances.
 - OffsetCommit needs the member and generation of a group that is Stable or preparing a
   rebalance (REBALANCE_IN_PROGRESS while it completes one); a group with no members
   accepts commits with generation -1 and no member id (`assign()` users).
@@ -119,7 +121,7 @@ class Member:
     assignment: bytes = b""
     join_waiter: asyncio.Future | None = None
     sync_waiter: asyncio.Future | None = None
-    last_heartbeat: float = field(kw_only=True)  # the coordinator clock's monotonic()
+    last_heartbeat: float = field(kw_only=True)  # the coordinator's stall watch's monotonic()
 
     def metadata_for(self, protocol: str) -> bytes:
         return next(meta for name, meta in self.protocols if name == protocol)
@@ -183,6 +185,9 @@ class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
         self.clock = broker.clock
+        # Sessions and rebalances time out on it: time this broker stood still (and so
+        # could hear no heartbeat) does not count.
+        self.stalls = broker.stalls
         cfg = broker.config
         self.initial_delay_s = cfg.group_initial_rebalance_delay_ms / 1000
         self.min_session_ms = cfg.group_min_session_timeout_ms
@@ -379,7 +384,7 @@ class GroupCoordinator:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.session_timeout, m.rebalance_timeout, value.protocol_type,
                             [(value.protocol, bytes(m.subscription))], bytes(m.assignment),
-                            last_heartbeat=self.clock.monotonic())
+                            last_heartbeat=self.stalls.monotonic())
             group.members[m.member_id] = member
             if m.group_instance_id:
                 group.static_members[m.group_instance_id] = m.member_id
@@ -452,7 +457,7 @@ class GroupCoordinator:
                                                session_timeout_ms, rebalance_timeout_ms,
                                                protocol_type, protocols)
             if require_known_member_id:
-                group.pending_members[new_id] = self.clock.monotonic() + session_timeout_ms / 1000
+                group.pending_members[new_id] = self.stalls.monotonic() + session_timeout_ms / 1000
                 return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
             member_id = new_id
         elif member_id in group.pending_members:
@@ -465,7 +470,7 @@ class GroupCoordinator:
         if member is None:
             member = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
                             rebalance_timeout_ms, protocol_type, protocols,
-                            last_heartbeat=self.clock.monotonic())
+                            last_heartbeat=self.stalls.monotonic())
             group.members[member_id] = member
             if instance_id is not None:
                 group.static_members[instance_id] = member_id
@@ -475,7 +480,7 @@ class GroupCoordinator:
             member.protocols = protocols
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
-            member.last_heartbeat = self.clock.monotonic()
+            member.last_heartbeat = self.stalls.monotonic()
             if group.state in (STABLE, COMPLETING) and not changed and member_id != group.leader:
                 return self._join_result(group, member)  # nothing to rebalance
             if group.state != PREPARING:
@@ -492,7 +497,7 @@ class GroupCoordinator:
         leader_before = group.leader
         member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms,
                         rebalance_timeout_ms, protocol_type, protocols,
-                        last_heartbeat=self.clock.monotonic())
+                        last_heartbeat=self.stalls.monotonic())
         group.members[new_id] = member
         group.static_members[instance_id] = new_id
         if old is not None:
@@ -535,7 +540,7 @@ class GroupCoordinator:
         return result
 
     def _prepare_rebalance(self, group: Group, new_member: bool) -> None:
-        now = self.clock.monotonic()
+        now = self.stalls.monotonic()
         if group.state in (EMPTY, DEAD):
             group.initial_delay_until = now + self.initial_delay_s
         elif new_member and group.state == PREPARING and group.initial_delay_until > now:
@@ -555,7 +560,7 @@ class GroupCoordinator:
         """Wake when the initial delay ends, else at the rebalance deadline."""
         if group.rebalance_timer is not None:
             group.rebalance_timer.cancel()
-        now = self.clock.monotonic()
+        now = self.stalls.monotonic()
         wake = group.initial_delay_until if now < group.initial_delay_until else group.rebalance_deadline
         group.rebalance_timer = self.clock.call_later(
             max(wake - now, 0) + 0.001, lambda: self._maybe_complete_join(group))
@@ -563,7 +568,7 @@ class GroupCoordinator:
     def _maybe_complete_join(self, group: Group) -> None:
         if group.state != PREPARING:
             return
-        now = self.clock.monotonic()
+        now = self.stalls.monotonic()
         everyone_joined = all(m.join_waiter is not None and not m.join_waiter.done()
                               for m in group.members.values())
         deadline_passed = now >= group.rebalance_deadline
@@ -621,7 +626,7 @@ class GroupCoordinator:
             raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
             return group.protocol_type, group.protocol_name, member.assignment
-        member.last_heartbeat = self.clock.monotonic()
+        member.last_heartbeat = self.stalls.monotonic()
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
         if member_id == group.leader:
             await self._store_assignment(group, {m: assignments.get(m, b"") for m in group.members})
@@ -673,7 +678,7 @@ class GroupCoordinator:
             return
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
-        member.last_heartbeat = self.clock.monotonic()
+        member.last_heartbeat = self.stalls.monotonic()
         if group.state == PREPARING:
             raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
         if generation != group.generation:
@@ -718,7 +723,7 @@ class GroupCoordinator:
             self._maybe_complete_join(group)
 
     def expire_sessions(self) -> None:
-        now = self.clock.monotonic()
+        now = self.stalls.monotonic()
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.pending_members.items()):
                 if now > deadline:
