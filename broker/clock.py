@@ -54,13 +54,15 @@ class StallWatch:
     """Notices the event loop standing still: the process stopped (SIGSTOP), a pause of
     the whole machine, a call that blocks the loop. Nobody could be heard meanwhile, yet
     the clock ran on: what times out on it (a group member's session, a rebalance) must
-    not count that time.
+    not count that time, and a coordinator must make sure it still leads before acting
+    again, since its ZooKeeper session may have expired meanwhile (broker.coordinated).
 
-    Once started, `check()` runs every few hundred milliseconds (a broker upkeep task);
-    a gap of more than `STALL_S` since the previous check is a stall, its part beyond
-    `STALL_S` left out of `monotonic()` (already before a check notices it: time read
-    first after a stall does not jump). Before `start()` (a broker starting, a
-    coordinator tested alone) nothing counts as a stall."""
+    Once started, `check()` runs every few hundred milliseconds (a broker upkeep task)
+    and wherever the broker must not act on what it knew before a stall; a gap of more
+    than `STALL_S` since the previous check is a stall, its part beyond `STALL_S` left
+    out of `monotonic()` (already before a check notices it: time read first after a
+    stall does not jump) and told to the `on_stall` listeners. Before `start()` (a
+    broker starting, a coordinator tested alone) nothing counts as a stall."""
 
     STALL_S = 2.0
 
@@ -68,17 +70,23 @@ class StallWatch:
         self._clock = clock
         self._last: float | None = None  # the clock's monotonic() at the last check, once started
         self._stalled = 0.0  # seconds left out: the stalls noticed so far
+        self._listeners: list[Callable[[float], None]] = []
 
     def start(self) -> None:
         """Watch from now on: the first gap is counted from here."""
         self._last = self._clock.monotonic()
+
+    def on_stall(self, listener: Callable[[float], None]) -> None:
+        """Call `listener(seconds)` when a check notices a stall that long."""
+        self._listeners.append(listener)
 
     def _left_out(self, now: float) -> float:
         """The part of the gap since the last check beyond STALL_S."""
         return 0.0 if self._last is None else max(0.0, now - self._last - self.STALL_S)
 
     def check(self) -> float:
-        """The length in seconds of the stall that ended now (0.0: none)."""
+        """The length in seconds of the stall that ended now (0.0: none), the listeners
+        told."""
         if self._last is None:
             return 0.0
         now = self._clock.monotonic()
@@ -87,6 +95,8 @@ class StallWatch:
         if not left_out:
             return 0.0
         self._stalled += left_out
+        for listener in self._listeners:
+            listener(stall)
         return stall
 
     def monotonic(self) -> float:

@@ -12,6 +12,13 @@ coordinates: Kafka's coordinators follow the leadership of those partitions.
   memory stays valid: a leader's log is never truncated). A coordinator writes only
   while this broker leads the partition at that epoch, so a coordinator deposed and
   elected again reloads and never writes from the state of its old term.
+- After a stall of the event loop (broker.clock.StallWatch) or a lost ZooKeeper session
+  this broker may have been deposed without being told yet: the controller moves the
+  leaderships of a broker whose session expired. Its coordinated and loading partitions
+  are then suspended (COORDINATOR_LOAD_IN_PROGRESS, no writes) until ZooKeeper's state
+  of each says whether it still leads it at its epoch (coordination resumes, the state in
+  memory kept) or not (the partition is resigned at once, before the controller's
+  LeaderAndIsr). The first request or upkeep after a stall notices it, before it acts.
 - A coordinator's write is done when it is committed in Kafka's sense: appended as
   leader (acks=all: refused while the ISR is below min.insync.replicas) and passed by
   the high watermark. Failures get the codes Kafka's coordinators answer with: a lost
@@ -27,6 +34,7 @@ from typing import Awaitable, Callable
 
 from wire.error_codes import ErrorCode
 
+from broker.clock import StallWatch
 from broker.errors import BrokerError
 
 log = logging.getLogger("sluice.coordinators")
@@ -52,12 +60,14 @@ class CoordinatedPartitions:
     drops the state of that partition's keys."""
 
     def __init__(self, topic: str, load: Callable[[object, int], Awaitable[None]],
-                 unload: Callable[[int], None]):
+                 unload: Callable[[int], None], stalls: StallWatch):
         self.topic = topic
         self._load = load
         self._unload = unload
+        self._stalls = stalls
         self._epochs: dict[int, int] = {}              # index -> coordinator epoch, loaded
         self._loading: dict[int, tuple[int, asyncio.Task]] = {}  # index -> (epoch, its load)
+        self._suspended: set[int] = set()  # loaded or loading, awaiting `confirm`
 
     def loaded(self, index: int, epoch: int) -> None:
         """The partition was loaded outside of `elected` (the single node, at start)."""
@@ -65,7 +75,9 @@ class CoordinatedPartitions:
 
     def epoch(self, index: int) -> int:
         """The coordinator epoch of partition `index`; NOT_COORDINATOR unless it is
-        coordinated here, COORDINATOR_LOAD_IN_PROGRESS while it loads."""
+        coordinated here, COORDINATOR_LOAD_IN_PROGRESS while it loads or is suspended."""
+        self._stalls.check()
+        self._check_not_suspended(index)
         epoch = self._epochs.get(index)
         if epoch is not None:
             return epoch
@@ -76,8 +88,39 @@ class CoordinatedPartitions:
                           f"this broker does not coordinate the keys of {self.topic}-{index}")
 
     def coordinated(self) -> list[int]:
-        """The indexes of the loaded partitions."""
-        return sorted(self._epochs)
+        """The indexes of the loaded partitions, the suspended ones left out."""
+        self._stalls.check()
+        return sorted(set(self._epochs) - self._suspended)
+
+    def suspend(self) -> None:
+        """This broker may have been deposed unawares (a stall, a lost ZooKeeper session):
+        stop coordinating every partition loaded or loading here until `confirm`."""
+        self._suspended.update(self._epochs, self._loading)
+
+    def suspended(self) -> list[int]:
+        return sorted(self._suspended)
+
+    def _check_not_suspended(self, index: int) -> None:
+        if index in self._suspended:
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                              f"{self.topic}-{index}: checking that this broker still leads it")
+
+    def confirm(self, index: int, leads: bool, leader_epoch: int | None) -> None:
+        """ZooKeeper's state of suspended partition `index`, read since it was suspended:
+        led here (`leads`) or not, at `leader_epoch` (None: it has no state). Coordination
+        goes on if that is the epoch of this coordinator (or an older one: a LeaderAndIsr
+        newer than the read, which the controller wrote to ZooKeeper first, has moved it
+        on since); else the partition is resigned."""
+        if index not in self._suspended:
+            return
+        self._suspended.discard(index)
+        epoch = self._epochs[index] if index in self._epochs else self._loading[index][0]
+        if leader_epoch is not None and (leader_epoch < epoch or (leads and leader_epoch == epoch)):
+            log.info("%s-%d: still led here at epoch %d: coordinating it again", self.topic, index, epoch)
+            return
+        log.info("%s-%d: no longer led here (epoch %s in ZooKeeper, %d here)", self.topic, index,
+                 leader_epoch, epoch)
+        self.resigned(index)
 
     def elected(self, partition) -> None:
         """The partition's leadership changed here (a LeaderAndIsr): load it when this
@@ -109,6 +152,7 @@ class CoordinatedPartitions:
             raise
         except Exception:
             log.exception("cannot load %s-%d: its keys stay without a coordinator here", self.topic, index)
+            self._suspended.discard(index)
             self._unload(index)
             return
         finally:
@@ -119,6 +163,7 @@ class CoordinatedPartitions:
             log.info("coordinating %s-%d at epoch %d (loaded in %.3f s)", self.topic, index, epoch,
                      asyncio.get_running_loop().time() - started)
         else:
+            self._suspended.discard(index)
             self._unload(index)
 
     def resigned(self, index: int) -> None:
@@ -126,12 +171,15 @@ class CoordinatedPartitions:
         loading = self._loading.pop(index, None)
         if loading is not None:
             loading[1].cancel()
+        self._suspended.discard(index)
         if self._epochs.pop(index, None) is not None or loading is not None:
             self._unload(index)
             log.info("no longer coordinating %s-%d", self.topic, index)
 
     def check_writable(self, partition, epoch: int) -> None:
-        """NOT_COORDINATOR unless this broker leads `partition` at coordinator epoch `epoch`."""
+        """NOT_COORDINATOR unless this broker leads `partition` at coordinator epoch `epoch`,
+        COORDINATOR_LOAD_IN_PROGRESS while the partition is suspended."""
+        self._check_not_suspended(partition.index)
         if not partition.is_leader or partition.leader_epoch != epoch \
                 or self._epochs.get(partition.index) != epoch:
             raise BrokerError(ErrorCode.NOT_COORDINATOR,

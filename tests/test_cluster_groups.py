@@ -7,7 +7,9 @@
   (COORDINATOR_LOAD_IN_PROGRESS meanwhile, but a Heartbeat passes and a SyncGroup is
   REBALANCE_IN_PROGRESS, as in Kafka; other groups served) and brings the group,
   its static member and its offsets back; a deposed coordinator's write is refused; a
-  static member's restart is stored and survives the next reload.
+  static member's restart is stored and survives the next reload. A partition suspended
+  (as after a stall) answers COORDINATOR_LOAD_IN_PROGRESS and expires nobody until
+  ZooKeeper's state of it resumes it (its group as it was) or resigns it.
 - The wire client waits for a moving or loading coordinator until its retry timeout,
   whatever its retry count (scripted answers).
 - FindCoordinator from every broker names the same broker: the leader of the
@@ -29,6 +31,11 @@
   (`make chaos`) injects SLUICE_CHAOS_ROUNDS (default 5) faults drawn from the seed
   (printed; SLUICE_SEED replays it): SIGKILL of the coordinator, SIGSTOP of it past its
   session, SIGKILL of another broker.
+- The coordinator of a confluent-kafka and an aiokafka member SIGSTOPped past its
+  ZooKeeper session and the members' session timeout, then SIGCONTed: the resumed broker
+  expires no member and never answers for the group again (COORDINATOR_LOAD_IN_PROGRESS
+  while it checks its leadership in ZooKeeper, then NOT_COORDINATOR); both members are
+  in a Stable group with every partition within two session timeouts.
 - A replicated `__consumer_offsets` partition is compacted by the log cleaner on every
   replica and survives SIGKILL of its leader: the new coordinator replays its own
   compacted replica to every last offset.
@@ -239,6 +246,62 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
         assert groups.groups[moving].static_members == {"static-1": again.member_id}
+
+    asyncio.run(scenario())
+    topics.close()
+
+
+def test_suspended_partition_waits_for_zookeepers_word(tmp_path):
+    """On the coordinator itself, with a manual clock: a partition suspended (as after a
+    stall or a lost ZooKeeper session) answers COORDINATOR_LOAD_IN_PROGRESS, a Heartbeat
+    passes blindly (and counts), and no member expires, however long it lasts. ZooKeeper
+    naming this broker at the coordinator's epoch resumes it with its group as it was; an
+    older epoch there (a LeaderAndIsr applied since the read) too; a newer one resigns it."""
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
+                          group_initial_rebalance_delay_ms=0)
+    topics = topic_manager(config)
+    topics.load()
+    topics.create("t", 1, {})
+    clock = ManualClock()
+    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=clock,
+                                              stalls=StallWatch(clock),
+                                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
+
+    def code_of(call) -> int:
+        try:
+            call()
+        except BrokerError as exc:
+            return exc.code
+        return ErrorCode.NONE
+
+    async def scenario():
+        joined = await groups.join("g", "", None, "client", "host", 10_000, 10_000, "consumer",
+                                   [("range", b"")], require_known_member_id=False)
+        await groups.sync("g", joined.generation, joined.member_id, None, None, None,
+                          {joined.member_id: b"all"})
+
+        def heartbeat() -> int:
+            return code_of(lambda: groups.heartbeat("g", joined.generation, joined.member_id, None))
+
+        coordinated = groups.coordinated
+        (index,) = coordinated.coordinated()
+        epoch = topics.partition(OFFSETS_TOPIC, index).leader_epoch
+        coordinated.suspend()
+        assert code_of(lambda: groups.committed("g")) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await clock.advance(30)  # three sessions: nobody expires while in doubt
+        groups.expire_sessions()
+        assert heartbeat() == ErrorCode.NONE and coordinated.coordinated() == []
+        coordinated.confirm(index, True, epoch)
+        groups.expire_sessions()  # the blind heartbeat counted
+        assert heartbeat() == ErrorCode.NONE and list(groups.groups["g"].members) == [joined.member_id]
+
+        coordinated.suspend()
+        coordinated.confirm(index, False, epoch - 1)
+        assert heartbeat() == ErrorCode.NONE
+
+        coordinated.suspend()
+        coordinated.confirm(index, True, epoch + 1)
+        assert heartbeat() == ErrorCode.NOT_COORDINATOR and "g" not in groups.groups
 
     asyncio.run(scenario())
     topics.close()
@@ -826,3 +889,76 @@ def test_group_survives_repeated_coordinator_faults(tmp_path, zookeeper, request
     faults[0] = "kill coordinator"  # at least one coordinator failover, whatever the draw
     with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
         run_faults(cluster, seed, "chaos", faults)
+
+
+# -- a coordinator paused past its ZooKeeper session, then resumed ------------------------------
+
+PAUSED_SESSION_MS = 6000  # the members' session timeout: the coordinator stays paused longer
+
+
+def describe_answer(raw: Raw) -> int:
+    """The error code of the answer to the DescribeGroups v5 (of one group) sent on `raw`."""
+    (described,) = raw.receive(DESCRIBE_GROUPS, 5).groups
+    return described.error_code
+
+
+def test_coordinator_paused_past_its_session_leaves_the_group_alone_when_resumed(tmp_path, zookeeper):
+    """A group of a confluent-kafka and an aiokafka member (a 6 s session); its
+    coordinator is SIGSTOPped until ZooKeeper has dropped it, another broker leads the
+    group's partition and the members' session timeout has passed, then SIGCONTed. The
+    resumed broker expires no member (it heard none while stopped), and never answers
+    for the group again: a DescribeGroups sent to it while it was stopped, and every one
+    after, is COORDINATOR_LOAD_IN_PROGRESS (while it checks in ZooKeeper that it still
+    leads the partition) until it is NOT_COORDINATOR. Both members are back in a Stable
+    group with every partition within two session timeouts of the resumption."""
+    topic, partitions, group = "paused-events", 6, "paused-group"
+    session_s = PAUSED_SESSION_MS / 1000
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
+        cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+        bootstrap = cluster.all_servers
+        workers = [Worker(kind, bootstrap, group, topic, kind, PAUSED_SESSION_MS)
+                   for kind in ("confluent", "aiokafka")]
+        watcher = Client(bootstrap, retries=200, retry_timeout=90, request_timeout=5)
+        raw = None
+        try:
+            wait_stable(watcher, group, topic, partitions, workers, timeout=60)
+            coordinator = coordinator_of(cluster, group)
+            raw = Raw(cluster.processes[coordinator].port)
+            cluster.pause(coordinator)
+            paused_at = time.monotonic()
+            cluster.wait(lambda: not cluster.registered(coordinator)
+                         and time.monotonic() - paused_at > 1.5 * session_s, 60,
+                         f"ZooKeeper to drop broker {coordinator} and the members' session to pass")
+            coordinator_of(cluster, group)  # a live broker leads the group's partition now
+            # Waiting in the stopped broker's socket, as a member's heartbeat would.
+            raw.send(DESCRIBE_GROUPS, 5, groups=[group], include_authorized_operations=False)
+            seen = len(cluster.processes[coordinator].output)
+            cluster.resume(coordinator)
+            resumed_at = time.monotonic()
+            codes = [describe_answer(raw)]
+
+            def deposed() -> bool:
+                if codes[-1] != ErrorCode.NOT_COORDINATOR:
+                    raw.send(DESCRIBE_GROUPS, 5, groups=[group], include_authorized_operations=False)
+                    codes.append(describe_answer(raw))
+                return codes[-1] == ErrorCode.NOT_COORDINATOR
+
+            cluster.wait(deposed, 30, f"broker {coordinator} to answer NOT_COORDINATOR for {group}")
+            answered = [ErrorCode(code).name for code in codes]
+            assert set(codes[:-1]) <= {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}, answered
+            wait_stable(watcher, group, topic, partitions, workers,
+                        timeout=resumed_at + 2 * session_s - time.monotonic())
+            print(f"stable again {time.monotonic() - resumed_at:.1f} s after the resumption; "
+                  f"broker {coordinator} answered {answered}")
+            resumed_output = "".join(cluster.processes[coordinator].output[seen:])
+            assert "missed its session timeout" not in resumed_output, resumed_output
+        except AssertionError:
+            for b in cluster.ids:
+                print(f"---- broker {b}\n{cluster.output(b, 60)}")
+            raise
+        finally:
+            if raw is not None:
+                raw.close()
+            watcher.close()
+            for w in workers:
+                w.kill()

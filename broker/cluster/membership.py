@@ -17,6 +17,13 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   When the session expires (ZooKeeper lost us for zookeeper.session.timeout.ms), the
   broker registers again once reconnected, with a new broker epoch; the controller treats
   it as a restarted broker.
+- Coordination in doubt: once the session was lost, or the broker stood still (a stall of
+  its event loop, broker.clock.StallWatch, such as a SIGSTOP past the session), the
+  controller may have moved its leaderships without this broker having heard of it yet.
+  Its coordinators suspend their partitions at once and each is checked against its
+  state in ZooKeeper (read again every half second while it cannot be): still led
+  here at the coordinator's epoch, coordination goes on; else it is resigned without
+  waiting for the controller's LeaderAndIsr (broker.coordinated).
 - Topic configs: a local topic's are refreshed from /config/topics at start, and on every
   /config/changes notification naming it; so are users' SCRAM credentials
   (/config/users, broker.security.scram_credentials). The controller hears of every
@@ -48,10 +55,12 @@ from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.errors import BrokerError
 from broker.producer_ids import BLOCK_SIZE
 from broker.storage.checkpoint import write_atomically
+from broker.throttled_log import ThrottledLog
 
 log = logging.getLogger("sluice.cluster")
 
 _CONTROLLED_SHUTDOWN_VERSION = 3
+_CONFIRM_RETRY_S = 0.5  # between two attempts to read the coordinator partitions' states
 _CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's: /config/changes notifications are purged after it
 # How long past zookeeper.session.timeout.ms a crashed broker's registration may last:
 # ZooKeeper expires a session up to a tick (tickTime, 3 s by default) after its timeout.
@@ -79,9 +88,13 @@ class ClusterMembership:
         self._creating: set[str] = set()  # topics auto-created now
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session_lost = False
+        self._leaving = False  # set once leave() began: closing the session is no doubt
         self._tasks: set[asyncio.Task] = set()
         self._config_seen = -1  # the last /config/changes notification applied
         self._config_lock = asyncio.Lock()
+        self._confirming: asyncio.Task | None = None  # reads the suspended partitions' states
+        self._confirm_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
+        broker.stalls.on_stall(self._stood_still)
 
     # -- start ----------------------------------------------------------------------------
     async def connect(self) -> None:
@@ -204,17 +217,20 @@ class ClusterMembership:
         log.info("registered as broker %d (broker epoch %d)", node_id, self._broker.broker_epoch)
 
     def _session_state(self, state) -> None:
-        """kazoo's thread: a lost session means a new registration once reconnected."""
+        """kazoo's thread: a lost session puts coordination in doubt, and means a new
+        registration once reconnected."""
         if state == KazooState.LOST:
             self._session_lost = True
+            self._loop.call_soon_threadsafe(self.doubt_coordination, "the ZooKeeper session expired")
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self._loop.call_soon_threadsafe(self._spawn, self._reregister())
 
-    def _spawn(self, coroutine) -> None:
+    def _spawn(self, coroutine) -> asyncio.Task:
         task = self._loop.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _reregister(self) -> None:
         """Register again with the new session, trying for as long as a session lasts
@@ -233,6 +249,43 @@ class ClusterMembership:
             await self._broker.clock.sleep(1.0)
         log.error("broker %d stays unregistered: the controller will not give it partitions "
                   "until it restarts", self._config.node_id)
+
+    # -- coordination in doubt ---------------------------------------------------------------
+    def _stood_still(self, seconds: float) -> None:
+        self.doubt_coordination(f"the broker stood still for {seconds:.1f} s")
+
+    def doubt_coordination(self, reason: str) -> None:
+        """This broker may have been deposed without being told: its coordinators stop
+        answering for their partitions until ZooKeeper confirms that it leads them."""
+        if self._leaving:
+            return
+        coordinators = (self._broker.groups.coordinated, self._broker.transactions.coordinated)
+        for coordinated in coordinators:
+            coordinated.suspend()
+        if not any(coordinated.suspended() for coordinated in coordinators):
+            return
+        log.warning("%s: suspending coordination until ZooKeeper confirms the leadership of %s", reason,
+                    ", ".join(f"{c.topic}-{i}" for c in coordinators for i in c.suspended()))
+        if self._confirming is not None:
+            self._confirming.cancel()  # its reads may predate this doubt
+        self._confirming = self._spawn(self._confirm_leadership(coordinators))
+
+    async def _confirm_leadership(self, coordinators) -> None:
+        """Read the state of every suspended partition from ZooKeeper and tell its
+        coordinator, until none is left suspended."""
+        node_id = self._config.node_id
+        while pending := [(c, i) for c in coordinators for i in c.suspended()]:
+            try:
+                for coordinated, index in pending:
+                    found = await asyncio.to_thread(self.zk.partition_state, coordinated.topic, index)
+                    if found is None:
+                        coordinated.confirm(index, False, None)
+                    else:
+                        coordinated.confirm(index, found.value.leader == node_id, found.value.leader_epoch)
+            except KazooException as exc:
+                self._confirm_failures("cannot read the coordinator partitions' states from ZooKeeper "
+                                       "(%r); trying again every %g s", exc, _CONFIRM_RETRY_S)
+                await self._broker.clock.sleep(_CONFIRM_RETRY_S)
 
     # -- producer ids -----------------------------------------------------------------------
     def claim_producer_ids(self, size: int) -> int:
@@ -281,6 +334,7 @@ class ClusterMembership:
 
     # -- leave ----------------------------------------------------------------------------
     async def leave(self) -> None:
+        self._leaving = True
         if self._config.controlled_shutdown_enable and self._broker.broker_epoch >= 0:
             await self._controlled_shutdown()
         await self._broker.replicas.stop()

@@ -45,8 +45,9 @@ cluster a partition is replayed when this broker becomes its leader and its grou
 dropped when it stops leading (their waiting JoinGroup/SyncGroup answered
 NOT_COORDINATOR, their timers cancelled). Every request first checks that its group's
 partition is coordinated here: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
-it loads; as in Kafka, a Heartbeat is then answered blindly and a SyncGroup
-REBALANCE_IN_PROGRESS (the member joins again).
+it loads or is suspended (after a stall, see broker.coordinated); as in Kafka, a
+Heartbeat is then answered blindly and a SyncGroup REBALANCE_IN_PROGRESS (the member
+joins again).
 
 Writes a client waits for (OffsetCommit, TxnOffsetCommit, the leader's SyncGroup, a
 static member's replacement, DeleteGroups, OffsetDelete) are answered once committed in
@@ -197,7 +198,7 @@ class GroupCoordinator:
         self.max_metadata_bytes = cfg.offset_metadata_max_bytes
         self.groups: dict[str, Group] = {}
         self.coordinated = CoordinatedPartitions(offsets_log.TOPIC, self.load_partition,
-                                                 self.unload_partition)
+                                                 self.unload_partition, self.stalls)
         self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
     # -- placement -------------------------------------------------------------------
@@ -606,8 +607,8 @@ class GroupCoordinator:
         """A member's assignment. The leader's SyncGroup stores the group's metadata
         with every assignment; members are answered once that is committed, or with the
         store's error (the group then rebalances), as Kafka's. While the group's partition
-        loads, REBALANCE_IN_PROGRESS sends the member back to JoinGroup, as Kafka answers
-        (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error)."""
+        loads or is suspended, REBALANCE_IN_PROGRESS sends the member back to JoinGroup, as
+        Kafka answers (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error)."""
         try:
             self._coordinating(group_id)
         except BrokerError as exc:
@@ -667,14 +668,18 @@ class GroupCoordinator:
 
     # -- heartbeat and leave -----------------------------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
-        """While the group's partition loads the heartbeat is answered blindly, as Kafka
-        does (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error: its
-        consumer stops)."""
+        """While the group's partition loads or is suspended the heartbeat is answered
+        blindly, as Kafka does (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a
+        fatal error: its consumer stops); a suspended group's member counts as heard."""
         try:
             self._coordinating(group_id)
         except BrokerError as exc:
             if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 raise
+            group = self.groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            if member is not None:
+                member.last_heartbeat = self.stalls.monotonic()
             return
         group = self.groups.get(group_id)
         member = self._member(group, member_id, instance_id)
@@ -723,8 +728,12 @@ class GroupCoordinator:
             self._maybe_complete_join(group)
 
     def expire_sessions(self) -> None:
+        """Remove the members of coordinated groups whose session timed out."""
+        coordinated = set(self.coordinated.coordinated())
         now = self.stalls.monotonic()
         for group in list(self.groups.values()):
+            if group.partition not in coordinated:
+                continue
             for member_id, deadline in list(group.pending_members.items()):
                 if now > deadline:
                     del group.pending_members[member_id]

@@ -119,7 +119,8 @@ class TransactionCoordinator:
         self.partitions = cfg.transaction_state_log_num_partitions
         self.expiration_ms = cfg.transactional_id_expiration_ms
         self.txns: dict[str, TxnMetadata] = {}
-        self.coordinated = CoordinatedPartitions(txn_log.TOPIC, self.load_partition, self.unload_partition)
+        self.coordinated = CoordinatedPartitions(txn_log.TOPIC, self.load_partition, self.unload_partition,
+                                                 broker.stalls)
         self.markers = MarkerWriter(broker)
         self._background: set[asyncio.Task] = set()
 
