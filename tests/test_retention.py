@@ -274,12 +274,15 @@ def test_broker_retention_by_size_and_consumer_resets(retention_broker, tmp_path
     directory = tmp_path / "data" / f"{topic}-0"
 
     def trimmed():
+        """The segments once retention has nothing more to delete: without the oldest,
+        the log would be under log.retention.bytes (4096). Checked only after the last
+        produce, so no later append makes another deletion due."""
         files = segment_files(directory)
         try:
-            total = sum(os.path.getsize(directory / f"{b:020d}.log") for b in files)
+            sizes = [os.path.getsize(directory / f"{b:020d}.log") for b in files]
         except FileNotFoundError:  # deleted by retention between the listing and here
             return None
-        return files[0] > 0 and total <= 4096 + 1024 and files
+        return files[0] > 0 and sum(sizes) - sizes[0] < 4096 and files
     files = wait_for(trimmed, what="old segments to be deleted")
     low, high = wait_for(lambda: (lambda w: w if w[0] == segment_files(directory)[0] else None)(
         watermarks(bootstrap, topic)), what="ListOffsets earliest to advance")
