@@ -397,7 +397,7 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     topics.load()
     topics.create("t", 3, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"})
-    broker = SimpleNamespace(config=config, topics=topics, clock=clock,
+    broker = SimpleNamespace(config=config, topics=topics, clock=clock, stalls=StallWatch(clock),
                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics))
     groups = GroupCoordinator(broker)
     groups.load()
