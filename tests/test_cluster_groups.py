@@ -534,6 +534,7 @@ class CommitStream:
         self._thread.join(30)
 
 
+@pytest.mark.long  # a minute: offsets.retention.minutes is at least 1 (`make test-long`)
 def test_constant_commits_starve_neither_cleaning_nor_offset_expiry(tmp_path, zookeeper):
     """`__consumer_offsets` (one partition, two replicas) takes a commit of some group
     every 50 ms throughout. The coordinator's log cleaner compacts the partition while the
