@@ -59,15 +59,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from broker.clock import SYSTEM_CLOCK, StallWatch
-from broker.cluster.metadata import LocalMetadata
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
-from broker.groups.coordinator import GroupCoordinator
 from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC, CommittedOffset
 from tests.anomalies import offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed
@@ -76,7 +72,7 @@ from tests.manual_clock import ManualClock
 from tests.test_compaction import cleaned_to
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from sluice.polling import wait_for
-from tests.replicas import topic_manager
+from tests.replicas import group_coordinator, topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
 from wire.client import EARLIEST, AsyncClient, Client, ClientError
 from wire.error_codes import ErrorCode
@@ -142,23 +138,23 @@ def find_at(cluster: Cluster, broker_id: int, group: str) -> tuple[int, int]:
 
 # -- the coordinator itself, following a partition's leadership ------------------------------
 
+def code_of(call) -> int:
+    """The Kafka error code `call()` raises, NONE when it returns."""
+    try:
+        call()
+    except BrokerError as exc:
+        return exc.code
+    return ErrorCode.NONE
+
+
 def test_partition_load_and_unload_follow_leadership(tmp_path):
     config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=2,
                           group_initial_rebalance_delay_ms=0)
     topics = topic_manager(config)
     topics.load()
     topics.create("t", 2, {})
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=SYSTEM_CLOCK,
-                                              stalls=StallWatch(SYSTEM_CLOCK),
-                                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
+    groups = group_coordinator(config, topics)
     moving, staying = (groups_on_every_partition("unit", 2)[i] for i in (0, 1))
-
-    def code_of(call) -> int:
-        try:
-            call()
-        except BrokerError as exc:
-            return exc.code
-        return ErrorCode.NONE
 
     async def scenario():
         async def join(member_id="", instance=None):
@@ -263,16 +259,7 @@ def test_suspended_partition_waits_for_zookeepers_word(tmp_path):
     topics.load()
     topics.create("t", 1, {})
     clock = ManualClock()
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=clock,
-                                              stalls=StallWatch(clock),
-                                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
-
-    def code_of(call) -> int:
-        try:
-            call()
-        except BrokerError as exc:
-            return exc.code
-        return ErrorCode.NONE
+    groups = group_coordinator(config, topics, clock)
 
     async def scenario():
         joined = await groups.join("g", "", None, "client", "host", 10_000, 10_000, "consumer",
@@ -320,9 +307,7 @@ def test_writes_are_answered_once_replicated(tmp_path):
     topics.load()
     topics.create("t", 1, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "min.insync.replicas": "2"})
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=SYSTEM_CLOCK,
-                                              stalls=StallWatch(SYSTEM_CLOCK),
-                                              metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics)))
+    groups = group_coordinator(config, topics)
     groups.load()
     partition = topics.partition(OFFSETS_TOPIC, 0)
     tp = ("t", 0)
@@ -397,9 +382,7 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     topics.load()
     topics.create("t", 3, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"})
-    broker = SimpleNamespace(config=config, topics=topics, clock=clock, stalls=StallWatch(clock),
-                             metadata=LocalMetadata(0, lambda: ("127.0.0.1", 0), topics))
-    groups = GroupCoordinator(broker)
+    groups = group_coordinator(config, topics, clock)
     groups.load()
     partition = topics.partition(OFFSETS_TOPIC, 0)
 
@@ -434,7 +417,7 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
 
     asyncio.run(scenario())
     assert committed(groups, "mixed") == {0: 8} and committed(groups, "one") == {2: 9}
-    replayed = GroupCoordinator(broker)
+    replayed = group_coordinator(config, topics, clock)
     replayed.load()
     assert committed(replayed, "mixed") == {0: 8} and committed(replayed, "one") == {2: 9}
     topics.close()

@@ -44,7 +44,6 @@ import subprocess
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_LIFETIME_S = 150.0
@@ -217,7 +216,7 @@ from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.manual_clock import ManualClock  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
 from tests.log_files import log_bytes  # noqa: E402
-from tests.replicas import topic_manager  # noqa: E402
+from tests.replicas import group_coordinator, topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402
 from wire.messages import (API_VERSIONS, CONSUMER_PROTOCOL_ASSIGNMENT,  # noqa: E402
@@ -1192,10 +1191,7 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
 
 def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     """Offsets retention on the coordinator itself, with a manual clock."""
-    from broker.clock import StallWatch
-    from broker.cluster.metadata import LocalMetadata
     from broker.config import BrokerConfig
-    from broker.groups.coordinator import GroupCoordinator
     from broker.groups.offsets_log import CommittedOffset
 
     config = BrokerConfig(data_dir=str(tmp_path), offsets_retention_minutes=1,
@@ -1204,9 +1200,7 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     topics.load()
     topics.create("expiring", 2, {})
     clock = ManualClock()
-    broker = SimpleNamespace(config=config, topics=topics, clock=clock, stalls=StallWatch(clock),
-                             metadata=LocalMetadata(0, lambda: ("127.0.0.1", 9092), topics))
-    groups = GroupCoordinator(broker)
+    groups = group_coordinator(config, topics, clock, port=9092)
 
     def commit(group, partition, offset):
         ts = clock.wall_ms()
@@ -1227,14 +1221,14 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     assert {tp: c.offset for tp, c in groups.committed("recent").items()} == {("expiring", 0): 8}
     assert {tp: c.offset for tp, c in groups.committed("mixed").items()} == {("expiring", 1): 9}
 
-    replayed = GroupCoordinator(broker)  # what a restart would load from __consumer_offsets
+    replayed = group_coordinator(config, topics, clock, port=9092)  # what a restart would load from __consumer_offsets
     replayed.load()
     assert set(replayed.groups) == {"recent", "mixed"}
     assert {tp: c.offset for tp, c in replayed.committed("mixed").items()} == {("expiring", 1): 9}
     asyncio.run(clock.advance(60))
     groups.expire_offsets()
     assert groups.groups == {}
-    replayed = GroupCoordinator(broker)
+    replayed = group_coordinator(config, topics, clock, port=9092)
     replayed.load()
     assert replayed.groups == {}
 
@@ -1251,7 +1245,7 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     commit("had-members", 0, 10)
     commit("standalone", 1, 11)
     asyncio.run(clock.advance(45))
-    restarted = GroupCoordinator(broker)
+    restarted = group_coordinator(config, topics, clock, port=9092)
     restarted.load()
     restarted.expire_offsets()
     assert set(restarted.groups) == {"had-members", "standalone"}
@@ -1266,17 +1260,14 @@ def test_static_member_rejoins_with_new_metadata_without_rebalance(tmp_path):
     for the same protocol (the Java client sends its owned partitions and generation)
     gets its assignment back in the same generation, and its JoinGroup names the leader
     as it was (the old member id when it led), as Kafka answers."""
-    from broker.clock import StallWatch
     from broker.config import BrokerConfig
-    from broker.groups.coordinator import GroupCoordinator
 
     config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1,
                           group_initial_rebalance_delay_ms=0)
     topics = topic_manager(config)
     topics.load()
     clock = ManualClock()
-    groups = GroupCoordinator(SimpleNamespace(config=config, topics=topics, clock=clock,
-                                              stalls=StallWatch(clock)))
+    groups = group_coordinator(config, topics, clock)
 
     async def scenario():
         def join(instance, metadata, member_id=""):
