@@ -14,8 +14,10 @@ restart. The stored batches are checked to carry their producer's codec.
 
 Around the matrix: kcat `-L`, confluent-kafka's AdminClient (create/list/describe
 configs/create partitions/delete), librdkafka's malformed all-topics Metadata request,
-our own `wire.client.Client` topic administration against a real broker, and
-`offsets_for_times` on confluent-kafka, before and after a restart.
+our own `wire.client.Client` topic administration against a real broker, the Spark
+sink's intents topic reported internal in Metadata (kafka-python's consumer lists it no
+more than `__consumer_offsets`), and `offsets_for_times` on confluent-kafka, before and
+after a restart.
 
 Consumer groups are not served yet: consumers assign partitions themselves and never
 commit. Every loop is bounded in rounds and time; every kcat run has a timeout.
@@ -40,6 +42,7 @@ import pytest
 from sluice.broker_process import BrokerProcess
 from wire.client import EARLIEST, LATEST, Client, NewTopic, ProducerRecord
 from wire.error_codes import ErrorCode
+from wire.internal_topics import SINK_INTENTS_TOPIC
 from wire.messages import FIND_COORDINATOR, METADATA, REQUEST_HEADER
 from wire.protocol import RequestHeader, decode_response
 from wire.records import decode_batch, iter_batches
@@ -666,6 +669,30 @@ def test_wire_client_creates_and_deletes_topics(broker):
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
         assert client.metadata([topic], allow_auto_topic_creation=False).topics[topic].error_code == \
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_the_spark_sinks_intents_topic_is_internal_in_metadata(broker):
+    """Clients create and write __sluice_sink_intents like any topic, and Metadata reports
+    it internal as it reports __consumer_offsets, so that consumers leave it out of
+    pattern subscriptions: kafka-python's consumer lists neither. Another topic whose name
+    starts with __ is not internal."""
+    intents, other = SINK_INTENTS_TOPIC, f"__user-{uuid.uuid4().hex[:8]}"
+    with Client(broker.bootstrap_servers, call_timeout=30) as client:
+        created = client.create_topics({intents: NewTopic(1, 1, {"cleanup.policy": "compact"}),
+                                        other: NewTopic(1, 1)})
+        assert [c.error for c in created.values()] == [None, None]
+        client.commit_offsets(_topic("group"), {(other, 0): 0})  # creates __consumer_offsets
+        client.produce(intents, 0, [ProducerRecord(b"query", b"decision", ())])
+        assert client.list_offsets(intents, [0], LATEST)[0].offset == 1
+        metadata = client.metadata([intents, other, "__consumer_offsets"])
+        assert {name: t.is_internal for name, t in metadata.topics.items()} == {
+            intents: True, other: False, "__consumer_offsets": True}
+    consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=CLIENT_TIMEOUT_MS)
+    try:
+        listed = consumer.topics()
+    finally:
+        consumer.close()
+    assert other in listed and not {intents, "__consumer_offsets"} & listed
 
 
 # -- seeking by timestamp ---------------------------------------------------------------------

@@ -11,6 +11,8 @@
   "" below v12, where names cannot be null.
 - Topics, brokers, the controller, and each partition's leader, leader epoch, replicas,
   ISR and offline replicas come from the cluster metadata view (`broker.cluster.metadata`).
+- `is_internal`: the broker's own topics, and those Sluice's clients own
+  (`wire.internal_topics`), so that pattern subscriptions leave them out.
 
 Authorization (broker.security.acls), as Kafka's KafkaApis: DESCRIBE on a topic. An
 all-topics request leaves out the topics one may not describe; a topic asked for by name
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from wire.acl_types import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from wire.error_codes import ErrorCode
+from wire.internal_topics import CLIENT_INTERNAL_TOPICS
 from wire.messages import METADATA
 from wire.primitives import ZERO_UUID
 
@@ -62,7 +65,8 @@ def _topic_entry(topic, states):
         replica_nodes=list(s.replicas), isr_nodes=list(s.isr), offline_replicas=list(s.offline_replicas))
         for s in states]
     return _Resp.MetadataResponseTopic(
-        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.internal,
+        error_code=0, name=topic.name, topic_id=topic.topic_id,
+        is_internal=topic.internal or topic.name in CLIENT_INTERNAL_TOPICS,
         partitions=partitions, topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
 
 
