@@ -33,20 +33,22 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
 from wire._columns import murmur2_positive
-from wire.client import READ_COMMITTED, Client, ClientError, NewTopic
+from wire.client import Client, ClientError, NewTopic
 from wire.errors import ErrorCode, KafkaError
+from wire.internal_topics import SINK_INTENTS_TOPIC
 from wire.records import (CONTROL_COMMIT, build_batch, build_batch_columns, decode_batch,
                           decode_control_record, iter_batches)
 
 _BATCH_RECORDS = 5000
 _BATCH_BYTES = 900 * 1024
-_INTENT_PREFIX = "__sluice_sink_"
-# The intent log is kept forever by time and bounded by size: Kafka's size retention
-# only deletes a segment while at least `retention.bytes` remain, so the newest
-# intents (thousands of them in 1 MiB) always stay.
-_INTENT_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": str(1 << 20),
-                        "segment.bytes": str(1 << 20), "cleanup.policy": "delete"}
-_INTENT_LOOKBACK = 64  # offsets read back from the end to find the last committed intent
+# Every query's intents, keyed by query id, in one partition: compaction keeps the last
+# of each query (the only one that matters) and drops the rest once their segment is
+# sealed, so the topic holds about one record per query that ever wrote. Nothing
+# expires by time or size unless the topic's retention.ms is set: then the intents of a
+# query that has not committed a batch for that long go.
+_INTENT_TOPIC_CONFIG = {"cleanup.policy": "compact,delete", "retention.ms": "-1",
+                        "retention.bytes": "-1", "segment.bytes": str(1 << 20)}
+_INTENT_LOOKBACK = 64  # offsets read back from the end to find the query's last intent
 _MAX_DECOMPRESSED = 64 * 1024 * 1024
 _MARKER_SCAN_BYTES = 4 << 20
 _MARKER_SCAN_FETCHES = 256  # bounds the walk from a transaction's data to its marker
@@ -429,54 +431,74 @@ class Intent:
         return [t for t in self.slots.values() if t is not None]
 
 
-def _intent_topic(query: str) -> str:
-    return _INTENT_PREFIX + query
-
-
 def last_intent(client: Client, query: str) -> Intent | None:
-    """The last committed intent of the query, or None when it has none. Intents are
-    written in the driver's transactions, so a read_committed view skips any a fenced
-    driver left behind."""
-    topic = _intent_topic(query)
-    # One Metadata request tells a new query (no intent topic yet) without retries.
-    known = client.metadata([topic]).topics.get(topic)
+    """The last intent the query's driver committed, or None when it has none.
+
+    Every query appends to the one topic, so it is read uncommitted and an intent counts
+    once the COMMIT marker of its transaction follows it: read_committed stops at the
+    first open transaction of any query (a driver killed while appending leaves one open
+    for kafka.transaction.timeout.ms), and would hide this query's later intents. An
+    intent whose transaction is aborted (a fenced driver's) or still open never counts."""
+    known = client.metadata([SINK_INTENTS_TOPIC]).topics.get(SINK_INTENTS_TOPIC)
     if known is None or known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        return None
-    end = client.list_offsets(topic, [0], -1, isolation_level=READ_COMMITTED)[0].offset
-    start = client.list_offsets(topic, [0], -2)[0].offset
+        return None  # no query has committed anything yet
+    end = client.list_offsets(SINK_INTENTS_TOPIC, [0], -1)[0].offset
+    start = client.list_offsets(SINK_INTENTS_TOPIC, [0], -2)[0].offset
+    key = query.encode()
     lookback = _INTENT_LOOKBACK
     while end > start:
-        offset, found = max(start, end - lookback), None
-        while offset < end:
-            fetched = client.fetch_records(topic, 0, offset, max_wait_ms=0, isolation_level=READ_COMMITTED)
-            found = next((r for r in reversed(fetched.records) if r.offset < end), found)
-            if fetched.next_offset <= offset:
-                break
-            offset = fetched.next_offset
+        found = _last_committed(client, key, max(start, end - lookback), end)
         if found is not None:
-            return Intent.decode(found.value)
+            return None if found.value is None else Intent.decode(found.value)
         if end - lookback <= start:
             return None
         lookback *= 4
     return None
 
 
+def _last_committed(client: Client, key: bytes, offset: int, end: int):
+    """The last record with `key` in the intents topic between `offset` and `end` whose
+    transaction commits there (its producer's next marker is a COMMIT), or None."""
+    since_marker: dict[int, list] = {}  # producer id -> its records with the key since its last marker
+    found = None
+    while offset < end:
+        fetched = client.fetch(SINK_INTENTS_TOPIC, 0, offset, max_wait_ms=0, max_bytes=_MARKER_SCAN_BYTES)
+        batches = [(h, b) for h, b in iter_batches(fetched.records) if h.last_offset >= offset]
+        if not batches:
+            break
+        for header, batch in batches:
+            if header.base_offset >= end:
+                return found
+            if header.is_control:
+                mine = since_marker.pop(header.producer_id, None)
+                # A marker the cleaner emptied ended a transaction whose records are gone.
+                marker = decode_batch(batch, _MAX_DECOMPRESSED)
+                if mine and marker and decode_control_record(marker[0]).type == CONTROL_COMMIT:
+                    found = mine[-1]
+            elif header.is_transactional:
+                mine = [r for r in decode_batch(batch, _MAX_DECOMPRESSED) if r.key == key]
+                if mine:
+                    since_marker.setdefault(header.producer_id, []).extend(mine)
+        offset = batches[-1][0].last_offset + 1
+    return found
+
+
 def _record_intent(client: Client, query: str, driver: tuple[int, int], intent: Intent,
                    first: bool) -> None:
-    """Append the intent inside the driver's transaction (PRODUCER_FENCED if another
-    driver of the query has initialised since); the query's `first` creates the topic."""
-    topic = _intent_topic(query)
+    """Append the intent, keyed by the query, inside the driver's transaction
+    (PRODUCER_FENCED if another driver of the query has initialised since); the query's
+    `first` creates the intents topic when no query has yet."""
     if first:
-        created = client.create_topics({topic: NewTopic(1, -1, dict(_INTENT_TOPIC_CONFIG))})
-        error = created[topic].error
+        created = client.create_topics({SINK_INTENTS_TOPIC: NewTopic(1, -1, dict(_INTENT_TOPIC_CONFIG))})
+        error = created[SINK_INTENTS_TOPIC].error
         if error is not None and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise error
     txn_id = _driver_txn_id(query)
     pid, epoch = driver
-    client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [0]})
+    client.add_partitions_to_txn(txn_id, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
     batch = build_batch([(query.encode(), intent.encode(), (), _now())], producer_id=pid,
                         producer_epoch=epoch, base_sequence=0, transactional=True)
-    client.produce_batch(topic, 0, batch, transactional_id=txn_id)
+    client.produce_batch(SINK_INTENTS_TOPIC, 0, batch, transactional_id=txn_id)
     client.end_txn(txn_id, pid, epoch, commit=True)
 
 

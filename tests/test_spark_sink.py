@@ -44,8 +44,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from spark_connector.sink import Intent, last_intent as sink_last_intent  # noqa: E402
 from sluice.broker_process import BrokerProcess  # noqa: E402
-from wire.client import LATEST, READ_COMMITTED, Client, NewTopic  # noqa: E402
+from wire.client import LATEST, READ_COMMITTED, TOPIC_RESOURCE, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
+from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 from wire.records import CONTROL_COMMIT, build_batch, decode_batch, decode_control_record, iter_batches  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -681,3 +682,45 @@ def test_unreachable_broker_fails_in_bounded_time_naming_it(spark, guarantee):
          .option("deliveryGuarantee", guarantee).save())
     assert "kafka.bootstrap.servers" in str(info.value) and address in str(info.value)
     assert time.monotonic() - started < 60
+
+
+# -- 6: the decisions of every query in one topic -----------------------------------------
+
+def test_every_querys_decisions_share_one_internal_compacted_topic(spark, kafka, tmp_path):
+    """The sink records each query's decisions (intents) in __sluice_sink_intents, keyed by
+    query id: compacted, reported internal, and no topic of the query's own. The topic is
+    shared, so the transaction another query's driver left open there (killed in the middle
+    of appending its intent) must not hide the intents this query records after it."""
+    source, output = unique("shared-in"), unique("shared-out")
+    create_topics(kafka, 2, source, output)
+    checkpoint = str(tmp_path / "cp")
+
+    def run_batch() -> None:
+        produce_input(kafka, source, 2, 20)
+        query = (spark.readStream.format("sluice").option("kafka.bootstrap.servers", kafka)
+                 .option("subscribe", source).option("startingOffsets", "earliest").load()
+                 .select("key", "value").writeStream.format("sluice")
+                 .option("kafka.bootstrap.servers", kafka).option("topic", output)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        assert query.awaitTermination(120) and query.exception() is None
+
+    run_batch()
+    assert last_intent(kafka, checkpoint).batch == 0
+    killed = f"sluice-{uuid.uuid4()}"  # the driver's transactional id of another query
+    with Client(kafka) as client:
+        pid, epoch = client.init_transactions(killed, 600_000)
+        client.add_partitions_to_txn(killed, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
+        left = build_batch([(killed.encode(), b'{"batch": 0, "slots": {}}', (), int(time.time() * 1000))],
+                           producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+        client.produce_batch(SINK_INTENTS_TOPIC, 0, left, transactional_id=killed)
+        try:
+            run_batch()
+            assert last_intent(kafka, checkpoint).batch == 1
+        finally:
+            client.end_txn(killed, pid, epoch, commit=False)
+
+        topics = client.metadata().topics
+        assert [t for t in topics if t.startswith("__sluice")] == [SINK_INTENTS_TOPIC]
+        assert topics[SINK_INTENTS_TOPIC].is_internal
+        config = client.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])[(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)]
+        assert (config["cleanup.policy"].value, config["retention.ms"].value) == ("compact,delete", "-1")

@@ -27,6 +27,7 @@ from sluice.polling import wait_for  # noqa: E402
 from tests.test_spark_sink import (Driver, Output, create_topics, last_intent, next_batch,  # noqa: E402
                                    produce_input, query_id, read_committed_wire, stream_case, unique)
 from wire.client import TOPIC_RESOURCE, Client  # noqa: E402
+from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 TIMEOUT_MS = 15_000  # above a normal batch on a loaded 2-core machine
 
@@ -140,9 +141,10 @@ SINK_BATCHES = int(os.environ.get("SLUICE_SINK_BATCHES", "25"))
 
 @pytest.mark.timeout(max(300, 4 * SINK_BATCHES))
 def test_transactional_ids_stay_bounded_over_many_batches(kafka, tmp_path):
-    """One transactional id per write slot and attempt, reused by every batch; the intent
-    log never expires by time and is bounded by size. SLUICE_SINK_BATCHES sets the
-    number of micro-batches (`make test-long` runs 1,000)."""
+    """One transactional id per write slot and attempt, reused by every batch; the intents
+    go to the one compacted topic every query shares, which never expires them by time
+    or size, and the query has no topic of its own. SLUICE_SINK_BATCHES sets the number
+    of micro-batches (`make test-long` runs 1,000)."""
     batches = SINK_BATCHES
     partitions = 2
     driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "many", partitions, batches * partitions)
@@ -155,12 +157,15 @@ def test_transactional_ids_stay_bounded_over_many_batches(kafka, tmp_path):
     with Client(kafka) as client:
         ids = sorted(t.transactional_id for t in client.list_transactions()
                      if t.transactional_id.startswith(f"sluice-{query}"))
-        configs = client.describe_configs([(TOPIC_RESOURCE, f"__sluice_sink_{query}")])
+        configs = client.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])
+        topics = [t for t in client.metadata().topics if t.startswith("__sluice")]
     print(f"{batches} batches: the coordinator holds {len(ids)} transactional ids of the query")
     run = last_intent(kafka, checkpoint).run
     assert ids == sorted([f"sluice-{query}"] + [f"sluice-{query}-{run}-{p}-0" for p in range(partitions)])
-    topic_config = configs[(TOPIC_RESOURCE, f"__sluice_sink_{query}")]
-    assert (topic_config["retention.ms"].value, topic_config["retention.bytes"].value) == ("-1", str(1 << 20))
+    topic_config = configs[(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)]
+    assert topics == [SINK_INTENTS_TOPIC]
+    assert (topic_config["cleanup.policy"].value, topic_config["retention.ms"].value,
+            topic_config["retention.bytes"].value) == ("compact,delete", "-1", "-1")
 
 
 def test_a_second_driver_of_the_same_query_is_fenced(kafka, tmp_path):
