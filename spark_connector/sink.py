@@ -6,7 +6,8 @@ a `timestamp` column (timestamp) that sets the records' timestamps; options
 `kafka.bootstrap.servers`, `topic` (when set, it overrides any topic column, as in
 Spark's Kafka sink), other `kafka.*`. A row without a partition goes where Kafka's
 default partitioner puts it (murmur2 of the key; rows without a key are spread
-round-robin).
+round-robin). A topic that does not exist is created by the sink's Metadata request, as
+by a Kafka producer's, where the broker's auto.create.topics.enable allows it.
 
 `deliveryGuarantee`:
 - `exactly_once` (default): each write task attempt writes inside a transaction of its
@@ -53,6 +54,7 @@ _MAX_DECOMPRESSED = 64 * 1024 * 1024
 _MARKER_SCAN_BYTES = 4 << 20
 _MARKER_SCAN_FETCHES = 256  # bounds the walk from a transaction's data to its marker
 _SETTLE_ROUNDS = 50  # rounds of waiting for a completing transaction to be decided
+_METADATA_ROUNDS = 200  # rounds of waiting for a topic being created to have leaders
 _COMMITTED, _ABORTED = "committed", "aborted"
 
 
@@ -93,25 +95,48 @@ class TaskCommit(WriterCommitMessage):
 
 @dataclass
 class _Partitioner:
-    """Kafka's default partitioner: murmur2 of the key; keyless rows round-robin."""
+    """Where rows go. Each topic's partition count comes from Metadata requests that allow
+    auto-creation, as a Kafka producer sends them; rows without a partition go where
+    Kafka's default partitioner puts them: murmur2 of the key, keyless rows round-robin."""
 
     counts: dict = field(default_factory=dict)
     round_robin: dict = field(default_factory=dict)
 
-    def partitions(self, client: Client, topic: str, keys: list) -> list[int]:
+    def count(self, client: Client, topic: str) -> int:
         count = self.counts.get(topic)
         if count is None:
-            metadata = client.metadata([topic])
-            info = metadata.topics.get(topic)
-            if info is None or info.error_code or not info.partitions:
-                raise SluiceSinkError(f"sluice sink: topic {topic!r} does not exist")
-            count = self.counts[topic] = len(info.partitions)
+            count = self.counts[topic] = _partition_count(client, topic)
+        return count
+
+    def partitions(self, client: Client, topic: str, keys: list) -> list[int]:
+        count = self.count(client, topic)
         if None not in keys:
             return [murmur2_positive(key) % count for key in keys]
         start = self.round_robin.get(topic, 0)
         self.round_robin[topic] = start + keys.count(None)
         spread = iter(range(start, start + len(keys)))
         return [next(spread) % count if key is None else murmur2_positive(key) % count for key in keys]
+
+
+def _partition_count(client: Client, topic: str) -> int:
+    """The topic's partition count. A missing topic is created by the Metadata request
+    where the broker's auto.create.topics.enable allows it (as a Kafka producer's first
+    Metadata request creates it), and answered LEADER_NOT_AVAILABLE until its leaders
+    are known."""
+    for _ in range(_METADATA_ROUNDS):
+        info = client.metadata([topic], allow_auto_topic_creation=True).topics.get(topic)
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else info.error_code
+        if code == ErrorCode.NONE and info.partitions:
+            return len(info.partitions)
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise SluiceSinkError(
+                f"sluice sink: topic {topic!r} does not exist, and the broker does not create topics "
+                "on first use (its auto.create.topics.enable is false): create the topic first")
+        if code not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+            raise SluiceSinkError(f"sluice sink: cannot write to topic {topic!r}: {ErrorCode(code).name}")
+        time.sleep(0.1)  # being created: no leaders yet
+    raise SluiceSinkError(f"sluice sink: topic {topic!r} still has no leaders after "
+                          f"{_METADATA_ROUNDS} Metadata requests")
 
 
 def _binary(column) -> list:
@@ -173,6 +198,15 @@ class _TaskWriter:
             if None in topics:
                 raise SluiceSinkError("sluice sink: a row has a null topic and option 'topic' is not set")
         partitions = columns["partition"].to_pylist() if "partition" in columns else [None] * n
+        # As a producer: Metadata for every topic written, and the partitions given checked.
+        counts = {topic: self.partitioner.count(self.client, topic) for topic in set(topics)}
+        if "partition" in columns:
+            wrong = next(((t, p) for t, p in zip(topics, partitions)
+                          if p is not None and not 0 <= p < counts[t]), None)
+            if wrong is not None:
+                topic, partition = wrong
+                raise SluiceSinkError(f"sluice sink: a row is for partition {partition} of topic {topic!r}, "
+                                      f"which has partitions 0 to {counts[topic] - 1}")
         if None in partitions:  # where no partition is given, Kafka's default partitioner
             unplaced: dict[str, list[int]] = {}
             for i, partition in enumerate(partitions):

@@ -17,6 +17,9 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
+- Both sinks, the same write: into a missing topic, created where the broker allows it
+  (the same rows), refused naming it where it does not; what Sluice's sink leaves
+  besides is internal, so that subscribePattern("__.*") reads nothing with either.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
                                      rows_of, unique)
 from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
+from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 QUERY_TIMEOUT = 120  # seconds any one streaming query may take
 FORMATS = ("kafka", "sluice")
@@ -266,3 +270,64 @@ def test_streaming_write_with_spark_kafka_sink(spark_kafka, kafka, tmp_path):
     assert query.exception() is None, query.exception()
     # Each partition's records go to the same partition of the target, in offset order.
     assert written(spark_kafka, kafka, target, 2) == [(r[3], r[0], r[1], r[7]) for r in expected]
+
+
+# -- 4: both sinks, the same write ------------------------------------------------------------
+
+def stream_into(spark, fmt: str, bootstrap: str, source: str, checkpoint: str, **options):
+    """The integration guide's streaming write: `source` read with format("sluice") from
+    the earliest offsets, its key and value written with `fmt` and `options`, availableNow;
+    the finished query."""
+    writer = (read(spark, "sluice", bootstrap, source, "read_committed", streaming=True)
+              .selectExpr("key", "value").writeStream.format(fmt)
+              .option("kafka.bootstrap.servers", bootstrap).option("checkpointLocation", checkpoint)
+              .trigger(availableNow=True))
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    query = writer.start()
+    assert query.awaitTermination(QUERY_TIMEOUT), f"{fmt}: availableNow query did not finish"
+    return query
+
+
+def test_streaming_write_creates_a_missing_topic_and_leaves_no_topic_for_patterns(spark_kafka, kafka, tmp_path):
+    """The guide's streaming write with a `topic` option, into a topic that does not exist:
+    the broker allows auto-creation (auto.create.topics.enable, Kafka's default), so each
+    sink's Metadata request creates it, with the broker's num.partitions (1), and both
+    write the same rows. What Sluice's sink leaves besides, its decisions in
+    __sluice_sink_intents, is internal in Metadata: subscribePattern("__.*") reads
+    nothing with either format."""
+    source = create_topic(kafka, unique("guide-in"), partitions=2)
+    rows = sink_rows(30, 2)
+    produce(kafka, source, [(p, k, v, list(h), None) for p, k, v, h in rows])
+    got = {}
+    for fmt in FORMATS:
+        target = unique(f"{fmt}-created")
+        query = stream_into(spark_kafka, fmt, kafka, source, str(tmp_path / fmt), topic=target)
+        assert query.exception() is None, (fmt, query.exception())
+        got[fmt] = sorted(consume_all(kafka, target, 1), key=repr)
+    assert len(got["kafka"]) == len(rows)
+    assert got["sluice"] == got["kafka"]
+
+    with Client(kafka) as client:
+        assert client.metadata([SINK_INTENTS_TOPIC]).topics[SINK_INTENTS_TOPIC].is_internal
+    for fmt in FORMATS:
+        internal = (spark_kafka.read.format(fmt).option("kafka.bootstrap.servers", kafka)
+                    .option("subscribePattern", "__.*").load())
+        assert internal.count() == 0, fmt
+
+
+def test_write_to_a_missing_topic_without_auto_creation_names_it(spark_kafka, tmp_path):
+    """With auto.create.topics.enable=false both sinks fail naming the missing topic:
+    Spark's once its producer has waited kafka.max.block.ms for the topic's metadata,
+    Sluice's at once, naming the broker setting too."""
+    config = tmp_path / "server.properties"
+    config.write_text("auto.create.topics.enable=false\n")
+    df = spark_kafka.createDataFrame([("k", "v")], "key string, value string")
+    with BrokerProcess(tmp_path / "data", config_file=str(config)) as proc:
+        for fmt in FORMATS:
+            target = unique(f"{fmt}-missing")
+            with pytest.raises(Exception) as info:
+                (df.write.mode("append").format(fmt).option("kafka.bootstrap.servers", proc.bootstrap_servers)
+                 .option("topic", target).option("kafka.max.block.ms", "3000").save())
+            assert target in str(info.value), (fmt, info.value)
+            assert fmt == "kafka" or "auto.create.topics.enable" in str(info.value), info.value

@@ -638,8 +638,12 @@ def free_port() -> int:
     ("value string", [("v",)], {"topic": "t", "kafka.transaction.timeout.ms": "soon"},
      "option 'kafka.transaction.timeout.ms'"),
     ("value string, topic string", [("v", None)], {}, "null topic"),
+    ("value string, partition int", [("v", 0), ("v", 2)], {"topic": "two-partitions"},
+     "partition 2 of topic 'two-partitions', which has partitions 0 to 1"),
 ])
 def test_batch_write_mistakes_are_named(spark, kafka, schema, rows, options, named):
+    with Client(kafka) as client:
+        client.create_topics({"two-partitions": NewTopic(2, 1)})  # or it exists already
     writer = spark.createDataFrame(rows, schema).write.mode("append").format("sluice")
     for name, value in {"kafka.bootstrap.servers": kafka, **options}.items():
         writer = writer.option(name, value)
