@@ -21,6 +21,7 @@ import logging
 
 from pyspark.sql.datasource import DataSource
 
+from spark_connector import modes
 from spark_connector.arrow import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
 from spark_connector.options import SluiceOptionError, parse_sink_options, parse_source_options
 
@@ -61,6 +62,11 @@ class SluiceDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         from spark_connector.sink import SluiceBatchWriter
+        if overwrite:
+            raise SluiceOptionError(
+                "save mode Overwrite is not allowed for format(\"sluice\"), as for Spark's Kafka sink: "
+                "records are only ever appended to a topic. Allowed save modes are Append and "
+                "ErrorIfExists (the default), which both append")
         options = parse_sink_options(self.options, schema)
         _warn(options.warnings)
         return SluiceBatchWriter(options)
@@ -96,5 +102,7 @@ def _offsets(value) -> dict | None:
 
 
 def register(spark) -> None:
-    """Make `format("sluice")` available in this Spark session."""
+    """Make `format("sluice")` available in this Spark session, and let its batch writes
+    take the default save mode as Spark's Kafka sink does (see `spark_connector.modes`)."""
     spark.dataSource.register(SluiceDataSource)
+    modes.install(spark)

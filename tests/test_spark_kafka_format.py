@@ -17,7 +17,8 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
-- Both sinks, the same write: into a missing topic, created where the broker allows it
+- Both sinks, the same write: batch save modes (the default appends, Overwrite and
+  Ignore are refused); into a missing topic, created where the broker allows it
   (the same rows), refused naming it where it does not; what Sluice's sink leaves
   besides is internal, so that subscribePattern("__.*") reads nothing with either.
 """
@@ -247,8 +248,6 @@ def test_batch_write_with_spark_kafka_sink(spark_kafka, kafka):
     placed = {}
     for fmt in FORMATS:
         target = create_topic(kafka, unique(f"{fmt}-keyed"), partitions=3)
-        # Append: the mode both take (Spark allows Python data sources no ErrorIfExists,
-        # the default, which Spark's Kafka sink takes to mean append).
         (keyed.write.mode("append").format(fmt).option("kafka.bootstrap.servers", kafka)
          .option("topic", target).save())
         placed[fmt] = written(spark_kafka, kafka, target, 3)
@@ -314,6 +313,29 @@ def test_streaming_write_creates_a_missing_topic_and_leaves_no_topic_for_pattern
         internal = (spark_kafka.read.format(fmt).option("kafka.bootstrap.servers", kafka)
                     .option("subscribePattern", "__.*").load())
         assert internal.count() == 0, fmt
+
+
+def test_batch_save_modes(spark_kafka, kafka):
+    """The guide's batch write, without .mode(...) (ErrorIfExists), appends with both
+    formats, as Append does; Overwrite and Ignore are refused by both, naming the mode,
+    and write nothing."""
+    df = spark_kafka.createDataFrame([("k1", "v1"), ("k2", "v2")], "key string, value string").coalesce(1)
+    got = {}
+    for fmt in FORMATS:
+        target = create_topic(kafka, unique(f"{fmt}-modes"), partitions=1)
+
+        def writer():
+            return df.write.format(fmt).option("kafka.bootstrap.servers", kafka).option("topic", target)
+
+        writer().save()
+        writer().mode("append").save()
+        for mode in ("overwrite", "ignore"):
+            with pytest.raises(Exception) as info:
+                writer().mode(mode).save()
+            assert mode in str(info.value).lower(), (fmt, mode, info.value)
+        got[fmt] = [row[1:] for row in consume_all(kafka, target, 1)]
+    assert got["kafka"] == [(b"k1", b"v1", ()), (b"k2", b"v2", ())] * 2
+    assert got["sluice"] == got["kafka"]
 
 
 def test_write_to_a_missing_topic_without_auto_creation_names_it(spark_kafka, tmp_path):
