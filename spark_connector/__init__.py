@@ -72,6 +72,8 @@ class SluiceDataSource(DataSource):
         return SluiceBatchWriter(options)
 
     def streamWriter(self, schema, overwrite: bool):
+        """`overwrite` is set in Complete mode: every trigger's whole result table is
+        appended, as Spark's Kafka sink appends it."""
         from spark_connector.sink import SluiceStreamWriter
         options = parse_sink_options(self.options, schema)
         _warn(options.warnings)
@@ -102,7 +104,8 @@ def _offsets(value) -> dict | None:
 
 
 def register(spark) -> None:
-    """Make `format("sluice")` available in this Spark session, and let its batch writes
-    take the default save mode as Spark's Kafka sink does (see `spark_connector.modes`)."""
+    """Make `format("sluice")` available in this Spark session; its batch writes take the
+    default save mode as Spark's Kafka sink does, and its streams refuse Update mode at
+    start() (see `spark_connector.modes`)."""
     spark.dataSource.register(SluiceDataSource)
     modes.install(spark)

@@ -18,7 +18,9 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
 - Both sinks, the same write: batch save modes (the default appends, Overwrite and
-  Ignore are refused); into a missing topic, created where the broker allows it
+  Ignore are refused); Update output mode, which Spark's sink appends and Sluice's
+  refuses at start() (PySpark cannot declare it), its Complete mode writing the same
+  rows; into a missing topic, created where the broker allows it
   (the same rows), refused naming it where it does not; what Sluice's sink leaves
   besides is internal, so that subscribePattern("__.*") reads nothing with either.
 """
@@ -36,6 +38,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
+from spark_connector import SluiceOptionError  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
                                      rows_of, unique)
@@ -273,12 +276,10 @@ def test_streaming_write_with_spark_kafka_sink(spark_kafka, kafka, tmp_path):
 
 # -- 4: both sinks, the same write ------------------------------------------------------------
 
-def stream_into(spark, fmt: str, bootstrap: str, source: str, checkpoint: str, **options):
-    """The integration guide's streaming write: `source` read with format("sluice") from
-    the earliest offsets, its key and value written with `fmt` and `options`, availableNow;
-    the finished query."""
-    writer = (read(spark, "sluice", bootstrap, source, "read_committed", streaming=True)
-              .selectExpr("key", "value").writeStream.format(fmt)
+def stream_into(df, fmt: str, bootstrap: str, checkpoint: str, mode: str = "append", **options):
+    """The integration guide's streaming write: the streaming DataFrame `df` written with
+    `fmt`, output mode `mode` and `options`, availableNow; the finished query."""
+    writer = (df.writeStream.format(fmt).outputMode(mode)
               .option("kafka.bootstrap.servers", bootstrap).option("checkpointLocation", checkpoint)
               .trigger(availableNow=True))
     for name, value in options.items():
@@ -301,7 +302,8 @@ def test_streaming_write_creates_a_missing_topic_and_leaves_no_topic_for_pattern
     got = {}
     for fmt in FORMATS:
         target = unique(f"{fmt}-created")
-        query = stream_into(spark_kafka, fmt, kafka, source, str(tmp_path / fmt), topic=target)
+        df = read(spark_kafka, "sluice", kafka, source, "read_committed", streaming=True).selectExpr("key", "value")
+        query = stream_into(df, fmt, kafka, str(tmp_path / fmt), topic=target)
         assert query.exception() is None, (fmt, query.exception())
         got[fmt] = sorted(consume_all(kafka, target, 1), key=repr)
     assert len(got["kafka"]) == len(rows)
@@ -335,6 +337,30 @@ def test_batch_save_modes(spark_kafka, kafka):
             assert mode in str(info.value).lower(), (fmt, mode, info.value)
         got[fmt] = [row[1:] for row in consume_all(kafka, target, 1)]
     assert got["kafka"] == [(b"k1", b"v1", ()), (b"k2", b"v2", ())] * 2
+    assert got["sluice"] == got["kafka"]
+
+
+def test_update_output_mode(spark_kafka, kafka, tmp_path):
+    """An aggregation in Update mode: Spark's Kafka sink appends the updated rows. PySpark
+    gives a Python data source no way to declare that, so format("sluice") refuses it at
+    start(), before any query runs, naming Complete mode instead; which writes, here
+    (one trigger), the rows Spark's sink wrote in Update mode."""
+    source = create_topic(kafka, unique("counted"), partitions=1)
+    produce(kafka, source, [(0, f"k{i % 4}".encode(), b"v", [], None) for i in range(12)])
+    counts = (read(spark_kafka, "sluice", kafka, source, "read_committed", streaming=True)
+              .groupBy("key").count().selectExpr("key", "CAST(count AS STRING) AS value"))
+    running = len(spark_kafka.streams.active)
+    with pytest.raises(SluiceOptionError) as refused:
+        stream_into(counts, "sluice", kafka, str(tmp_path / "update"), "update", topic=unique("never"))
+    assert "output mode Update" in str(refused.value) and 'outputMode("complete")' in str(refused.value)
+    assert len(spark_kafka.streams.active) == running
+    got = {}
+    for fmt, mode in (("kafka", "update"), ("sluice", "complete")):
+        target = create_topic(kafka, unique(f"{fmt}-{mode}"), partitions=1)
+        query = stream_into(counts, fmt, kafka, str(tmp_path / fmt), mode, topic=target)
+        assert query.exception() is None, (fmt, query.exception())
+        got[fmt] = sorted(row[1:] for row in consume_all(kafka, target, 1))
+    assert got["kafka"] == [(f"k{i}".encode(), b"3", ()) for i in range(4)]
     assert got["sluice"] == got["kafka"]
 
 
