@@ -19,8 +19,9 @@ open) or as non-transactional. The claims:
   producing): exactly once again; the failed attempts' data is aborted and their
   producer epoch is fenced.
 Batch writes (`df.write`: contents, partitioning against confluent-kafka's murmur2, topic
-column and option, compression), a failing micro-batch and its restart, and option and
-column mistakes run in the shared Spark session.
+column and option, compression), a failing micro-batch and its restart, option and
+column mistakes, and the decisions of every query in one shared topic (found past
+another query's intent left open) run in the shared Spark session.
 """
 
 from __future__ import annotations
