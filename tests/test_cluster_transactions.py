@@ -18,12 +18,15 @@
   non-monotonic offsets and inconsistent offsets between consumers all 0. A marker with the old coordinator epoch is then refused
   (TRANSACTION_COORDINATOR_FENCED).
 - `chaos`: the same copy under random SIGKILLs of the coordinator, of a partition
-  leader and of the controller (seed printed; SLUICE_SEED replays it).
+  leader and of the controller (seed printed; SLUICE_SEED replays it); and across the
+  SIGKILL of the group's coordinator, left down, which makes librdkafka's
+  send_offsets_to_transaction hang (#5511): the copier replaces that producer.
 """
 
 from __future__ import annotations
 
 import collections
+import queue
 import random
 import threading
 import time
@@ -31,6 +34,7 @@ import uuid
 
 import pytest
 
+from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.groups.offsets_log import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
@@ -45,7 +49,7 @@ kafka = pytest.importorskip("kafka")
 
 pytestmark = pytest.mark.timeout(240)
 
-TXN_TOPIC = "__transaction_state"
+GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator's key types
 PROPERTIES = {**FAST_FAILOVER,
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
               "group.initial.rebalance.delay.ms": "0"}
@@ -66,18 +70,18 @@ def raw(cluster: Cluster, broker_id: int) -> Raw:
     return Raw(int(cluster.address(broker_id).rsplit(":", 1)[1]))
 
 
-def coordinator_of(cluster: Cluster, txn_id: str, timeout: float = 60.0) -> int:
-    """The broker FindCoordinator names for the transactional id (creating
-    `__transaction_state` on the first lookup)."""
+def coordinator_of(cluster: Cluster, key: str, timeout: float = 60.0, key_type: int = TXN_KEY) -> int:
+    """The broker FindCoordinator names for the transactional id (or group id, key type
+    GROUP_KEY), creating `__transaction_state` (`__consumer_offsets`) on the first lookup."""
     def found():
         conn = raw(cluster, cluster.live[0])
         try:
-            answer = conn.call(FIND_COORDINATOR, 3, key=txn_id, key_type=1)
+            answer = conn.call(FIND_COORDINATOR, 3, key=key, key_type=key_type)
         finally:
             conn.close()
         return [answer.node_id] if answer.error_code == 0 and answer.node_id in cluster.live else None
 
-    return cluster.wait(found, timeout, f"a live coordinator for {txn_id!r}")[0]
+    return cluster.wait(found, timeout, f"a live coordinator for {key!r}")[0]
 
 
 def read_committed(cluster: Cluster, topic: str, partitions: int, expect: int,
@@ -200,6 +204,17 @@ def test_a_second_producer_fences_the_first_without_coordinator_checks_on_produc
 
 COPY_PARTITIONS = 3
 COPY_CLEAN = {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0, NON_MONOTONIC: 0, INCONSISTENT: 0}
+SEND_OFFSETS_TIMEOUT_S = 60
+# How long the copier waits for send_offsets_to_transaction before it gives the producer
+# up: librdkafka (2.16) can block in it past its timeout. While the group coordinator is
+# down the call asks FindCoordinator at most once a second, when that broker's
+# connection attempts fail; FindCoordinator names the dead broker until the controller
+# sees its session end. Once the metadata drops it, librdkafka decommissions it: if that
+# comes less than a second after the last question, the call does not ask again, and
+# nothing wakes it until another broker's connection comes up or goes down
+# (confluentinc/librdkafka#5511; #5456: the call's timeout is never checked).
+SEND_OFFSETS_HUNG_S = SEND_OFFSETS_TIMEOUT_S + 30
+HUNG = "send_offsets_to_transaction hung (librdkafka #5511)"
 
 
 class Copier:
@@ -207,14 +222,22 @@ class Copier:
     in transactions of up to 50 records with the consumer's positions sent along
     (send_offsets_to_transaction), from a thread. A transaction that fails is aborted
     (or its producer replaced when the error is fatal), and the consumer is replaced
-    too, so that it resumes from the group's committed offsets. Attempts whose commit
-    returned are `committed`, whose abort returned `aborted`; the others' outcome is
-    unknown (either is fine, but only once)."""
+    too, so that it resumes from the group's committed offsets. A producer whose
+    send_offsets_to_transaction hangs (HUNG, counted with the client errors) is replaced
+    the same way: the new one's init_transactions aborts that transaction, whose commit
+    was never asked. Attempts whose commit returned are `committed`, whose abort
+    returned or whose producer was replaced before its commit `aborted`; the others'
+    outcome is unknown (either is fine, but only once). `producer_config` adds to the
+    producer's settings; the copy gives up `timeout` seconds after it started."""
 
-    def __init__(self, cluster: Cluster, source: str, sink: str, txn_id: str, expected: int):
+    def __init__(self, cluster: Cluster, source: str, sink: str, txn_id: str, expected: int,
+                 group: str | None = None, producer_config: dict | None = None,
+                 timeout: float = 180.0):
         self.cluster, self.source, self.sink, self.txn_id = cluster, source, sink, txn_id
-        self.group = unique("copier-group")
+        self.group = group or unique("copier-group")
         self.expected = expected
+        self.producer_config = dict(producer_config or {})
+        self.timeout = timeout
         self.committed: set[int] = set()
         self.aborted: set[int] = set()
         self.copied = 0  # input records in committed attempts
@@ -228,7 +251,7 @@ class Copier:
         producer = ck.Producer({"bootstrap.servers": self.cluster.all_servers,
                                 "transactional.id": self.txn_id, "linger.ms": 5,
                                 "transaction.timeout.ms": 30_000,
-                                "topic.metadata.refresh.interval.ms": 1000})
+                                "topic.metadata.refresh.interval.ms": 1000, **self.producer_config})
         producer.init_transactions(120)
         return producer
 
@@ -253,7 +276,7 @@ class Copier:
     def _copy(self) -> None:
         producer, consumer = self._producer(), self._consumer()
         attempt = 0
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + self.timeout
         try:
             while self.copied < self.expected and not self._stop and time.monotonic() < deadline:
                 self.step = "consuming"
@@ -266,9 +289,9 @@ class Copier:
                     self.committed.add(attempt)
                     self.copied += len(messages)
                     continue
-                if outcome == "aborted":
+                if outcome in ("aborted", HUNG):
                     self.aborted.add(attempt)
-                elif outcome == "fatal":
+                if outcome in ("fatal", HUNG):
                     self.step = "replacing the producer"
                     producer = self._producer()  # fences the old one, aborts its transaction
                 self.step = "replacing the consumer"
@@ -287,9 +310,11 @@ class Copier:
             for m in messages:
                 ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
             self.step = f"sending the offsets of transaction {attempt}"
-            producer.send_offsets_to_transaction(
-                [ck.TopicPartition(self.source, p, o) for p, o in sorted(ends.items())],
-                consumer.consumer_group_metadata(), 60)
+            if not self._send_offsets(producer, [ck.TopicPartition(self.source, p, o)
+                                                 for p, o in sorted(ends.items())],
+                                      consumer.consumer_group_metadata()):
+                self.failures[HUNG] += 1
+                return HUNG
             self.step = f"committing transaction {attempt}"
             for _ in range(10):
                 try:
@@ -312,6 +337,29 @@ class Copier:
                     self.failures[f"abort {abort_failure.args[0].name()}"] += 1
             return "fatal"
 
+    @staticmethod
+    def _send_offsets(producer, offsets, group_metadata) -> bool:
+        """send_offsets_to_transaction from a thread of its own, waited for at most
+        SEND_OFFSETS_HUNG_S: False when it is still blocked then (the producer must not
+        be used again), its error raised when it failed."""
+        outcome: queue.Queue = queue.Queue()
+
+        def send() -> None:
+            try:
+                producer.send_offsets_to_transaction(offsets, group_metadata, SEND_OFFSETS_TIMEOUT_S)
+                outcome.put(None)
+            except BaseException as exc:  # raised in the copier's thread
+                outcome.put(exc)
+
+        threading.Thread(target=send, name="send-offsets", daemon=True).start()
+        try:
+            error = outcome.get(timeout=SEND_OFFSETS_HUNG_S)
+        except queue.Empty:
+            return False
+        if error is not None:
+            raise error
+        return True
+
     def wait_copied(self, count: int, timeout: float) -> None:
         """Until `count` records are copied; on a stall, every broker's whole output is
         kept in the test's directory (named in the failure) for a post mortem."""
@@ -328,7 +376,9 @@ class Copier:
                                  f"client errors {dict(self.failures)}; outputs in {kept}") from None
         assert self.error is None, self.error
 
-    def finish(self, timeout: float = 200.0) -> None:
+    def finish(self) -> None:
+        """Until the copy ended (it gives up at its timeout)."""
+        timeout = self.timeout + 20
         self._thread.join(timeout)
         alive = self._thread.is_alive()
         self._stop = True
@@ -374,13 +424,15 @@ def feed(cluster: Cluster, topic: str, count: int) -> list[bytes]:
     return inputs
 
 
-def txn_id_coordinated_by(cluster: Cluster, broker_id: int) -> str:
-    """A transactional id whose `__transaction_state` partition `broker_id` leads."""
-    coordinator_of(cluster, "probe")  # creates the topic
-    cluster.wait_for_leaders(TXN_TOPIC, full_isr=True)
-    partitions = cluster.partitions(TXN_TOPIC)
+def coordinated_by(cluster: Cluster, broker_id: int, key_type: int = TXN_KEY) -> str:
+    """A transactional id (or group id, key type GROUP_KEY) whose partition of
+    `__transaction_state` (`__consumer_offsets`) `broker_id` leads."""
+    topic = COORDINATOR_TOPICS[key_type]
+    coordinator_of(cluster, "probe", key_type=key_type)  # creates the topic
+    cluster.wait_for_leaders(topic, full_isr=True)
+    partitions = cluster.partitions(topic)
     led = {p for p, info in partitions.items() if info.leader_id == broker_id}
-    assert led, f"broker {broker_id} leads no partition of {TXN_TOPIC}: {partitions}"
+    assert led, f"broker {broker_id} leads no partition of {topic}: {partitions}"
     return next(t for t in (f"copier-{uuid.uuid4().hex[:6]}-{i}" for i in range(10_000))
                 if partition_for(t, len(partitions)) in led)
 
@@ -400,7 +452,7 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         for topic in (source, sink):
             cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
         inputs = feed(cluster, source, 600)
-        txn_id = txn_id_coordinated_by(cluster, victim)
+        txn_id = coordinated_by(cluster, victim)
         copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
         # The first commit kills the coordinator once PrepareCommit is replicated.
         wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
@@ -436,6 +488,32 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(400)
+def test_copy_outlives_send_offsets_hanging_on_a_group_coordinator_gone_from_metadata(tmp_path, zookeeper):
+    """librdkafka's hang in send_offsets_to_transaction (#5511) made likely: the group's
+    coordinator is killed and left down during the copy. Its producer, reconnecting every
+    100 ms here, asks FindCoordinator about once a second and is told the dead broker
+    until the controller sees its session end; when the metadata then drops that broker,
+    librdkafka decommissions it less than a second after its last question, and does not
+    ask again. The copier gives that producer up after SEND_OFFSETS_HUNG_S (the hang is
+    counted in the client errors printed), and the copy is exactly once all the same."""
+    victim = 2
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
+        source, sink = unique("gone-in"), unique("gone-out")
+        for topic in (source, sink):
+            cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        inputs = feed(cluster, source, 3000)
+        copier = Copier(cluster, source, sink, coordinated_by(cluster, 1), len(inputs),
+                        group=coordinated_by(cluster, victim, GROUP_KEY),
+                        producer_config={"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 100}).start()
+        copier.wait_copied(len(inputs) // 10, 120)
+        cluster.kill(victim)
+        copier.finish()
+        anomalies = copier.anomalies("copy across a group coordinator gone from the metadata", inputs)
+        assert anomalies == COPY_CLEAN
+
+
+@pytest.mark.chaos
 @pytest.mark.timeout(600)
 def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
     """Rounds of SIGKILL (the transaction coordinator, a leader of the sink, the
@@ -449,7 +527,7 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
             cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
         inputs = feed(cluster, source, 6000)
         txn_id = unique("chaos-copier")
-        copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
+        copier = Copier(cluster, source, sink, txn_id, len(inputs), timeout=400).start()
         kinds = ["coordinator", "leader", "controller"]
         rng.shuffle(kinds)
         kinds += [rng.choice(kinds) for _ in range(2)]  # each kind once, then any
@@ -465,6 +543,6 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
             cluster.kill(target)
             cluster.restart(target)  # once ZooKeeper has ended its session
             cluster.wait_for_brokers()
-        copier.finish(400)
+        copier.finish()
         anomalies = copier.anomalies("copy under random kills", inputs, seed)
         assert anomalies == COPY_CLEAN, f"seed={seed}"
