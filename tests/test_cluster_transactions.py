@@ -491,12 +491,15 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
 @pytest.mark.timeout(400)
 def test_copy_outlives_send_offsets_hanging_on_a_group_coordinator_gone_from_metadata(tmp_path, zookeeper):
     """librdkafka's hang in send_offsets_to_transaction (#5511) made likely: the group's
-    coordinator is killed and left down during the copy. Its producer, reconnecting every
-    100 ms here, asks FindCoordinator about once a second and is told the dead broker
-    until the controller sees its session end; when the metadata then drops that broker,
-    librdkafka decommissions it less than a second after its last question, and does not
-    ask again. The copier gives that producer up after SEND_OFFSETS_HUNG_S (the hang is
-    counted in the client errors printed), and the copy is exactly once all the same."""
+    coordinator is killed and left down during the copy. The producer's settings here
+    close librdkafka's ways out: reconnecting every 100 ms, a call waiting for the dead
+    coordinator asks FindCoordinator about once a second, so the broker is most likely
+    decommissioned (the metadata, refreshed every 100 ms, drops it once the controller
+    saw its session end) less than a second after the call's last question; and a call
+    made after that finds it still cached (metadata.max.age.ms, the cache's lifetime).
+    Either way the call waits for good. The copier gives that producer up after
+    SEND_OFFSETS_HUNG_S (the hang is counted in the client errors printed), and the copy
+    is exactly once all the same."""
     victim = 2
     with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
         source, sink = unique("gone-in"), unique("gone-out")
@@ -505,7 +508,9 @@ def test_copy_outlives_send_offsets_hanging_on_a_group_coordinator_gone_from_met
         inputs = feed(cluster, source, 3000)
         copier = Copier(cluster, source, sink, coordinated_by(cluster, 1), len(inputs),
                         group=coordinated_by(cluster, victim, GROUP_KEY),
-                        producer_config={"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 100}).start()
+                        producer_config={"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 100,
+                                         "topic.metadata.refresh.interval.ms": 100,
+                                         "metadata.max.age.ms": 900_000}).start()
         copier.wait_copied(len(inputs) // 10, 120)
         cluster.kill(victim)
         copier.finish()
