@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSource
 
 from spark_connector import modes
 from spark_connector.arrow import SPARK_SCHEMA, SPARK_SCHEMA_WITH_HEADERS
+from spark_connector.errors import message_first
 from spark_connector.options import SluiceOptionError, parse_sink_options, parse_source_options
 
 __all__ = ["SluiceDataSource", "SluiceOptionError", "offsets_behind_latest", "register"]
@@ -35,6 +36,7 @@ def _warn(messages) -> None:
         log.warning("sluice: %s", message)
 
 
+@message_first
 class SluiceDataSource(DataSource):
     @classmethod
     def name(cls) -> str:

@@ -32,6 +32,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
+from spark_connector.errors import message_first
 from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
 from wire._columns import murmur2_positive
 from wire.client import Client, ClientError, NewTopic
@@ -549,6 +550,7 @@ def _messages(messages) -> list[TaskCommit]:
     return [m for m in messages if isinstance(m, TaskCommit)]
 
 
+@message_first
 class SluiceStreamWriter(DataSourceStreamArrowWriter):
     """`writeStream.format("sluice")`: see the module docstring and the design note."""
 
@@ -692,6 +694,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
             _abort_leftovers(client, query, decided, self.options.transaction_timeout_ms)
 
 
+@message_first
 class SluiceBatchWriter(DataSourceArrowWriter):
     """`df.write.format("sluice")`: task transactions committed together by the driver,
     after checking that all of them are still open."""

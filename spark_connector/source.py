@@ -51,6 +51,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
                                               SupportsTriggerAvailableNow)
 
 from spark_connector.arrow import arrow_schema, columns_to_batch
+from spark_connector.errors import message_first
 from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
 from wire.client import Client, ClientError
 from wire.client.client import visible_batches
@@ -360,6 +361,7 @@ def read_range(part: OffsetRange):
         client.close()
 
 
+@message_first
 class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.options = options
@@ -475,6 +477,7 @@ def _limit(begin: dict, end: dict, max_rows: int) -> dict:
     return limited
 
 
+@message_first
 class SluiceBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
         self.options = options

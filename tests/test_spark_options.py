@@ -27,8 +27,8 @@ from spark_connector import offsets_behind_latest  # noqa: E402
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import API_FETCH, API_METADATA, API_PRODUCE, KafkaCaptureProxy  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
-from tests.test_spark_source import (QUERY_TIMEOUT, _order, create_topic, make_records,  # noqa: E402
-                                     produce, rows_of, source, unique)
+from tests.test_spark_source import (QUERY_TIMEOUT, _order, create_topic, headline,  # noqa: E402
+                                     make_records, produce, rows_of, source, unique)
 from wire.client import Client  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
@@ -150,6 +150,9 @@ def test_option_mistakes_fail_at_load(spark, streaming, options, said):
         reader(spark, streaming, options).load()
     for text in said:
         assert text in str(info.value), (text, str(info.value)[-600:])
+    # The message comes first, the traceback below it.
+    assert said[0] in headline(info), str(info.value)[:600]
+    assert "Traceback (most recent call last)" in str(info.value)
     assert time.monotonic() - started < 30
 
 
@@ -174,6 +177,7 @@ def test_sink_option_mistakes_fail_at_save_and_start(spark, tmp_path, options, s
         writer.save()
     for text in said:
         assert text in str(info.value), (text, str(info.value)[-600:])
+    assert said[0] in headline(info), str(info.value)[:600]
 
     stream = spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
     stream_writer = stream.writeStream.format("sluice").option("checkpointLocation", str(tmp_path / "cp"))
@@ -184,6 +188,7 @@ def test_sink_option_mistakes_fail_at_save_and_start(spark, tmp_path, options, s
             query.awaitTermination(60)
     for text in said:
         assert text in str(info.value), (text, str(info.value)[-600:])
+    assert said[0] in headline(info), str(info.value)[:600]
 
 
 # -- what is accepted without effect is a warning ------------------------------------------------
@@ -349,7 +354,7 @@ def test_poll_timeout_fails_a_task_whose_broker_stops_answering(spark, broker):
             watcher.join(70)
             os.kill(broker.proc.pid, signal.SIGCONT)
     assert stopped.is_set()
-    assert f"{topic}-0" in str(info.value) and "kafkaConsumer.pollTimeoutMs=2000" in str(info.value)
+    assert f"{topic}-0" in headline(info) and "kafkaConsumer.pollTimeoutMs=2000" in headline(info)
     assert elapsed < 25, elapsed  # the request timeout alone is 30 s
 
 

@@ -173,6 +173,17 @@ def error_text(excinfo) -> str:
     return str(excinfo.value)
 
 
+# PySpark's own first line for an error raised in a task's Python worker.
+TASK_ERROR_HEADER = "An exception was thrown from the Python worker:"
+
+
+def headline(excinfo) -> str:
+    """What a user reads first of a Spark error: its first line or, for an error in a
+    task, the line after PySpark's fixed header."""
+    lines = error_text(excinfo).splitlines()
+    return lines[1] if lines[0] == TASK_ERROR_HEADER and len(lines) > 1 else lines[0]
+
+
 # -- 1, 2: streaming into Parquet, exact; restart from the checkpoint ----------------------
 
 def test_stream_to_parquet_exact_with_max_offsets_per_trigger(spark, kafka, tmp_path):
