@@ -28,8 +28,8 @@ _NOTED = "_sluice_traceback_noted"
 def _message_first(exc: Exception) -> None:
     if sys.version_info < (3, 11) or getattr(exc, _NOTED, False):
         return
-    stack = traceback.TracebackException.from_exception(exc).stack.format()
-    exc.add_note("Traceback (most recent call last):\n" + "".join(stack).rstrip())
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # from the entry point on, not this module's
+    exc.add_note("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)).rstrip())
     setattr(exc, _NOTED, True)
     os.environ[_HIDE_TRACEBACK] = "1"
 
