@@ -112,11 +112,8 @@ class Subscription:
     assigned: tuple[tuple[str, int], ...] = ()
 
     def matches(self, topic: str) -> bool:
-        if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None and not topic.startswith("__")
-        if self.assigned:
-            return any(t == topic for t, _ in self.assigned)
-        return topic in self.topics
+        """Whether the pattern subscribes `topic` (never an internal one, "__...")."""
+        return re.fullmatch(self.pattern, topic) is not None and not topic.startswith("__")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ yields Arrow batches. Planning and reading use only the `wire` client, so any
 Kafka-compatible broker works.
 
 Rules:
+- A topic named by `subscribe` or `assign` that does not exist fails the query;
+  assigned partitions that do not exist are not read (Spark's connector's rules).
 - New partitions of a subscribed topic, and new topics matching `subscribePattern`,
   are read from their earliest offset.
 - Data loss (a start offset below the log start after retention, a partition or topic
@@ -71,6 +73,10 @@ _UNCOUNTED_RETRIES = 2**31 - 1
 
 class SluiceDataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted topic or partition)."""
+
+
+class SluiceTopicError(RuntimeError):
+    """A topic named by 'subscribe' or 'assign' does not exist or cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -139,18 +145,35 @@ class _Planner:
                                f"{self.options.bootstrap_servers}: {exc}") from None
 
     def partitions(self) -> list[tuple[str, int]]:
-        """The topic-partitions the query reads now."""
+        """The topic-partitions the query reads now. As in Spark's connector: a topic
+        named by 'subscribe' or 'assign' that does not exist is an error; assigned
+        partitions that do not exist are not read; a pattern reads what matches."""
         sub = self.options.subscription
+        if sub.pattern is not None:
+            metadata = self._call("read metadata", self.client.metadata, None)
+            topics = [t for t in metadata.topics.values() if not t.error_code and sub.matches(t.name)]
+        elif sub.topics:
+            topics = self._named_topics("subscribe", sub.topics)
+        else:
+            topics = self._named_topics("assign", sorted({topic for topic, _ in sub.assigned}))
+        found = [(topic.name, p) for topic in topics for p in topic.partitions]
         if sub.assigned:
-            return sorted(sub.assigned)
-        topics = list(sub.topics) if sub.topics else None
-        metadata = self._call("read metadata", self.client.metadata, topics)
-        found = []
-        for topic in metadata.topics.values():
-            if topic.error_code or not sub.matches(topic.name):
-                continue
-            found += [(topic.name, p) for p in topic.partitions]
+            found = [tp for tp in found if tp in sub.assigned]
         return sorted(found)
+
+    def _named_topics(self, option: str, names) -> list:
+        """The metadata of topics the query names. One that is unknown or has no leader
+        yet (just created) is asked for again as the driver retries (see
+        `_driver_client`); one still missing then fails the query, as in Spark's
+        connector (UnknownTopicOrPartitionException)."""
+        try:
+            metadata = self._call("read metadata", self.client.metadata, names, require_topics=True)
+        except KafkaError as exc:
+            missing = exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            raise SluiceTopicError(
+                f"sluice: option '{option}' names {'topics that do not exist' if missing else 'topics it cannot read'}"
+                f" at kafka.bootstrap.servers={self.options.bootstrap_servers}: {exc}") from None
+        return [metadata.topics[name] for name in names]
 
     def offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
         """ListOffsets for `timestamp` (-2 earliest, -1 latest/LSO, or ms) per partition;

@@ -961,3 +961,28 @@ def test_a_dead_leader_or_coordinator_is_waited_for_whatever_the_retry_count():
     end, committed, gave_up_after = run(main())
     assert end == 7 and committed[("t", 0)].offset == 42
     assert 0.4 < gave_up_after < 5
+
+
+def test_metadata_requiring_topics_retries_then_names_the_missing(mock_cluster):
+    """require_topics: a topic that appears while the client retries is returned; topics
+    still unknown when the retries run out are named in the error."""
+    late, missing, other = (unique_topic(name) for name in ("late", "missing", "other"))
+
+    async def main():
+        async with AsyncClient(mock_cluster, **FAST_RETRIES) as client, AsyncClient(mock_cluster) as creator:
+            with pytest.raises(KafkaError) as info:
+                await client.metadata([missing, other], require_topics=True)
+            patient = AsyncClient(mock_cluster, retries=100, retry_backoff=0.05, retry_backoff_max=0.05,
+                                  retry_timeout=10.0)
+            async with patient:
+                waiting = asyncio.create_task(patient.metadata([late], require_topics=True))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()
+                await create_topic(creator, late)
+                found = await waiting
+            return info.value, found
+
+    error, found = run(main())
+    assert error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert repr(missing) in str(error) and repr(other) in str(error)
+    assert found.topics[late].error_code == 0 and found.topics[late].partitions

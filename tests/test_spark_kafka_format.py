@@ -14,6 +14,8 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
   read_uncommitted), as a test shows. `failOnDataLoss` after retention, both ways.
 - Streaming: the same availableNow query (several micro-batches) with both formats into
   the memory sink gives the same rows.
+- What a query names that is not there: a subscribed topic that does not exist fails
+  both, batch and stream; assigned partitions that do not exist are read by neither.
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
@@ -40,8 +42,8 @@ from sluice.broker_process import BrokerProcess  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
 from spark_connector import SluiceOptionError  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402
-from tests.test_spark_source import (_order, create_topic, log_offsets, make_records, produce,  # noqa: E402
-                                     rows_of, unique)
+from tests.test_spark_source import (_order, create_topic, error_text, headline, log_offsets,  # noqa: E402
+                                     make_records, produce, rows_of, unique)
 from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
@@ -120,12 +122,13 @@ def topics(kafka):
     producer.abort_transaction(10)
 
 
-def read(spark, fmt: str, bootstrap: str, topic: str, level: str, streaming: bool = False, **options):
-    """`level` "unset" leaves kafka.isolation.level to the format's default."""
+def read(spark, fmt: str, bootstrap: str, topic: str | None, level: str, streaming: bool = False, **options):
+    """`topic` None: the options say what to read (assign); `level` "unset" leaves
+    kafka.isolation.level to the format's default."""
     reader = (spark.readStream if streaming else spark.read).format(fmt)
-    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
-               "includeHeaders": "true", **({} if level == "unset" else {"kafka.isolation.level": level}),
-               **options}
+    options = {"kafka.bootstrap.servers": bootstrap, **({"subscribe": topic} if topic else {}),
+               "startingOffsets": "earliest", "includeHeaders": "true",
+               **({} if level == "unset" else {"kafka.isolation.level": level}), **options}
     if not streaming:
         options.setdefault("endingOffsets", "latest")
     for name, value in options.items():
@@ -179,22 +182,30 @@ def test_data_loss_after_retention_is_reported_alike(spark_kafka, kafka):
 
 # -- 2: streaming reads ---------------------------------------------------------------------
 
+def stream(spark, fmt: str, bootstrap: str, topic: str | None, checkpoint, **options) -> tuple[list, list]:
+    """An availableNow query with `fmt` (read_committed, from the earliest offsets unless
+    told otherwise) into the memory sink: the rows it read and its progress. The query's
+    error is raised."""
+    name = f"kafka_format_{fmt}_{unique('q').replace('-', '_')}"
+    df = read(spark, fmt, bootstrap, topic, "read_committed", streaming=True, **options)
+    query = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT), f"{fmt}: availableNow query did not finish"
+        return rows_of(spark.table(name)), query.recentProgress
+    finally:
+        query.stop()
+        spark.catalog.dropTempView(name)
+
+
 def test_streaming_query_gives_the_same_rows(spark_kafka, kafka, topics, tmp_path):
     topic, expected = topics
     rows = {}
     for fmt in FORMATS:
-        name = f"kafka_format_{fmt}_{unique('q').replace('-', '_')}"
-        df = read(spark_kafka, fmt, kafka, topic, "read_committed", streaming=True,
-                  maxOffsetsPerTrigger="100")
-        query = (df.writeStream.format("memory").queryName(name)
-                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}"))
-                 .trigger(availableNow=True).start())
-        assert query.awaitTermination(QUERY_TIMEOUT), f"{fmt}: availableNow query did not finish"
-        assert query.exception() is None, query.exception()
-        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        rows[fmt], progress = stream(spark_kafka, fmt, kafka, topic, tmp_path / f"cp-{fmt}",
+                                     maxOffsetsPerTrigger="100")
+        batches = [p["numInputRows"] for p in progress if p["numInputRows"]]
         assert len(batches) >= 2, (fmt, batches)
-        rows[fmt] = rows_of(spark_kafka.table(name))
-        spark_kafka.catalog.dropTempView(name)
     assert rows["kafka"] == expected["read_committed"]
     assert rows["sluice"] == rows["kafka"]
 
@@ -379,3 +390,37 @@ def test_write_to_a_missing_topic_without_auto_creation_names_it(spark_kafka, tm
                  .option("topic", target).option("kafka.max.block.ms", "3000").save())
             assert target in str(info.value), (fmt, info.value)
             assert fmt == "kafka" or "auto.create.topics.enable" in str(info.value), info.value
+
+# -- 5: what a query names that is not there ----------------------------------------------------
+
+def test_unknown_subscribed_topic_fails_alike(spark_kafka, kafka, tmp_path):
+    """A misspelled topic in 'subscribe': Spark's connector fails, in a batch and in a
+    stream (UnknownTopicOrPartitionException), and so does Sluice's, naming the topic
+    first: neither reads 0 rows or waits for it. (Sluice's driver asks again until
+    kafka.default.api.timeout.ms has passed, 20 s by default: here 2 s, which Kafka's
+    admin client takes only with a shorter request timeout.)"""
+    known, missing = create_topic(kafka, unique("known")), unique("missing")
+    bound = {"kafka.default.api.timeout.ms": "2000", "kafka.request.timeout.ms": "1000"}
+    for fmt in FORMATS:
+        with pytest.raises(Exception) as batch:
+            read(spark_kafka, fmt, kafka, f"{known},{missing}", "read_committed", **bound).collect()
+        with pytest.raises(Exception) as streaming:
+            stream(spark_kafka, fmt, kafka, missing, tmp_path / f"cp-{fmt}", **bound)
+        for info in (batch, streaming):
+            if fmt == "kafka":
+                assert "UnknownTopicOrPartitionException" in error_text(info), error_text(info)[:600]
+            else:
+                assert missing in headline(info) and "UNKNOWN_TOPIC_OR_PARTITION" in headline(info), \
+                    error_text(info)[:600]
+
+
+def test_assigned_partitions_that_do_not_exist_are_not_read_alike(spark_kafka, kafka, tmp_path):
+    topic = create_topic(kafka, unique("assigned"), partitions=2)
+    expected = [row for row in produce(kafka, topic, make_records({0: 4, 1: 3})) if row[3] == 1]
+    for fmt in FORMATS:
+        assert rows_of(read(spark_kafka, fmt, kafka, None, "read_committed",
+                            assign=json.dumps({topic: [7]}))) == [], fmt
+        assert rows_of(read(spark_kafka, fmt, kafka, None, "read_committed",
+                            assign=json.dumps({topic: [1, 7]}))) == expected, fmt
+        rows, _ = stream(spark_kafka, fmt, kafka, None, tmp_path / f"cp-{fmt}", assign=json.dumps({topic: [1, 7]}))
+        assert rows == expected, fmt

@@ -173,13 +173,25 @@ class AsyncClient:
 
     # -- metadata --------------------------------------------------------------------
     async def metadata(self, topics: Iterable[str] | None = None, *,
-                       allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+                       allow_auto_topic_creation: bool = False,
+                       require_topics: bool = False) -> ClusterMetadata:
         """Brokers and the given topics (all topics when None); refreshes the cache.
 
-        Topics the broker reports with an error are returned with their `error_code`.
+        Topics the broker reports with an error are returned with their `error_code`;
+        with `require_topics`, the call fails with that error instead (`KafkaError`,
+        naming the topics that have it), after asking again as the client retries when
+        it is retriable: a topic unknown or without a leader may be one just created,
+        whose metadata is still reaching every broker.
         """
         names = None if topics is None else list(topics)
-        return await self._retrying(lambda: self._refresh_metadata(names, allow_auto_topic_creation))
+
+        async def attempt() -> ClusterMetadata:
+            fresh = await self._refresh_metadata(names, allow_auto_topic_creation)
+            if require_topics:
+                _check_topics(fresh, names or [])
+            return fresh
+
+        return await self._retrying(attempt)
 
     async def _refresh_metadata(self, topics: list[str] | None,
                                 allow_auto_topic_creation: bool = False) -> ClusterMetadata:
@@ -1265,6 +1277,21 @@ def _cluster_metadata(response: Struct) -> ClusterMetadata:
             tuple(p.isr_nodes), tuple(p.offline_replicas), p.error_code) for p in t.partitions}
         topics[t.name] = TopicInfo(t.name, t.topic_id, partitions, t.is_internal, t.error_code)
     return ClusterMetadata(response.cluster_id, response.controller_id, brokers, topics)
+
+
+def _check_topics(metadata: ClusterMetadata, names: list[str]) -> None:
+    """Raise the error of named topics the brokers answered with one (a non-retriable
+    error first), naming every topic that has it."""
+    errors = {}
+    for name in names:
+        info = metadata.topics.get(name)
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if info is None else info.error_code
+        if code:
+            errors[name] = KafkaError(code)
+    if errors:
+        worst = min(errors.values(), key=lambda error: error.retriable)
+        named = ", ".join(repr(name) for name, error in errors.items() if error.code == worst.code)
+        raise KafkaError(worst.code, f"topic {named}")
 
 
 def _only(items: list, field: str, value, context: str):
