@@ -60,7 +60,7 @@ class SluiceDataSource(DataSource):
 
     def streamReader(self, schema):
         from spark_connector.source import SluiceStreamReader
-        return SluiceStreamReader(parse_source_options(self.options, batch=False))
+        return SluiceStreamReader(self.options)
 
     def writer(self, schema, overwrite: bool):
         from spark_connector.sink import SluiceBatchWriter

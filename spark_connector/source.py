@@ -42,6 +42,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -54,7 +55,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 
 from spark_connector.arrow import arrow_schema, columns_to_batch
 from spark_connector.errors import message_first
-from spark_connector.options import EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions
+from spark_connector.options import (EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions,
+                                     parse_source_options)
 from wire.client import Client, ClientError
 from wire.client.client import visible_batches
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES
@@ -386,13 +388,27 @@ def read_range(part: OffsetRange):
 
 @message_first
 class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions):
-        self.options = options
-        self.planner = _Planner(options)
+    def __init__(self, raw_options):
+        self._raw_options = raw_options
+        self._planner: _Planner | None = None
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
         self._latest: dict[tuple[str, int], int] = {}  # the latest offsets seen, for progress
         self._last_trigger: float | None = None  # when a trigger last went ahead (minOffsetsPerTrigger)
         self._committed: dict | None = None
+
+    @functools.cached_property
+    def options(self) -> SourceOptions:
+        """The options, checked at the reader's first use rather than when it is made:
+        PySpark's stream runner reports an error raised while it makes the reader as its
+        own failure to stop the reader it did not get (an UnboundLocalError), which hides
+        the message."""
+        return parse_source_options(self._raw_options, batch=False)
+
+    @property
+    def planner(self) -> _Planner:
+        if self._planner is None:
+            self._planner = _Planner(self.options)
+        return self._planner
 
     def initialOffset(self) -> dict:
         partitions = self.planner.partitions()
@@ -473,7 +489,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed = offsets
 
     def stop(self) -> None:
-        self.planner.close()
+        if self._planner is not None:
+            self._planner.close()
 
 
 def _limit(begin: dict, end: dict, max_rows: int) -> dict:
