@@ -203,34 +203,24 @@ class _Planner:
             return {tp: (committed[tp].offset if tp in committed and committed[tp].offset >= 0
                          else earliest[tp]) for tp in partitions}
         if position.kind == "offsets":
-            missing = set(position.offsets) - set(partitions)
-            if missing and self.options.subscription.assigned:
-                raise SluiceOptionError(f"option '{what}' names partitions not assigned: {sorted(missing)}")
-            specials = {tp: o for tp, o in position.offsets.items() if o < 0 and tp in partitions}
-            earliest = self.offsets(list(specials), EARLIEST) if specials else {}
-            latest = self.offsets(list(specials), LATEST) if specials else {}
-            result = {}
-            for tp in partitions:
-                value = position.offsets.get(tp, EARLIEST if what == "startingOffsets" else LATEST)
-                if value == EARLIEST:
-                    value = earliest.get(tp) if tp in earliest else self.offsets([tp], EARLIEST)[tp]
-                elif value == LATEST:
-                    value = latest.get(tp) if tp in latest else self.offsets([tp], LATEST)[tp]
-                result[tp] = value
+            _check_partitions_named(what, position.offsets, partitions, "-2: earliest, -1: latest")
+            result = dict(position.offsets)
+            for special in (EARLIEST, LATEST):
+                named = [tp for tp, offset in result.items() if offset == special]
+                if named:
+                    result.update(self.offsets(named, special))
             return result
-        # timestamps
+        timestamp_option = what.replace("Offsets", "Timestamp") if position.timestamp is not None \
+            else what + "ByTimestamp"
+        if position.timestamp is None:
+            _check_partitions_named(timestamp_option, position.timestamps, partitions, "a time in ms")
         result = {}
         for tp in partitions:
-            ts = position.timestamp if position.timestamp is not None else position.timestamps.get(tp)
-            if ts is None:
-                result[tp] = self.offsets([tp], EARLIEST if what.startswith("starting") else LATEST)[tp]
-                continue
+            ts = position.timestamp if position.timestamp is not None else position.timestamps[tp]
             offset = self.offsets([tp], ts)[tp]
             if offset < 0:
                 if position.strategy == "error":
-                    option = (what.replace("Offsets", "Timestamp") if position.timestamp is not None
-                              else what + "ByTimestamp")
-                    raise SluiceOptionError(f"option '{option}': no record of {tp[0]}/{tp[1]} has a "
+                    raise SluiceOptionError(f"option '{timestamp_option}': no record of {tp[0]}/{tp[1]} has a "
                                             f"timestamp at or after {ts}")
                 offset = self.offsets([tp], LATEST)[tp]
             result[tp] = offset
@@ -264,6 +254,19 @@ class _Planner:
                             o.include_headers, o.fail_on_data_loss, o.fetch_bytes,
                             o.fetch_max_wait_ms, o.poll_timeout_ms, client)
                 for (topic, partition), low, high in ranges]
+
+
+def _check_partitions_named(option: str, given: dict, partitions: list[tuple[str, int]], values: str) -> None:
+    """Offsets or timestamps per partition must name exactly the partitions the query
+    reads, as Spark's connector requires: one left out or one not read is an error."""
+    left_out = sorted(set(partitions) - set(given))
+    not_read = sorted(set(given) - set(partitions))
+    if left_out or not_read:
+        problems = ([f"it leaves out {', '.join(f'{t}-{p}' for t, p in left_out)}"] if left_out else []) + \
+            ([f"it names {', '.join(f'{t}-{p}' for t, p in not_read)}, which the query does not read "
+              "(no such topic or partition, or not subscribed)"] if not_read else [])
+        raise SluiceOptionError(f"option '{option}' must give a value ({values}) for each partition the "
+                                f"query reads, and for no other: {'; '.join(problems)}")
 
 
 def _data_loss(fail: bool, message: str) -> None:

@@ -15,7 +15,8 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 - Streaming: the same availableNow query (several micro-batches) with both formats into
   the memory sink gives the same rows.
 - What a query names that is not there: a subscribed topic that does not exist fails
-  both, batch and stream; assigned partitions that do not exist are read by neither.
+  both, batch and stream; assigned partitions that do not exist are read by neither;
+  offsets or timestamps per partition that leave one out or name a stranger fail both.
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
@@ -30,6 +31,7 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -424,3 +426,36 @@ def test_assigned_partitions_that_do_not_exist_are_not_read_alike(spark_kafka, k
                             assign=json.dumps({topic: [1, 7]}))) == expected, fmt
         rows, _ = stream(spark_kafka, fmt, kafka, None, tmp_path / f"cp-{fmt}", assign=json.dumps({topic: [1, 7]}))
         assert rows == expected, fmt
+
+
+def test_offsets_per_partition_name_each_partition_read_alike(spark_kafka, kafka, tmp_path):
+    """Offsets or timestamps per partition that leave out a partition the query reads, or
+    name one it does not (another topic, a partition that does not exist): Spark's
+    connector refuses them ("Partitions specified ... don't match what are assigned"),
+    batch and stream, and so does Sluice's, naming the option; neither fills in a
+    default or ignores the stranger."""
+    topic = create_topic(kafka, unique("json"), partitions=2)
+    produce(kafka, topic, make_records({0: 3, 1: 3}))
+    stranger = unique("stranger")
+    batch_cases = [("startingOffsets", {topic: {"0": 1}}),
+                   ("endingOffsets", {topic: {"0": 2}}),
+                   ("startingOffsets", {topic: {"0": 1, "1": 1}, stranger: {"0": 0}}),
+                   ("startingOffsets", {topic: {"0": 1, "1": 1, "2": 0}}),
+                   ("startingOffsetsByTimestamp", {topic: {"0": 0}})]
+
+    def refused(fmt: str, option: str, info) -> None:
+        if fmt == "kafka":
+            assert re.search("match what are assigned|must specify all TopicPartitions", error_text(info)), \
+                error_text(info)[:600]
+        else:
+            assert option in headline(info) and "each partition the query reads" in headline(info), \
+                error_text(info)[:600]
+
+    for fmt in FORMATS:
+        for option, offsets in batch_cases:
+            with pytest.raises(Exception) as info:
+                read(spark_kafka, fmt, kafka, topic, "read_committed", **{option: json.dumps(offsets)}).collect()
+            refused(fmt, option, info)
+        with pytest.raises(Exception) as info:
+            stream(spark_kafka, fmt, kafka, topic, tmp_path / f"cp-{fmt}", startingOffsets=json.dumps({topic: {"0": 1}}))
+        refused(fmt, "startingOffsets", info)
