@@ -11,10 +11,11 @@ Rules:
   assigned partitions that do not exist are not read (Spark's connector's rules).
 - New partitions of a subscribed topic, and new topics matching `subscribePattern`,
   are read from their earliest offset.
-- Data loss (a start offset below the log start after retention, a partition or topic
-  gone, an end below the start) fails the query naming topic, partition and offsets
-  when `failOnDataLoss` is true (the default); otherwise reading continues from the
-  earliest available offset.
+- Data loss as Spark's connector sees it (a start offset below the log start, a
+  partition gone, a stream's end offset below its start) fails the query naming topic,
+  partition and offsets when `failOnDataLoss` is true (the default); otherwise it is a
+  warning and reading goes on: from the log start, without the partition, from the
+  end offset. A batch whose start is past its end fails either way, as in Spark.
 - `maxOffsetsPerTrigger` is a read limit (admission control), spread over partitions
   as Spark spreads it (see `_limit`); `trigger(availableNow=True)` fixes its target
   when the query starts and honours the limit on the way there.
@@ -43,6 +44,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -71,6 +73,8 @@ _DRIVER_RETRY_TIMEOUT = 20.0  # seconds the driver retries one query, unless tol
 # Retries are bounded by time, not count, as Kafka's clients bound them (retries MAX_INT,
 # default.api.timeout.ms): a leader's failover takes up to a ZooKeeper session timeout.
 _UNCOUNTED_RETRIES = 2**31 - 1
+
+log = logging.getLogger("spark_connector")
 
 
 class SluiceDataLossError(RuntimeError):
@@ -210,8 +214,7 @@ class _Planner:
                 if named:
                     result.update(self.offsets(named, special))
             return result
-        timestamp_option = what.replace("Offsets", "Timestamp") if position.timestamp is not None \
-            else what + "ByTimestamp"
+        timestamp_option = _option_name(position, what)
         if position.timestamp is None:
             _check_partitions_named(timestamp_option, position.timestamps, partitions, "a time in ms")
         result = {}
@@ -226,22 +229,18 @@ class _Planner:
             result[tp] = offset
         return result
 
-    def check_start(self, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
-                    earliest: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Start offsets corrected for data loss (or an error, under failOnDataLoss)."""
-        checked = {}
+    def from_log_start(self, start: dict[tuple[str, int], int], earliest: dict[tuple[str, int], int],
+                       latest: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Start offsets below the log start, whose records retention or DeleteRecords
+        removed, are data loss: an error, or with failOnDataLoss false, the log start."""
+        checked = dict(start)
         for tp, offset in start.items():
-            if tp not in latest:
+            if offset < earliest[tp]:
                 _data_loss(self.options.fail_on_data_loss,
-                           f"{tp[0]}-{tp[1]} no longer exists (it was at offset {offset})")
-                continue
-            low, high = earliest[tp], latest[tp]
-            if offset < low or offset > high:
-                _data_loss(self.options.fail_on_data_loss,
-                           f"{tp[0]}-{tp[1]}: offset {offset} is outside the available range "
-                           f"[{low}, {high}] (deleted by retention, or the topic was recreated)")
-                offset = low
-            checked[tp] = offset
+                           f"{tp[0]}-{tp[1]}: offset {offset} is no longer available, the partition holds "
+                           f"[{earliest[tp]}, {latest[tp]}] (older records were deleted, by retention or "
+                           "DeleteRecords)", "continue from the earliest available offset")
+                checked[tp] = earliest[tp]
         return checked
 
     def plan(self, start: dict[tuple[str, int], int], end: dict[tuple[str, int], int]) -> list[OffsetRange]:
@@ -269,11 +268,21 @@ def _check_partitions_named(option: str, given: dict, partitions: list[tuple[str
                                 f"query reads, and for no other: {'; '.join(problems)}")
 
 
-def _data_loss(fail: bool, message: str) -> None:
+def _data_loss(fail: bool, message: str, instead: str) -> None:
+    """Spark's failOnDataLoss: fail naming the loss, or log it and go on (`instead` says how)."""
     if fail:
-        raise SluiceDataLossError(
-            f"sluice: data loss: {message}. Set option 'failOnDataLoss' to false to continue "
-            "from the earliest available offset instead.")
+        raise SluiceDataLossError(f"sluice: data loss: {message}. Set option 'failOnDataLoss' to false to "
+                                  f"{instead} instead.")
+    log.warning("sluice: data loss: %s; failOnDataLoss is false, so the query goes on: it will %s",
+                message, instead)
+
+
+def _option_name(position: Position, what: str) -> str:
+    """The option a starting or ending position comes from (`what`: startingOffsets or
+    endingOffsets)."""
+    if position.kind != "timestamp":
+        return what
+    return what.replace("Offsets", "Timestamp") if position.timestamp is not None else what + "ByTimestamp"
 
 
 def _cut(tp, low: int, high: int, parts: int) -> list:
@@ -349,7 +358,8 @@ def read_range(part: OffsetRange):
                     raise
                 _data_loss(part.fail_on_data_loss,
                            f"{part.topic}-{part.partition}: offsets [{offset}, {part.until_offset}) "
-                           f"can no longer be read ({exc.code.name})")
+                           f"can no longer be read ({exc.code.name})",
+                           "read on from the earliest offset still available, if any")
                 if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     return
                 earliest = client.list_offsets(part.topic, [part.partition], EARLIEST)[part.partition].offset
@@ -431,16 +441,21 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
+        """The offsets the next batch ends at: the latest offset of every partition read
+        now (under availableNow, of those there were when the run began), as in Spark's
+        connector. A partition gone since `start` is left out, and an end below its start
+        kept: `partitions` reports either as data loss."""
         self._commit_to_group(start)
         begin = from_json_offsets(start)
         partitions = self.planner.partitions()
-        latest = dict(self._target) if self._target is not None else self.planner.offsets(partitions, LATEST)
-        for tp in partitions:  # partitions that appeared since: from their earliest offset
-            if tp not in begin and (self._target is None or tp in self._target):
-                begin[tp] = self.planner.offsets([tp], EARLIEST)[tp]
-                latest.setdefault(tp, begin[tp])
-        self._latest = latest
-        end = {tp: max(latest.get(tp, off), off) if tp in latest else off for tp, off in begin.items()}
+        if self._target is not None:
+            latest = {tp: self._target[tp] for tp in partitions if tp in self._target}
+        else:
+            latest = self.planner.offsets(partitions, LATEST)
+        appeared = [tp for tp in latest if tp not in begin]  # read from their earliest offset
+        if appeared:
+            begin.update(self.planner.offsets(appeared, EARLIEST))
+        self._latest = end = latest
         if isinstance(limit, ReadAllAvailable):  # as in Spark, it overrides the source's limits
             return to_json_offsets(end)
         if self.options.min_offsets_per_trigger and self._target is None and self._holds_back(begin, end):
@@ -465,15 +480,30 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_offsets(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict):
+        """The batch's offset ranges, with Spark's connector's data loss checks: a
+        partition gone, an end below the start, a start below the log start."""
         begin, until = from_json_offsets(start), from_json_offsets(end)
-        live = self.planner.partitions()
+        live = set(self.planner.partitions())
+        for tp in sorted(tp for tp in begin.keys() | until.keys() if tp not in live):
+            _data_loss(self.options.fail_on_data_loss,
+                       f"{tp[0]}-{tp[1]} no longer exists (deleted while the query read it, at offset "
+                       f"{begin.get(tp, until.get(tp))})", "read on without it")
         known = [tp for tp in until if tp in live]
         earliest = self.planner.offsets(known, EARLIEST) if known else {}
         latest = self.planner.offsets(known, LATEST) if known else {}
-        for tp in until:
-            begin.setdefault(tp, earliest.get(tp, 0))
-        begin = self.planner.check_start({tp: begin[tp] for tp in until}, latest, earliest)
-        return self.planner.plan(begin, until)
+        start_at = {}
+        for tp in known:
+            offset = begin.get(tp, earliest[tp])
+            if until[tp] < offset:
+                _data_loss(self.options.fail_on_data_loss,
+                           f"{tp[0]}-{tp[1]}: the offset to read from, {offset}, is beyond the partition's "
+                           f"end, {until[tp]}: a start offset set past the end ('startingOffsets'), or records "
+                           "lost since, e.g. the topic deleted and created again",
+                           f"read on from offset {until[tp]}")
+                continue
+            start_at[tp] = offset
+        start_at = self.planner.from_log_start(start_at, earliest, latest)
+        return self.planner.plan(start_at, {tp: until[tp] for tp in start_at})
 
     def read(self, partition: OffsetRange):
         return read_range(partition)
@@ -533,11 +563,16 @@ class SluiceBatchReader(DataSourceReader):
             end = planner.resolve(self.options.ending, partitions, "endingOffsets")
             earliest = planner.offsets(partitions, EARLIEST)
             latest = planner.offsets(partitions, LATEST)
-            start = planner.check_start(start, latest, earliest)
             for tp, offset in end.items():
                 if offset > latest[tp]:
                     raise SluiceOptionError(f"option 'endingOffsets': {tp[0]}/{tp[1]} ends at {offset}, "
                                             f"beyond the latest offset {latest[tp]}")
+                if start[tp] > offset:  # whatever failOnDataLoss says, as in Spark's connector
+                    raise SluiceOptionError(
+                        f"{tp[0]}-{tp[1]}: the resolved start offset {start[tp]} is greater than the resolved "
+                        f"end offset {offset} (options '{_option_name(self.options.starting, 'startingOffsets')}'"
+                        f" and '{_option_name(self.options.ending, 'endingOffsets')}')")
+            start = planner.from_log_start(start, earliest, latest)
             ranges = planner.plan(start, end)
             return ranges or [OffsetRange("", 0, 0, 0, self.options.bootstrap_servers, 0,
                                           self.options.include_headers, True, 1, 0, 1, ())]

@@ -17,6 +17,8 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 - What a query names that is not there: a subscribed topic that does not exist fails
   both, batch and stream; assigned partitions that do not exist are read by neither;
   offsets or timestamps per partition that leave one out or name a stranger fail both.
+- Data loss: start offsets past the end, batch and stream, with failOnDataLoss true and
+  false.
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
@@ -459,3 +461,31 @@ def test_offsets_per_partition_name_each_partition_read_alike(spark_kafka, kafka
         with pytest.raises(Exception) as info:
             stream(spark_kafka, fmt, kafka, topic, tmp_path / f"cp-{fmt}", startingOffsets=json.dumps({topic: {"0": 1}}))
         refused(fmt, "startingOffsets", info)
+
+
+# -- 5: data loss ------------------------------------------------------------------------------
+
+def test_start_offsets_past_the_end_alike(spark_kafka, kafka, tmp_path):
+    """startingOffsets past a partition's end. A batch: both refuse, "resolved start
+    offset 1000 is greater than the resolved end offset 6", whatever failOnDataLoss says.
+    A stream: both fail by default, naming the partition and offsets; with failOnDataLoss
+    false both read the other partition and go on from this one's end (a warning, see
+    tests/test_spark_source.py), where Sluice's source used to start it again from its
+    earliest offset without a word."""
+    topic = create_topic(kafka, unique("past-end"), partitions=2)
+    expected = produce(kafka, topic, make_records({0: 6, 1: 5}))
+    past = json.dumps({topic: {"0": 1000, "1": 0}})
+    for fmt in FORMATS:
+        for fail in ("true", "false"):
+            with pytest.raises(Exception) as info:
+                read(spark_kafka, fmt, kafka, topic, "read_committed", startingOffsets=past,
+                     failOnDataLoss=fail).collect()
+            said = "resolved start offset 1000 is greater than the resolved end offset 6"
+            assert said in (error_text(info) if fmt == "kafka" else headline(info)), error_text(info)[:600]
+        with pytest.raises(Exception) as info:
+            stream(spark_kafka, fmt, kafka, topic, tmp_path / f"fail-{fmt}", startingOffsets=past)
+        for said in (f"{topic}-0", "1000", "failOnDataLoss"):
+            assert said in (error_text(info) if fmt == "kafka" else headline(info)), error_text(info)[:600]
+        rows, _ = stream(spark_kafka, fmt, kafka, topic, tmp_path / f"cp-{fmt}", startingOffsets=past,
+                         failOnDataLoss="false")
+        assert rows == [row for row in expected if row[3] == 1], fmt

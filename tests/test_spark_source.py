@@ -15,6 +15,7 @@ cluster keeps no aborted-transaction index, so that test runs on our broker only
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -30,8 +31,10 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
+from spark_connector.source import SluiceStreamReader  # noqa: E402
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
@@ -562,6 +565,27 @@ def test_fail_on_data_loss_after_retention(spark, kafka, tmp_path):
                 failOnDataLoss="false")
     run_available_now(df, tmp_path / "out", tmp_path / "cp")
     assert rows_of(spark.read.parquet(str(tmp_path / "out"))) == survivors
+
+
+def test_data_loss_is_logged_when_the_stream_goes_on(kafka, caplog):
+    """failOnDataLoss false: the stream reader goes on past a start offset beyond the
+    partition's end, from that end, and says so in a warning. PySpark collects no logs
+    from the worker that runs a stream's source (they reach its stderr only), so this
+    drives the reader itself against the broker; test_spark_kafka_format.py has the query."""
+    topic = create_topic(kafka, unique("logged"), partitions=1)
+    produce(kafka, topic, make_records({0: 6}))
+    reader = SluiceStreamReader({"kafka.bootstrap.servers": kafka, "subscribe": topic, "failOnDataLoss": "false",
+                                 "startingOffsets": json.dumps({topic: {"0": 1000}})})
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        with caplog.at_level(logging.WARNING, "spark_connector"):
+            assert reader.partitions(start, end) == []
+    finally:
+        reader.stop()
+    assert (start, end) == ({topic: {"0": 1000}}, {topic: {"0": 6}})
+    assert [r.message for r in caplog.records if f"data loss: {topic}-0" in r.message
+            and "read on from offset 6" in r.message], caplog.text
 
 
 # -- 7: configuration mistakes ---------------------------------------------------------------
