@@ -16,6 +16,9 @@ Rules:
   partition and offsets when `failOnDataLoss` is true (the default); otherwise it is a
   warning and reading goes on: from the log start, without the partition, from the
   end offset. A batch whose start is past its end fails either way, as in Spark.
+- A topic deleted and created again while a query reads it is data loss too, noticed
+  by its topic id: by the stream reader at each trigger, by a task at each fetch. With
+  failOnDataLoss false the new topic is read from its earliest offsets.
 - `maxOffsetsPerTrigger` is a read limit (admission control), spread over partitions
   as Spark spreads it (see `_limit`); `trigger(availableNow=True)` fixes its target
   when the query starts and honours the limit on the way there.
@@ -47,6 +50,7 @@ import functools
 import logging
 import math
 import time
+import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -64,6 +68,7 @@ from wire.client.client import visible_batches
 from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES
 from wire.columns import decode_batch_columns
 from wire.errors import ErrorCode, KafkaError
+from wire.primitives import ZERO_UUID
 
 _MAX_DECOMPRESSED = 256 * 1024 * 1024
 _MIN_ARROW_ROWS = 4096  # smaller Kafka batches are merged before Spark sees them
@@ -99,6 +104,7 @@ class OffsetRange(InputPartition):
     fetch_max_wait_ms: int
     poll_timeout_ms: int
     client: tuple  # wire client keyword arguments, as pairs (hashable, picklable)
+    topic_id: str  # of the topic the range was planned in ("" when the broker gives none)
 
 
 def to_json_offsets(offsets: dict[tuple[str, int], int]) -> dict:
@@ -131,6 +137,7 @@ class _Planner:
     def __init__(self, options: SourceOptions):
         self.options = options
         self._client: Client | None = None
+        self.topic_ids: dict[str, uuid.UUID] = {}  # of the topics `partitions` last found
 
     @property
     def client(self) -> Client:
@@ -162,6 +169,7 @@ class _Planner:
             topics = self._named_topics("subscribe", sub.topics)
         else:
             topics = self._named_topics("assign", sorted({topic for topic, _ in sub.assigned}))
+        self.topic_ids = {topic.name: topic.topic_id for topic in topics}
         found = [(topic.name, p) for topic in topics for p in topic.partitions]
         if sub.assigned:
             found = [tp for tp in found if tp in sub.assigned]
@@ -251,8 +259,12 @@ class _Planner:
         client = tuple(sorted(o.client.items()))
         return [OffsetRange(topic, partition, low, high, o.bootstrap_servers, o.isolation_level,
                             o.include_headers, o.fail_on_data_loss, o.fetch_bytes,
-                            o.fetch_max_wait_ms, o.poll_timeout_ms, client)
+                            o.fetch_max_wait_ms, o.poll_timeout_ms, client, _id_text(self.topic_ids.get(topic)))
                 for (topic, partition), low, high in ranges]
+
+
+def _id_text(topic_id: uuid.UUID | None) -> str:
+    return "" if topic_id in (None, ZERO_UUID) else str(topic_id)
 
 
 def _check_partitions_named(option: str, given: dict, partitions: list[tuple[str, int]], values: str) -> None:
@@ -367,6 +379,14 @@ def read_range(part: OffsetRange):
                     return
                 offset = earliest
                 continue
+            now_id = _id_text(client.cached_metadata.topics[part.topic].topic_id
+                              if part.topic in client.cached_metadata.topics else None)
+            if part.topic_id and now_id and now_id != part.topic_id:
+                _data_loss(part.fail_on_data_loss,
+                           f"topic {part.topic!r} was deleted and created again while a task read it (topic id "
+                           f"{part.topic_id}, now {now_id}): offsets [{offset}, {part.until_offset}) of "
+                           f"{part.topic}-{part.partition} are gone", "read on without them")
+                return
             batches, next_offset = visible_batches(result, part.isolation_level, _MAX_DECOMPRESSED)
             small: list[pa.RecordBatch] = []  # Kafka batches too small to hand over alone
             for header, batch in batches:
@@ -404,6 +424,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, raw_options):
         self._raw_options = raw_options
         self._planner: _Planner | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}  # of the topics as this reader first saw them
+        self._restarted: dict[tuple[str, int], int] = {}  # recreated topics' partitions: read from here
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
         self._latest: dict[tuple[str, int], int] = {}  # the latest offsets seen, for progress
         self._last_trigger: float | None = None  # when a trigger last went ahead (minOffsetsPerTrigger)
@@ -423,12 +445,35 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = _Planner(self.options)
         return self._planner
 
-    def initialOffset(self) -> dict:
+    def _partitions(self, begin: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+        """The partitions read now, after a check of the topics' ids: a topic deleted and
+        created again since this reader first saw it is data loss (Spark's connector
+        notices only when offsets go back); with failOnDataLoss false the new topic is
+        read from its earliest offsets, as a new partition is. `begin`: the offsets read
+        so far, for the message."""
         partitions = self.planner.partitions()
+        for topic, topic_id in self.planner.topic_ids.items():
+            seen = self._topic_ids.setdefault(topic, topic_id)
+            if topic_id == seen or ZERO_UUID in (topic_id, seen):
+                continue
+            read = {p: offset for (t, p), offset in sorted(begin.items()) if t == topic}
+            _data_loss(self.options.fail_on_data_loss,
+                       f"topic {topic!r} was deleted and created again while the query read it (topic id "
+                       f"{seen}, now {topic_id}); records of the old topic after the offsets read, {read}, "
+                       "if any, are gone", "read the new topic from its earliest offsets")
+            self._topic_ids[topic] = topic_id
+            again = [tp for tp in partitions if tp[0] == topic]
+            self._restarted.update(self.planner.offsets(again, EARLIEST))
+            if self._target is not None:
+                self._target.update(self.planner.offsets(again, LATEST))
+        return partitions
+
+    def initialOffset(self) -> dict:
+        partitions = self._partitions({})
         return to_json_offsets(self.planner.resolve(self.options.starting, partitions, "startingOffsets"))
 
     def prepareForTriggerAvailableNow(self) -> None:
-        partitions = self.planner.partitions()
+        partitions = self._partitions({})
         self._target = self.planner.offsets(partitions, LATEST)
 
     def getDefaultReadLimit(self):
@@ -447,7 +492,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         kept: `partitions` reports either as data loss."""
         self._commit_to_group(start)
         begin = from_json_offsets(start)
-        partitions = self.planner.partitions()
+        partitions = self._partitions(begin)
+        begin.update(self._restarted)
         if self._target is not None:
             latest = {tp: self._target[tp] for tp in partitions if tp in self._target}
         else:
@@ -483,7 +529,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The batch's offset ranges, with Spark's connector's data loss checks: a
         partition gone, an end below the start, a start below the log start."""
         begin, until = from_json_offsets(start), from_json_offsets(end)
-        live = set(self.planner.partitions())
+        live = set(self._partitions(begin))
+        begin.update((tp, self._restarted.pop(tp)) for tp in until if tp in self._restarted)
         for tp in sorted(tp for tp in begin.keys() | until.keys() if tp not in live):
             _data_loss(self.options.fail_on_data_loss,
                        f"{tp[0]}-{tp[1]} no longer exists (deleted while the query read it, at offset "
@@ -575,7 +622,7 @@ class SluiceBatchReader(DataSourceReader):
             start = planner.from_log_start(start, earliest, latest)
             ranges = planner.plan(start, end)
             return ranges or [OffsetRange("", 0, 0, 0, self.options.bootstrap_servers, 0,
-                                          self.options.include_headers, True, 1, 0, 1, ())]
+                                          self.options.include_headers, True, 1, 0, 1, (), "")]
         finally:
             planner.close()
 

@@ -17,8 +17,8 @@ provide it these tests fail with Maven's reason; the other Spark tests run all t
 - What a query names that is not there: a subscribed topic that does not exist fails
   both, batch and stream; assigned partitions that do not exist are read by neither;
   offsets or timestamps per partition that leave one out or name a stranger fail both.
-- Data loss: start offsets past the end, batch and stream, with failOnDataLoss true and
-  false.
+- Data loss: start offsets past the end, batch and stream, and a topic deleted and
+  created again under a stream, with failOnDataLoss true and false.
 - Writing: Spark's Kafka sink (`df.write` and `writeStream`) into the broker; read back
   with `format("sluice")` and with confluent-kafka, the same keys, values and headers;
   without a partition column, keyed records land where Sluice's sink puts them.
@@ -45,9 +45,10 @@ from confluent_kafka import Producer  # noqa: E402
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
 from spark_connector import SluiceOptionError  # noqa: E402
+from tests.test_spark_options import offsets_json  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, error_text, headline, log_offsets,  # noqa: E402
-                                     make_records, produce, rows_of, unique)
+                                     make_records, produce, recreate_topic, rows_of, unique)
 from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
@@ -489,3 +490,43 @@ def test_start_offsets_past_the_end_alike(spark_kafka, kafka, tmp_path):
         rows, _ = stream(spark_kafka, fmt, kafka, topic, tmp_path / f"cp-{fmt}", startingOffsets=past,
                          failOnDataLoss="false")
         assert rows == [row for row in expected if row[3] == 1], fmt
+
+
+def test_topic_deleted_and_created_again_under_a_stream(spark_kafka, kafka, tmp_path):
+    """A topic deleted and created again while a stream reads it, the new topic shorter
+    than what the query had read: both fail by default, naming it (Spark's connector sees
+    the offsets go back, "deleted and re-created"; Sluice's sees the topic id change).
+    With failOnDataLoss false both go on: Sluice's reads the new topic from its earliest
+    offset (a warning says why), Spark's from the old offset on, skipping the new
+    topic's first records. Sluice's source used to go on silently either way."""
+    for fail in ("true", "false"):
+        for fmt in FORMATS:
+            topic = create_topic(kafka, unique(f"recreated-{fmt}"))
+            first = produce(kafka, topic, make_records({0: 10}))
+            seen = []
+            df = read(spark_kafka, fmt, kafka, topic, "read_committed", streaming=True, failOnDataLoss=fail)
+            query = (df.writeStream.foreachBatch(lambda batch, _: seen.extend(rows_of(batch)))
+                     .option("checkpointLocation", str(tmp_path / f"cp-{fmt}-{fail}"))
+                     .trigger(processingTime="300 milliseconds").start())
+            try:
+                wait_for(lambda: len(seen) >= len(first) or query.exception(), QUERY_TIMEOUT, "the first records")
+                assert seen == first, (fmt, query.exception())
+                recreate_topic(kafka, topic)
+                second = produce(kafka, topic, make_records({0: 5}, tag="again"))
+                if fail == "true":
+                    wait_for(lambda: not query.isActive, QUERY_TIMEOUT, f"{fmt}'s query to fail")
+                    text = str(query.exception())
+                    said = "deleted and re-created" if fmt == "kafka" else \
+                        f"topic '{topic}' was deleted and created again while the query read it (topic id"
+                    assert said in text, text[:600]
+                elif fmt == "sluice":
+                    wait_for(lambda: len(seen) >= len(first + second) or query.exception(), QUERY_TIMEOUT,
+                             "the new topic's records")
+                    assert seen == first + second, query.exception()
+                else:  # Spark's: a batch that ends at the new topic's end, and reads none of it
+                    wait_for(lambda: not query.isActive or query.lastProgress and offsets_json(
+                        query.lastProgress["sources"][0]["endOffset"]) == {topic: {"0": 5}},
+                             QUERY_TIMEOUT, "a batch past the new topic's records")
+                    assert query.isActive and seen == first, query.exception()
+            finally:
+                query.stop()

@@ -34,7 +34,9 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
-from spark_connector.source import SluiceStreamReader  # noqa: E402
+from spark_connector.options import parse_source_options  # noqa: E402
+from spark_connector.source import (SluiceBatchReader, SluiceDataLossError, SluiceStreamReader,  # noqa: E402
+                                    read_range)
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
@@ -71,6 +73,16 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | 
                                                        configs=config or {})})
         assert created[name].error is None, created[name]
     return name
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Delete `topic` and create it again: a new, empty topic with a new topic id."""
+    with Client(bootstrap) as client:
+        before = client.metadata([topic]).topics[topic].topic_id
+        assert client.delete_topics([topic])[topic] is None
+    create_topic(bootstrap, topic, partitions)
+    with Client(bootstrap) as client:
+        assert client.metadata([topic]).topics[topic].topic_id != before
 
 
 def log_offsets(bootstrap: str, topic: str, partitions, timestamp: int) -> dict[int, int]:
@@ -586,6 +598,26 @@ def test_data_loss_is_logged_when_the_stream_goes_on(kafka, caplog):
     assert (start, end) == ({topic: {"0": 1000}}, {topic: {"0": 6}})
     assert [r.message for r in caplog.records if f"data loss: {topic}-0" in r.message
             and "read on from offset 6" in r.message], caplog.text
+
+
+def test_a_task_reading_a_recreated_topic_reports_data_loss(kafka):
+    """A topic deleted and created again between planning and reading: the task notices
+    by the topic id (its client would follow the new topic's id to the new records at the
+    same offsets) and reports data loss, or with failOnDataLoss false reads nothing of
+    the range, whose records are gone. Spark offers no pause between planning and
+    reading, so this plans with the batch reader and reads as a task does, in this
+    process, against the broker."""
+    topic = create_topic(kafka, unique("recreated-task"))
+    produce(kafka, topic, make_records({0: 8}))
+    ranges = {fail: SluiceBatchReader(parse_source_options(
+        {"kafka.bootstrap.servers": kafka, "subscribe": topic, "failOnDataLoss": fail}, batch=True)).partitions()
+        for fail in ("true", "false")}
+    assert [(r.from_offset, r.until_offset) for r in ranges["true"] + ranges["false"]] == [(0, 8), (0, 8)]
+    recreate_topic(kafka, topic)
+    produce(kafka, topic, make_records({0: 8}, tag="again"))
+    with pytest.raises(SluiceDataLossError, match=f"topic '{topic}' was deleted and created again"):
+        list(read_range(ranges["true"][0]))
+    assert list(read_range(ranges["false"][0])) == []
 
 
 # -- 7: configuration mistakes ---------------------------------------------------------------
