@@ -112,8 +112,10 @@ class Subscription:
     assigned: tuple[tuple[str, int], ...] = ()
 
     def matches(self, topic: str) -> bool:
-        """Whether the pattern subscribes `topic` (never an internal one, "__...")."""
-        return re.fullmatch(self.pattern, topic) is not None and not topic.startswith("__")
+        """Whether the pattern subscribes `topic`: found anywhere in its name, as Spark's
+        connector matches (Scala's findFirstIn); topics Metadata marks internal are left
+        out by the caller."""
+        return re.search(self.pattern, topic) is not None
 
 
 @dataclass(frozen=True)

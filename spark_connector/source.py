@@ -164,7 +164,8 @@ class _Planner:
         sub = self.options.subscription
         if sub.pattern is not None:
             metadata = self._call("read metadata", self.client.metadata, None)
-            topics = [t for t in metadata.topics.values() if not t.error_code and sub.matches(t.name)]
+            topics = [t for t in metadata.topics.values()
+                      if not t.error_code and not t.is_internal and sub.matches(t.name)]
         elif sub.topics:
             topics = self._named_topics("subscribe", sub.topics)
         else:

@@ -431,6 +431,19 @@ def test_assigned_partitions_that_do_not_exist_are_not_read_alike(spark_kafka, k
         assert rows == expected, fmt
 
 
+def test_subscribe_pattern_matches_anywhere_in_a_name_alike(spark_kafka, kafka):
+    """subscribePattern finds its pattern anywhere in a topic's name, as Spark's connector
+    does (findFirstIn), not only a whole name; internal topics are left out by Metadata's
+    flag, not by a "__" prefix."""
+    prefix = unique("pattern")
+    inner, other = create_topic(kafka, f"{prefix}-inner-x"), create_topic(kafka, f"{prefix}-other")
+    produce(kafka, other, make_records({0: 2}))
+    expected = produce(kafka, inner, make_records({0: 3}))
+    for fmt in FORMATS:
+        assert rows_of(read(spark_kafka, fmt, kafka, None, "read_committed",
+                            subscribePattern=f"{prefix}-inn")) == expected, fmt
+
+
 def test_offsets_per_partition_name_each_partition_read_alike(spark_kafka, kafka, tmp_path):
     """Offsets or timestamps per partition that leave out a partition the query reads, or
     name one it does not (another topic, a partition that does not exist): Spark's
