@@ -27,6 +27,9 @@ POINTS = {
     "replica-deleted-before-registry":
         "a cluster broker renamed and emptied the directory of one replica it deletes, and did "
         "not rewrite topics.json yet",
+    "reassignment-before-completion":
+        "the controller found every target replica of a partition reassignment in the ISR and "
+        "wrote nothing of its completion yet",
 }
 
 _ENABLED = frozenset(name.strip() for name in os.environ.get(ENVIRONMENT_VARIABLE, "").split(",")

@@ -174,6 +174,12 @@ class Cluster:
             self._zk.start(timeout=10)
         return self._zk.exists(f"{self.chroot}/brokers/ids/{broker_id}") is not None
 
+    def partition_dirs(self, broker_id: int, topic: str) -> list[str]:
+        """The directories of `topic`'s partitions (or what is left of them) in a broker's
+        data dir."""
+        data = Path(self.processes[broker_id].data_dir)
+        return sorted(p.name for p in data.iterdir() if p.is_dir() and p.name.startswith(f"{topic}-"))
+
     def output(self, broker_id: int, lines: int = 40) -> str:
         return "".join(self.processes[broker_id].output[-lines:])
 

@@ -349,12 +349,6 @@ def _topic_body(name: str, partitions: int, replication_factor: int, configs=Non
         configs=[Request.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])])
 
 
-def partition_dirs(cluster: Cluster, broker_id: int, topic: str) -> list[str]:
-    """The directories of `topic`'s partitions (or what is left of them) in a broker's data dir."""
-    data = Path(cluster.processes[broker_id].data_dir)
-    return sorted(p.name for p in data.iterdir() if p.is_dir() and p.name.startswith(f"{topic}-"))
-
-
 def test_create_topics_and_partitions_through_brokers_that_are_not_the_controller(cluster):
     plain, other = not_controller(cluster, 2)
     created = request(cluster, plain, CREATE_TOPICS, _topic_body("via-plain", 2, 3,
@@ -366,7 +360,7 @@ def test_create_topics_and_partitions_through_brokers_that_are_not_the_controlle
     for broker_id in cluster.ids:
         info = cluster.partitions("via-plain", via=broker_id)
         assert sorted(info) == [0, 1] and all(len(p.replicas) == 3 for p in info.values())
-        assert partition_dirs(cluster, broker_id, "via-plain") == ["via-plain-0", "via-plain-1"]
+        assert cluster.partition_dirs(broker_id, "via-plain") == ["via-plain-0", "via-plain-1"]
     again = request(cluster, other, CREATE_TOPICS, _topic_body("via-plain", 2, 3))
     assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
     too_many = request(cluster, other, CREATE_TOPICS, _topic_body("too-many-replicas", 1, 4))
@@ -380,7 +374,7 @@ def test_create_topics_and_partitions_through_brokers_that_are_not_the_controlle
     cluster.wait_for_leaders("via-plain", full_isr=True)
     for broker_id in cluster.ids:
         assert sorted(cluster.partitions("via-plain", via=broker_id)) == [0, 1, 2, 3]
-        assert len(partition_dirs(cluster, broker_id, "via-plain")) == 4
+        assert len(cluster.partition_dirs(broker_id, "via-plain")) == 4
     shrink = request(cluster, plain, CREATE_PARTITIONS, Partitions(
         timeout_ms=30000, validate_only=False,
         topics=[Partitions.CreatePartitionsTopic(name="via-plain", count=2, assignments=None)]))
@@ -497,7 +491,7 @@ def test_a_topic_deleted_through_a_non_controller_leaves_every_broker(cluster):
     cluster.wait_for_leaders(topic, full_isr=True)
     _produce_value(cluster, topic, 100)
     plain, down = not_controller(cluster, 2)
-    assert all(partition_dirs(cluster, b, topic) for b in cluster.ids)
+    assert all(cluster.partition_dirs(b, topic) for b in cluster.ids)
 
     assert cluster.stop(down) == 0
     cluster.wait_for_brokers()
@@ -506,21 +500,21 @@ def test_a_topic_deleted_through_a_non_controller_leaves_every_broker(cluster):
     assert deleted.responses[0].error_code == 0, deleted
 
     def gone_everywhere() -> bool:
-        return all(topic not in cluster.metadata(b).topics and not partition_dirs(cluster, b, topic)
+        return all(topic not in cluster.metadata(b).topics and not cluster.partition_dirs(b, topic)
                    for b in cluster.live)
 
     cluster.wait(gone_everywhere, 30, f"{topic} to leave every live broker's Metadata and data dir")
-    assert partition_dirs(cluster, down, topic) == [f"{topic}-0", f"{topic}-1"]
+    assert cluster.partition_dirs(down, topic) == [f"{topic}-0", f"{topic}-1"]
 
     cluster.restart(down)
     cluster.wait_for_brokers()
-    assert partition_dirs(cluster, down, topic) == []
+    assert cluster.partition_dirs(down, topic) == []
     assert topic not in cluster.metadata(down).topics
     # The name is free again: a new topic of that name (a new topic id) on every broker.
     cluster.create_topic(topic, 1, 3)
     cluster.wait_for_leaders(topic, full_isr=True)
     for broker_id in cluster.ids:
-        assert partition_dirs(cluster, broker_id, topic) == [f"{topic}-0"]
+        assert cluster.partition_dirs(broker_id, topic) == [f"{topic}-0"]
 
 
 def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas(cluster, zk, monkeypatch):
@@ -550,7 +544,7 @@ def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas
     with pytest.raises(RuntimeError, match="fail point replica-deleted-before-registry reached"):
         cluster.processes[down].start()
     monkeypatch.delenv("SLUICE_FAILPOINTS")
-    assert partition_dirs(cluster, down, topic) == [
+    assert cluster.partition_dirs(down, topic) == [
         f"{topic}-0.{assignment.topic_id.hex}.replica-delete", f"{topic}-1"]
 
     cluster.restart(down)
@@ -558,7 +552,7 @@ def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         fetched = client.fetch_records(topic, 1, 0, max_wait_ms=0)
         assert [r.value for r in fetched.records] == values
-        assert partition_dirs(cluster, down, topic) == [f"{topic}-1"]
+        assert cluster.partition_dirs(down, topic) == [f"{topic}-1"]
         assert client.delete_topics([topic]) == {topic: None}
 
 

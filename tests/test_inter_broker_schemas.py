@@ -10,8 +10,9 @@ issue 17. Here:
   gives the message back, re-encoding gives them again). ControlledShutdown v0 is framed
   with request header v0, which has no client id. (test_codec_roundtrip covers every
   version with generated bodies; test_schema_reference checks the tables against Kafka's.)
-- The single node serves none of them: its ApiVersions lists only broker/handlers'
-  HANDLERS, the wire client negotiates none of them, and a request at one of them is
+- The single node serves none of them, nor the partition reassignment APIs (45, 46): its
+  ApiVersions lists only broker/handlers' HANDLERS, the wire client negotiates none of
+  them but ControlledShutdown and the reassignment APIs, and a request at one of them is
   refused unread and the connection closed with a log line, as for an API key the codec
   does not know. A cluster broker also serves the controller's requests (CLUSTER_HANDLERS;
   tests/test_cluster*.py), and asks its controller with ControlledShutdown.
@@ -34,14 +35,18 @@ from tests.test_broker_failures import (api_versions_body, assert_closed_by_brok
                                         roundtrip)
 from wire import RequestHeader, UnsupportedRequest, decode_request, encode_request
 from wire.client import CLIENT_VERSIONS, Client
-from wire.messages import (ALTER_PARTITION, API_VERSIONS, APIS, CONTROLLED_SHUTDOWN,
-                           ELECT_LEADERS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA)
+from wire.messages import (ALTER_PARTITION, ALTER_PARTITION_REASSIGNMENTS, API_VERSIONS, APIS,
+                           CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR,
+                           LIST_PARTITION_REASSIGNMENTS, STOP_REPLICA, UPDATE_METADATA)
 from wire.protocol import decode_response, encode_response
 
 INTER_BROKER = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ELECT_LEADERS,
                 ALTER_PARTITION]
 # What the single node does not serve (ElectLeaders it answers: nothing to elect).
-NOT_SERVED = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ALTER_PARTITION]
+NOT_SERVED = [LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN, ALTER_PARTITION,
+              ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS]
+# Of those, what clients send to a cluster's brokers.
+ASKED_BY_CLIENTS = [CONTROLLED_SHUTDOWN, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS]
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 ID = TOPIC_ID.hex  # its 16 bytes, in the hex strings below
 
@@ -507,11 +512,11 @@ def test_none_is_served_listed_or_negotiated():
         assert APIS[api.key] is api
         assert api.key not in handlers.HANDLERS
         assert api.key not in handlers.SERVED_APIS
-        assert api.key not in CLIENT_VERSIONS or api is CONTROLLED_SHUTDOWN
+        assert api.key not in CLIENT_VERSIONS or api in ASKED_BY_CLIENTS
     assert sorted(handlers.SERVED_APIS) == sorted(handlers.HANDLERS)
     assert sorted(handlers.CLUSTER_SERVED_APIS) == sorted({**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS})
-    assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key,
-            CONTROLLED_SHUTDOWN.key} == set(handlers.CLUSTER_HANDLERS)
+    assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key, CONTROLLED_SHUTDOWN.key,
+            ALTER_PARTITION_REASSIGNMENTS.key, LIST_PARTITION_REASSIGNMENTS.key} == set(handlers.CLUSTER_HANDLERS)
     assert ELECT_LEADERS.key in handlers.HANDLERS
 
 

@@ -15,8 +15,8 @@ from kazoo.client import KazooClient
 from broker.cluster import zk_layout as layout
 from broker.cluster.zk_layout import (BrokerRegistration, ClusterId, ConfigChange,
                                       ControllerEpoch, ControllerRegistration, EntityConfig,
-                                      IsrChange, LeaderAndIsr, Listener, ProducerIdBlock,
-                                      TopicAssignment, ZkDataError)
+                                      IsrChange, LeaderAndIsr, Listener, PartitionReassignment,
+                                      ProducerIdBlock, TopicAssignment, ZkDataError)
 from broker.cluster.zk_store import (BrokerIdInUse, ControllerMoved, Election, StaleVersion,
                                      Versioned, ZkStore)
 import sluice.zookeeper
@@ -99,6 +99,19 @@ def test_topic_assignment_with_a_reassignment_under_way():
     assert written["adding_replicas"] == {"0": [4]}
     assert written["removing_replicas"] == {"0": [3]}
     assert TopicAssignment.from_json("/brokers/topics/t", assignment.to_json()) == assignment
+    # The reassignment done: the partition's adding and removing replicas leave the JSON.
+    done = assignment.with_partition(0, (1, 2, 4), (), ())
+    assert (done.adding_replicas, done.removing_replicas) == ({}, {})
+
+
+def test_partition_reassignment_as_kafkas_tools_wrote_it():
+    assert layout.REASSIGN_PARTITIONS == "/admin/reassign_partitions"
+    written = (b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3],'
+               b'"log_dirs":["any","any"]},{"topic":"u","partition":4,"replicas":[1]}]}')
+    read = PartitionReassignment.from_json(layout.REASSIGN_PARTITIONS, written)
+    assert read == PartitionReassignment({("t", 0): (2, 3), ("u", 4): (1,)})
+    assert read.to_json() == (b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]},'
+                              b'{"topic":"u","partition":4,"replicas":[1]}]}')
 
 
 def test_partition_state():
@@ -179,6 +192,10 @@ def test_uuids_are_kafkas_base64():
     (IsrChange, "/isr_change_notification/isr_change_0000000001",
      b'{"version":1,"partitions":[{"topic":"t","partition":"0"}]}'),
     (IsrChange, "/isr_change_notification/isr_change_0000000001", b'{"version":1}'),
+    (PartitionReassignment, "/admin/reassign_partitions",
+     b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":["1"]}]}'),
+    (PartitionReassignment, "/admin/reassign_partitions",
+     b'{"version":1,"partitions":[{"topic":"t","partition":0}]}'),
     (ClusterId, "/cluster/id", b'{"version":"1","id":5}'),
     (ProducerIdBlock, "/latest_producer_id_block",
      b'{"version":1,"broker":1,"block_start":0,"block_end":"999"}'),

@@ -31,6 +31,8 @@ API_NAMES = [
     # served: the broker serves, and ApiVersions lists, only broker.handlers.HANDLERS.
     "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "ElectLeaders",
     "AlterPartition",
+    # Partition reassignments, carried out by the controller.
+    "AlterPartitionReassignments", "ListPartitionReassignments",
 ]
 DATA_NAMES = [
     "RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription",

@@ -1143,6 +1143,56 @@ INCREMENTAL_ALTER_CONFIGS = Api(44, 'IncrementalAlterConfigs', '0-1', flexible='
     ),
 )
 
+ALTER_PARTITION_REASSIGNMENTS = Api(45, 'AlterPartitionReassignments', '0', flexible='0+',
+    request=(
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('topics', '[]ReassignableTopic', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartition', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('replicas', '[]int32', '0+', nullable='0+', default=None),
+            )),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('responses', '[]ReassignableTopicResponse', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]ReassignablePartitionResponse', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('error_code', 'int16', '0+'),
+                F('error_message', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS = Api(46, 'ListPartitionReassignments', '0', flexible='0+',
+    request=(
+        F('timeout_ms', 'int32', '0+', default=60000),
+        F('topics', '[]ListPartitionReassignmentsTopics', '0+', nullable='0+', default=None, fields=(
+            F('name', 'string', '0+'),
+            F('partition_indexes', '[]int32', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('topics', '[]OngoingTopicReassignment', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('partitions', '[]OngoingPartitionReassignment', '0+', fields=(
+                F('partition_index', 'int32', '0+'),
+                F('replicas', '[]int32', '0+'),
+                F('adding_replicas', '[]int32', '0+'),
+                F('removing_replicas', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
 OFFSET_DELETE = Api(47, 'OffsetDelete', '0', flexible='none',
     request=(
         F('group_id', 'string', '0+'),
@@ -1468,6 +1518,8 @@ APIS = {api.key: api for api in (
     DELETE_GROUPS,
     ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
     OFFSET_DELETE,
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     ALTER_USER_SCRAM_CREDENTIALS,

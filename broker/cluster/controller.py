@@ -16,6 +16,12 @@ and tells the brokers with LeaderAndIsr, UpdateMetadata and StopReplica.
   first live replica with an ISR of itself; failing that no leader (-1), the ISR kept.
   A change of a topic's configs runs the election again for its partitions without a
   leader. Each change writes leader_epoch + 1 and this controller's epoch.
+- Partition reassignments (AlterPartitionReassignments, /admin/reassign_partitions), as
+  Kafka's onPartitionReassignment: the replicas become the target's then the original's,
+  with adding_replicas and removing_replicas in the topic znode and a new leader epoch;
+  once the ISR holds the whole target (an ISR change tells), the leader moves into it,
+  the others leave the ISR and get StopReplica(delete), and the topic znode and
+  /admin/reassign_partitions forget the reassignment. A new controller resumes them.
 - Requests go through `broker.cluster.channel`: LeaderAndIsr v6 to a partition's live
   replicas, UpdateMetadata v7 to every live broker, StopReplica v3; the event loop does
   not wait for the brokers' answers (topic deletion finishes in a later event).
@@ -46,6 +52,7 @@ from broker.cluster.zk_layout import NO_LEADER, ControllerRegistration, LeaderAn
 from broker.cluster.zk_store import (ControllerMoved, Election, LiveBroker, StaleVersion,
                                      Versioned, ZkStore)
 from broker.errors import BrokerError
+from broker.failpoints import fail_point
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +93,20 @@ class _Context:
     assignments: dict = field(default_factory=dict)  # topic -> TopicAssignment
     states: dict[TopicPartition, Versioned] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    # Partitions being reassigned: their target replicas (Kafka's partitionsBeingReassigned).
+    reassigning: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
 
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.assignments[tp[0]].partitions.get(tp[1], ())
+
+    def assigned(self, tp: TopicPartition) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """The partition's replicas, those being added and those being removed; all empty
+        for a partition the cluster does not have."""
+        assignment = self.assignments.get(tp[0])
+        if assignment is None or tp[1] not in assignment.partitions:
+            return (), (), ()
+        return (assignment.partitions[tp[1]], assignment.adding_replicas.get(tp[1], ()),
+                assignment.removing_replicas.get(tp[1], ()))
 
     def partitions(self) -> list[TopicPartition]:
         return sorted((topic, partition) for topic, assignment in self.assignments.items()
@@ -112,6 +130,18 @@ def elect_offline_leader(replicas: Iterable[int], isr: Iterable[int],
             if eligible(replica):
                 return replica, (replica,)
     return None
+
+
+def reassignment(replicas: Iterable[int], adding: Iterable[int], target: Iterable[int]
+                 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Kafka's ReplicaAssignment.reassignTo: (replicas, adding, removing) while a partition
+    moves to `target` from its origin replicas (those it has that are not being added):
+    the target's replicas first, then the origin's others."""
+    adding, target = set(adding), tuple(target)
+    origin = [replica for replica in replicas if replica not in adding]
+    full = tuple(dict.fromkeys([*target, *origin]))
+    return (full, tuple(r for r in full if r not in origin),
+            tuple(r for r in full if r not in target))
 
 
 class _Batch:
@@ -165,6 +195,7 @@ class Controller:
         self._topics_watch = self._watch(self._on_topics_change)
         self._delete_topics_watch = self._watch(self._on_delete_requests)
         self._isr_change_watch = self._watch(self._on_isr_changes)
+        self._reassign_watch = self._watch(self._on_reassign_partitions)
 
     # -- the interface ---------------------------------------------------------------
     async def start(self) -> None:
@@ -218,6 +249,20 @@ class Controller:
                             ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
         """ElectLeaders: preferred (0) or unclean (1) elections; None: every partition."""
         return await self._call(self._elect_leaders, election_type,
+                                None if partitions is None else list(partitions))
+
+    async def alter_partition_reassignments(
+            self, targets: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: each partition's target replicas, None to cancel."""
+        return await self._call(self._alter_reassignments, dict(targets))
+
+    async def list_partition_reassignments(
+            self, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """ListPartitionReassignments: (replicas, adding, removing) of the partitions being
+        reassigned, among `partitions` (None: all)."""
+        return await self._call(self._list_reassignments,
                                 None if partitions is None else list(partitions))
 
     # -- events ----------------------------------------------------------------------
@@ -368,6 +413,10 @@ class Controller:
             self._channels.add_broker(broker_id, live.registration)
         for topic in await self._zk(self.store.watch_topics, self._topics_watch):
             await self._load_topic(topic)
+        for tp in ctx.partitions():
+            replicas, adding, removing = ctx.assigned(tp)
+            if adding or removing:
+                ctx.reassigning[tp] = tuple(r for r in replicas if r not in removing)
         batch = _Batch()
         await self._bring_partitions_online(ctx.partitions(), batch)
         batch.update_metadata_all = True
@@ -376,6 +425,7 @@ class Controller:
         self._schedule_rebalance()
         await self._on_delete_requests()
         await self._on_isr_changes()
+        await self._resume_reassignments()
 
     async def _load_topic(self, topic: str) -> bool:
         """Reads a topic's assignment (watching it) and its partitions' states."""
@@ -625,6 +675,7 @@ class Controller:
         assignment = ctx.assignments.pop(topic, None)
         for partition in (assignment.partitions if assignment else ()):
             ctx.states.pop((topic, partition), None)
+            ctx.reassigning.pop((topic, partition), None)
         ctx.deleting.discard(topic)
         self._topic_watches.pop(topic, None)
 
@@ -645,6 +696,8 @@ class Controller:
                 continue
             log.info("controller %d: deleting topic %s", self.broker_id, topic)
             ctx.deleting.add(topic)
+            for tp in [tp for tp in ctx.reassigning if tp[0] == topic]:
+                del ctx.reassigning[tp]  # its replicas, those being added included, are deleted
             partitions = [tp for tp in ctx.partitions() if tp[0] == topic]
             batch = _Batch()
             batch.update_metadata.update(partitions)
@@ -695,6 +748,9 @@ class Controller:
                 ctx.states[tp] = state
                 batch.update_metadata.add(tp)
         self._send(batch)
+        for tp in sorted(states):
+            if tp in ctx.reassigning and self._reassignment_done(tp):
+                await self._complete_reassignment(tp)
         await self._zk(self.store.delete_isr_change_notifications, names)
 
     # -- requests from brokers and clients ---------------------------------------------
@@ -782,6 +838,181 @@ class Controller:
         self._send(batch)
         return results
 
+    # -- partition reassignments (KIP-455, as Kafka's ZooKeeper-mode controller) ---------
+    def _invalid_target(self, tp: TopicPartition, target: tuple[int, ...]) -> str | None:
+        """Kafka's validateReassignment: why `target` cannot be the partition's replicas."""
+        ctx = self._ctx
+        if not target:
+            return "the replica list of a partition reassignment is empty"
+        if len(set(target)) != len(target):
+            return f"duplicate replica ids in the partition reassignment {list(target)}"
+        if any(replica < 0 for replica in target):
+            return f"invalid broker id in the replica list {list(target)}"
+        replicas, adding, _ = ctx.assigned(tp)
+        _, new, _ = reassignment(replicas, adding, target)
+        if not set(new) <= set(ctx.live):
+            return (f"the replica assignment has brokers that are not live: {list(new)} to add, "
+                    f"live brokers {sorted(ctx.live)}")
+        return None
+
+    async def _alter_reassignments(self, targets: dict[TopicPartition, tuple[int, ...] | None],
+                                   requested_in_zk: bool = False
+                                   ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """Kafka's handleApiReassignments: each target checked, then carried out; a
+        cancellation (None) moves the partition back to its origin replicas. A request
+        through the API overrides what /admin/reassign_partitions asks for the partition;
+        what that znode asks and is refused leaves it."""
+        ctx = self._ctx
+        results: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        started: dict[TopicPartition, tuple[int, ...]] = {}
+        for tp, target in targets.items():
+            replicas, adding, removing = ctx.assigned(tp)
+            problem = None if target is None else self._invalid_target(tp, tuple(target))
+            if problem is not None:
+                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+            elif target is None and not (adding or removing):
+                results[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                               f"{tp[0]}-{tp[1]} has no reassignment in progress to cancel")
+            elif not replicas or tp[0] in ctx.deleting:
+                results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"{tp[0]}-{tp[1]} is not a partition of the cluster")
+            else:
+                started[tp] = tuple(target) if target is not None else tuple(
+                    r for r in replicas if r not in adding)
+        if requested_in_zk and results:
+            log.warning("controller %d: reassignments in /admin/reassign_partitions refused: %s",
+                        self.broker_id, {f"{t}-{p}": message for (t, p), (_, message) in results.items()})
+        dropped = set(results) if requested_in_zk else set(started)
+        if dropped:
+            await self._zk(self.store.remove_partition_reassignments, lambda tp, _: tp in dropped,
+                           controller_epoch_version=self._election.epoch_zk_version)
+        batch = _Batch()
+        for tp, target in started.items():
+            await self._reassign(tp, target, batch)
+            results[tp] = (ErrorCode.NONE, None)
+        self._send(batch)
+        return results
+
+    async def _list_reassignments(self, partitions: list | None):
+        ctx = self._ctx
+        found = {}
+        for tp in sorted(ctx.reassigning) if partitions is None else partitions:
+            replicas, adding, removing = ctx.assigned(tp)
+            if adding or removing:
+                found[tp] = (replicas, adding, removing)
+        return found
+
+    async def _on_reassign_partitions(self) -> set[TopicPartition]:
+        """/admin/reassign_partitions created or changed: the partitions it lists with a
+        target other than the one being carried out start as through the API; the
+        partitions started."""
+        if not self.is_active:
+            return set()
+        ctx = self._ctx
+        requested = await self._zk(self.store.watch_partition_reassignment, self._reassign_watch)
+        targets = {tp: target for tp, target in requested.items() if ctx.reassigning.get(tp) != target}
+        if not targets:
+            return set()
+        log.info("controller %d: reassignments requested in /admin/reassign_partitions: %s",
+                 self.broker_id, {f"{t}-{p}": list(r) for (t, p), r in targets.items()})
+        results = await self._alter_reassignments(targets, requested_in_zk=True)
+        return {tp for tp, (code, _) in results.items() if code == ErrorCode.NONE}
+
+    async def _resume_reassignments(self) -> None:
+        """At failover, as Kafka's initializePartitionReassignments: what
+        /admin/reassign_partitions asks, then the reassignments the topic znodes hold."""
+        started = await self._on_reassign_partitions()
+        batch = _Batch()
+        for tp, target in sorted(self._ctx.reassigning.items()):
+            if tp not in started:
+                await self._reassign(tp, target, batch)
+        self._send(batch)
+
+    async def _reassign(self, tp: TopicPartition, target: tuple[int, ...], batch: _Batch) -> None:
+        """Kafka's onPartitionReassignment: the partition's replicas become the target's
+        and the origin's (adding and removing replicas noted in the topic znode), replicas
+        no longer in either are dropped, and a new leader epoch tells every replica,
+        the new ones starting as followers; done at once if the target is in the ISR."""
+        ctx = self._ctx
+        replicas, adding, removing = ctx.assigned(tp)
+        moving = reassignment(replicas, adding, target)
+        ctx.reassigning[tp] = target
+        if moving != (replicas, adding, removing):
+            log.info("controller %d: reassigning %s-%d to %s: replicas %s, adding %s, removing %s",
+                     self.broker_id, *tp, list(target), *map(list, moving))
+            await self._write_replicas(tp, *moving)
+            unneeded = set(replicas) - set(moving[0])
+            if unneeded:
+                await self._drop_replicas(tp, unneeded, batch)
+        if self._reassignment_done(tp):
+            await self._complete_reassignment(tp)
+            return
+        if tp in ctx.states:
+            await self._write_state(tp, lambda current: (current.leader, current.isr))
+        batch.tell_replicas(ctx, tp)
+        for replica in moving[1]:
+            if replica in ctx.live:
+                batch.leader_and_isr[replica][tp] = True
+
+    def _reassignment_done(self, tp: TopicPartition) -> bool:
+        """Every target replica is in the ISR (Kafka's isReassignmentComplete)."""
+        state = self._ctx.states.get(tp)
+        return state is not None and set(self._ctx.reassigning[tp]) <= set(state.value.isr)
+
+    async def _complete_reassignment(self, tp: TopicPartition) -> None:
+        """The target replicas are in sync: they become the partition's replicas (the
+        leader moved among them if it is not), the others leave the ISR and are stopped
+        and deleted; then the topic znode drops the adding and removing replicas and
+        /admin/reassign_partitions the partition. Each step is done again by a controller
+        that takes over before the last."""
+        ctx = self._ctx
+        fail_point("reassignment-before-completion")
+        target = ctx.reassigning.pop(tp)
+        replicas, _, _ = ctx.assigned(tp)
+        # In memory first, as Kafka's: the requests name the target replicas.
+        ctx.assignments[tp[0]] = ctx.assignments[tp[0]].with_partition(tp[1], target, (), ())
+        batch = _Batch()
+        await self._drop_replicas(tp, set(replicas) - set(target), batch)
+        self._send(batch)
+        await self._write_replicas(tp, target, (), ())
+        await self._zk(self.store.remove_partition_reassignments,
+                       lambda done, asked: done == tp and tuple(asked) == target,
+                       controller_epoch_version=self._election.epoch_zk_version)
+        log.info("controller %d: %s-%d reassigned to %s", self.broker_id, *tp, list(target))
+
+    async def _write_replicas(self, tp: TopicPartition, replicas: tuple[int, ...],
+                              adding: tuple[int, ...], removing: tuple[int, ...]) -> None:
+        ctx = self._ctx
+        ctx.assignments[tp[0]] = ctx.assignments[tp[0]].with_partition(tp[1], replicas, adding, removing)
+        await self._zk(self.store.set_partition_replicas, *tp, replicas, adding, removing,
+                       controller_epoch_version=self._election.epoch_zk_version)
+
+    async def _drop_replicas(self, tp: TopicPartition, dropped: set[int], batch: _Batch) -> None:
+        """Replicas no longer assigned to the partition leave its ISR, with a new leader
+        epoch (the leader replaced by the first assigned replica in the ISR when it is
+        dropped or not live), and are stopped and deleted (Kafka's OfflineReplica and
+        ReplicaDeletionStarted); the replicas left are told."""
+        ctx = self._ctx
+        replicas = ctx.replicas(tp)
+
+        def decide(current: LeaderAndIsr):
+            isr = tuple(member for member in current.isr if member not in dropped)
+            if not isr:
+                log.warning("controller %d: %s-%d would have no in-sync replica without %s: "
+                            "its state is kept", self.broker_id, *tp, sorted(dropped))
+                return None
+            leader = current.leader
+            if leader not in replicas or not ctx.eligible(leader):
+                leader = next((r for r in replicas if r in isr and ctx.eligible(r)), NO_LEADER)
+            return leader, isr
+
+        if tp in ctx.states:
+            await self._write_state(tp, decide)
+        batch.tell_replicas(ctx, tp)
+        for replica in dropped:
+            if replica in ctx.live:
+                batch.stop_replica[replica][tp] = True
+
     # -- automatic preferred leader elections ------------------------------------------
     def _schedule_rebalance(self) -> None:
         if not self.config.auto_leader_rebalance_enable:
@@ -806,8 +1037,8 @@ class Controller:
         for broker_id in sorted(ctx.live):
             if not ctx.eligible(broker_id):
                 continue
-            preferred = [tp for tp in ctx.partitions() if tp in ctx.states
-                         and tp[0] not in ctx.deleting and ctx.replicas(tp)[:1] == (broker_id,)]
+            preferred = [tp for tp in ctx.partitions() if tp in ctx.states and tp[0] not in ctx.deleting
+                         and tp not in ctx.reassigning and ctx.replicas(tp)[:1] == (broker_id,)]
             imbalanced = [tp for tp in preferred if ctx.states[tp].value.leader != broker_id]
             if not preferred or len(imbalanced) * 100 <= \
                     self.config.leader_imbalance_per_broker_percentage * len(preferred):

@@ -31,6 +31,7 @@ CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
@@ -200,12 +201,16 @@ def _str_map(path: str, obj: dict, key: str) -> dict[str, str]:
     return value
 
 
-def _partition_list(path: str, obj: dict) -> tuple[tuple[str, int], ...]:
-    """[{"topic": t, "partition": p}, ...]"""
+def _partition_entries(path: str, obj: dict) -> list[tuple[tuple[str, int], dict]]:
+    """[{"topic": t, "partition": p, ...}, ...]: each entry's (t, p) and the entry."""
     entries = _get(path, obj, "partitions", _MISSING)
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ZkDataError(path, f"'partitions' is not a list of objects: {entries!r}")
-    return tuple((_str(path, e, "topic"), _int(path, e, "partition")) for e in entries)
+    return [((_str(path, e, "topic"), _int(path, e, "partition")), e) for e in entries]
+
+
+def _partition_list(path: str, obj: dict) -> tuple[tuple[str, int], ...]:
+    return tuple(tp for tp, _ in _partition_entries(path, obj))
 
 
 def _replica_json(assignment: Mapping[int, tuple[int, ...]]) -> dict[str, list[int]]:
@@ -351,6 +356,18 @@ class TopicAssignment:
             "removing_replicas": _replica_json(self.removing_replicas),
         })
 
+    def with_partition(self, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                       removing: tuple[int, ...]) -> "TopicAssignment":
+        """This assignment with one partition's replicas, and its replicas being added and
+        removed, replaced (a partition is listed there only while they are not empty)."""
+        def changed(by_partition: Mapping[int, tuple[int, ...]], value: tuple[int, ...]):
+            rest = {p: r for p, r in by_partition.items() if p != partition}
+            return {**rest, partition: tuple(value)} if value else rest
+
+        return TopicAssignment(self.topic_id, {**self.partitions, partition: tuple(replicas)},
+                               changed(self.adding_replicas, adding),
+                               changed(self.removing_replicas, removing))
+
     @classmethod
     def from_json(cls, path: str, data: bytes) -> "TopicAssignment":
         obj = _object(path, data)
@@ -425,6 +442,26 @@ class IsrChange:
     @classmethod
     def from_json(cls, path: str, data: bytes) -> "IsrChange":
         return cls(_partition_list(path, _object(path, data)))
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """/admin/reassign_partitions: target replicas per partition, written by an operator's
+    tool (Kafka's pre-KIP-455 way); the controller starts each and removes a partition once
+    its reassignment is done, the znode with the last."""
+
+    partitions: Mapping[tuple[str, int], tuple[int, ...]]
+
+    def to_json(self) -> bytes:
+        return _dump({"version": 1, "partitions": [
+            {"topic": topic, "partition": partition, "replicas": list(replicas)}
+            for (topic, partition), replicas in sorted(self.partitions.items())]})
+
+    @classmethod
+    def from_json(cls, path: str, data: bytes) -> "PartitionReassignment":
+        return cls({tp: _int_list(path, f"'replicas' of {tp[0]}-{tp[1]}",
+                                  _get(path, entry, "replicas", _MISSING))
+                    for tp, entry in _partition_entries(path, _object(path, data))})
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS
                                       CONFIG_CHANGES, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
                                       INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
-                                      BrokerRegistration, ClusterId, ConfigChange, ControllerEpoch,
-                                      ControllerRegistration, EntityConfig, IsrChange,
-                                      LeaderAndIsr, ProducerIdBlock, TopicAssignment,
+                                      REASSIGN_PARTITIONS, BrokerRegistration, ClusterId,
+                                      ConfigChange, ControllerEpoch, ControllerRegistration,
+                                      EntityConfig, IsrChange, LeaderAndIsr, PartitionReassignment,
+                                      ProducerIdBlock, TopicAssignment,
                                       broker_path, delete_topic_path, partition_state_path,
                                       topic_config_path, topic_path, user_config_path)
 
@@ -36,6 +37,7 @@ from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS
 # be back within a second of ZooKeeper.
 _RECONNECT = dict(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
 _CLAIM_ATTEMPTS = 100  # producer id blocks: other brokers' claims that one claim outlasts
+_REWRITE_ATTEMPTS = 10  # a controller's read-modify-write of a znode others write too
 
 
 class StaleVersion(Exception):
@@ -586,6 +588,61 @@ class ZkStore:
                 self.client.delete(f"{ISR_CHANGE_NOTIFICATION}/{name}")
             except NoNodeError:
                 pass
+
+    def set_partition_replicas(self, topic: str, partition: int, replicas: tuple[int, ...],
+                               adding: tuple[int, ...], removing: tuple[int, ...], *,
+                               controller_epoch_version: int) -> TopicAssignment | None:
+        """The controller's change of one partition's replicas in /brokers/topics/<topic>
+        (its adding_replicas and removing_replicas listed only while not empty), written on
+        the version read (a concurrent CreatePartitions makes it read again) and on the
+        controller epoch's; the topic's new assignment, None when the topic is gone."""
+        for _ in range(_REWRITE_ATTEMPTS):
+            found = self.topic_assignment(topic)
+            if found is None:
+                return None
+            assignment = found.value.with_partition(partition, replicas, adding, removing)
+            try:
+                self.set_topic_assignment(topic, assignment, found.zk_version,
+                                          controller_epoch_version=controller_epoch_version)
+            except StaleVersion:
+                continue
+            return assignment
+        raise StaleVersion(f"{topic_path(topic)} changed under {_REWRITE_ATTEMPTS} writes in a row")
+
+    def watch_partition_reassignment(self, watch: Watch) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The targets /admin/reassign_partitions holds (none when it is absent), watching
+        its creation, change and deletion."""
+        if self.client.exists(REASSIGN_PARTITIONS, watch=watch) is None:
+            return {}
+        found = self._get(REASSIGN_PARTITIONS, PartitionReassignment)
+        return dict(found.value.partitions) if found else {}
+
+    def remove_partition_reassignments(self, done: Callable[[tuple[str, int], tuple[int, ...]], bool],
+                                       *, controller_epoch_version: int) -> None:
+        """Drops the partitions for which `done(partition, target)` from
+        /admin/reassign_partitions, deleting the znode with the last, conditional on its
+        version and the controller epoch's, as Kafka's controller does."""
+        for _ in range(_REWRITE_ATTEMPTS):
+            found = self._get(REASSIGN_PARTITIONS, PartitionReassignment)
+            if found is None:
+                return
+            kept = {tp: target for tp, target in found.value.partitions.items() if not done(tp, target)}
+            if len(kept) == len(found.value.partitions):
+                return
+
+            def writes(transaction):
+                if kept:
+                    transaction.set_data(REASSIGN_PARTITIONS, PartitionReassignment(kept).to_json(),
+                                         found.zk_version)
+                else:
+                    transaction.delete(REASSIGN_PARTITIONS, found.zk_version)
+
+            try:
+                self._commit(writes, controller_epoch_version)
+            except (BadVersionError, NoNodeError):
+                continue
+            return
+        raise StaleVersion(f"{REASSIGN_PARTITIONS} changed under {_REWRITE_ATTEMPTS} writes in a row")
 
     def add_session_listener(self, listener: Callable[[KazooState], None]) -> None:
         """`listener(state)` on kazoo's thread at each change of the session's state:

@@ -12,7 +12,7 @@ lists its rules. ApiVersions and the SASL APIs need nothing.
 """
 
 from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, STOP_REPLICA,
-                           UPDATE_METADATA, ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
+                           UPDATE_METADATA, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, APIS,
                            API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS,
                            DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
                            DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
@@ -26,7 +26,7 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
 
 from broker.handlers import (acls, alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
                              groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
-                             offsets, produce, sasl, scram, topics_admin, transactions)
+                             offsets, produce, reassignments, sasl, scram, topics_admin, transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -77,12 +77,15 @@ HANDLERS = {
 # What a connection on a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset((API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key))
 
-# A cluster broker's requests from the controller; the single node does not serve them.
+# A cluster broker's requests from the controller, and those that move replicas between
+# brokers; the single node does not serve them.
 CLUSTER_HANDLERS = {
     LEADER_AND_ISR.key: inter_broker.leader_and_isr,
     STOP_REPLICA.key: inter_broker.stop_replica,
     UPDATE_METADATA.key: inter_broker.update_metadata,
     CONTROLLED_SHUTDOWN.key: elect_leaders.controlled_shutdown,
+    ALTER_PARTITION_REASSIGNMENTS.key: reassignments.alter_partition_reassignments,
+    LIST_PARTITION_REASSIGNMENTS.key: reassignments.list_partition_reassignments,
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.

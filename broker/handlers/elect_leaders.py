@@ -29,7 +29,8 @@ _Elect = ELECT_LEADERS.response
 _Shutdown = CONTROLLED_SHUTDOWN.response
 
 
-def _active_controller(broker):
+def active_controller(broker):
+    """The broker's controller if it is the active one; NOT_CONTROLLER otherwise."""
     controller = broker.controller
     if controller is None or not controller.is_active:
         raise BrokerError(ErrorCode.NOT_CONTROLLER, f"broker {broker.node_id} is not the controller")
@@ -68,7 +69,7 @@ def _single_node_election(broker, version: int, partitions):
 
 async def _elect(broker, version: int, election_type: int, partitions):
     try:
-        results = await _active_controller(broker).elect_leaders(election_type, partitions)
+        results = await active_controller(broker).elect_leaders(election_type, partitions)
     except BrokerError as exc:
         failed = {tp: (exc.code, str(exc)) for tp in partitions or ()}
         return _election_response(version, exc.code, failed)
@@ -90,7 +91,7 @@ async def controlled_shutdown(broker, header, request, session):
     if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
         return _Shutdown(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
-        remaining = await _active_controller(broker).controlled_shutdown(
+        remaining = await active_controller(broker).controlled_shutdown(
             request.broker_id, request.broker_epoch)
     except BrokerError as exc:
         return _Shutdown(error_code=exc.code)

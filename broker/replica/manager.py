@@ -11,6 +11,8 @@ and a leader's ISR changes written to ZooKeeper.
   answers it. The first state of a partition in this process is applied at an epoch
   equal to the log's latest. A state that does not list this broker as a replica is
   UNKNOWN_TOPIC_OR_PARTITION.
+- StopReplica stops fetching the partition; with delete, the replica leads no more (the
+  requests waiting on it are woken and answer NOT_LEADER_OR_FOLLOWER) and its log goes.
 - Leader: the partition leads with the given replicas and ISR; it is no longer fetched.
   Follower: it follows the given leader; its fetcher truncates it first. A partition of
   a coordinator's topic is loaded by that coordinator when it starts leading here and
@@ -180,6 +182,7 @@ class ReplicaManager:
                 results[key] = ErrorCode.FENCED_LEADER_EPOCH
                 continue
             if delete:
+                partition.stop()
                 self._states.pop(key, None)
                 self._isr_in_zk.pop(key, None)
                 try:

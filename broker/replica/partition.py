@@ -116,6 +116,16 @@ class Partition:
         self._delayed.wake(self.key)
         return changed
 
+    def stop(self) -> None:
+        """The controller stopped this replica to delete it (moved away, or its topic
+        deleted): it leads and follows no one. Waiting requests are woken
+        to find that out, as Kafka completes them when it stops a replica, rather than
+        waiting out their timeouts for a high watermark that no longer moves here."""
+        self.leader_id = -1
+        self._followers = {}
+        self._state_changed()
+        self._delayed.wake(self.key)
+
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id

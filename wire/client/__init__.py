@@ -26,7 +26,7 @@ from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, D
                                CommittedOffset, ConfigEntry, ConfigSynonym, Coordinator,
                                CreatedTopic, FetchedRecords, FetchResult, GroupDescription,
                                GroupMember, ListedGroup, ListedTransaction, NewTopic, OffsetAndTimestamp,
-                               PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
+                               OngoingReassignment, PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
                                TransactionDescription)
 from wire.client.security import ClientSecurity
 from wire.client.sync import Client
@@ -47,6 +47,6 @@ __all__ = [
     "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
     "FetchedRecords", "FetchResult", "GroupDescription", "GroupMember", "ListedGroup",
     "ListedTransaction", "TransactionDescription",
-    "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
+    "NewTopic", "OffsetAndTimestamp", "OngoingReassignment", "PartitionInfo", "ProduceResult", "ProducerRecord",
     "TopicInfo",
 ]

@@ -32,15 +32,16 @@ from wire.client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIM
                                ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
                                ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
                                GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
-                               OffsetAndTimestamp, PartitionInfo, ProduceResult, ProducerRecord,
-                               TopicInfo, TransactionDescription)
+                               OffsetAndTimestamp, OngoingReassignment, PartitionInfo, ProduceResult,
+                               ProducerRecord, TopicInfo, TransactionDescription)
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS, APIS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
+                           ALTER_USER_SCRAM_CREDENTIALS, APIS, LIST_PARTITION_REASSIGNMENTS,
                            CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS,
                            DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
                            DESCRIBE_GROUPS, DESCRIBE_USER_SCRAM_CREDENTIALS,
@@ -964,6 +965,66 @@ class AsyncClient:
             for topic, _ in results:
                 self._forget_topic(topic)
             return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+    async def alter_partition_reassignments(
+            self, targets: Mapping[tuple[str, int], Sequence[int] | None], *, timeout_ms: int = 60000
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """Reassign partitions through the controller: each partition's target replicas,
+        or None to cancel its reassignment in progress. Each partition's error is
+        returned, not raised; an error refusing the whole request is raised."""
+        async def attempt() -> dict[tuple[str, int], KafkaError | None]:
+            connection = await self._controller_connection()
+            Request = ALTER_PARTITION_REASSIGNMENTS.request
+            topics: dict[str, list] = {}
+            for (topic, partition), replicas in sorted(targets.items()):
+                topics.setdefault(topic, []).append(Request.ReassignablePartition(
+                    partition_index=partition, replicas=None if replicas is None else list(replicas)))
+            body = Request(timeout_ms=timeout_ms, topics=[
+                Request.ReassignableTopic(name=topic, partitions=partitions)
+                for topic, partitions in topics.items()])
+            response = await connection.request(
+                ALTER_PARTITION_REASSIGNMENTS, connection.version(ALTER_PARTITION_REASSIGNMENTS),
+                body, timeout=self.request_timeout + timeout_ms / 1000)
+            check(response.error_code, "alter partition reassignments", response.error_message)
+            results = {}
+            for answer in response.responses:
+                for result in answer.partitions:
+                    tp = (answer.name, result.partition_index)
+                    results[tp] = KafkaError(result.error_code, f"reassign {tp[0]}-{tp[1]}",
+                                             result.error_message) if result.error_code else None
+            missing = [tp for tp in targets if tp not in results]
+            if missing:
+                raise ProtocolViolation(f"alter partition reassignments: no result for {missing}")
+            for topic, _ in results:
+                self._forget_topic(topic)
+            return results
+
+        return await self._retrying(attempt, self._forget_controller)
+
+    async def list_partition_reassignments(
+            self, partitions: Iterable[tuple[str, int]] | None = None, *, timeout_ms: int = 60000
+    ) -> dict[tuple[str, int], OngoingReassignment]:
+        """The reassignments in progress, of `partitions` or (None) of the whole cluster."""
+        wanted = None if partitions is None else sorted(set(partitions))
+
+        async def attempt() -> dict[tuple[str, int], OngoingReassignment]:
+            connection = await self._controller_connection()
+            Request = LIST_PARTITION_REASSIGNMENTS.request
+            topics: dict[str, list[int]] = {}
+            for topic, partition in wanted or ():
+                topics.setdefault(topic, []).append(partition)
+            body = Request(timeout_ms=timeout_ms, topics=None if wanted is None else [
+                Request.ListPartitionReassignmentsTopics(name=topic, partition_indexes=indexes)
+                for topic, indexes in topics.items()])
+            response = await connection.request(
+                LIST_PARTITION_REASSIGNMENTS, connection.version(LIST_PARTITION_REASSIGNMENTS),
+                body, timeout=self.request_timeout + timeout_ms / 1000)
+            check(response.error_code, "list partition reassignments", response.error_message)
+            return {(topic.name, p.partition_index): OngoingReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+                for topic in response.topics for p in topic.partitions}
 
         return await self._retrying(attempt, self._forget_controller)
 

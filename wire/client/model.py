@@ -106,6 +106,13 @@ class ClusterMetadata:
     topics: dict[str, TopicInfo]
 
 
+class OngoingReassignment(NamedTuple):
+    """A partition being reassigned: its replicas, those being added and those being removed."""
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class NewTopic:
     """A topic for `create_topics`; -1 leaves partitions or replication to the broker."""

@@ -89,6 +89,8 @@ class Client:
     delete_topics = _blocking("delete_topics")
     create_partitions = _blocking("create_partitions")
     elect_leaders = _blocking("elect_leaders")
+    alter_partition_reassignments = _blocking("alter_partition_reassignments")
+    list_partition_reassignments = _blocking("list_partition_reassignments")
     describe_configs = _blocking("describe_configs")
     alter_configs = _blocking("alter_configs")
     incremental_alter_configs = _blocking("incremental_alter_configs")

@@ -13,7 +13,8 @@ knows literal resource names only.
 from __future__ import annotations
 
 from wire.client.errors import UnsupportedVersion
-from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS, API_VERSIONS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
+                           LIST_PARTITION_REASSIGNMENTS, ALTER_USER_SCRAM_CREDENTIALS, API_VERSIONS,
                            CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS, DELETE_GROUPS,
                            DESCRIBE_ACLS, DESCRIBE_USER_SCRAM_CREDENTIALS,
                            DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS,
@@ -47,6 +48,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_GROUPS.key: (0, 2),
     CREATE_PARTITIONS.key: (0, 3),
     ELECT_LEADERS.key: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS.key: (0, 0),
+    LIST_PARTITION_REASSIGNMENTS.key: (0, 0),
     DESCRIBE_CONFIGS.key: (0, 4),
     ALTER_CONFIGS.key: (0, 2),
     INCREMENTAL_ALTER_CONFIGS.key: (0, 1),

@@ -1,0 +1,283 @@
+"""Partition reassignments in a real 3-broker cluster (tests/cluster.py), as Kafka's
+ZooKeeper-mode controller carries them out (KIP-455): AlterPartitionReassignments and
+ListPartitionReassignments through the project's client, and /admin/reassign_partitions
+written as Kafka's tools wrote it.
+
+- A partition moves from brokers {0, 1} to {2, 1} while an idempotent producer writes at
+  acks=all with min.insync.replicas=2: nothing lost or duplicated, the new replica holds
+  every acknowledged record (read from it as the leader), the topic znode keeps no adding
+  or removing replicas, and the old replica's directory is deleted. The produces the old
+  leader held waiting for acks=all are answered when its replica is deleted, not left to
+  time out.
+- An acks=all produce the old leader holds (its follower paused) is answered
+  NOT_LEADER_OR_FOLLOWER as soon as the reassignment deletes the old leader's replica,
+  not after the produce's timeout.
+- A reassignment whose new replica cannot catch up (its broker paused) is listed with
+  its adding replicas and cancelled: the replicas are the original ones again, and the
+  broker, once resumed, deletes what it had started.
+- Bad input gets Kafka's error codes and changes nothing.
+- Kafka's kafka-reassign-partitions (ReassignPartitionsCommand of kafka-tools 4.4):
+  --generate proposes a plan over the brokers given, --execute starts it, --verify sees it
+  completed and --list finds nothing left.
+- /admin/reassign_partitions: the controller carries out what it lists, drops an entry
+  it refuses, and deletes the znode once done.
+- The controller SIGKILLed as it finds a reassignment's new replica in sync (fail point
+  reassignment-before-completion): the next controller completes it from ZooKeeper, with
+  nothing lost, and the old replica's broker deletes its replica when it starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import confluent_kafka.admin
+import pytest
+
+from broker.cluster.zk_layout import TopicAssignment
+from sluice.polling import wait_for
+from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
+from tests.test_kafka_tools import tool
+from wire.client import PREFERRED_ELECTION, Client
+from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
+
+pytestmark = pytest.mark.timeout(180)
+
+REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+# Sessions long enough for a broker paused a few seconds to stay registered, and in the
+# ISR while paused.
+PROPERTIES = {**FAST_FAILOVER, "zookeeper.session.timeout.ms": "20000",
+              "replica.lag.time.max.ms": "10000", "auto.leader.rebalance.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory, zookeeper):
+    with Cluster(tmp_path_factory.mktemp("reassign"), zookeeper, brokers=3,
+                 properties=PROPERTIES) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's cluster with every broker running (a failed test may have left one down)."""
+    for broker_id in shared_cluster.ids:
+        if broker_id in shared_cluster.paused:
+            shared_cluster.resume(broker_id)
+        if shared_cluster.processes[broker_id].proc is None:
+            shared_cluster.restart(broker_id)
+    shared_cluster.wait_for_brokers()
+    return shared_cluster
+
+
+def create_placed(cluster: Cluster, topic: str, replicas: list[list[int]], configs=None) -> None:
+    """A topic with its partitions' replicas placed by hand, led and in sync."""
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([confluent_kafka.admin.NewTopic(topic, len(replicas), replica_assignment=replicas,
+                                                        config=dict(configs or {}))])[topic].result(30)
+    cluster.wait_for_leaders(topic, full_isr=True)
+
+
+def assignment_in_zk(cluster: Cluster, zk, topic: str) -> TopicAssignment:
+    path = f"{cluster.chroot}/brokers/topics/{topic}"
+    data, _ = zk.get(path)
+    return TopicAssignment.from_json(path, data)
+
+
+def wait_until_reassigned(cluster: Cluster, topic: str, partition: int, replicas: tuple[int, ...],
+                          timeout: float = 60.0) -> None:
+    """Until the controller lists no reassignment of the partition and every live broker's
+    Metadata gives it `replicas`."""
+    with Client(cluster.bootstrap_servers, call_timeout=30) as client:
+        def done() -> bool:
+            if client.list_partition_reassignments([(topic, partition)]):
+                return False
+            return all(cluster.partitions(topic, b)[partition].replicas == replicas for b in cluster.live)
+
+        cluster.wait(done, timeout, f"{topic}-{partition} to be reassigned to {list(replicas)}")
+
+
+def test_a_partition_moves_to_another_broker_under_an_idempotent_producer(cluster, zk):
+    topic, seed = "moved-under-load", pick_seed()
+    create_placed(cluster, topic, [[0, 1]], {"min.insync.replicas": "2"})
+    workload = Workload(cluster.bootstrap_servers, topic, 1, seed=seed, rate=300, count=100_000).start()
+    try:
+        workload.wait_acked(300)
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            assert client.alter_partition_reassignments({(topic, 0): [2, 1]}) == {(topic, 0): None}
+        wait_until_reassigned(cluster, topic, 0, (2, 1))
+        # The producer goes on writing, without waiting out librdkafka's request timeout
+        # (30 s) on an acks=all produce the old leader held when its replica was deleted.
+        workload.wait_acked(300, timeout=15)
+        workload.finish()
+    except BaseException:
+        workload.abandon()
+        raise
+    assignment = assignment_in_zk(cluster, zk, topic)
+    assert (assignment.partitions, assignment.adding_replicas, assignment.removing_replicas) == (
+        {0: (2, 1)}, {}, {})
+    cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
+                 f"broker 0 to delete its replica of {topic}-0")
+
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:  # the new replica leads
+        client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+    cluster.wait(lambda: cluster.leader_of(topic) == 2, 30, f"broker 2 to lead {topic}-0")
+    anomalies = verify(cluster, topic, 1, [workload], test="move under load", seed=seed)
+    assert anomalies.clean, anomalies.summary()
+
+
+def test_a_produce_the_old_leader_holds_is_answered_when_its_replica_is_deleted(cluster):
+    topic = "held-by-old-leader"
+    create_placed(cluster, topic, [[0, 1]])
+    log = Path(cluster.processes[0].data_dir) / f"{topic}-0" / f"{0:020d}.log"
+    cluster.pause(1)  # in the ISR, fetching nothing: broker 0 holds acks=all produces
+    try:
+        with ThreadPoolExecutor(1) as pool, \
+                Client(cluster.address(0), retries=0, call_timeout=120, request_timeout=90) as producer:
+            held = pool.submit(producer.produce, topic, 0, [(None, b"held")], acks=-1, timeout_ms=60000)
+            cluster.wait(lambda: log.exists() and log.stat().st_size > 0, 30,
+                         "broker 0 to append the produce")
+            with Client(cluster.address(0), call_timeout=60) as client:
+                assert client.alter_partition_reassignments({(topic, 0): [2]}) == {(topic, 0): None}
+            started = time.monotonic()
+            with pytest.raises(KafkaError) as answered:
+                held.result(timeout=50)
+            assert answered.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answered.value
+            assert time.monotonic() - started < 30
+    finally:
+        cluster.resume(1)
+    wait_until_reassigned(cluster, topic, 0, (2,))
+
+
+def test_a_reassignment_is_listed_and_cancelled(cluster):
+    topic = "cancelled"
+    create_placed(cluster, topic, [[0]])
+    with Client(cluster.address(0), call_timeout=60) as client:
+        client.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
+        cluster.pause(2)  # registered, but the new replica cannot catch up
+        try:
+            assert client.alter_partition_reassignments({(topic, 0): [0, 2]}) == {(topic, 0): None}
+            listed = client.list_partition_reassignments()
+            assert listed[(topic, 0)] == ((0, 2), (2,), ()), listed
+            assert client.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
+            assert client.list_partition_reassignments([(topic, 0)]) == {}
+        finally:
+            cluster.resume(2)
+        assert cluster.partitions(topic)[0].replicas == (0,)
+        cluster.wait(lambda: cluster.partition_dirs(2, topic) == [], 30,
+                     f"broker 2 to delete what it started of {topic}-0")
+        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        assert [r.value for r in fetched.records] == [b"kept-%d" % i for i in range(20)]
+
+
+def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster):
+    topic = "reassign-bad"
+    create_placed(cluster, topic, [[0, 1]])
+    before = cluster.partitions(topic)[0]
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        results = client.alter_partition_reassignments({
+            (topic, 0): [], ("no-such-topic", 0): [1, 2], (topic, 5): [1, 2]})
+        assert {tp: error.code for tp, error in results.items()} == {
+            (topic, 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            (topic, 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        for target in ([1, 1], [1, 7], [1, -1]):  # duplicate, no such broker, negative
+            (error,) = client.alter_partition_reassignments({(topic, 0): target}).values()
+            assert error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, (target, error)
+        (error,) = client.alter_partition_reassignments({(topic, 0): None}).values()
+        assert error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, error
+        assert client.list_partition_reassignments() == {}
+    after = cluster.partitions(topic)[0]
+    assert (after.replicas, after.leader_id, after.leader_epoch) == (
+        before.replicas, before.leader_id, before.leader_epoch)
+
+
+def test_admin_reassign_partitions_znode_is_carried_out_and_deleted(cluster, zk):
+    topic = "reassigned-in-zk"
+    create_placed(cluster, topic, [[0]])
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        client.produce(topic, 0, [(None, b"zk-%d" % i) for i in range(20)])
+    path = f"{cluster.chroot}/admin/reassign_partitions"
+    zk.create(path, json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1]},
+        {"topic": "no-such-topic", "partition": 0, "replicas": [1]}]}).encode())
+    wait_until_reassigned(cluster, topic, 0, (1,))
+    cluster.wait(lambda: zk.exists(path) is None, 30, f"the controller to delete {path}")
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+    assert [r.value for r in fetched.records] == [b"zk-%d" % i for i in range(20)]
+    cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
+                 f"broker 0 to delete its replica of {topic}-0")
+
+
+def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
+    """--generate, --execute, --verify and --list (a reassignment cancelled is the client's
+    test above: the tool waits on a paused broker). --verify keeps the throttles
+    (--preserve-throttles): removing them alters replication throttle configs, not served yet."""
+    topic = "reassigned-by-kafka"
+    create_placed(cluster, topic, [[0, 1], [1, 2]])
+    bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
+    wanted = tmp_path / "topics.json"
+    wanted.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    generated = tool(REASSIGN, *bootstrap, "--generate", "--topics-to-move-json-file", str(wanted),
+                     "--broker-list", "1,2")
+    proposed = json.loads(generated.stdout.split("Proposed partition reassignment configuration")[1])
+    assert {(p["partition"], tuple(sorted(p["replicas"]))) for p in proposed["partitions"]} == {
+        (0, (1, 2)), (1, (1, 2))}
+
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 1], "log_dirs": ["any", "any"]}]}))
+    executed = tool(REASSIGN, *bootstrap, "--execute", "--reassignment-json-file", str(moved))
+    assert f"Successfully started partition reassignment for {topic}-0" in executed.stdout
+    cluster.wait(lambda: f"Reassignment of partition {topic}-0 is completed." in tool(
+        REASSIGN, *bootstrap, "--verify", "--preserve-throttles", "--reassignment-json-file",
+        str(moved)).stdout, 60, f"--verify to find {topic}-0 reassigned")
+    wait_until_reassigned(cluster, topic, 0, (2, 1))
+    assert "No partition reassignments found." in tool(REASSIGN, *bootstrap, "--list").stdout
+
+
+def test_a_new_controller_completes_the_reassignment_of_one_killed_midway(tmp_path, zookeeper,
+                                                                            monkeypatch):
+    topic, seed = "moved-across-failover", pick_seed()
+    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=FAST_FAILOVER)
+    workload = None
+    try:
+        monkeypatch.setenv("SLUICE_FAILPOINTS", "reassignment-before-completion")
+        cluster.processes[0].start()  # alone: it becomes the controller
+        monkeypatch.delenv("SLUICE_FAILPOINTS")
+        cluster.wait(lambda: getattr(cluster._try_metadata(0, []), "controller_id", None) == 0, 30,
+                     "broker 0 to become the controller")
+        for broker_id in (1, 2):
+            cluster.processes[broker_id].start()
+        cluster.wait_for_brokers()
+        create_placed(cluster, topic, [[0, 1]], {"min.insync.replicas": "2"})
+        workload = Workload(cluster.all_servers, topic, 1, seed=seed, rate=300, count=100_000).start()
+        workload.wait_acked(300)
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+        wait_for(lambda: cluster.processes[0].proc.poll() is not None, 60,
+                 "the controller to die at its fail point")
+        cluster.kill(0)  # reaped: out of bootstrap_servers and the waits
+        assert "fail point reassignment-before-completion reached" in cluster.output(0, 200)
+        wait_until_reassigned(cluster, topic, 0, (1, 2))
+        workload.wait_acked(300)
+        workload.finish()
+
+        assert cluster.partition_dirs(0, topic) == [f"{topic}-0"]  # left while it was down
+        cluster.restart(0)
+        cluster.wait_for_brokers()
+        cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
+                     f"broker 0 to delete its replica of {topic}-0 at its start")
+        anomalies = verify(cluster, topic, 1, [workload], test="move across a controller failover",
+                           seed=seed)
+        assert anomalies.clean, anomalies.summary()
+    except BaseException:
+        if workload is not None:
+            workload.abandon()
+        raise
+    finally:
+        cluster.close()
