@@ -13,8 +13,9 @@ written as Kafka's tools wrote it.
   NOT_LEADER_OR_FOLLOWER as soon as the reassignment deletes the old leader's replica,
   not after the produce's timeout.
 - A reassignment whose new replica cannot catch up (its broker paused) is listed with
-  its adding replicas and cancelled: the replicas are the original ones again, and the
-  broker, once resumed, deletes what it had started.
+  its adding replicas (CreatePartitions refuses its topic meanwhile: REASSIGNMENT_IN_PROGRESS)
+  and cancelled: the replicas are the original ones again, and the broker, once resumed,
+  deletes what it had started.
 - Bad input gets Kafka's error codes and changes nothing.
 - Kafka's kafka-reassign-partitions (ReassignPartitionsCommand of kafka-tools 4.4):
   --generate proposes a plan over the brokers given, --execute starts it, --verify sees it
@@ -162,6 +163,8 @@ def test_a_reassignment_is_listed_and_cancelled(cluster):
             assert client.alter_partition_reassignments({(topic, 0): [0, 2]}) == {(topic, 0): None}
             listed = client.list_partition_reassignments()
             assert listed[(topic, 0)] == ((0, 2), (2,), ()), listed
+            (refused,) = client.create_partitions({topic: 2}).values()
+            assert refused.code == ErrorCode.REASSIGNMENT_IN_PROGRESS, refused
             assert client.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
             assert client.list_partition_reassignments([(topic, 0)]) == {}
         finally:

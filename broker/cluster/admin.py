@@ -7,9 +7,9 @@ AdminZkClient writes it; the controller acts on the znodes.
   exists there is TOPIC_ALREADY_EXISTS. Replicas are placed over the brokers registered
   in /brokers/ids with Kafka's placement (rack-aware when every broker has a rack), or
   taken from a manual assignment naming registered brokers.
-- Add partitions: the assignment grows, written on the version it was read at (a
-  concurrent change is retried by the client: REASSIGNMENT_IN_PROGRESS is not used; a
-  lost race answers INVALID_PARTITIONS with the reason).
+- Add partitions: the assignment grows, written on the version it was read at (a lost
+  race answers INVALID_PARTITIONS with the reason); a topic with a partition being
+  reassigned is REASSIGNMENT_IN_PROGRESS, as Kafka refuses it.
 - The internal topics (`__consumer_offsets`, `__transaction_state`) are created on the
   first FindCoordinator for one of their keys, as Kafka creates them: the configured
   partitions and replication factor (offsets.topic.* / transaction.state.log.*),
@@ -161,6 +161,9 @@ class ClusterTopicAdmin:
         if found is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         current: TopicAssignment = found.value
+        if current.adding_replicas or current.removing_replicas:
+            raise BrokerError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                              f"a partition reassignment is in progress for the topic {name!r}")
         existing = [current.partitions[p] for p in sorted(current.partitions)]
         brokers = await _zk(_live_brokers, store)
         added = placement.add_partitions(brokers, existing, count, assignments=assignments)
