@@ -9,6 +9,9 @@ written as Kafka's tools wrote it.
   or removing replicas, and the old replica's directory is deleted. The produces the old
   leader held waiting for acks=all are answered when its replica is deleted, not left to
   time out.
+- The replication factor grows from 1 to 3 and shrinks to 2, the data kept.
+- A partition of __consumer_offsets moves off the broker leading it: its groups'
+  coordinator follows the new leader, the committed offsets kept.
 - An acks=all produce the old leader holds (its follower paused) is answered
   NOT_LEADER_OR_FOLLOWER as soon as the reassignment deletes the old leader's replica,
   not after the produce's timeout.
@@ -38,6 +41,7 @@ import confluent_kafka.admin
 import pytest
 
 from broker.cluster.zk_layout import TopicAssignment
+from broker.groups.offsets_log import partition_for
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_kafka_tools import tool
@@ -128,6 +132,47 @@ def test_a_partition_moves_to_another_broker_under_an_idempotent_producer(cluste
     cluster.wait(lambda: cluster.leader_of(topic) == 2, 30, f"broker 2 to lead {topic}-0")
     anomalies = verify(cluster, topic, 1, [workload], test="move under load", seed=seed)
     assert anomalies.clean, anomalies.summary()
+
+
+def test_replication_factor_grows_from_1_to_3_and_shrinks_to_2(cluster):
+    topic = "refactored"
+    create_placed(cluster, topic, [[0]])
+    values = [b"rf-%d" % i for i in range(50)]
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        client.produce(topic, 0, [(None, v) for v in values])
+        assert client.alter_partition_reassignments({(topic, 0): [0, 1, 2]}) == {(topic, 0): None}
+        wait_until_reassigned(cluster, topic, 0, (0, 1, 2))
+        cluster.wait_for_isr(topic, 0, (0, 1, 2))
+        assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+        wait_until_reassigned(cluster, topic, 0, (1, 2))
+        assert cluster.isr_of(topic) == (1, 2) and cluster.leader_of(topic) == 1
+        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+    assert [r.value for r in fetched.records] == values
+    cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
+                 f"broker 0 to delete its replica of {topic}-0")
+
+
+def test_a_group_coordinator_follows_its_offsets_partition_off_a_broker(cluster):
+    group, topic, offsets_topic = "moved-coordinator", "coordinated-reads", "__consumer_offsets"
+    create_placed(cluster, topic, [[1]])
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        client.commit_offsets(group, {(topic, 0): 42})
+        cluster.wait_for_leaders(offsets_topic, full_isr=True)
+        partition = partition_for(group, len(cluster.partitions(offsets_topic)))
+        old = cluster.leader_of(offsets_topic, partition)
+        assert client.find_coordinator(group).node_id == old
+        kept = tuple(b for b in cluster.partitions(offsets_topic)[partition].replicas if b != old)
+        assert client.alter_partition_reassignments({(offsets_topic, partition): kept}) == {
+            (offsets_topic, partition): None}
+        wait_until_reassigned(cluster, offsets_topic, partition, kept)
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        assert client.find_coordinator(group).node_id in kept
+        assert client.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 42
+        client.commit_offsets(group, {(topic, 0): 43})
+        assert client.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 43
+    cluster.wait(lambda: cluster.partition_dirs(old, offsets_topic) == sorted(
+        f"{offsets_topic}-{p}" for p, info in cluster.partitions(offsets_topic).items()
+        if old in info.replicas), 30, f"broker {old} to delete its replica of {offsets_topic}-{partition}")
 
 
 def test_a_produce_the_old_leader_holds_is_answered_when_its_replica_is_deleted(cluster):
