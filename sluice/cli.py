@@ -1,6 +1,6 @@
 """The `sluice` command: `sluice broker …` runs a broker, `sluice cluster …` a development
 cluster (ZooKeeper and N brokers); `sluice topics …`, `sluice groups …`, `sluice configs …`,
-`sluice leader-election …`, `sluice acls …` and `sluice users …` administer any
+`sluice leader-election …`, `sluice reassign …`, `sluice acls …` and `sluice users …` administer any
 Kafka-compatible cluster over the wire protocol, and `sluice console …` serves a web
 console of one.
 
@@ -22,6 +22,7 @@ commands:
   configs   describe and change topic and broker configs (sluice configs --help)
   leader-election
             elect preferred (or unclean) leaders now (sluice leader-election --help)
+  reassign  move partitions' replicas between brokers, as kafka-reassign-partitions (sluice reassign --help)
   acls      add, list and remove ACLs (sluice acls --help)
   users     add, list and remove users' SCRAM credentials (sluice users --help)
   console   a web console: brokers, topics, messages, groups and their lag (sluice console --help)
@@ -52,6 +53,9 @@ def main(argv=None) -> int:
     if command == "leader-election":
         from sluice.leader_election import main as leader_election_main
         return leader_election_main(rest)
+    if command == "reassign":
+        from sluice.reassign import main as reassign_main
+        return reassign_main(rest)
     if command == "acls":
         from sluice.acls import main as acls_main
         return acls_main(rest)

@@ -23,6 +23,7 @@ import traceback
 from typing import Awaitable, Callable, Iterable, Sequence
 
 from wire.client import AsyncClient, ClientError, ClientSecurity, SecurityConfigError
+from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 
 __all__ = ["CommandError", "add_connection_options", "check_connection_options", "emit_json",
@@ -216,6 +217,11 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()
              for line in [list(headers), *texts]]
     return "\n".join(lines)
+
+
+def code_name(code) -> str:
+    """An error code's Kafka name; the number when the client does not know it."""
+    return code.name if isinstance(code, ErrorCode) else str(code)
 
 
 def emit_json(document) -> None:

@@ -20,7 +20,7 @@ from wire.client import PREFERRED_ELECTION, UNCLEAN_ELECTION, AsyncClient
 from wire.error_codes import ErrorCode
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
-                           emit_json, non_negative, run_command)
+                           code_name, emit_json, non_negative, run_command)
 
 __all__ = ["main", "parser"]
 
@@ -106,7 +106,7 @@ async def elect(client: AsyncClient, args) -> int:
     if args.output == "json":
         emit_json({"election_type": args.election_type, "elected": _listed(elected),
                    "not_needed": _listed(not_needed),
-                   "failed": [{"topic": t, "partition": p, "error": _code_name(e.code),
+                   "failed": [{"topic": t, "partition": p, "error": code_name(e.code),
                                "message": e.message} for (t, p), e in failed]})
     else:
         if elected:
@@ -116,7 +116,7 @@ async def elect(client: AsyncClient, args) -> int:
             print(f"Valid replica already elected for partitions {_names(not_needed)}")
         for (topic, partition), error in failed:
             print(f"Error completing leader election ({kind}) for partition: "
-                  f"{topic}-{partition}: {_code_name(error.code)}"
+                  f"{topic}-{partition}: {code_name(error.code)}"
                   + (f": {error.message}" if error.message else ""))
     if failed:
         print(f"sluice: {len(failed)} replica(s) could not be elected", file=sys.stderr)
@@ -130,7 +130,3 @@ def _names(partitions) -> str:
 
 def _listed(partitions) -> list[dict]:
     return [{"topic": topic, "partition": partition} for topic, partition in partitions]
-
-
-def _code_name(code) -> str:
-    return code.name if isinstance(code, ErrorCode) else str(code)

@@ -19,6 +19,11 @@ written as Kafka's tools wrote it.
   its adding replicas (CreatePartitions refuses its topic meanwhile: REASSIGNMENT_IN_PROGRESS)
   and cancelled: the replicas are the original ones again, and the broker, once resumed,
   deletes what it had started.
+- `sluice reassign` (kafka-reassign-partitions' shape): --execute prints the assignment to
+  roll back to and starts the plan, --verify says completed or still in progress, --list
+  shows the replicas being added, a second --execute is refused without --additional,
+  --cancel restores the original replicas; malformed JSON is named with its line, and
+  --throttle is refused.
 - Bad input gets Kafka's error codes and changes nothing.
 - Kafka's kafka-reassign-partitions (ReassignPartitionsCommand of kafka-tools 4.4):
   --generate proposes a plan over the brokers given, --execute starts it, --verify sees it
@@ -44,6 +49,7 @@ from broker.cluster.zk_layout import TopicAssignment
 from broker.groups.offsets_log import partition_for
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
+from tests.test_cluster_admin import sluice
 from tests.test_kafka_tools import tool
 from wire.client import PREFERRED_ELECTION, Client
 from wire.error_codes import ErrorCode
@@ -175,50 +181,112 @@ def test_a_group_coordinator_follows_its_offsets_partition_off_a_broker(cluster)
         if old in info.replicas), 30, f"broker {old} to delete its replica of {offsets_topic}-{partition}")
 
 
+def roles(cluster: Cluster) -> tuple[int, int, int]:
+    """Two brokers, then one that is not the controller: the one a test pauses (the
+    controller must answer throughout)."""
+    controller = cluster.controller_id()
+    paused = max(b for b in cluster.ids if b != controller)
+    first, second = (b for b in cluster.ids if b != paused)
+    return first, second, paused
+
+
 def test_a_produce_the_old_leader_holds_is_answered_when_its_replica_is_deleted(cluster):
     topic = "held-by-old-leader"
-    create_placed(cluster, topic, [[0, 1]])
-    log = Path(cluster.processes[0].data_dir) / f"{topic}-0" / f"{0:020d}.log"
-    cluster.pause(1)  # in the ISR, fetching nothing: broker 0 holds acks=all produces
+    leader, new, follower = roles(cluster)
+    create_placed(cluster, topic, [[leader, follower]])
+    log = Path(cluster.processes[leader].data_dir) / f"{topic}-0" / f"{0:020d}.log"
+    cluster.pause(follower)  # in the ISR, fetching nothing: the leader holds acks=all produces
     try:
-        with ThreadPoolExecutor(1) as pool, \
-                Client(cluster.address(0), retries=0, call_timeout=120, request_timeout=90) as producer:
+        with ThreadPoolExecutor(1) as pool, Client(cluster.address(leader), retries=0, call_timeout=120,
+                                                   request_timeout=90) as producer:
             held = pool.submit(producer.produce, topic, 0, [(None, b"held")], acks=-1, timeout_ms=60000)
             cluster.wait(lambda: log.exists() and log.stat().st_size > 0, 30,
-                         "broker 0 to append the produce")
-            with Client(cluster.address(0), call_timeout=60) as client:
-                assert client.alter_partition_reassignments({(topic, 0): [2]}) == {(topic, 0): None}
+                         f"broker {leader} to append the produce")
+            with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+                assert client.alter_partition_reassignments({(topic, 0): [new]}) == {(topic, 0): None}
             started = time.monotonic()
             with pytest.raises(KafkaError) as answered:
                 held.result(timeout=50)
             assert answered.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answered.value
             assert time.monotonic() - started < 30
     finally:
-        cluster.resume(1)
-    wait_until_reassigned(cluster, topic, 0, (2,))
+        cluster.resume(follower)
+    wait_until_reassigned(cluster, topic, 0, (new,))
 
 
 def test_a_reassignment_is_listed_and_cancelled(cluster):
     topic = "cancelled"
-    create_placed(cluster, topic, [[0]])
-    with Client(cluster.address(0), call_timeout=60) as client:
+    kept, _, added = roles(cluster)
+    create_placed(cluster, topic, [[kept]])
+    with Client(cluster.address(kept), call_timeout=60) as client:
         client.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
-        cluster.pause(2)  # registered, but the new replica cannot catch up
+        cluster.pause(added)  # registered, but the new replica cannot catch up
         try:
-            assert client.alter_partition_reassignments({(topic, 0): [0, 2]}) == {(topic, 0): None}
+            assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {(topic, 0): None}
             listed = client.list_partition_reassignments()
-            assert listed[(topic, 0)] == ((0, 2), (2,), ()), listed
+            assert listed[(topic, 0)] == ((kept, added), (added,), ()), listed
             (refused,) = client.create_partitions({topic: 2}).values()
             assert refused.code == ErrorCode.REASSIGNMENT_IN_PROGRESS, refused
             assert client.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
             assert client.list_partition_reassignments([(topic, 0)]) == {}
         finally:
-            cluster.resume(2)
-        assert cluster.partitions(topic)[0].replicas == (0,)
-        cluster.wait(lambda: cluster.partition_dirs(2, topic) == [], 30,
-                     f"broker 2 to delete what it started of {topic}-0")
+            cluster.resume(added)
+        assert cluster.partitions(topic)[0].replicas == (kept,)
+        cluster.wait(lambda: cluster.partition_dirs(added, topic) == [], 30,
+                     f"broker {added} to delete what it started of {topic}-0")
         fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
         assert [r.value for r in fetched.records] == [b"kept-%d" % i for i in range(20)]
+
+
+def test_sluice_reassign_executes_verifies_lists_and_cancels(cluster, tmp_path):
+    moved, held = "moved-by-sluice", "cancelled-by-sluice"
+    kept, other, added = roles(cluster)
+    create_placed(cluster, moved, [[kept, added]])
+    create_placed(cluster, held, [[kept]])
+    bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
+    plan = tmp_path / "moved.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": moved, "partition": 0, "replicas": [other, kept], "log_dirs": ["any", "any"]}]}))
+    executed = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(plan))
+    assert executed.returncode == 0, executed
+    assert json.dumps({"version": 1, "partitions": [{"topic": moved, "partition": 0, "replicas": [
+        kept, added], "log_dirs": ["any", "any"]}]}) in executed.stdout  # to roll back with
+    assert f"Successfully started partition reassignment for {moved}-0" in executed.stdout
+    cluster.wait(lambda: sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file",
+                                str(plan)).returncode == 0, 60, f"--verify to find {moved}-0 done")
+    verified = sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert f"Reassignment of partition {moved}-0 is completed." in verified.stdout, verified
+
+    stuck = tmp_path / "held.json"
+    stuck.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": held, "partition": 0, "replicas": [kept, added]}]}))
+    cluster.pause(added)  # registered, but the new replica cannot catch up
+    try:
+        bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)  # without the paused broker
+        assert sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file",
+                      str(stuck)).returncode == 0
+        listed = sluice("reassign", *bootstrap, "--list")
+        assert listed.stdout == (f"Current partition reassignments:\n{held}-0: replicas: "
+                                 f"{kept},{added}. adding: {added}. removing: .\n"), listed
+        again = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(stuck))
+        assert again.returncode == 1 and "Use --additional" in again.stderr, again
+        pending = sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file", str(stuck))
+        assert pending.returncode == 1, pending
+        assert f"Reassignment of partition {held}-0 is still in progress." in pending.stdout
+        cancelled = sluice("reassign", *bootstrap, "--cancel", "--reassignment-json-file", str(stuck))
+        assert f"Successfully cancelled partition reassignments for: {held}-0" in cancelled.stdout
+    finally:
+        cluster.resume(added)
+    assert "No partition reassignments found." in sluice("reassign", *bootstrap, "--list").stdout
+    assert cluster.partitions(held)[0].replicas == (kept,)
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": 1,\n "partitions": [\n  {"topic": "t", "partition": 0,}\n]}')
+    refused = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(broken))
+    assert refused.returncode == 1 and "at line 3, column 33" in refused.stderr, refused
+    throttled = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(plan),
+                       "--throttle", "10000000")
+    assert throttled.returncode == 2 and "replication throttles are not implemented" in throttled.stderr
 
 
 def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster):

@@ -1,0 +1,238 @@
+"""`sluice reassign`: partition reassignments, as kafka-reassign-partitions.sh runs them
+(AlterPartitionReassignments and ListPartitionReassignments, sent to the controller).
+
+    sluice reassign --bootstrap-server H:P --execute --reassignment-json-file F [--additional]
+    sluice reassign --bootstrap-server H:P --verify --reassignment-json-file F
+    sluice reassign --bootstrap-server H:P --cancel --reassignment-json-file F
+    sluice reassign --bootstrap-server H:P --list
+
+The file is Kafka's: {"version": 1, "partitions": [{"topic": "t", "partition": 0,
+"replicas": [1, 2], "log_dirs": ["any", "any"]}, ...]} (log_dirs optional; a broker keeps
+one log directory, so "any" is the only one). The lines printed are Kafka's: --execute
+prints the current assignment (to roll back with) and starts the reassignments, refusing
+partitions already being reassigned unless --additional; --verify says of each partition
+whether its reassignment is completed, still in progress, or gone elsewhere; --cancel
+moves the partitions being reassigned back to their original replicas. --throttle and
+--replica-alter-log-dirs-throttle are refused: no replication throttles yet, and no
+log directories to move between. Exit code 0, 1 when a partition failed or a reassignment
+is not complete (--verify), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from wire.client import AsyncClient
+
+from sluice.common import (CommandError, add_connection_options, check_connection_options,
+                           code_name, emit_json, run_command)
+
+__all__ = ["main", "parser"]
+
+Plan = dict[tuple[str, int], tuple[int, ...]]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sluice reassign",
+        description="Move partitions' replicas between brokers, follow and cancel the moves.")
+    add_connection_options(p, top=True)
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--execute", action="store_true", help="start the reassignments of the file")
+    action.add_argument("--verify", action="store_true", help="say whether they are done")
+    action.add_argument("--cancel", action="store_true", help="cancel those still in progress")
+    action.add_argument("--list", action="store_true", help="list every reassignment in progress")
+    p.add_argument("--reassignment-json-file", metavar="FILE",
+                   help="the reassignments, in Kafka's JSON (with --execute, --verify, --cancel)")
+    p.add_argument("--additional", action="store_true",
+                   help="with --execute: also when some of its partitions are being reassigned")
+    p.add_argument("--throttle", metavar="BYTES/S", help="refused: no replication throttles yet")
+    p.add_argument("--replica-alter-log-dirs-throttle", metavar="BYTES/S",
+                   help="refused: a broker keeps one log directory")
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    check_connection_options(p, args)
+    if args.throttle is not None:
+        p.error("--throttle: replication throttles are not implemented yet")
+    if args.replica_alter_log_dirs_throttle is not None:
+        p.error("--replica-alter-log-dirs-throttle: a Sluice broker keeps one log directory, "
+                "there is nothing to move between log directories")
+    if args.list == (args.reassignment_json_file is not None):
+        p.error("--reassignment-json-file goes with --execute, --verify and --cancel, not --list")
+    if args.additional and not args.execute:
+        p.error("--additional goes with --execute")
+    return run_command(args, reassign)
+
+
+def read_plan(path: str) -> Plan:
+    """The target replicas a kafka-reassign-partitions JSON file gives each partition."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise CommandError(f"--reassignment-json-file: cannot read {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--reassignment-json-file: {path} is not JSON: {exc.msg} at line "
+                           f"{exc.lineno}, column {exc.colno}") from None
+    if not isinstance(document, dict) or document.get("version", 1) != 1 \
+            or not isinstance(document.get("partitions"), list):
+        raise CommandError(f'--reassignment-json-file: {path} is not {{"version": 1, '
+                           f'"partitions": [...]}}')
+    plan: Plan = {}
+    for entry in document["partitions"]:
+        replicas = entry.get("replicas") if isinstance(entry, dict) else None
+        if not (isinstance(entry, dict) and isinstance(entry.get("topic"), str)
+                and type(entry.get("partition")) is int and entry["partition"] >= 0
+                and isinstance(replicas, list) and replicas
+                and all(type(r) is int and r >= 0 for r in replicas)):
+            raise CommandError(f"--reassignment-json-file: {json.dumps(entry)} is not "
+                               f'{{"topic": NAME, "partition": NUMBER, "replicas": [BROKER, ...]}}')
+        tp = (entry["topic"], entry["partition"])
+        if len(set(replicas)) != len(replicas):
+            raise CommandError(f"--reassignment-json-file: the replicas of {_name(tp)} name a "
+                               f"broker more than once: {replicas}")
+        log_dirs = entry.get("log_dirs", ["any"] * len(replicas))
+        if log_dirs != ["any"] * len(replicas):
+            raise CommandError(f"--reassignment-json-file: log_dirs of {_name(tp)} must be \"any\" "
+                               f"for each replica (a Sluice broker keeps one log directory)")
+        if tp in plan:
+            raise CommandError(f"--reassignment-json-file: {_name(tp)} is named more than once")
+        plan[tp] = tuple(replicas)
+    if not plan:
+        raise CommandError(f"--reassignment-json-file: {path} names no partition")
+    return plan
+
+
+async def reassign(client: AsyncClient, args) -> int:
+    if args.list:
+        return await _list(client, args)
+    plan = read_plan(args.reassignment_json_file)
+    if args.execute:
+        return await _execute(client, args, plan)
+    if args.verify:
+        return await _verify(client, args, plan)
+    return await _cancel(client, args, plan)
+
+
+async def _current_replicas(client: AsyncClient, plan: Plan) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The replicas the cluster's Metadata gives each partition of the plan; CommandError
+    naming those it does not have."""
+    metadata = await client.metadata(sorted({topic for topic, _ in plan}))
+    current, missing = {}, []
+    for tp in plan:
+        topic = metadata.topics.get(tp[0])
+        info = None if topic is None or topic.error_code else topic.partitions.get(tp[1])
+        if info is None:
+            missing.append(tp)
+        else:
+            current[tp] = tuple(info.replicas)
+    if missing:
+        raise CommandError(f"Topic or partition not found: {', '.join(map(_name, sorted(missing)))}")
+    return current
+
+
+async def _execute(client: AsyncClient, args, plan: Plan) -> int:
+    current = await _current_replicas(client, plan)
+    ongoing = await client.list_partition_reassignments(plan)
+    if ongoing and not args.additional:
+        raise CommandError("Cannot execute because there is an existing partition assignment. "
+                           "Use --additional to override this and create a new partition "
+                           f"assignment in addition to the existing one ({', '.join(map(_name, sorted(ongoing)))})")
+    results = await client.alter_partition_reassignments(plan)
+    started = sorted(tp for tp, error in results.items() if error is None)
+    failed = sorted((tp, error) for tp, error in results.items() if error is not None)
+    if args.output == "json":
+        emit_json({"current": _plan_json(current), "started": [_name(tp) for tp in started],
+                   "failed": [{"partition": _name(tp), "error": code_name(error.code),
+                               "message": error.message} for tp, error in failed]})
+    else:
+        print(f"Current partition replica assignment\n\n{json.dumps(_plan_json(current))}\n\n"
+              f"Save this to use as the --reassignment-json-file option during rollback")
+        if started:
+            print(f"Successfully started partition reassignment{'s' if len(started) > 1 else ''} "
+                  f"for {','.join(map(_name, started))}")
+        if failed:
+            print("Error reassigning partition(s):")
+            for tp, error in failed:
+                print(f"{_name(tp)}: {code_name(error.code)}" + (f": {error.message}" if error.message else ""))
+    return 1 if failed else 0
+
+
+async def _verify(client: AsyncClient, args, plan: Plan) -> int:
+    current = await _current_replicas(client, plan)
+    ongoing = await client.list_partition_reassignments(plan)
+    states = {}
+    for tp, target in sorted(plan.items()):
+        if tp in ongoing:
+            states[tp] = "in progress", f"Reassignment of partition {_name(tp)} is still in progress."
+        elif current[tp] == target:
+            states[tp] = "completed", f"Reassignment of partition {_name(tp)} is completed."
+        else:
+            states[tp] = "elsewhere", (
+                f"There is no active reassignment of partition {_name(tp)}, but replica set is "
+                f"{list(current[tp])} rather than {list(target)}.")
+    if args.output == "json":
+        emit_json([{"partition": _name(tp), "state": state, "replicas": list(current[tp]),
+                    "target": list(plan[tp])} for tp, (state, _) in states.items()])
+    else:
+        print("Status of partition reassignment:")
+        for _, line in states.values():
+            print(line)
+    return 0 if all(state == "completed" for state, _ in states.values()) else 1
+
+
+async def _cancel(client: AsyncClient, args, plan: Plan) -> int:
+    ongoing = sorted(await client.list_partition_reassignments(plan))
+    results = await client.alter_partition_reassignments({tp: None for tp in ongoing}) if ongoing else {}
+    cancelled = sorted(tp for tp, error in results.items() if error is None)
+    failed = sorted((tp, error) for tp, error in results.items() if error is not None)
+    if args.output == "json":
+        emit_json({"cancelled": [_name(tp) for tp in cancelled],
+                   "failed": [{"partition": _name(tp), "error": code_name(error.code),
+                               "message": error.message} for tp, error in failed]})
+    else:
+        if cancelled:
+            print(f"Successfully cancelled partition reassignments for: {','.join(map(_name, cancelled))}")
+        elif not failed:
+            print("None of the specified partition reassignments are active.")
+        for tp, error in failed:
+            print(f"Error cancelling the reassignment of {_name(tp)}: {code_name(error.code)}"
+                  + (f": {error.message}" if error.message else ""))
+    return 1 if failed else 0
+
+
+async def _list(client: AsyncClient, args) -> int:
+    ongoing = await client.list_partition_reassignments()
+    if args.output == "json":
+        emit_json([{"partition": _name(tp), "replicas": list(r.replicas), "adding": list(r.adding),
+                    "removing": list(r.removing)} for tp, r in sorted(ongoing.items())])
+    elif not ongoing:
+        print("No partition reassignments found.")
+    else:
+        print("Current partition reassignments:")
+        for tp, r in sorted(ongoing.items()):
+            print(f"{_name(tp)}: replicas: {_ids(r.replicas)}. adding: {_ids(r.adding)}. "
+                  f"removing: {_ids(r.removing)}.")
+    return 0
+
+
+def _plan_json(replicas: dict[tuple[str, int], tuple[int, ...]]) -> dict:
+    return {"version": 1, "partitions": [
+        {"topic": topic, "partition": partition, "replicas": list(ids), "log_dirs": ["any"] * len(ids)}
+        for (topic, partition), ids in sorted(replicas.items())]}
+
+
+def _name(tp: tuple[str, int]) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def _ids(ids) -> str:
+    return ",".join(str(i) for i in ids)
