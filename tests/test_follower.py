@@ -6,8 +6,9 @@ Leaders and followers are real `Partition`s over real files in temporary directo
 "replication" hands the follower exactly the bytes the leader's `read_as_follower`
 returns (as a Fetch response would carry them, cut at various sizes, mid-batch
 included) and reports the follower's position back as its next fetch would. The last
-test runs the real broker in this process and makes one of its partitions a follower
-while requests wait on it.
+test but one runs the real broker in this process and makes one of its partitions a
+follower while requests wait on it; the last runs a real `ReplicaFetcher` against a broker
+process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 
 import pytest
 
@@ -26,15 +28,17 @@ from wire.records import (HEADER_SIZE, LOG_APPEND_TIME_BIT, build_batch, iter_ba
                           set_base_offset)
 
 from broker.clock import SystemClock
-from broker.config import LogConfig
+from broker.config import BrokerConfig, LogConfig
 from broker.embedded import EmbeddedBroker
 from broker.errors import BrokerError
 from broker.replica.delayed import DelayedOperations
+from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.partition import Partition
 from broker.storage.log import PartitionLog
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
 from sluice.polling import wait_for
 from tests.test_partition import SteppedClock, _fetch, _on_loop, _produce
+from tests.test_metrics import metrics_port, scrape, start_broker, value
 from tests.test_storage import BASE_TS, make_batch
 from wire.client import Client, NewTopic
 
@@ -596,3 +600,54 @@ def test_a_broker_that_stops_leading_answers_waiting_and_new_requests(tmp_path):
             answer = roundtrip(other, DELETE_RECORDS, 2, body, 9).topics[0].partitions[0]
             assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert _on_loop(embedded, lambda: (partition.log_end_offset, partition.log_start_offset)) == (1, 0)
+
+
+def test_a_fenced_answer_about_a_replaced_leader_epoch_does_not_hold_the_follower(tmp_path):
+    """A follower's fetcher asks OffsetForLeaderEpoch at the leader epoch it was given; if
+    the controller gives it a newer epoch while that request is out, the leader's
+    FENCED_LEADER_EPOCH speaks of the old epoch only. Taken for the new one, it held the
+    partition unfetched until a LeaderAndIsr that never came (the follower dropped out
+    of the ISR: a reassignment's epoch bump right after a failover did it). The leader is
+    a real broker process, paused while the request is out; its request counts show the
+    follower fetching once resumed."""
+    leader = start_broker(tmp_path / "leader", {"metrics.port": "0"})
+    try:
+        with Client(leader.bootstrap_servers) as client:
+            client.create_topics({"t": NewTopic(1, 1)})
+            client.produce("t", 0, [(None, b"x")])
+        leader.restart()  # it leads from one epoch past the last it holds records of
+        with Client(leader.bootstrap_servers) as client:
+            epoch = client.metadata(["t"]).topics["t"].partitions[0].leader_epoch
+        assert epoch >= 1
+        port = metrics_port(leader)
+
+        def replica_fetches() -> float:
+            return value(scrape(port), "kafka_network_requestmetrics_requests_total",
+                         request="Fetch", version="12") or 0
+
+        async def follow() -> None:
+            clock = SystemClock()
+            replica = open_replica(tmp_path / "follower", FOLLOWER, LogConfig(), clock)
+            replica.make_leader(0, [FOLLOWER], [FOLLOWER])  # a record of epoch 0: something to ask about
+            produce(replica, make_batch(1))
+            replica.make_follower(LEADER, epoch - 1, [LEADER, FOLLOWER], [LEADER])
+            leader.proc.send_signal(signal.SIGSTOP)
+            try:
+                fetcher = ReplicaFetcher(FOLLOWER, LEADER, "127.0.0.1", leader.port, BrokerConfig(),
+                                         clock, None)
+                fetcher.add(replica)
+                await asyncio.sleep(0)  # the fetcher's task builds its request at the old epoch
+                replica.make_follower(LEADER, epoch, [LEADER, FOLLOWER], [LEADER])
+                fetcher.add(replica)
+            finally:
+                leader.proc.send_signal(signal.SIGCONT)
+            try:
+                await asyncio.to_thread(wait_for, lambda: replica_fetches() > 0, 30,
+                                        "the follower to fetch at its new epoch")
+            finally:
+                await fetcher.close()
+                replica.log.close()
+
+        asyncio.run(follow())
+    finally:
+        leader.stop()

@@ -23,7 +23,9 @@ one task per leader, one Fetch at a time covering every partition followed there
   leader has not caught up with the controller yet (UNKNOWN_LEADER_EPOCH,
   NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) or cannot answer now. Any other
   error (FENCED_LEADER_EPOCH: this broker's LeaderAndIsr is stale) holds the partition,
-  unfetched, until the controller's next LeaderAndIsr for it.
+  unfetched, until the controller's next LeaderAndIsr for it. An answer (Fetch or
+  OffsetForLeaderEpoch) about a partition given a new leader epoch while it was out is
+  dropped: it speaks of the old epoch.
 """
 
 from __future__ import annotations
@@ -160,11 +162,13 @@ class ReplicaFetcher:
         watermark."""
         Req = OFFSET_FOR_LEADER_EPOCH.request
         asked: dict[str, list] = {}
+        epochs = {}  # key -> the leader epoch it was asked at
         for key in sorted(self._truncate):
             partition = self._partitions[key]
             if partition.latest_epoch < 0:
                 self._truncate_to(key, partition, partition.truncation_point(-1, -1), "no epoch history")
                 continue
+            epochs[key] = partition.leader_epoch
             asked.setdefault(key[0], []).append(Req.OffsetForLeaderPartition(
                 partition=key[1], current_leader_epoch=partition.leader_epoch,
                 leader_epoch=partition.latest_epoch))
@@ -178,8 +182,11 @@ class ReplicaFetcher:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition)
                 partition = self._partitions.get(key)
-                if partition is None or key not in self._truncate:
-                    continue  # removed or re-added meanwhile
+                if partition is None or key not in self._truncate \
+                        or partition.leader_epoch != epochs.get(key):
+                    # Removed, or given a new leader epoch while the request was out: a
+                    # FENCED_LEADER_EPOCH for the old epoch must not hold the new one.
+                    continue
                 if answer.error_code != ErrorCode.NONE:
                     self._on_error(key, answer.error_code, "OffsetForLeaderEpoch")
                     continue
