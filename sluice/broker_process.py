@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-__all__ = ["BrokerProcess", "launch"]
+__all__ = ["BrokerProcess", "launch", "pause_process"]
 
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 _LISTENER = re.compile(r"(?:on |, )\[?[0-9A-Za-z.:-]*\]?:(\d+) \(([A-Z0-9_.-]+), ")
@@ -33,6 +33,32 @@ def launch(arguments: list[str], *, cwd, log=None, detached: bool = False) -> su
     return subprocess.Popen([sys.executable, "-m", "broker", *arguments], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE if log is None else log, stderr=subprocess.STDOUT,
                             text=log is None, cwd=cwd, start_new_session=detached)
+
+
+def pause_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGSTOP `process`, returning once every one of its threads has stopped: the signal
+    only asks them to stop, and a thread running meanwhile (on another core, or not yet
+    scheduled since) goes on answering a little longer. Raises TimeoutError after
+    `timeout` seconds."""
+    process.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _all_threads_stopped(process.pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {process.pid} did not stop within {timeout:g} s of SIGSTOP")
+        time.sleep(0.005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped by a signal (state T in /proc)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for thread in threads:
+            with open(f"/proc/{pid}/task/{thread}/stat", "rb") as stat:
+                states.append(stat.read().rpartition(b")")[2].split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # a thread ended between the listing and the read: look again
+    return all(state == b"T" for state in states)
 
 
 class BrokerProcess:
@@ -115,6 +141,15 @@ class BrokerProcess:
         if self._pump is not None:
             self._pump.join(10)
             self._pump = None
+
+    def pause(self) -> None:
+        """SIGSTOP, returned once the broker has stopped: its sockets stay open and nothing
+        answers, as in a long GC pause or a hung machine."""
+        pause_process(self.proc)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        self.proc.send_signal(signal.SIGCONT)
 
     def restart(self, timeout: float = 30.0) -> "BrokerProcess":
         self.stop()

@@ -15,7 +15,6 @@ import collections
 import dataclasses
 import os
 import random
-import signal
 import socket
 import threading
 import time
@@ -146,11 +145,11 @@ class Cluster:
 
     def pause(self, broker_id: int) -> None:
         """SIGSTOP: a zombie broker, sockets open and nothing answered, as in a long GC."""
-        self.processes[broker_id].proc.send_signal(signal.SIGSTOP)
+        self.processes[broker_id].pause()
         self.paused.add(broker_id)
 
     def resume(self, broker_id: int) -> None:
-        self.processes[broker_id].proc.send_signal(signal.SIGCONT)
+        self.processes[broker_id].resume()
         self.paused.discard(broker_id)
 
     def restart(self, broker_id: int, timeout: float = 60.0) -> None:

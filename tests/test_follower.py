@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 
 import pytest
 
@@ -631,7 +630,7 @@ def test_a_fenced_answer_about_a_replaced_leader_epoch_does_not_hold_the_followe
             replica.make_leader(0, [FOLLOWER], [FOLLOWER])  # a record of epoch 0: something to ask about
             produce(replica, make_batch(1))
             replica.make_follower(LEADER, epoch - 1, [LEADER, FOLLOWER], [LEADER])
-            leader.proc.send_signal(signal.SIGSTOP)
+            leader.pause()
             try:
                 fetcher = ReplicaFetcher(FOLLOWER, LEADER, "127.0.0.1", leader.port, BrokerConfig(),
                                          clock, None)
@@ -640,7 +639,7 @@ def test_a_fenced_answer_about_a_replaced_leader_epoch_does_not_hold_the_followe
                 replica.make_follower(LEADER, epoch, [LEADER, FOLLOWER], [LEADER])
                 fetcher.add(replica)
             finally:
-                leader.proc.send_signal(signal.SIGCONT)
+                leader.resume()
             try:
                 await asyncio.to_thread(wait_for, lambda: replica_fetches() > 0, 30,
                                         "the follower to fetch at its new epoch")

@@ -10,8 +10,6 @@ make a broker fall silent (SIGSTOP) get a broker of their own.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import threading
 import time
@@ -283,11 +281,11 @@ def test_driver_retries_follow_the_options(spark, kafka, settings, attempts, int
 @contextmanager
 def silenced(broker: BrokerProcess):
     """The broker process stopped (SIGSTOP): its socket accepts connections, nothing answers."""
-    os.kill(broker.proc.pid, signal.SIGSTOP)
+    broker.pause()
     try:
         yield
     finally:
-        os.kill(broker.proc.pid, signal.SIGCONT)
+        broker.resume()
 
 
 def test_request_timeout_bounds_a_silent_broker(spark, broker):
@@ -339,7 +337,7 @@ def test_poll_timeout_fails_a_task_whose_broker_stops_answering(spark, broker):
         def stop_at_first_fetch():
             wait_for(lambda: any(f.api_key == API_FETCH for f in proxy.requests()), 60,
                      "a task's first fetch", interval=0.005)
-            os.kill(broker.proc.pid, signal.SIGSTOP)
+            broker.pause()
             stopped.set()
 
         watcher = threading.Thread(target=stop_at_first_fetch, daemon=True)
@@ -352,7 +350,7 @@ def test_poll_timeout_fails_a_task_whose_broker_stops_answering(spark, broker):
             elapsed = time.monotonic() - started
         finally:
             watcher.join(70)
-            os.kill(broker.proc.pid, signal.SIGCONT)
+            broker.resume()
     assert stopped.is_set()
     assert f"{topic}-0" in headline(info) and "kafkaConsumer.pollTimeoutMs=2000" in headline(info)
     assert elapsed < 25, elapsed  # the request timeout alone is 30 s

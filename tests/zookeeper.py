@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 
+from sluice.broker_process import pause_process
 from sluice.zookeeper import ZooKeeperServer as _Launcher
 from sluice.zookeeper import ZooKeeperUnavailable, free_port
 
@@ -31,8 +32,9 @@ class ZooKeeperServer(_Launcher):
         super().stop(timeout)
 
     def pause(self) -> None:
-        """SIGSTOP: connections stay open and nothing answers, as on a hung server."""
-        self.process.send_signal(signal.SIGSTOP)
+        """SIGSTOP, returned once the server has stopped: connections stay open and
+        nothing answers, as on a hung server."""
+        pause_process(self.process)
         self.paused = True
 
     def resume(self, timeout: float = 30.0) -> None:
