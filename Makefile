@@ -46,7 +46,8 @@ STRESS_TESTS ?= \
 	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[small-batches]' \
 	'tests/test_broker_failures.py::test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing[large-batches]' \
 	tests/test_retention.py::test_broker_retention_by_size_and_consumer_resets \
-	tests/test_zookeeper_layout.py::test_a_paused_zookeeper_answers_again_once_resumed
+	tests/test_zookeeper_layout.py::test_a_paused_zookeeper_answers_again_once_resumed \
+	tests/test_cluster_reassignment.py::test_a_new_controller_completes_the_reassignment_of_one_killed_midway
 # A cluster's start-up, with registrations landing around the controller's election (issue 38).
 STRESS_STARTUP_RUNS ?= 50
 STRESS_STARTUP ?= tests/test_cluster.py::test_registrations_just_before_during_and_after_an_election_are_all_known
