@@ -84,6 +84,8 @@ class ClusterMetadata(Protocol):
 
     def partition_states(self, topic) -> list[PartitionState]: ...
 
+    def partition_state(self, name: str, partition: int) -> PartitionState | None: ...
+
     def check_replication_factor(self, replication_factor: int) -> None: ...
 
     def check_assignment(self, replicas: Iterable[int]) -> None: ...
@@ -125,6 +127,11 @@ class LocalMetadata:
 
     def partition_states(self, topic) -> list[PartitionState]:
         return [topic.partitions[i].state for i in sorted(topic.partitions)]
+
+    def partition_state(self, name: str, partition: int) -> PartitionState | None:
+        topic = self._topics.topics.get(name)
+        found = topic.partitions.get(partition) if topic is not None else None
+        return found.state if found is not None else None
 
     def check_replication_factor(self, replication_factor: int) -> None:
         check_replication_factor(len(self.brokers()), replication_factor)

@@ -17,7 +17,8 @@
   reads every partition of its session and answers only those with something new.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 - Only the leader is fetched from, by consumers and followers alike:
-  NOT_LEADER_OR_FOLLOWER elsewhere. A partition with an error (this one included, as
+  NOT_LEADER_OR_FOLLOWER elsewhere; from v16 that answer and FENCED_LEADER_EPOCH name the
+  current leader and its endpoint (KIP-951, broker.handlers.leader_discovery). A partition with an error (this one included, as
   when the broker stops leading during a long poll) or a diverging epoch ends the long
   poll at once, as in Kafka.
 - v12+ `last_fetched_epoch` (>= 0) is checked against the epoch history: a fetcher whose
@@ -41,12 +42,14 @@ from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
 from broker.errors import BrokerError
 from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH
+from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import permitted, refused
 
 
 MIN_VERSION = 4
 _Resp = FETCH.response
 READ_COMMITTED = 1
+_LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
 def _replica_id(request, version: int) -> int:
@@ -152,11 +155,12 @@ class _Fetch:
     """One Fetch request: the partitions it reads (the session's for an incremental one)
     and the session it answers for: continued, to be opened with the answer, or none."""
 
-    __slots__ = ("request", "version", "wanted", "session", "opens", "denied")
+    __slots__ = ("request", "version", "listener", "wanted", "session", "opens", "denied")
 
-    def __init__(self, broker, request, version):
+    def __init__(self, broker, request, version, listener):
         self.request = request
         self.version = version
+        self.listener = listener
         self.session = None
         self.opens = False
         by_id = version >= 13
@@ -199,15 +203,22 @@ class _Fetch:
             if session is not None:
                 session.select(answered)  # remembered as sent: a full answer sends them all
         broker.metrics.fetched(answered, by_id, _replica_id(self.request, self.version) >= 0)
-        return _Resp(error_code=0, session_id=session.id if session is not None else 0,
-                     responses=_grouped(answered, by_id), throttle_time_ms=0)
+        response = _Resp(error_code=0, session_id=session.id if session is not None else 0,
+                         responses=_grouped(answered, by_id), throttle_time_ms=0)
+        if self.version >= 16:
+            moved = [(ref, out) for ref, out in answered if out.error_code in _LEADER_MOVED]
+            if moved:
+                response.node_endpoints = name_leaders(broker, self.listener, _Resp, (
+                    (topic.name, out.partition_index, out) for ref, out in moved
+                    if (topic := broker.metadata.topic_by_id(ref)) is not None))
+        return response
 
 
 def handle(broker, header, request, session):
     """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
     try:
-        fetch = _Fetch(broker, request, version)
+        fetch = _Fetch(broker, request, version, session.listener)
     except BrokerError as exc:  # the session named is gone or out of step
         return _Resp(error_code=exc.code, session_id=0, responses=[])
     fetch.refuse(broker, session)

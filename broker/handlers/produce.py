@@ -24,7 +24,8 @@
   passes first, with REQUEST_TIMED_OUT for the partitions still short. Should this
   broker stop leading a partition meanwhile, the wait ends at once with
   NOT_LEADER_OR_FOLLOWER for it.
-- A partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER.
+- A partition this broker does not lead gets NOT_LEADER_OR_FOLLOWER; from v10 with its
+  current leader and that leader's endpoint (KIP-951, broker.handlers.leader_discovery).
 - Idempotent batches (producer id >= 0) are checked by the partition's producer state;
   a duplicate of one of the last five batches is answered with its original offset.
   A batch with a producer id but no sequence is INVALID_RECORD.
@@ -70,6 +71,7 @@ from wire.primitives import DecodeError
 from wire.records import MAGIC, decode_batch, has_valid_crc, iter_batches, parse_header, recompress_batch
 
 from broker.errors import BrokerError
+from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import DENIED, permitted, refused
 from broker.server import CloseConnection, ResponseLater
 from broker.storage.log import MAX_DECOMPRESSED_BATCH
@@ -265,9 +267,21 @@ def handle(broker, header, request, session):
     response = _Resp(responses=responses, throttle_time_ms=0)
     waiting = _still_waiting(waiting)
     if not waiting:
-        return response
+        return _with_leaders(broker, header.request_api_version, session.listener, response)
     deadline = broker.clock.monotonic() + max(request.timeout_ms, 0) / 1000
-    return ResponseLater(_wait_for_replicas(broker, waiting, deadline, request.timeout_ms, response))
+    return ResponseLater(_wait_for_replicas(broker, waiting, deadline, request.timeout_ms, response,
+                                            header.request_api_version, session.listener))
+
+
+def _with_leaders(broker, version: int, listener: str | None, response):
+    """The final response, its partitions answered NOT_LEADER_OR_FOLLOWER naming their
+    current leaders from v10 (KIP-951)."""
+    if version >= 10:
+        moved = [(topic.name, p.index, p) for topic in response.responses for p in topic.partition_responses
+                 if p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        if moved:
+            response.node_endpoints = name_leaders(broker, listener, _Resp, moved)
+    return response
 
 
 def _still_waiting(waiting: list) -> list:
@@ -288,7 +302,8 @@ def _still_waiting(waiting: list) -> list:
     return remaining
 
 
-async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms: int, response):
+async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms: int, response,
+                             version: int, listener: str | None):
     while True:
         # Checked before each wait, the first included: the high watermark may have moved
         # between the append and this task's start, waking nobody.
@@ -301,4 +316,4 @@ async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
         result.error_message = (f"the high watermark of {partition.topic}-{partition.index} did not "
                                 f"reach {required} within timeout_ms {timeout_ms}")
-    return response
+    return _with_leaders(broker, version, listener, response)

@@ -1,0 +1,142 @@
+"""What clients see of a partition that moved or is moving between brokers, in real
+3-broker clusters (tests/cluster.py):
+
+- KIP-951: after a reassignment moved a partition's leadership, Produce v10+ sent to the
+  old leader (which no longer has a replica) and Fetch v16+ sent to a follower, or with
+  the old leader epoch to the new leader, name the current leader, its epoch and its
+  endpoint; older versions carry none of it. librdkafka's producer takes the new leader
+  from such an answer (its debug log says so) and delivers what it produced after the
+  move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import confluent_kafka
+import pytest
+
+from tests.test_broker_failures import records_of
+from tests.test_cluster_reassignment import (cluster, create_placed, shared_cluster,  # noqa: F401 (fixtures)
+                                             wait_until_reassigned)
+from wire.client import BrokerConnection, Client
+from wire.error_codes import ErrorCode
+from wire.messages import FETCH, PRODUCE
+from wire.records import build_batch
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def _ask(address: str, api, version: int, body):
+    host, port = address.rsplit(":", 1)
+    connection = BrokerConnection(host, int(port), client_id="kip-951-test", request_timeout=30)
+    try:
+        return await connection.request(api, version, body)
+    finally:
+        await connection.close()
+
+
+def ask(address: str, api, version: int, body):
+    """One request at `version` to the broker at `address`, its response."""
+    return asyncio.run(_ask(address, api, version, body))
+
+
+def produce_request(topic: str, value: bytes):
+    return PRODUCE.request(acks=-1, timeout_ms=10_000, transactional_id=None, topic_data=[
+        PRODUCE.request.TopicProduceData(name=topic, partition_data=[
+            PRODUCE.request.PartitionProduceData(index=0, records=build_batch(records_of(1, value.decode())))])])
+
+
+def fetch_request(topic_id, leader_epoch: int = -1):
+    return FETCH.request(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                         session_epoch=-1, topics=[FETCH.request.FetchTopic(topic_id=topic_id, partitions=[
+                             FETCH.request.FetchPartition(partition=0, current_leader_epoch=leader_epoch,
+                                                          fetch_offset=0, partition_max_bytes=1 << 20)])])
+
+
+def test_produce_and_fetch_away_from_the_leader_name_the_new_one(cluster):
+    topic = "leader-named"
+    create_placed(cluster, topic, [[0, 1]])
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        client.produce(topic, 0, [(None, b"before")])
+        old_epoch = cluster.partitions(topic)[0].leader_epoch
+        assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+    wait_until_reassigned(cluster, topic, 0, (1, 2))
+    moved = cluster.partitions(topic)[0]
+    assert moved.leader_id == 1 and moved.leader_epoch > old_epoch
+    topic_id = cluster.metadata(topics=[topic]).topics[topic].topic_id
+
+    def named(response, partition) -> tuple:
+        return ((partition.current_leader.leader_id, partition.current_leader.leader_epoch),
+                [(e.node_id, e.host, e.port, e.rack) for e in response.node_endpoints])
+
+    expected = ((1, moved.leader_epoch), [(1, "127.0.0.1", cluster.processes[1].port, None)])
+    nothing = ((-1, -1), [])
+    for version in (10, 11):  # broker 0 no longer has a replica
+        response = ask(cluster.address(0), PRODUCE, version, produce_request(topic, b"away"))
+        (answer,) = response.responses[0].partition_responses
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert named(response, answer) == expected, version
+    for version in (16, 17):  # broker 2 follows
+        response = ask(cluster.address(2), FETCH, version, fetch_request(topic_id))
+        (answer,) = response.responses[0].partitions
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert named(response, answer) == expected, version
+    response = ask(cluster.address(1), FETCH, 17, fetch_request(topic_id, old_epoch))  # the leader
+    (answer,) = response.responses[0].partitions
+    assert answer.error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert named(response, answer) == expected
+
+    response = ask(cluster.address(0), PRODUCE, 9, produce_request(topic, b"older"))
+    (answer,) = response.responses[0].partition_responses
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and named(response, answer) == nothing
+    response = ask(cluster.address(2), FETCH, 15, fetch_request(topic_id))
+    (answer,) = response.responses[0].partitions
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and named(response, answer) == nothing
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_librdkafka_takes_the_new_leader_from_a_produce_answer(cluster):
+    topic = "followed-by-librdkafka"
+    create_placed(cluster, topic, [[0, 1]])
+    lines = _Lines()
+    logger = logging.getLogger("librdkafka-kip-951")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    delivered, failed = [], []
+
+    def on_delivery(error, message) -> None:
+        (failed if error is not None else delivered).append(error or message.value())
+
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True,
+        "debug": "metadata", "logger": logger, "topic.metadata.refresh.interval.ms": 600_000})
+    try:
+        producer.produce(topic, b"before", partition=0, on_delivery=on_delivery)
+        assert producer.flush(30) == 0 and delivered == [b"before"], failed
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+        wait_until_reassigned(cluster, topic, 0, (1, 2))
+        epoch = cluster.partitions(topic)[0].leader_epoch
+
+        producer.produce(topic, b"after", partition=0, on_delivery=on_delivery)  # to broker 0 first
+        deadline = time.monotonic() + 30
+        while len(delivered) + len(failed) < 2 and time.monotonic() < deadline:
+            producer.poll(0.1)
+        assert delivered == [b"before", b"after"] and not failed, failed
+    finally:
+        producer.flush(10)
+        logger.removeHandler(lines)
+    updated = f"[0]: updated with leader 1 and epoch {epoch}"
+    assert any(topic in line and updated in line for line in lines.lines), \
+        "\n".join(line for line in lines.lines if "METADATAUPDATE" in line or topic in line)
