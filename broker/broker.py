@@ -184,6 +184,8 @@ class Broker:
             await self.cluster.remove_stray_replicas()
         await self.server.start()
         self.config.bound(self.server.ports)
+        if self.cluster is not None:
+            self.cluster.list_itself()
         if self.config.metrics_port is not None:
             try:
                 await self.metrics.serve(self.config.metrics_host or self.config.listeners[0].host,

@@ -28,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import aiokafka
 import confluent_kafka
@@ -153,6 +154,37 @@ def test_registrations_just_before_during_and_after_an_election_are_all_known(tm
     finally:
         cluster.close()
         refusing.close()
+
+
+def test_a_broker_lists_brokers_before_the_controller_tells_it_of_any(tmp_path, zookeeper, zk):
+    """Before the controller's first UpdateMetadata reaches it, a broker's Metadata lists
+    itself (listening, its registration held up by a stand-in znode of the test's) and then
+    the brokers registered in ZooKeeper; never no broker. The controller is paused
+    meanwhile, so that no UpdateMetadata comes."""
+    cluster = Cluster(tmp_path, zookeeper, brokers=3,
+                      properties={**FAST_FAILOVER, "zookeeper.session.timeout.ms": "20000"})
+    newcomer = cluster.processes[2]
+    stand_in = f"{cluster.chroot}/brokers/ids/2"
+    try:
+        for broker_id in (0, 1):
+            cluster.processes[broker_id].start()
+        controller = cluster.controller_id()
+        cluster.pause(controller)
+        zk.create(stand_in, BrokerRegistration((Listener("PLAINTEXT", "127.0.0.1", newcomer.port),),
+                                               int(time.time() * 1000)).to_json(), ephemeral=True)
+        with ThreadPoolExecutor(1) as pool:
+            started = pool.submit(newcomer.start, 60)
+            first = cluster.wait(lambda: cluster._try_metadata(2, []), 30, "broker 2 to answer Metadata")
+            assert (sorted(first.brokers), first.controller_id) == ([2], -1)
+            assert (first.brokers[2].host, first.brokers[2].port) == ("127.0.0.1", newcomer.port)
+            zk.delete(stand_in)
+            started.result(60)  # registered
+        registered = cluster.metadata(2, [])
+        assert (sorted(registered.brokers), registered.controller_id) == ([0, 1, 2], -1)
+        cluster.resume(controller)
+        cluster.wait_for_brokers()
+    finally:
+        cluster.close()
 
 
 def test_a_stopped_broker_leaves_metadata_and_comes_back(cluster):

@@ -9,6 +9,9 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   partition no longer assigned to it.
 - Join: register the ephemeral /brokers/ids/<id> (its czxid is the broker epoch), start
   the replica manager, claim a first block of producer ids, and campaign for controller.
+  Until the controller's first UpdateMetadata, Metadata lists this broker from the moment
+  it listens, and the brokers registered in ZooKeeper once it registered
+  (`MetadataCache.seed`), never no broker.
   An id registered by another session may be this broker's own before a crash, which
   ZooKeeper drops once the session expires: the broker waits for that, at most
   zookeeper.session.timeout.ms and a margin (saying so), and then registers; an id
@@ -50,6 +53,7 @@ from wire.client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN
 
+from broker.cluster.metadata import BrokerEndpoint
 from broker.cluster.zk_layout import CONFIG_CHANGES, BrokerRegistration, Listener
 from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.errors import BrokerError
@@ -186,6 +190,7 @@ class ClusterMembership:
                                 default=-1)
         self.zk.client.ChildrenWatch(CONFIG_CHANGES, self._config_changes_watch)
         await self._register()
+        await self._list_registered_brokers()
         self._broker.replicas.start()
         await self._claim_producer_block()
         from broker.cluster.controller import Controller
@@ -195,10 +200,23 @@ class ClusterMembership:
         self._broker.controller = self.controller
         await self.controller.start()
 
-    async def _register(self) -> None:
-        registration = BrokerRegistration(
+    def _registration(self) -> BrokerRegistration:
+        return BrokerRegistration(
             tuple(Listener(l.name, *self._config.advertised_endpoint(l.name), l.security_protocol)
                   for l in self._config.listeners), self._broker.clock.wall_ms(), self._config.broker_rack)
+
+    def list_itself(self) -> None:
+        """The listeners are bound: Metadata lists this broker until the controller speaks."""
+        self._broker.metadata.seed({self._config.node_id: _endpoints(self._config.node_id, self._registration())})
+
+    async def _list_registered_brokers(self) -> None:
+        """Metadata lists the brokers registered now too, until the controller speaks."""
+        live = await asyncio.to_thread(self.zk.live_brokers)
+        self._broker.metadata.seed({broker_id: _endpoints(broker_id, found.registration)
+                                    for broker_id, found in live.items()})
+
+    async def _register(self) -> None:
+        registration = self._registration()
         node_id = self._config.node_id
         bound = self._config.zookeeper_session_timeout_ms / 1000 + STALE_REGISTRATION_MARGIN_S
         for waited in (False, True):
@@ -396,3 +414,9 @@ class ClusterMembership:
         if remaining:
             log.info("controlled shutdown: %d partition(s) still led here", len(remaining))
         return remaining
+
+
+def _endpoints(broker_id: int, registration: BrokerRegistration) -> dict[str, BrokerEndpoint]:
+    """A registered broker's endpoint per listener, as the metadata view keeps them."""
+    return {l.name: BrokerEndpoint(broker_id, l.host, l.port, registration.rack)
+            for l in registration.listeners}

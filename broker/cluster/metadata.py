@@ -10,7 +10,10 @@ Metadata, DescribeCluster, FindCoordinator and the admin handlers answer from a
   partitions with leader, epoch, replicas, ISR and offline replicas). It changes only by
   those requests; one from an older controller epoch is refused. Partition states are
   incremental (only the partitions listed change); a partition whose leader is -2
-  (Kafka's LeaderDuringDelete) is being deleted and leaves the view.
+  (Kafka's LeaderDuringDelete) is being deleted and leaves the view. Before the first
+  of them the view lists the brokers the broker knows of itself (`seed`): itself once
+  its listeners are bound, and those registered in ZooKeeper once it registered, where
+  a Kafka broker lists none (a client told of no broker has nowhere to go next).
 """
 
 from __future__ import annotations
@@ -202,6 +205,12 @@ class MetadataCache:
                     topic.partitions[state.index] = state
             if not topic.partitions:
                 self._forget(topic)
+
+    def seed(self, brokers: dict[int, dict[str, BrokerEndpoint]]) -> None:
+        """Add brokers (their endpoint per listener) known without the controller, while
+        no UpdateMetadata has come: the controller's view replaces them."""
+        if self.controller_epoch < 0:
+            self._brokers = {**self._brokers, **brokers}
 
     def _forget(self, topic: MetadataTopic) -> None:
         self._topics.pop(topic.name, None)
