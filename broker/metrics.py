@@ -14,7 +14,10 @@ exporter shows it: the series without a `topic` label is the broker-wide total. 
   (per batch appended by a leader; the coordinators' writes to internal topics are not
   counted). bytesin_total{topic?}: their batches' bytes as stored. bytesout_total{topic?}:
   record bytes in Fetch responses to consumers; replicationbytesout_total: those to
-  followers (broker-wide, as Kafka's ReplicationBytesOutPerSec). A topic's series go
+  followers (broker-wide, as Kafka's ReplicationBytesOutPerSec); reassignmentbytesout_total
+  and reassignmentbytesin_total: of those, what went to a replica a reassignment adds, and
+  what this broker fetched as such a replica (broker-wide, as Kafka's
+  ReassignmentBytesOutPerSec and ReassignmentBytesInPerSec). A topic's series go
   when this broker no longer holds it (deleted, or moved away), as Kafka removes a
   topic's metrics; the broker-wide totals keep its counts.
 - kafka_network_requestmetrics_requests_total{request,version}: requests answered, by
@@ -27,7 +30,8 @@ exporter shows it: the series without a `topic` label is the broker-wide total. 
 - kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation="Produce"|"Fetch"}:
   requests waiting now: acks=all produces for the followers, long-poll fetches for data.
 - kafka_server_replicamanager_partitioncount, leadercount, underreplicatedpartitions
-  (led partitions whose ISR is smaller than their replicas), underminisrpartitioncount;
+  (led partitions whose ISR is smaller than their replicas), underminisrpartitioncount,
+  reassigningpartitions (led partitions being reassigned);
   kafka_server_replicamanager_isrshrinks_total and isrexpands_total (ISR changes this
   broker made as a partition's leader; 0 on the single node).
 - kafka_controller_kafkacontroller_activecontrollercount: 1 on the active controller,
@@ -122,6 +126,8 @@ class BrokerMetrics:
         self.topics: defaultdict[str, _TopicCounts] = defaultdict(_TopicCounts)
         self.gone = _TopicCounts()  # counts of topics no longer here (see BrokerCollector)
         self.replication_bytes_out = 0
+        self.reassignment_bytes_out = 0  # of those, to replicas a reassignment adds
+        self.reassignment_bytes_in = 0  # fetched as a replica a reassignment adds (the fetcher counts)
         # (api key, version) -> its requests
         self.requests: defaultdict[tuple[int, int], _RequestCounts] = defaultdict(_RequestCounts)
         self.waiting = dict.fromkeys(PURGATORIES, 0)  # api key -> requests in its purgatory
@@ -135,23 +141,22 @@ class BrokerMetrics:
         counts.messages_in += records
         counts.bytes_in += size
 
-    def fetched(self, answered, by_id: bool, follower: bool) -> None:
-        """A Fetch response's records are sent: `answered` holds (topic name, or id from
-        v13, PartitionData) pairs."""
+    def fetched(self, answered, by_id: bool, replica_id: int) -> None:
+        """A Fetch response's records are sent to a consumer (`replica_id` -1) or a
+        follower: `answered` holds (topic name, or id from v13, PartitionData) pairs."""
         topics = self._broker.topics
         for ref, data in answered:
             size = len(data.records) if data.records else 0
             if not size:
                 continue
-            if follower:
+            topic = topics.by_id.get(ref) if by_id else topics.topics.get(ref)
+            if replica_id >= 0:
                 self.replication_bytes_out += size
-                continue
-            if by_id:
-                topic = topics.by_id.get(ref)
-                if topic is None:
-                    continue
-                ref = topic.name
-            self.topics[ref].bytes_out += size
+                partition = topic.partitions.get(data.partition_index) if topic is not None else None
+                if partition is not None and replica_id in partition.adding_replicas:
+                    self.reassignment_bytes_out += size
+            elif topic is not None:
+                self.topics[topic.name].bytes_out += size
 
     def request_done(self, api_key: int, version: int, started: float) -> None:
         """A request decoded at perf_counter() `started` has its response ready."""
@@ -268,10 +273,13 @@ class BrokerCollector:
                 family.add_sample(family.name + "_total", {"topic": topic}, value)
             family.samples.insert(0, Sample(family.name + "_total", {}, total))
             families.append(family)
-        replication = CounterMetricFamily("kafka_server_brokertopicmetrics_replicationbytesout",
-                                          "Record bytes fetched by followers")
-        replication.add_metric([], metrics.replication_bytes_out)
-        families.append(replication)
+        for name, value, doc in (
+                ("replicationbytesout", metrics.replication_bytes_out, "Record bytes fetched by followers"),
+                ("reassignmentbytesout", metrics.reassignment_bytes_out,
+                 "Record bytes fetched by replicas a reassignment adds"),
+                ("reassignmentbytesin", metrics.reassignment_bytes_in,
+                 "Record bytes fetched here as a replica a reassignment adds")):
+            families.append(CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc, value=value))
         return families
 
     @staticmethod
@@ -297,7 +305,7 @@ class BrokerCollector:
 
     @staticmethod
     def _replicas(broker):
-        partitions = leaders = under_replicated = under_min_isr = 0
+        partitions = leaders = under_replicated = under_min_isr = reassigning = 0
         for partition in broker.topics.all_partitions():
             partitions += 1
             if partition.is_leader:
@@ -305,13 +313,15 @@ class BrokerCollector:
                 isr = len(partition.isr)
                 under_replicated += isr < len(partition.replicas)
                 under_min_isr += isr < partition.config.min_insync_replicas
+                reassigning += partition.is_reassigning
         for name, value, doc in (
                 ("partitioncount", partitions, "Partitions with a replica on this broker"),
                 ("leadercount", leaders, "Partitions this broker leads"),
                 ("underreplicatedpartitions", under_replicated,
                  "Led partitions whose ISR is smaller than their replicas"),
                 ("underminisrpartitioncount", under_min_isr,
-                 "Led partitions whose ISR is smaller than min.insync.replicas")):
+                 "Led partitions whose ISR is smaller than min.insync.replicas"),
+                ("reassigningpartitions", reassigning, "Led partitions being reassigned")):
             yield GaugeMetricFamily(f"kafka_server_replicamanager_{name}", doc, value=value)
         replicas = broker.replicas
         yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks made as leader",

@@ -1,6 +1,13 @@
 """What clients see of a partition that moved or is moving between brokers, in real
 3-broker clusters (tests/cluster.py):
 
+- A reassignment in progress: broker 2 of its cluster authenticates to the others'
+  inter-broker listener (SASL PLAIN) with a wrong password, so the replica it is to
+  add cannot fetch and the reassignment of [0, 1] to [0, 2] waits: the leader's
+  kafka_server_replicamanager_reassigningpartitions is 1. Once broker 2 restarts with
+  the right password the move completes, and the leader's reassignmentbytesout_total
+  and broker 2's reassignmentbytesin_total have counted at least the log's bytes, the
+  other follower's none.
 - KIP-951: after a reassignment moved a partition's leadership, Produce v10+ sent to the
   old leader (which no longer has a replica) and Fetch v16+ sent to a follower, or with
   the old leader epoch to the new leader, name the current leader, its epoch and its
@@ -14,13 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import confluent_kafka
 import pytest
 
+from sluice.polling import wait_for
+from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_failures import records_of
 from tests.test_cluster_reassignment import (cluster, create_placed, shared_cluster,  # noqa: F401 (fixtures)
                                              wait_until_reassigned)
+from tests.test_console import WAIT
+from tests.test_metrics import metrics_port, scrape, value
 from wire.client import BrokerConnection, Client
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH, PRODUCE
@@ -140,3 +152,78 @@ def test_librdkafka_takes_the_new_leader_from_a_produce_answer(cluster):
     updated = f"[0]: updated with leader 1 and epoch {epoch}"
     assert any(topic in line and updated in line for line in lines.lines), \
         "\n".join(line for line in lines.lines if "METADATAUPDATE" in line or topic in line)
+
+
+# -- a reassignment in progress -------------------------------------------------------------
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="{password}" user_broker="broker-secret";')
+# Clients on CLIENT (first: the harness talks to it), the brokers to each other on REPLICATION.
+LISTENERS = {
+    "listeners": "CLIENT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+    "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:SASL_PLAINTEXT",
+    "inter.broker.listener.name": "REPLICATION",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+    "listener.name.replication.plain.sasl.jaas.config": JAAS.format(password="broker-secret"),
+    "metrics.port": "0",
+}
+TOPIC = "moving-slowly"
+VALUE_BYTES = 1000
+
+
+def _set_password(cluster: Cluster, broker_id: int, password: str) -> None:
+    """The password `broker_id` authenticates to the others with (the last key wins)."""
+    config = Path(cluster.processes[broker_id].config_file)
+    config.write_text(config.read_text() + "listener.name.replication.plain.sasl.jaas.config="
+                      + JAAS.format(password=password) + "\n")
+
+
+def _log_bytes(cluster: Cluster, broker_id: int, topic: str) -> int:
+    """The size of a broker's replica of topic-0: its segments' .log files."""
+    return sum(f.stat().st_size for f in (Path(cluster.processes[broker_id].data_dir) / f"{topic}-0").glob("*.log"))
+
+
+@pytest.fixture(scope="module")
+def stuck(tmp_path_factory, zookeeper):
+    """A cluster whose broker 2 cannot fetch, with TOPIC being moved from [0, 1] to [0, 2]:
+    (cluster, the leader's log size)."""
+    cluster = Cluster(tmp_path_factory.mktemp("stuck"), zookeeper, brokers=3,
+                      properties={**FAST_FAILOVER, **LISTENERS, "auto.leader.rebalance.enable": "false"})
+    try:
+        _set_password(cluster, 2, "wrong")
+        cluster.processes[0].start()  # alone: the controller, which must reach broker 2
+        cluster.wait(lambda: getattr(cluster._try_metadata(0, []), "controller_id", None) == 0, 30,
+                     "broker 0 to become the controller")
+        for broker_id in (1, 2):
+            cluster.processes[broker_id].start()
+        cluster.wait_for_brokers()
+        create_placed(cluster, TOPIC, [[0, 1]])
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            for batch in range(4):
+                client.produce(TOPIC, 0, [(None, bytes(VALUE_BYTES)) for _ in range(25)])
+            assert client.alter_partition_reassignments({(TOPIC, 0): [0, 2]}) == {(TOPIC, 0): None}
+            cluster.wait(lambda: (TOPIC, 0) in client.list_partition_reassignments() and
+                         cluster.partition_dirs(2, TOPIC) == [f"{TOPIC}-0"], 30,
+                         f"broker 2 to create its replica of {TOPIC}-0")
+        yield cluster, _log_bytes(cluster, 0, TOPIC)
+    finally:
+        cluster.close()
+
+
+def test_metrics_count_the_reassigning_partition_then_its_bytes(stuck):
+    cluster, size = stuck
+    ports = {b: metrics_port(cluster.processes[b]) for b in (0, 1)}
+    reassigning = "kafka_server_replicamanager_reassigningpartitions"
+    assert value(scrape(ports[0]), reassigning) == 1  # the leader's
+    assert value(scrape(ports[1]), reassigning) == 0
+    assert value(scrape(ports[0]), "kafka_server_brokertopicmetrics_reassignmentbytesout_total") == 0
+
+    _set_password(cluster, 2, "broker-secret")
+    cluster.restart(2)
+    wait_until_reassigned(cluster, TOPIC, 0, (0, 2))
+    ports[2] = metrics_port(cluster.processes[2])
+    wait_for(lambda: value(scrape(ports[0]), reassigning) == 0, WAIT, "the leader to see the move done")
+    assert value(scrape(ports[0]), "kafka_server_brokertopicmetrics_reassignmentbytesout_total") >= size
+    assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_reassignmentbytesin_total") >= size
+    assert value(scrape(ports[1]), "kafka_server_brokertopicmetrics_reassignmentbytesin_total") == 0

@@ -202,7 +202,7 @@ class _Fetch:
                                                  self.wanted)
             if session is not None:
                 session.select(answered)  # remembered as sent: a full answer sends them all
-        broker.metrics.fetched(answered, by_id, _replica_id(self.request, self.version) >= 0)
+        broker.metrics.fetched(answered, by_id, _replica_id(self.request, self.version))
         response = _Resp(error_code=0, session_id=session.id if session is not None else 0,
                          responses=_grouped(answered, by_id), throttle_time_ms=0)
         if self.version >= 16:

@@ -83,9 +83,13 @@ class _Session:
 
 
 class ReplicaFetcher:
-    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock, security=None):
-        """`security`: the inter-broker listener's (broker.security.inter_broker), None for PLAINTEXT."""
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock, metrics,
+                 security=None):
+        """`metrics`: the broker's (broker.metrics), counting the bytes a new replica of a
+        reassignment fetched; `security`: the inter-broker listener's
+        (broker.security.inter_broker), None for PLAINTEXT."""
         self.local_id = local_id
+        self._metrics = metrics
         self._security = security
         self.leader_id = leader_id
         self.address = (host, port)
@@ -289,7 +293,10 @@ class ReplicaFetcher:
                                   f"diverging: leader {self.leader_id}'s epoch {diverging.epoch} ends "
                                   f"at {diverging.end_offset}")
                 return True
-            partition.append_as_follower(data.records or b"", data.high_watermark, data.log_start_offset)
+            records = data.records or b""
+            partition.append_as_follower(records, data.high_watermark, data.log_start_offset)
+            if self.local_id in partition.adding_replicas:
+                self._metrics.reassignment_bytes_in += len(records)
             return True
         if code == ErrorCode.OFFSET_OUT_OF_RANGE and data.log_start_offset > partition.log_end_offset:
             log.info("%s-%d: the leader's log starts at %d, past this log's end %d: starting there",

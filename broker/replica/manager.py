@@ -120,13 +120,15 @@ class ReplicaManager:
         coordinated = self._broker.coordinated_partitions(topic)
         if state.leader == self.local_id:
             self._stop_following(key)
-            partition.make_leader(state.leader_epoch, list(state.replicas), list(state.isr))
+            partition.make_leader(state.leader_epoch, list(state.replicas), list(state.isr),
+                                  adding=state.adding_replicas, removing=state.removing_replicas)
             log.info("%s-%d: leader at epoch %d, replicas %s, ISR %s", topic, state.partition_index,
                      state.leader_epoch, list(state.replicas), list(state.isr))
             if coordinated is not None:
                 coordinated.elected(partition)
             return ErrorCode.NONE
-        partition.make_follower(state.leader, state.leader_epoch, list(state.replicas), list(state.isr))
+        partition.make_follower(state.leader, state.leader_epoch, list(state.replicas), list(state.isr),
+                                adding=state.adding_replicas, removing=state.removing_replicas)
         if coordinated is not None:
             coordinated.resigned(state.partition_index)
         self._isr_pending.discard(key)
@@ -203,7 +205,7 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = self._fetchers[leader_id] = ReplicaFetcher(
                 self.local_id, leader_id, endpoint[0], endpoint[1], self._config, self._broker.clock,
-                self._broker.inter_broker_security)
+                self._broker.metrics, self._broker.inter_broker_security)
         fetcher.add(partition)
 
     def _stop_following(self, key, keep_fetcher_of: int | None = None) -> None:

@@ -2,7 +2,9 @@
 coordinator) and the partition's log, as Kafka's `Partition` is.
 
 - State: the leader (this broker), its leader epoch, the assigned replicas, the in-sync
-  replicas (ISR), and each follower's log end offset as its fetches report it.
+  replicas (ISR), and each follower's log end offset as its fetches report it; while the
+  partition is being reassigned, the replicas being added and removed, as the controller
+  said (a reassigning partition's replication counts in Kafka's metrics of that name).
 - The high watermark is the smallest log end offset over the ISR, the leader's own
   included. It never moves backwards; it starts from the `replication-offset-checkpoint`
   and moves when the leader appends or a follower's fetch shows it caught up.
@@ -33,7 +35,7 @@ coordinator) and the partition's log, as Kafka's `Partition` is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from wire.error_codes import ErrorCode
 from wire.records import BatchHeader
@@ -75,15 +77,18 @@ class Partition:
         self.leader_epoch = log.epochs.latest_epoch
         self.replicas: list[int] = []
         self.isr: set[int] = set()
+        self.adding_replicas: tuple[int, ...] = ()
+        self.removing_replicas: tuple[int, ...] = ()
         self._followers: dict[int, FollowerState] = {}
         self.state = PartitionState(self.index, -1, self.leader_epoch, (), ())  # as the metadata view shows it
 
     # -- leadership and replicas ---------------------------------------------------------
-    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int], *,
+                    adding: Iterable[int] = (), removing: Iterable[int] = ()) -> None:
         """Lead the partition from `leader_epoch` on, with these replicas and ISR (this
-        broker among them). A new leader knows no follower's position until it fetches; a
-        leader staying leader (a new epoch for an ISR change) keeps what it knows, as
-        Kafka's does."""
+        broker among them), `adding` and `removing` those of a reassignment. A new leader
+        knows no follower's position until it fetches; a leader staying leader (a new
+        epoch for an ISR change) keeps what it knows, as Kafka's does."""
         if self.local_id not in replicas or self.local_id not in isr:
             raise ValueError(f"broker {self.local_id} leads {self.topic}-{self.index} only as "
                              f"an in-sync replica, not with replicas {replicas} and ISR {isr}")
@@ -93,14 +98,16 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
         self.isr = set(isr)
+        self.adding_replicas, self.removing_replicas = tuple(adding), tuple(removing)
         self._followers = {r: known.get(r) or FollowerState(last_caught_up_ms=now)
                            for r in replicas if r != self.local_id}
         self._state_changed()
         self._maybe_advance_high_watermark()
 
-    def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int]) -> bool:
-        """Follow `leader_id` from `leader_epoch` on; True when the leader or the epoch
-        changed. Followers' positions are the leader's business: forgotten here. Waiting
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int], isr: list[int], *,
+                      adding: Iterable[int] = (), removing: Iterable[int] = ()) -> bool:
+        """Follow `leader_id` from `leader_epoch` on (`adding` and `removing`: as for
+        `make_leader`); True when the leader or the epoch changed. Followers' positions are the leader's business: forgotten here. Waiting
         requests are woken to find this broker no longer leads."""
         if leader_id == self.local_id or self.local_id not in replicas:
             raise ValueError(f"broker {self.local_id} follows {self.topic}-{self.index} only as a "
@@ -111,6 +118,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
         self.isr = set(isr)
+        self.adding_replicas, self.removing_replicas = tuple(adding), tuple(removing)
         self._followers = {}
         self._state_changed()
         self._delayed.wake(self.key)
@@ -129,6 +137,10 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_id
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
     def check_leader(self) -> None:
         """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
