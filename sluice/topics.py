@@ -9,7 +9,11 @@
 
 `describe` shows, per partition, leader, replicas, in-sync replicas, log start offset and
 high watermark (ListOffsets), and per topic its id and config overrides (DescribeConfigs,
-values whose source is the topic itself). `--output json` prints one JSON document.
+values whose source is the topic itself). A topic with partitions being reassigned gets
+kafka-topics.sh's adding and removing replicas (ListPartitionReassignments) and the bytes
+left to copy (`reassignments_in_progress`), and its replication factor is that of the
+first partition's target, as kafka-topics.sh counts it. `--output json` prints one JSON
+document.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import sys
 
 from wire.client import (DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST, TOPIC_RESOURCE,
-                         UNKNOWN_CONFIG, AsyncClient, NewTopic, TopicInfo, UnsupportedVersion)
+                         UNKNOWN_CONFIG, AsyncClient, ClientError, NewTopic, TopicInfo, UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.primitives import ZERO_UUID
@@ -109,7 +113,7 @@ async def create(client: AsyncClient, args) -> int:
 async def list_topics(client: AsyncClient, args) -> int:
     topics = await _all_topics(client, args.exclude_internal)
     rows = [{"name": t.name, "topic_id": _topic_id(t), "partitions": len(t.partitions),
-             "replication_factor": _replication_factor(t), "internal": t.is_internal}
+             "replication_factor": _replication_factor(t, None), "internal": t.is_internal}
             for t in topics]
     if args.output == "json":
         emit_json({"topics": rows})
@@ -127,18 +131,21 @@ async def describe(client: AsyncClient, args) -> int:
         topics = await _all_topics(client, args.exclude_internal)
     configs = await _config_overrides(client, [t.name for t in topics])
     offsets = await asyncio.gather(*(_offsets(client, t) for t in topics))
+    moving = await reassignments_in_progress(client, topics)
     described = []
     for topic, (starts, ends) in zip(topics, offsets):
+        first = min(topic.partitions, default=None)
         described.append({
             "name": topic.name, "topic_id": _topic_id(topic), "internal": topic.is_internal,
             "partition_count": len(topic.partitions),
-            "replication_factor": _replication_factor(topic),
+            "replication_factor": _replication_factor(topic, moving.get((topic.name, first))),
             "configs": configs.get(topic.name) if configs is not None else None,
             "partitions": [{
                 "partition": p.partition, "leader": p.leader_id if p.leader_id >= 0 else None,
                 "replicas": list(p.replicas), "isr": list(p.isr),
                 "log_start_offset": starts.get(p.partition),
-                "high_watermark": ends.get(p.partition)}
+                "high_watermark": ends.get(p.partition),
+                **moving.get((topic.name, p.partition), NOT_MOVING)}
                 for p in sorted(topic.partitions.values(), key=lambda p: p.partition)]})
     if args.output == "json":
         emit_json({"topics": described})
@@ -152,10 +159,12 @@ async def describe(client: AsyncClient, args) -> int:
         header = (f"Topic: {t['name']}  TopicId: {t['topic_id'] or '-'}  "
                   f"PartitionCount: {t['partition_count']}  "
                   f"ReplicationFactor: {t['replication_factor']}  Configs: {shown}")
-        table = format_table(
-            ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "HIGH-WATERMARK"],
-            [(p["partition"], p["leader"], p["replicas"], p["isr"], p["log_start_offset"],
-              p["high_watermark"]) for p in t["partitions"]])
+        headers = ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "HIGH-WATERMARK"]
+        columns = ["partition", "leader", "replicas", "isr", "log_start_offset", "high_watermark"]
+        if any(p["adding_replicas"] or p["removing_replicas"] for p in t["partitions"]):
+            headers += ["ADDING-REPLICAS", "REMOVING-REPLICAS", "BYTES-LEFT"]
+            columns += list(NOT_MOVING)
+        table = format_table(headers, [[p[c] for c in columns] for p in t["partitions"]])
         blocks.append(f"{header}\n{table}")
     if blocks:
         print("\n\n".join(blocks))
@@ -253,7 +262,64 @@ def _topic_id(topic: TopicInfo) -> str | None:
     return None if topic.topic_id == ZERO_UUID else str(topic.topic_id)
 
 
-def _replication_factor(topic: TopicInfo) -> int | None:
+# What `reassignments_in_progress` says of a partition not being reassigned.
+NOT_MOVING = {"adding_replicas": (), "removing_replicas": (), "bytes_left": None}
+
+
+async def reassignments_in_progress(client: AsyncClient, topics: list[TopicInfo]) -> dict[tuple[str, int], dict]:
+    """{(topic, partition): {"adding_replicas", "removing_replicas", "bytes_left"}} of
+    the partitions of `topics` being reassigned, as kafka-topics.sh finds them
+    (ListPartitionReassignments; none when the cluster does not serve it or refuses it,
+    and none for a partition whose replicas in `topics` no longer show the move: it
+    completed meanwhile). `bytes_left` is what the adding replicas still lack: the size of
+    the leader's replica less each adding one's (0 for one not created yet), summed, from
+    DescribeLogDirs; None when a broker concerned does not tell."""
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if not wanted:
+        return {}
+    try:
+        found = await client.list_partition_reassignments(wanted)
+    except UnsupportedVersion:
+        return {}
+    except KafkaError as exc:
+        if exc.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+            return {}
+        raise
+    infos = {(t.name, p): info for t in topics for p, info in t.partitions.items()}
+    moving = {tp: (infos[tp], ongoing) for tp, ongoing in found.items()
+              if tp in infos and set(infos[tp].replicas) & {*ongoing.adding, *ongoing.removing}}
+    brokers = sorted({b for info, ongoing in moving.values() for b in (info.leader_id, *ongoing.adding) if b >= 0})
+    answers = await asyncio.gather(*(_replica_sizes(client, b, list(moving)) for b in brokers))
+    sizes = dict(zip(brokers, answers))
+    return {tp: {"adding_replicas": list(ongoing.adding), "removing_replicas": list(ongoing.removing),
+                 "bytes_left": _bytes_left(tp, info.leader_id, ongoing.adding, sizes)}
+            for tp, (info, ongoing) in sorted(moving.items())}
+
+
+async def _replica_sizes(client: AsyncClient, broker_id: int, partitions) -> dict[tuple[str, int], int] | None:
+    """The sizes of the replicas of `partitions` the broker holds; None when it does not tell."""
+    try:
+        return await client.describe_log_dirs(broker_id, partitions)
+    except (ClientError, KafkaError):
+        return None
+
+
+def _bytes_left(tp: tuple[str, int], leader: int, adding, sizes: dict) -> int | None:
+    held = sizes.get(leader)
+    if held is None or tp not in held:
+        return None
+    left = 0
+    for replica in adding:
+        copied = sizes.get(replica)
+        if copied is None:
+            return None
+        left += max(held[tp] - copied.get(tp, 0), 0)
+    return left
+
+
+def _replication_factor(topic: TopicInfo, moving: dict | None) -> int | None:
+    """The first partition's replicas, those being added left out, as kafka-topics.sh counts."""
     if not topic.partitions:
         return None
-    return len(topic.partitions[min(topic.partitions)].replicas)
+    replicas = len(topic.partitions[min(topic.partitions)].replicas)
+    return replicas - len(moving["adding_replicas"]) if moving else replicas

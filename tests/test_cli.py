@@ -107,7 +107,8 @@ def test_topics_lifecycle(broker):
     assert described["topic_id"] == topic_id and described["partition_count"] == 3
     assert described["configs"] == {"cleanup.policy": "delete", "retention.ms": "86400000"}
     assert described["partitions"][1] == {"partition": 1, "leader": 0, "replicas": [0], "isr": [0],
-                                          "log_start_offset": 0, "high_watermark": 7}
+                                          "log_start_offset": 0, "high_watermark": 7,
+                                          "adding_replicas": [], "removing_replicas": [], "bytes_left": None}
     every = ok_json(*b, "describe")["topics"]
     assert [t["name"] for t in every] == ["events", "other"] and every[1]["configs"] == {}
 

@@ -3,11 +3,14 @@
 
 - A reassignment in progress: broker 2 of its cluster authenticates to the others'
   inter-broker listener (SASL PLAIN) with a wrong password, so the replica it is to
-  add cannot fetch and the reassignment of [0, 1] to [0, 2] waits: the leader's
-  kafka_server_replicamanager_reassigningpartitions is 1. Once broker 2 restarts with
-  the right password the move completes, and the leader's reassignmentbytesout_total
-  and broker 2's reassignmentbytesin_total have counted at least the log's bytes, the
-  other follower's none.
+  add cannot fetch and the reassignment of [0, 1] to [0, 2] waits. `sluice topics
+  describe` (table and JSON) and the web console (JSON, and the page in a real
+  chromium) show the adding and removing replicas and the bytes left (the leader's log
+  size: nothing copied yet), with the replication factor counted as kafka-topics.sh
+  counts it; the leader's kafka_server_replicamanager_reassigningpartitions is 1. Once
+  broker 2 restarts with the right password the move completes: the columns go, and the
+  leader's reassignmentbytesout_total and broker 2's reassignmentbytesin_total have
+  counted at least the log's bytes, the other follower's none.
 - KIP-951: after a reassignment moved a partition's leadership, Produce v10+ sent to the
   old leader (which no longer has a replica) and Fetch v16+ sent to a follower, or with
   the old leader epoch to the new leader, name the current leader, its epoch and its
@@ -19,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
@@ -29,9 +33,10 @@ import pytest
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_failures import records_of
+from tests.test_cluster_admin import sluice
 from tests.test_cluster_reassignment import (cluster, create_placed, shared_cluster,  # noqa: F401 (fixtures)
                                              wait_until_reassigned)
-from tests.test_console import WAIT
+from tests.test_console import WAIT, Console, _by, browser  # noqa: F401 (a fixture)
 from tests.test_metrics import metrics_port, scrape, value
 from wire.client import BrokerConnection, Client
 from wire.error_codes import ErrorCode
@@ -211,6 +216,45 @@ def stuck(tmp_path_factory, zookeeper):
         cluster.close()
 
 
+def describe(cluster: Cluster, *options: str) -> str:
+    described = sluice("topics", "--bootstrap-server", cluster.bootstrap_servers, "describe", TOPIC, *options)
+    assert described.returncode == 0, described
+    return described.stdout
+
+
+def test_describe_shows_the_replicas_being_added_and_removed_and_the_bytes_left(stuck):
+    cluster, size = stuck
+    assert size >= 100 * VALUE_BYTES
+    text = describe(cluster)
+    assert "PartitionCount: 1  ReplicationFactor: 2" in text  # of the target, as kafka-topics.sh counts
+    header, row = (line.split() for line in text.splitlines()[1:])
+    assert header == ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "HIGH-WATERMARK",
+                      "ADDING-REPLICAS", "REMOVING-REPLICAS", "BYTES-LEFT"]
+    assert row == ["0", "0", "0,2,1", "0,1", "0", "100", "2", "1", str(size)]
+    (topic,) = json.loads(describe(cluster, "--output", "json"))["topics"]
+    assert topic["replication_factor"] == 2
+    assert topic["partitions"][0] | {"replicas": None} == {
+        "partition": 0, "leader": 0, "replicas": None, "isr": [0, 1], "log_start_offset": 0,
+        "high_watermark": 100, "adding_replicas": [2], "removing_replicas": [1], "bytes_left": size}
+
+
+def test_the_console_shows_the_reassignment(stuck, browser):
+    By = _by()
+    cluster, size = stuck
+    running = Console(cluster.bootstrap_servers)
+    try:
+        (partition,) = running.json(f"/api/topics/{TOPIC}")["partitions"]
+        assert (partition["adding_replicas"], partition["removing_replicas"], partition["bytes_left"]) == (
+            [2], [1], size)
+        browser.get(running.url + f"topics/{TOPIC}")
+        headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#partitions th")]
+        assert headers[6:9] == ["Adding replicas", "Removing replicas", "Bytes left"], headers
+        (row,) = browser.find_elements(By.CSS_SELECTOR, "#partitions tr[data-partition]")
+        assert [c.text for c in row.find_elements(By.TAG_NAME, "td")][6:9] == ["2", "1", str(size)]
+    finally:
+        running.close()
+
+
 def test_metrics_count_the_reassigning_partition_then_its_bytes(stuck):
     cluster, size = stuck
     ports = {b: metrics_port(cluster.processes[b]) for b in (0, 1)}
@@ -227,3 +271,5 @@ def test_metrics_count_the_reassigning_partition_then_its_bytes(stuck):
     assert value(scrape(ports[0]), "kafka_server_brokertopicmetrics_reassignmentbytesout_total") >= size
     assert value(scrape(ports[2]), "kafka_server_brokertopicmetrics_reassignmentbytesin_total") >= size
     assert value(scrape(ports[1]), "kafka_server_brokertopicmetrics_reassignmentbytesin_total") == 0
+    text = describe(cluster)
+    assert "ReplicationFactor: 2" in text and "ADDING-REPLICAS" not in text, text

@@ -115,13 +115,18 @@ def _worst(topic: dict) -> str:
 
 
 def topic_page(topic: dict, messages: dict, cluster_id: str | None) -> bytes:
+    # The columns of a reassignment, when one moves a partition of the topic.
+    moving = any(p["adding_replicas"] or p["removing_replicas"] for p in topic["partitions"])
     partitions = "".join(
         f'<tr class="{p["status"] if p["status"] != "ok" else ""}" data-partition="{p["partition"]}">'
         f'<td class="num">{p["partition"]}</td><td class="num">{e(p["leader"])}</td>'
         f'<td>{_numbers(p["replicas"])}</td><td>{_numbers(p["isr"])}</td>'
         f'<td class="num">{e(p["log_start_offset"])}</td><td class="num">{e(p["log_end_offset"])}</td>'
-        f'<td>{"" if p["status"] == "ok" else e(p["status"])}</td></tr>'
+        + (f'<td>{_numbers(p["adding_replicas"])}</td><td>{_numbers(p["removing_replicas"])}</td>'
+           f'<td class="num">{e(p["bytes_left"])}</td>' if moving else "")
+        + f'<td>{"" if p["status"] == "ok" else e(p["status"])}</td></tr>'
         for p in topic["partitions"])
+    moving_headers = "<th>Adding replicas</th><th>Removing replicas</th><th>Bytes left</th>" if moving else ""
     shown = messages["messages"]
     rows = "".join(
         f'<tr><td class="num">{m["partition"]}</td><td class="num">{m["offset"]}</td>'
@@ -140,7 +145,7 @@ def topic_page(topic: dict, messages: dict, cluster_id: str | None) -> bytes:
 replication factor {e(topic["replication_factor"])}</p>
 <h2>Partitions</h2>
 <table id="partitions"><tr><th>Partition</th><th>Leader</th><th>Replicas</th><th>ISR</th>
-<th>Log start offset</th><th>Log end offset</th><th>Status</th></tr>{partitions}</table>
+<th>Log start offset</th><th>Log end offset</th>{moving_headers}<th>Status</th></tr>{partitions}</table>
 <h2>Recent messages</h2>
 <form method="get" action="/topics/{u(topic["name"])}">
 <label>Partition <select name="partition"><option value="">all (merged)</option>{choices}</select></label>

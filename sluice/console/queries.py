@@ -5,7 +5,9 @@
 - Topics: Metadata's partitions (leader, replicas, ISR; -1 leader: offline) with log
   start and end offsets (ListOffsets EARLIEST and LATEST, asked only of partitions that
   have a leader). A partition is "offline" without a leader and "under-replicated" when
-  its ISR is smaller than its replica set, as Kafka's tools count them.
+  its ISR is smaller than its replica set, as Kafka's tools count them. A partition being
+  reassigned has its adding and removing replicas and the bytes left to copy, as
+  `sluice topics describe` finds them (sluice.topics.reassignments_in_progress).
 - Recent messages: the last `limit` records below the high watermark of each partition
   (Fetch, READ_UNCOMMITTED, control records left out), newest first; merged over
   partitions, the `limit` newest by timestamp. Keys and values show as UTF-8 text when
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sluice.topics import existing_topic
+from sluice.topics import NOT_MOVING, existing_topic, reassignments_in_progress
 from wire.client import EARLIEST, LATEST, AsyncClient, TopicInfo
 from wire.primitives import ZERO_UUID
 
@@ -86,12 +88,14 @@ async def topic_detail(client: AsyncClient, name: str) -> dict:
                                            client.list_offsets(name, leading, LATEST))
         starts = {p: o.offset for p, o in first.items()}
         ends = {p: o.offset for p, o in last.items()}
+    moving = await reassignments_in_progress(client, [topic])
     detail = _topic_summary(topic)
     detail["partitions"] = [{
         "partition": p.partition, "leader": p.leader_id if p.leader_id >= 0 else None,
         "replicas": list(p.replicas), "isr": list(p.isr),
         "offline_replicas": list(p.offline_replicas),
         "log_start_offset": starts.get(p.partition), "log_end_offset": ends.get(p.partition),
+        **moving.get((name, p.partition), NOT_MOVING),
         "status": _status(p)}
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition)]
     return detail

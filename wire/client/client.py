@@ -44,7 +44,7 @@ from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_PARTITION
                            ALTER_USER_SCRAM_CREDENTIALS, APIS, LIST_PARTITION_REASSIGNMENTS,
                            CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS,
                            DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
-                           DESCRIBE_GROUPS, DESCRIBE_USER_SCRAM_CREDENTIALS,
+                           DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS,
                            DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, FIND_COORDINATOR,
                            INCREMENTAL_ALTER_CONFIGS,
                            INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
@@ -251,6 +251,34 @@ class AsyncClient:
                 for b in response.brokers})
 
         return await self._retrying(attempt)
+
+    async def describe_log_dirs(self, node_id: int,
+                                partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+        """The size in bytes of each replica broker `node_id` holds, of `partitions` or
+        (None) of every partition, summed over its log directories (DescribeLogDirs, as
+        kafka-log-dirs.sh asks; a future replica of an intra-broker move and a directory
+        answering an error are left out, as are partitions it holds no replica of). One
+        attempt: a broker that cannot be reached raises ClientError."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(set(partitions)):
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [DESCRIBE_LOG_DIRS.request.DescribableLogDirTopic(topic=topic, partitions=indexes)
+                      for topic, indexes in by_topic.items()]
+        connection = await self._node_connection(node_id)
+        response = await connection.request(DESCRIBE_LOG_DIRS, connection.version(DESCRIBE_LOG_DIRS),
+                                            DESCRIBE_LOG_DIRS.request(topics=topics))
+        check(response.error_code, f"describe the log dirs of broker {node_id}")
+        sizes: dict[tuple[str, int], int] = collections.Counter()
+        for directory in response.results:
+            if directory.error_code:
+                continue
+            for topic in directory.topics:
+                for partition in topic.partitions:
+                    if not partition.is_future_key:
+                        sizes[(topic.name, partition.partition_index)] += partition.partition_size
+        return dict(sizes)
 
     # -- connections -------------------------------------------------------------------
     async def _connection(self, host: str, port: int) -> BrokerConnection:

@@ -95,6 +95,7 @@ class Client:
     alter_configs = _blocking("alter_configs")
     incremental_alter_configs = _blocking("incremental_alter_configs")
     describe_cluster = _blocking("describe_cluster")
+    describe_log_dirs = _blocking("describe_log_dirs")
     describe_groups = _blocking("describe_groups")
     list_groups = _blocking("list_groups")
     delete_groups = _blocking("delete_groups")
