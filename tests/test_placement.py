@@ -1,6 +1,9 @@
 """Replica placement (`broker.cluster.placement`): Kafka's own expectations, then the
 properties every placement must have, then the errors.
 
+Then the plans of `sluice reassign --decommission` and `--rebalance` (drain_broker,
+rebalance, spread_leaders), on clusters placed as Kafka places topics.
+
 The known assignments are the expectations of Apache Kafka 3.8's unit tests
 (core/src/test/scala/unit/kafka/admin/AdminRackAwareTest.scala, AddPartitionsTest.scala,
 core/src/test/scala/unit/kafka/zk/AdminZkClientTest.scala) and the examples in the
@@ -18,7 +21,8 @@ from hypothesis import given, settings, strategies as st
 from wire.error_codes import ErrorCode
 
 from broker.cluster.placement import (
-    add_partitions, assign_rack_unaware, assign_replicas, manual_assignment, rack_alternated,
+    add_partitions, assign_rack_unaware, assign_replicas, drain_broker, manual_assignment,
+    rack_alternated, rebalance, spread_leaders,
 )
 from broker.errors import BrokerError
 
@@ -378,3 +382,127 @@ def test_add_partitions_refusals():
                  assignments=[replicas])
     # The topic's replication factor must still fit the brokers there are.
     rejected(ErrorCode.INVALID_REPLICATION_FACTOR, add_partitions, no_racks([0]), existing, 2)
+
+
+# Moving existing replicas: draining a broker, rebalancing, spreading preferred leaders.
+
+def cluster_placement(brokers, topics, rng: random.Random) -> dict[tuple[str, int], tuple[int, ...]]:
+    """Topics (partitions, RF) placed over `brokers` as Kafka creates them."""
+    return {(f"t{i}", p): replicas for i, (partitions, rf) in enumerate(topics)
+            for p, replicas in assign_replicas(brokers, partitions, rf, rng=rng).items()}
+
+
+def spread(counts: Counter, brokers) -> int:
+    return max(counts[b] for b in brokers) - min(counts[b] for b in brokers)
+
+
+def rack_span(brokers, replicas) -> int:
+    return len({brokers[b] for b in replicas})
+
+
+@st.composite
+def clusters(draw, min_brokers: int = 2):
+    """(brokers {id: rack or None}, topics [(partitions, RF)], seed): every broker with a
+    rack (one of as many as there are brokers, at most 3) or none."""
+    n = draw(st.integers(min_brokers, 7))
+    if draw(st.booleans()):
+        brokers = {b: f"rack{draw(st.integers(0, min(n, 3) - 1))}" for b in range(n)}
+    else:
+        brokers = no_racks(range(n))
+    topics = draw(st.lists(st.tuples(st.integers(1, 12), st.integers(1, n - 1)), min_size=1, max_size=4))
+    return brokers, topics, draw(st.integers(0, 1 << 32))
+
+
+def test_draining_a_broker_as_an_operator_expects_it():
+    """Four brokers, a topic of 8 partitions with RF 3 placed as Kafka places it: broker 3
+    retired, the three others hold 8 replicas each and lead 3, 3 and 2 partitions; a
+    partition broker 3 was not on is left alone."""
+    before = {("t", p): replicas for p, replicas in
+              assign_replicas(no_racks(range(4)), 8, 3, start_index=0, replica_shift=0).items()}
+    after = drain_broker(before, 3, no_racks(range(3)))
+    assert replica_counts(after) == {0: 8, 1: 8, 2: 8}
+    assert sorted(leader_counts(after).values()) == [2, 3, 3]
+    assert after[("t", 0)] == before[("t", 0)] == (0, 1, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.data())
+def test_drain_broker_properties(cluster, data):
+    """Every replica of the retired broker moves to a broker left, one that held no
+    replica of the partition, keeping the replication factor and, with racks, spanning
+    as many racks as the brokers left allow; nothing else moves, and the order changes
+    only in the partitions that moved."""
+    brokers, topics, seed = cluster
+    before = cluster_placement(brokers, topics, random.Random(seed))
+    retiring = data.draw(st.sampled_from(sorted(brokers)))
+    left = {b: rack for b, rack in brokers.items() if b != retiring}
+    after = drain_broker(before, retiring, left)
+    assert set(after) == set(before)
+    for tp, replicas in after.items():
+        old = before[tp]
+        if retiring not in old:
+            assert replicas == old
+            continue
+        assert len(replicas) == len(set(replicas)) == len(old) and set(replicas) <= set(left)
+        assert set(old) - set(replicas) == {retiring} and len(set(replicas) - set(old)) == 1
+        if brokers[retiring] is not None:
+            assert rack_span(brokers, replicas) >= min(rack_span(brokers, old), len(set(left.values())))
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(min_brokers=3), st.integers(1, 3))
+def test_rebalance_properties(cluster, added):
+    """Brokers added to a cluster get its replicas until every broker holds as many as
+    any other, give or take one, moving as few as that takes: no broker both gives and
+    takes replicas, one that gives keeps at least its fair share and one that takes gets
+    at most its fair share. With every replication factor at least 2 the preferred
+    leaders are as even. With racks, no partition spans fewer racks (which may leave the
+    counts uneven: a broker alone on its rack holds a replica of every partition)."""
+    brokers, topics, seed = cluster
+    before = cluster_placement(brokers, topics, random.Random(seed))
+    grown = {**brokers, **{len(brokers) + i: brokers[0] for i in range(added)}}
+    after = rebalance(before, grown)
+    assert set(after) == set(before)
+    for tp, replicas in after.items():
+        assert len(replicas) == len(set(replicas)) == len(before[tp]) and set(replicas) <= set(grown)
+        if brokers[0] is not None:
+            assert rack_span(grown, replicas) >= rack_span(grown, before[tp])
+    if brokers[0] is not None:
+        return
+    old, new = replica_counts(before), replica_counts(after)
+    total = sum(new.values())
+    floor, ceiling = total // len(grown), -(-total // len(grown))
+    for b in grown:
+        held = {tp for tp, replicas in before.items() if b in replicas}
+        holds = {tp for tp, replicas in after.items() if b in replicas}
+        assert held <= holds or holds <= held, f"broker {b} gave and took replicas"
+        if new[b] < old[b]:
+            assert new[b] >= floor
+        if new[b] > old[b]:
+            assert new[b] <= ceiling
+    assert spread(new, grown) <= 1
+    if all(rf >= 2 for _, rf in topics):
+        assert spread(leader_counts(after), grown) <= 1
+
+
+def test_rebalance_leaves_a_balanced_cluster_alone():
+    before = {("t", p): replicas for p, replicas in
+              assign_replicas(no_racks(range(4)), 8, 3, start_index=1, replica_shift=2).items()}
+    assert rebalance(before, no_racks(range(4))) == before
+
+
+def test_spread_leaders_hands_over_along_a_chain():
+    """Broker 1 leads two partitions and broker 3 none, but no partition broker 1 leads
+    has a replica on 3: 2 takes one of 1's and 3 one of 2's."""
+    before = {("t", 0): (1, 0), ("t", 1): (2, 3), ("t", 2): (0, 3), ("t", 3): (1, 2)}
+    after = spread_leaders(before, range(4))
+    assert sorted(leader_counts(after).values()) == [1, 1, 1, 1]
+    assert {tp: set(replicas) for tp, replicas in after.items()} == {
+        tp: set(replicas) for tp, replicas in before.items()}
+    assert spread_leaders(before, range(4), movable=[("t", 0)]) == before  # nowhere to go alone
+
+
+def test_draining_refuses_a_partition_with_nowhere_to_go():
+    message = rejected(ErrorCode.INVALID_REPLICATION_FACTOR, drain_broker,
+                       {("t", 0): (0, 1, 2)}, 2, no_racks(range(2)))
+    assert "t-0" in message and "broker 2" in message

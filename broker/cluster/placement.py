@@ -19,11 +19,18 @@ with the follower shift scaled by the number of racks, skipping a broker whose r
 already holds a replica of the partition while some rack holds none, and a broker that
 already holds one. A mix of brokers with and without racks is refused unless racks are
 ignored.
+
+Moving existing replicas, for `sluice reassign` (Kafka leaves this to its operators'
+tools): drain_broker moves every replica off a broker being retired, rebalance evens
+the replica counts over the brokers moving as few replicas as it can, and
+spread_leaders evens the preferred leaders by reordering replicas (no data moves).
+These plans span topics: partitions are keyed (topic, partition).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Collection, Iterable, Iterator, Mapping, Sequence
 
 from wire.error_codes import ErrorCode
@@ -224,3 +231,155 @@ def _check_replicas(brokers: Collection[int], partition: int, replicas: Sequence
         raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                           f"partition {partition} has {len(replicas)} replicas, the topic's "
                           f"other partitions {replication_factor}")
+
+
+# -- moving existing replicas (sluice reassign --decommission, --rebalance) ------------------
+
+Placement = dict[tuple[str, int], tuple[int, ...]]  # (topic, partition) -> replicas, leader first
+
+
+def drain_broker(placement: Mapping[tuple[str, int], Sequence[int]], retiring: int,
+                 brokers: Mapping[int, str | None], *, ignore_racks: bool = False) -> Placement:
+    """`placement` with every replica on `retiring` moved to one of `brokers` (the ones
+    to keep: `retiring` is not among them) that holds no replica of that partition:
+    rack-aware, to a rack the partition's other replicas are not on while there is one,
+    and to the broker holding the fewest replicas (then the fewest of the topic's).
+    The moved replica keeps its place in the list; then the partitions moved have their
+    preferred leaders spread (spread_leaders). Nothing else moves."""
+    racks = _racks(brokers, ignore_racks)
+    moved = dict(placement)
+    replicas_of = _replica_counts(moved, brokers)
+    for tp in sorted(tp for tp, replicas in placement.items() if retiring in replicas):
+        replicas = tuple(placement[tp])
+        others = [b for b in replicas if b != retiring]
+        candidates = [b for b in brokers if b not in others]
+        if not candidates:
+            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"no broker to take the replica of {tp[0]}-{tp[1]} off broker {retiring}: "
+                              f"its other replicas are on {sorted(others)}, the brokers left are "
+                              f"{sorted(brokers)}")
+        target = min(_rack_spreading(candidates, others, racks),
+                     key=lambda b: (replicas_of[b], replicas_of[(tp[0], b)], b))
+        moved[tp] = tuple(target if b == retiring else b for b in replicas)
+        replicas_of.update((target, (tp[0], target)))
+    return spread_leaders(moved, brokers,
+                          movable={tp for tp, replicas in placement.items() if retiring in replicas})
+
+
+def rebalance(placement: Mapping[tuple[str, int], Sequence[int]],
+              brokers: Mapping[int, str | None], *, ignore_racks: bool = False) -> Placement:
+    """`placement` with replicas moved until every broker of `brokers` holds as many as
+    any other, give or take one, and then preferred leaders likewise (spread_leaders).
+    A replica moves only off a broker holding at least two more than the one it moves
+    to, so that brokers not over their fair share keep theirs: from the fullest broker
+    to the emptiest that can take it (holds no replica of the partition, and spans the
+    partition over no fewer racks), choosing the partition of the topic the first holds
+    most more of than the second, a follower before a leader. Replicas on brokers not in
+    `brokers` stay where they are."""
+    racks = _racks(brokers, ignore_racks)
+    moved = {tp: tuple(replicas) for tp, replicas in placement.items()}
+    replicas_of = _replica_counts(moved, brokers)
+
+    def move() -> bool:
+        for full in sorted(brokers, key=lambda b: (-replicas_of[b], b)):
+            for empty in sorted(brokers, key=lambda b: (replicas_of[b], b)):
+                if replicas_of[full] - replicas_of[empty] < 2:
+                    break
+                movable = [tp for tp, replicas in moved.items() if full in replicas and empty not in replicas
+                           and _racks_kept(replicas, full, empty, racks)]
+                if movable:
+                    tp = min(movable, key=lambda tp: (replicas_of[(tp[0], empty)] - replicas_of[(tp[0], full)],
+                                                      moved[tp][0] == full, tp))
+                    moved[tp] = tuple(empty if b == full else b for b in moved[tp])
+                    replicas_of.subtract((full, (tp[0], full)))
+                    replicas_of.update((empty, (tp[0], empty)))
+                    return True
+        return False
+
+    while move():  # each move lowers the sum of the squared counts: it ends
+        pass
+    return spread_leaders(moved, brokers)
+
+
+def spread_leaders(placement: Mapping[tuple[str, int], Sequence[int]], brokers: Collection[int],
+                   movable: Collection[tuple[str, int]] | None = None) -> Placement:
+    """`placement` with the preferred leaders (first replicas) of the `movable` partitions
+    (None: all) changed so that each topic's, then all partitions', are spread over
+    `brokers` as evenly as their replicas allow. A broker leading at least two more than
+    another hands one over along a chain: it gives a partition it leads to one of that
+    partition's replicas, which gives one of its own to the next, ..., up to the broker
+    leading fewer (the new leader goes first, the other replicas keep their order)."""
+    moved = {tp: tuple(replicas) for tp, replicas in placement.items()}
+    movable = set(moved if movable is None else movable)
+    for topic in sorted({topic for topic, _ in movable}):
+        _shift_leaders(moved, brokers, {tp for tp in moved if tp[0] == topic},
+                       {tp for tp in movable if tp[0] == topic})
+    _shift_leaders(moved, brokers, moved, movable)
+    return moved
+
+
+def _shift_leaders(placement: Placement, brokers: Collection[int], counted: Collection[tuple[str, int]],
+                   movable: Collection[tuple[str, int]]) -> None:
+    """spread_leaders over the preferred leaderships of the `counted` partitions, in place."""
+    leaders_of = Counter({b: 0 for b in brokers})
+    leaders_of.update(placement[tp][0] for tp in counted if placement[tp])
+    led_by: dict[int, list[tuple[str, int]]] = {}
+    for tp in sorted(movable):
+        led_by.setdefault(placement[tp][0], []).append(tp)
+
+    def shift() -> bool:
+        for busy in sorted(brokers, key=lambda b: (-leaders_of[b], b)):
+            reached = {busy: None}  # broker -> (the partition it would take, from whom)
+            frontier = [busy]
+            for giver in frontier:  # breadth first: the shortest chains
+                for tp in led_by.get(giver, ()):
+                    for taker in placement[tp][1:]:
+                        if taker in brokers and taker not in reached:
+                            reached[taker] = (tp, giver)
+                            frontier.append(taker)
+            idle = min(reached, key=lambda b: (leaders_of[b], b))
+            if leaders_of[busy] - leaders_of[idle] >= 2:
+                taker = idle
+                while taker != busy:
+                    tp, giver = reached[taker]
+                    placement[tp] = (taker, *(b for b in placement[tp] if b != taker))
+                    led_by[giver].remove(tp)
+                    led_by.setdefault(taker, []).append(tp)
+                    taker = giver
+                leaders_of[busy] -= 1
+                leaders_of[idle] += 1
+                return True
+        return False
+
+    while shift():  # each chain lowers the sum of the squared counts: it ends
+        pass
+
+
+def _replica_counts(placement: Mapping[tuple[str, int], Sequence[int]],
+                    brokers: Collection[int]) -> Counter:
+    """How many replicas each of `brokers` holds (key: broker id) and holds of each topic
+    (key: (topic, broker id))."""
+    counts: Counter = Counter({b: 0 for b in brokers})
+    counts.update(key for (topic, _), replicas in placement.items() for b in replicas if b in brokers
+                  for key in (b, (topic, b)))
+    return counts
+
+
+def _rack_spreading(candidates: Sequence[int], others: Iterable[int],
+                    racks: Mapping[int, str] | None) -> Sequence[int]:
+    """The candidates on a rack none of `others` is on; all of them when there is none (or
+    no racks)."""
+    if racks is None:
+        return candidates
+    used = {racks.get(b) for b in others}
+    return [b for b in candidates if racks[b] not in used] or candidates
+
+
+def _racks_kept(replicas: Sequence[int], leaving: int, joining: int,
+                racks: Mapping[int, str] | None) -> bool:
+    """Whether replacing `leaving` by `joining` spans the partition over as many racks."""
+    if racks is None:
+        return True
+    others = [b for b in replicas if b != leaving]
+    return (len({racks.get(b) for b in (*others, joining)})
+            >= len({racks.get(b) for b in (*others, leaving)}))
