@@ -4,6 +4,8 @@
                                                      [--config KEY=VALUE ...] [--if-not-exists]
     sluice topics --bootstrap-server H:P list [--exclude-internal]
     sluice topics --bootstrap-server H:P describe [NAME] [--exclude-internal]
+                  [--under-replicated-partitions] [--under-min-isr-partitions]
+                  [--at-min-isr-partitions] [--unavailable-partitions]
     sluice topics --bootstrap-server H:P delete NAME [NAME ...]
     sluice topics --bootstrap-server H:P alter NAME --partitions N
 
@@ -13,7 +15,9 @@ values whose source is the topic itself). A topic with partitions being reassign
 kafka-topics.sh's adding and removing replicas (ListPartitionReassignments) and the bytes
 left to copy (`reassignments_in_progress`), and its replication factor is that of the
 first partition's target, as kafka-topics.sh counts it. `--output json` prints one JSON
-document.
+document. With kafka-topics.sh's filters (PARTITION_FILTERS) it lists only the partitions
+any of them shows, one table (JSON: {"partitions": [...]}) without the topics' lines, as
+Kafka does.
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ def parser() -> argparse.ArgumentParser:
     describe.add_argument("name", nargs="?", help="the topic (default: every topic)")
     describe.add_argument("--exclude-internal", action="store_true",
                           help="leave out internal topics")
+    for option, what in PARTITION_FILTERS.items():
+        describe.add_argument(option, action="store_true",
+                              help=f"only the partitions {what} (with other such options: "
+                                   "those any of them shows)")
 
     delete = actions.add_parser("delete", parents=[common], help="delete topics")
     delete.add_argument("names", nargs="+", metavar="NAME")
@@ -129,6 +137,8 @@ async def describe(client: AsyncClient, args) -> int:
         topics = [await existing_topic(client, args.name)]
     else:
         topics = await _all_topics(client, args.exclude_internal)
+    if any(getattr(args, _dest(option)) for option in PARTITION_FILTERS):
+        return await _describe_partitions(client, args, topics)
     configs = await _config_overrides(client, [t.name for t in topics])
     offsets = await asyncio.gather(*(_offsets(client, t) for t in topics))
     moving = await reassignments_in_progress(client, topics)
@@ -169,6 +179,80 @@ async def describe(client: AsyncClient, args) -> int:
     if blocks:
         print("\n\n".join(blocks))
     return 0
+
+
+# kafka-topics.sh's filters of --describe, as its TopicCommand applies them.
+PARTITION_FILTERS = {
+    "--under-replicated-partitions": "with fewer in-sync replicas than replicas (not counting "
+                                     "those a reassignment adds)",
+    "--under-min-isr-partitions": "with fewer in-sync replicas than the topic's "
+                                  "min.insync.replicas, or no leader",
+    "--at-min-isr-partitions": "with as many in-sync replicas as the topic's min.insync.replicas",
+    "--unavailable-partitions": "whose leader is none or not a live broker",
+}
+
+
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+async def _describe_partitions(client: AsyncClient, args, topics: list[TopicInfo]) -> int:
+    """The partitions any of the filters given shows (Kafka's rules: TopicCommand's
+    PartitionDescription), without the topics' lines, as kafka-topics.sh lists them."""
+    names = [t.name for t in topics]
+    live = set((await client.metadata([])).brokers)
+    min_isr = {}
+    if args.under_min_isr_partitions or args.at_min_isr_partitions:
+        min_isr = await _min_insync_replicas(client, names)
+    adding = {}
+    if args.under_replicated_partitions:  # a partition being reassigned counts its original replicas
+        try:
+            ongoing = await client.list_partition_reassignments(
+                [(t.name, p) for t in topics for p in t.partitions])
+        except UnsupportedVersion:  # as Kafka's tool: no reassignments to know of
+            ongoing = {}
+        adding = {tp: len(r.adding) for tp, r in ongoing.items()}
+    shown = []
+    for topic in topics:
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
+            led = p.leader_id >= 0
+            isr = len(p.isr)
+            if ((args.under_replicated_partitions
+                 and len(p.replicas) - adding.get((topic.name, p.partition), 0) > isr)
+                    or (args.under_min_isr_partitions and (not led or isr < min_isr[topic.name]))
+                    or (args.at_min_isr_partitions and isr == min_isr[topic.name])
+                    or (args.unavailable_partitions and (not led or p.leader_id not in live))):
+                shown.append({"topic": topic.name, "partition": p.partition,
+                              "leader": p.leader_id if led else None,
+                              "replicas": list(p.replicas), "isr": list(p.isr)})
+    if args.output == "json":
+        emit_json({"partitions": shown})
+    elif shown:
+        print(format_table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"],
+                           [(p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"])
+                            for p in shown]))
+    return 0
+
+
+async def _min_insync_replicas(client: AsyncClient, names: list[str]) -> dict[str, int]:
+    """Each topic's min.insync.replicas (its own or the broker's default), from DescribeConfigs."""
+    if not names:
+        return {}
+    try:
+        described = await client.describe_configs([(TOPIC_RESOURCE, name) for name in names],
+                                                  keys=["min.insync.replicas"])
+    except UnsupportedVersion:
+        raise CommandError("the broker does not support DescribeConfigs, which gives the "
+                           "topics' min.insync.replicas") from None
+    found = {}
+    for (_, name), entries in described.items():
+        entry = entries.get("min.insync.replicas")
+        try:
+            found[name] = int(entry.value)
+        except (AttributeError, TypeError, ValueError):
+            raise CommandError(f"topic {name!r}: DescribeConfigs gives no min.insync.replicas "
+                               f"({entry.value if entry else 'none'!r})") from None
+    return found
 
 
 async def delete(client: AsyncClient, args) -> int:

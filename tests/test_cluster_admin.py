@@ -21,6 +21,8 @@ leader elections on demand.
   broker was down is deleted at its start, and a crash in the middle of that (a fail
   point) keeps the broker's other replicas of the topic.
 - Auto-creation through Metadata: LEADER_NOT_AVAILABLE first, then the topic with leaders.
+- `sluice topics describe` with kafka-topics.sh's filters (under-replicated, under and at
+  min ISR, unavailable) while a broker is stopped.
 
 One cluster for the module (auto.leader.rebalance.enable=false, so that only the tests
 move leaders); each test starts with every broker running.
@@ -338,6 +340,58 @@ def test_kafkas_leader_election_tool(cluster):
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again
     assert f"Valid replica already elected for partitions {topic}-0" in again.stdout, again.stdout
+
+
+# -- kafka-topics.sh's partition filters -----------------------------------------------------
+
+def test_topics_describe_filters_the_partitions_a_stopped_broker_leaves_short(cluster):
+    """A broker stopped (SIGTERM), its replicas in three topics (min.insync.replicas 2, 2
+    and the default 1) out of the ISR: each filter of `sluice topics describe` lists the
+    partitions Kafka's TopicCommand would, and several list those any of them would."""
+    stopped = not_controller(cluster)[0]
+    first, second = (b for b in cluster.ids if b != stopped)
+    placed = {"short-3": ([[stopped, first, second]], {"min.insync.replicas": "2"}),
+              "short-2": ([[stopped, first], [first, second]], {"min.insync.replicas": "2"}),
+              "short-1": ([[stopped], [first]], {})}
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    for future in admin.create_topics([
+            confluent_kafka.admin.NewTopic(topic, len(replicas), replica_assignment=replicas, config=configs)
+            for topic, (replicas, configs) in placed.items()]).values():
+        future.result(30)
+    for topic in placed:
+        cluster.wait_for_leaders(topic, full_isr=True)
+
+    def listed(*filters: str) -> set[tuple[str, int]]:
+        done = sluice("topics", "--bootstrap-server", cluster.bootstrap_servers, "--output", "json",
+                      "describe", *filters)
+        assert done.returncode == 0, done
+        return {(p["topic"], p["partition"]) for p in json.loads(done.stdout)["partitions"]
+                if p["topic"] in placed}
+
+    assert listed("--under-replicated-partitions", "--unavailable-partitions",
+                  "--under-min-isr-partitions") == set()
+    assert listed("--at-min-isr-partitions") == {("short-2", 0), ("short-2", 1), ("short-1", 0),
+                                                 ("short-1", 1)}
+    cluster.stop(stopped)
+    cluster.wait_for_brokers()
+    expected = {
+        "--under-replicated-partitions": {("short-3", 0), ("short-2", 0)},
+        "--under-min-isr-partitions": {("short-2", 0), ("short-1", 0)},  # short-1-0: no leader
+        # short-1-0 too: its ISR keeps its last member, as Kafka keeps it, and Kafka's rule
+        # compares the ISR's size alone.
+        "--at-min-isr-partitions": {("short-3", 0), ("short-2", 1), ("short-1", 0), ("short-1", 1)},
+        "--unavailable-partitions": {("short-1", 0)},
+    }
+    cluster.wait(lambda: listed("--under-replicated-partitions") == expected["--under-replicated-partitions"],
+                 30, f"the ISRs to shrink without broker {stopped}")
+    for option, partitions in expected.items():
+        assert listed(option) == partitions, option
+    assert listed("--unavailable-partitions", "--at-min-isr-partitions") == {
+        ("short-1", 0), ("short-3", 0), ("short-2", 1), ("short-1", 1)}
+    table = sluice("topics", "--bootstrap-server", cluster.bootstrap_servers, "describe", "short-1",
+                   "--unavailable-partitions")
+    assert table.stdout.split("\n")[0].split() == ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
+    assert table.stdout.split("\n")[1].split() == ["short-1", "0", "-", str(stopped), str(stopped)]
 
 
 # -- topic administration through any broker ------------------------------------------------
