@@ -4,6 +4,7 @@
                          [--config extra.properties] [--timeout SECONDS]
     sluice cluster status --data-dir D
     sluice cluster stop --data-dir D [--timeout SECONDS]
+    sluice cluster add-broker --data-dir D [--timeout SECONDS]
 
 `start` runs a ZooKeeper server (sluice/zookeeper.py, data in D/zookeeper) and N brokers
 (ids 0 .. N-1), each a detached `python -m broker` with D/broker-<id>/server.properties,
@@ -13,6 +14,9 @@ a controller, and prints the bootstrap servers. Run again on a stopped D, it sta
 same cluster (same ids, ports and data). `stop` sends SIGTERM to each broker in turn, the
 controller last (each hands its leaderships over by controlled shutdown), SIGKILL after
 the timeout, then stops ZooKeeper. `status` exits 0 when everything runs, 3 when not.
+`add-broker` starts one more broker in a running cluster (the next id, the port after the
+others' when they are consecutive), records it in D/cluster.json, so that `status`, `stop`
+and `start` include it from then on, and waits until Metadata lists it.
 """
 
 from __future__ import annotations
@@ -120,6 +124,10 @@ def parser() -> argparse.ArgumentParser:
                            f"(default {DEFAULT_TIMEOUT:g})")
     status = actions.add_parser("status", help="which of the cluster's processes run")
     status.add_argument("--data-dir", required=True, type=Path, help="the cluster's directory")
+    add = actions.add_parser("add-broker", help="start one more broker in a running cluster")
+    add.add_argument("--data-dir", required=True, type=Path, help="the cluster's directory")
+    add.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                     help=f"wait at most this long for the broker to join (default {DEFAULT_TIMEOUT:g})")
     return p
 
 
@@ -344,6 +352,51 @@ def start(args) -> int:
     return 0
 
 
+def add_broker(args) -> int:
+    data_dir = args.data_dir.resolve()
+    state = existing_state(data_dir)
+    down = [name for name, running in running_processes(data_dir, state).items() if not running]
+    if down:
+        raise CommandError(f"the cluster in {args.data_dir} is not running ({', '.join(down)} "
+                           f"stopped): start it first with `sluice cluster start --data-dir "
+                           f"{args.data_dir}`")
+    broker = BrokerEntry(max(b.id for b in state.brokers) + 1, next_port(state))
+    check_port_free(state.host, broker.port)
+    state.brokers.append(broker)
+    write_state(data_dir, state)
+    try:
+        process = launch_broker(data_dir, state, broker)
+        broker.pid = process.pid
+        write_state(data_dir, state)
+        wait_for_cluster(data_dir, state, {broker.id: process}, args.timeout)
+    except BaseException:
+        print(f"sluice: stopping broker {broker.id} and leaving it out of the cluster", file=sys.stderr)
+        if broker.pid is not None:
+            stop_process(broker.pid, broker_dir(data_dir, broker.id) / "server.properties", 10.0)
+        state.brokers.remove(broker)
+        write_state(data_dir, state)
+        raise
+    print(f"Broker {broker.id} joined on {state.host}:{broker.port}. It holds no replica until some "
+          f"are moved onto it: sluice reassign --bootstrap-server {state.bootstrap_servers} "
+          "--rebalance --wait")
+    print(state.bootstrap_servers)
+    return 0
+
+
+def next_port(state: ClusterState) -> int:
+    """The port after the brokers' when theirs are consecutive (as --base-port makes them,
+    and a start with --base-port checks again) and it is free; else any free port."""
+    ports = [b.port for b in state.brokers]
+    following = ports[0] + len(ports)
+    if ports == list(range(ports[0], following)) and following <= 65535:
+        try:
+            check_port_free(state.host, following)
+            return following
+        except CommandError:
+            pass
+    return free_ports(1, state.host)[0]
+
+
 def launch_broker(data_dir: Path, state: ClusterState, broker: BrokerEntry) -> subprocess.Popen:
     directory = broker_dir(data_dir, broker.id)
     (directory / "data").mkdir(parents=True, exist_ok=True)
@@ -467,4 +520,4 @@ def status(args) -> int:
     return 0 if all(up.values()) else NOT_RUNNING
 
 
-ACTIONS = {"start": start, "stop": stop, "status": status}
+ACTIONS = {"start": start, "stop": stop, "status": status, "add-broker": add_broker}

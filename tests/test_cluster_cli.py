@@ -1,7 +1,8 @@
 """`sluice cluster` (sluice/cluster.py) run as a user runs it, in a subprocess: start three
 brokers and ZooKeeper, check them with status, write and read a replicated topic through
 the bootstrap servers it printed, refuse a second start, stop, start the same cluster
-again with its data, stop. Bad input gets one readable line and a non-zero exit code,
+again with its data, stop. A broker added to a running cluster (add-broker) joins it, and
+status, stop and start include it from then on. Bad input gets one readable line and a non-zero exit code,
 never a traceback, and starts nothing.
 """
 
@@ -103,6 +104,45 @@ def test_start_status_use_stop_and_start_again(cluster_dir, tmp_path):
         assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes()
 
 
+def test_a_broker_added_to_a_running_cluster_is_started_checked_and_stopped_with_it(cluster_dir, tmp_path):
+    extra = tmp_path / "extra.properties"
+    extra.write_text("zookeeper.session.timeout.ms=6000\ncontrolled.shutdown.retry.backoff.ms=500\n"
+                     "auto.leader.rebalance.enable=false\n")
+    started = sluice("cluster", "start", "--brokers", "2", "--data-dir", str(cluster_dir),
+                     "--config", str(extra))
+    assert started.returncode == 0, started.stderr
+    with Client(started.stdout.strip()) as client:
+        result = client.create_topics({"spread": NewTopic(4, 2)})["spread"]
+        assert result.error is None, result.error
+        for partition in range(4):
+            client.produce("spread", partition, [(None, b"%d-%d" % (partition, i)) for i in range(25)])
+
+    added = sluice("cluster", "add-broker", "--data-dir", str(cluster_dir))
+    assert added.returncode == 0, added.stderr
+    bootstrap = added.stdout.strip().splitlines()[-1]
+    assert bootstrap.startswith(started.stdout.strip() + ",127.0.0.1:"), added.stdout
+    assert "Broker 2 joined on 127.0.0.1:" in added.stdout
+    state = json.loads((cluster_dir / "cluster.json").read_text())
+    assert [b["id"] for b in state["brokers"]] == [0, 1, 2]
+    properties = (cluster_dir / "broker-2" / "server.properties").read_text()
+    assert "broker.id=2\n" in properties and "auto.leader.rebalance.enable=false\n" in properties
+    with Client(bootstrap) as client:
+        assert sorted(client.metadata([]).brokers) == [0, 1, 2]
+    status = sluice("cluster", "status", "--data-dir", str(cluster_dir))
+    assert status.returncode == 0 and status.stdout.count("running") == 4, status.stdout
+
+    stopped = sluice("cluster", "stop", "--data-dir", str(cluster_dir))
+    assert stopped.returncode == 0, stopped.stderr
+    status = sluice("cluster", "status", "--data-dir", str(cluster_dir))
+    assert status.returncode == 3 and status.stdout.count("stopped") == 4, status.stdout
+    assert_refused(sluice("cluster", "add-broker", "--data-dir", str(cluster_dir)), "is not running")
+    restarted = sluice("cluster", "start", "--data-dir", str(cluster_dir))
+    assert restarted.returncode == 0, restarted.stderr
+    assert restarted.stdout.strip() == bootstrap
+    records = read_all(bootstrap, "spread", 4)
+    assert sorted(r.value for r in records) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(25))
+
+
 @pytest.mark.parametrize("args, message, code", [
     (["start"], "--data-dir", 2),
     (["start", "--data-dir", "{dir}"], "say how many with --brokers N", 1),
@@ -117,6 +157,7 @@ def test_start_status_use_stop_and_start_again(cluster_dir, tmp_path):
     (["start", "--data-dir", "{dir}", "--brokers", "3", "--timeout", "-1"], "not positive", 2),
     (["status", "--data-dir", "{dir}"], "no cluster in", 1),
     (["stop", "--data-dir", "{dir}"], "no cluster in", 1),
+    (["add-broker", "--data-dir", "{dir}"], "no cluster in", 1),
     (["restart", "--data-dir", "{dir}"], "invalid choice", 2),
 ])
 def test_bad_arguments_are_refused_readably(cluster_dir, args, message, code):
