@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import NamedTuple
 
 from wire.client import PREFERRED_ELECTION, UNCLEAN_ELECTION, AsyncClient
 from wire.error_codes import ErrorCode
+from wire.errors import KafkaError
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            code_name, emit_json, non_negative, run_command)
 
-__all__ = ["main", "parser"]
+__all__ = ["Election", "main", "parser", "run_election"]
 
 _ELECTION_TYPES = {"preferred": PREFERRED_ELECTION, "unclean": UNCLEAN_ELECTION}
 
@@ -96,32 +98,56 @@ async def elect(client: AsyncClient, args) -> int:
         partitions = partitions_from_file(args.path_to_json_file)
     else:
         partitions = [(args.topic, args.partition)]
-    results = await client.elect_leaders(_ELECTION_TYPES[args.election_type], partitions)
-    elected = sorted(tp for tp, error in results.items() if error is None)
-    not_needed = sorted(tp for tp, error in results.items()
-                        if error is not None and error.code == ErrorCode.ELECTION_NOT_NEEDED)
-    failed = sorted((tp, error) for tp, error in results.items()
-                    if error is not None and error.code != ErrorCode.ELECTION_NOT_NEEDED)
-    kind = args.election_type.upper()
+    election = await run_election(client, args.election_type, partitions)
     if args.output == "json":
-        emit_json({"election_type": args.election_type, "elected": _listed(elected),
-                   "not_needed": _listed(not_needed),
-                   "failed": [{"topic": t, "partition": p, "error": code_name(e.code),
-                               "message": e.message} for (t, p), e in failed]})
+        emit_json(election.as_json())
     else:
-        if elected:
+        election.print_lines()
+    if election.failed:
+        print(f"sluice: {len(election.failed)} replica(s) could not be elected", file=sys.stderr)
+        return 1
+    return 0
+
+
+class Election(NamedTuple):
+    """What an election did to each partition: elected, not needed (its leader was already
+    the one to elect), or failed with an error."""
+    election_type: str
+    elected: list[tuple[str, int]]
+    not_needed: list[tuple[str, int]]
+    failed: list[tuple[tuple[str, int], KafkaError]]
+
+    def as_json(self) -> dict:
+        return {"election_type": self.election_type, "elected": _listed(self.elected),
+                "not_needed": _listed(self.not_needed),
+                "failed": [{"topic": t, "partition": p, "error": code_name(e.code),
+                            "message": e.message} for (t, p), e in self.failed]}
+
+    def print_lines(self) -> None:
+        """Kafka's lines."""
+        kind = self.election_type.upper()
+        if self.elected:
             print(f"Successfully completed leader election ({kind}) for partitions "
-                  f"{_names(elected)}")
-        if not_needed:
-            print(f"Valid replica already elected for partitions {_names(not_needed)}")
-        for (topic, partition), error in failed:
+                  f"{_names(self.elected)}")
+        if self.not_needed:
+            print(f"Valid replica already elected for partitions {_names(self.not_needed)}")
+        for (topic, partition), error in self.failed:
             print(f"Error completing leader election ({kind}) for partition: "
                   f"{topic}-{partition}: {code_name(error.code)}"
                   + (f": {error.message}" if error.message else ""))
-    if failed:
-        print(f"sluice: {len(failed)} replica(s) could not be elected", file=sys.stderr)
-        return 1
-    return 0
+
+
+async def run_election(client: AsyncClient, election_type: str,
+                       partitions: list[tuple[str, int]] | None) -> Election:
+    """An election ("preferred" or "unclean") of `partitions` (None: every partition)."""
+    results = await client.elect_leaders(_ELECTION_TYPES[election_type], partitions)
+    return Election(
+        election_type,
+        sorted(tp for tp, error in results.items() if error is None),
+        sorted(tp for tp, error in results.items()
+               if error is not None and error.code == ErrorCode.ELECTION_NOT_NEEDED),
+        sorted((tp, error) for tp, error in results.items()
+               if error is not None and error.code != ErrorCode.ELECTION_NOT_NEEDED))
 
 
 def _names(partitions) -> str:
