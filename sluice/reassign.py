@@ -5,6 +5,8 @@
     sluice reassign --bootstrap-server H:P --verify --reassignment-json-file F
     sluice reassign --bootstrap-server H:P --cancel --reassignment-json-file F
     sluice reassign --bootstrap-server H:P --list
+    sluice reassign --bootstrap-server H:P --generate | --decommission BROKER_ID | --rebalance
+        (the plans that grow and shrink a cluster: sluice/scaling.py)
 
 The file is Kafka's: {"version": 1, "partitions": [{"topic": "t", "partition": 0,
 "replicas": [1, 2], "log_dirs": ["any", "any"]}, ...]} (log_dirs optional; a broker keeps
@@ -44,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     action.add_argument("--verify", action="store_true", help="say whether they are done")
     action.add_argument("--cancel", action="store_true", help="cancel those still in progress")
     action.add_argument("--list", action="store_true", help="list every reassignment in progress")
+    from sluice.scaling import add_arguments  # --generate, --decommission, --rebalance
+    add_arguments(p, action)
     p.add_argument("--reassignment-json-file", metavar="FILE",
                    help="the reassignments, in Kafka's JSON (with --execute, --verify, --cancel)")
     p.add_argument("--additional", action="store_true",
@@ -63,25 +67,35 @@ def main(argv=None) -> int:
     if args.replica_alter_log_dirs_throttle is not None:
         p.error("--replica-alter-log-dirs-throttle: a Sluice broker keeps one log directory, "
                 "there is nothing to move between log directories")
-    if args.list == (args.reassignment_json_file is not None):
-        p.error("--reassignment-json-file goes with --execute, --verify and --cancel, not --list")
+    if (args.execute or args.verify or args.cancel) != (args.reassignment_json_file is not None):
+        p.error("--reassignment-json-file goes with --execute, --verify and --cancel, and only with them")
+    from sluice.scaling import check_arguments
+    check_arguments(p, args)
     if args.additional and not args.execute:
         p.error("--additional goes with --execute")
     return run_command(args, reassign)
 
 
-def read_plan(path: str) -> Plan:
-    """The target replicas a kafka-reassign-partitions JSON file gives each partition."""
+def read_json_file(option: str, path: str):
+    """The JSON document of the file given to `option`; CommandError naming the line and
+    column where it is not JSON."""
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
     except OSError as exc:
-        raise CommandError(f"--reassignment-json-file: cannot read {path}: {exc.strerror}") from None
+        raise CommandError(f"{option}: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{option}: {path} is not UTF-8 (at byte {exc.start})") from None
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CommandError(f"--reassignment-json-file: {path} is not JSON: {exc.msg} at line "
+        raise CommandError(f"{option}: {path} is not JSON: {exc.msg} at line "
                            f"{exc.lineno}, column {exc.colno}") from None
+
+
+def read_plan(path: str) -> Plan:
+    """The target replicas a kafka-reassign-partitions JSON file gives each partition."""
+    document = read_json_file("--reassignment-json-file", path)
     if not isinstance(document, dict) or document.get("version", 1) != 1 \
             or not isinstance(document.get("partitions"), list):
         raise CommandError(f'--reassignment-json-file: {path} is not {{"version": 1, '
@@ -114,6 +128,9 @@ def read_plan(path: str) -> Plan:
 async def reassign(client: AsyncClient, args) -> int:
     if args.list:
         return await _list(client, args)
+    if not (args.execute or args.verify or args.cancel):
+        from sluice.scaling import run
+        return await run(client, args)
     plan = read_plan(args.reassignment_json_file)
     if args.execute:
         return await _execute(client, args, plan)

@@ -1,7 +1,8 @@
 """`sluice cluster` (sluice/cluster.py) run as a user runs it, in a subprocess: start three
 brokers and ZooKeeper, check them with status, write and read a replicated topic through
 the bootstrap servers it printed, refuse a second start, stop, start the same cluster
-again with its data, stop. A broker added to a running cluster (add-broker) joins it, and
+again with its data, stop. A broker added to a running cluster (add-broker) joins it,
+`sluice reassign --rebalance --wait` spreads the replicas and leaders onto it, and
 status, stop and start include it from then on. Bad input gets one readable line and a non-zero exit code,
 never a traceback, and starts nothing.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import signal
 import subprocess
 import sys
@@ -104,7 +106,7 @@ def test_start_status_use_stop_and_start_again(cluster_dir, tmp_path):
         assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes()
 
 
-def test_a_broker_added_to_a_running_cluster_is_started_checked_and_stopped_with_it(cluster_dir, tmp_path):
+def test_a_broker_added_to_a_running_cluster_gets_replicas_by_rebalance(cluster_dir, tmp_path):
     extra = tmp_path / "extra.properties"
     extra.write_text("zookeeper.session.timeout.ms=6000\ncontrolled.shutdown.retry.backoff.ms=500\n"
                      "auto.leader.rebalance.enable=false\n")
@@ -130,6 +132,18 @@ def test_a_broker_added_to_a_running_cluster_is_started_checked_and_stopped_with
         assert sorted(client.metadata([]).brokers) == [0, 1, 2]
     status = sluice("cluster", "status", "--data-dir", str(cluster_dir))
     assert status.returncode == 0 and status.stdout.count("running") == 4, status.stdout
+
+    # `sluice reassign --rebalance` moves replicas and preferred leaders onto it.
+    rebalanced = sluice("reassign", "--bootstrap-server", bootstrap, "--rebalance", "--wait")
+    assert rebalanced.returncode == 0, rebalanced
+    with Client(bootstrap) as client:
+        partitions = client.metadata(["spread"]).topics["spread"].partitions.values()
+    replicas = Counter(b for p in partitions for b in p.replicas)
+    assert sorted(replicas.values()) == [2, 3, 3], rebalanced.stdout
+    assert sorted(Counter(p.replicas[0] for p in partitions).values()) == [1, 1, 2]
+    assert all(p.leader_id == p.replicas[0] for p in partitions), rebalanced.stdout  # elected
+    again = sluice("reassign", "--bootstrap-server", bootstrap, "--rebalance", "--wait")
+    assert again.returncode == 0 and "spread evenly over brokers 0, 1, 2 already" in again.stdout, again
 
     stopped = sluice("cluster", "stop", "--data-dir", str(cluster_dir))
     assert stopped.returncode == 0, stopped.stderr

@@ -25,9 +25,14 @@ written as Kafka's tools wrote it.
   --cancel restores the original replicas; malformed JSON is named with its line, and
   --throttle is refused.
 - Bad input gets Kafka's error codes and changes nothing.
+- `sluice reassign --generate` prints the current assignment and a proposal in Kafka's
+  JSON, Kafka's placement over the brokers listed, and starts nothing; a malformed topics
+  file is named with its line, unknown topics and brokers, duplicate brokers and too few
+  brokers for the replication factor are refused.
 - Kafka's kafka-reassign-partitions (ReassignPartitionsCommand of kafka-tools 4.4):
-  --generate proposes a plan over the brokers given, --execute starts it, --verify sees it
-  completed and --list finds nothing left.
+  --generate proposes a plan over the brokers given, --execute starts the plan `sluice
+  reassign --generate` proposed (and `sluice reassign --execute` the one Kafka's tool
+  proposed), --verify sees it completed and --list finds nothing left.
 - /admin/reassign_partitions: the controller carries out what it lists, drops an entry
   it refuses, and deletes the znode once done.
 - The controller SIGKILLed as it finds a reassignment's new replica in sync (fail point
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -329,30 +335,89 @@ def test_admin_reassign_partitions_znode_is_carried_out_and_deleted(cluster, zk)
                  f"broker 0 to delete its replica of {topic}-0")
 
 
+def generated_plans(output: str) -> tuple[dict, dict]:
+    """The current assignment and the proposal kafka-reassign-partitions --generate printed."""
+    current, proposed = output.split("Proposed partition reassignment configuration\n")
+    heading, current = current.split("\n", 1)
+    assert heading == "Current partition replica assignment", output
+    return json.loads(current), json.loads(proposed)
+
+
+def test_sluice_reassign_generates_a_plan_over_the_brokers_listed(cluster, tmp_path):
+    topic = "generated-by-sluice"
+    placed = [[0, 1], [1, 2], [2, 0]]
+    create_placed(cluster, topic, placed)
+    bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
+    wanted = tmp_path / "topics.json"
+    wanted.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+
+    def generate(path: Path, brokers: str):
+        return sluice("reassign", *bootstrap, "--generate", "--topics-to-move-json-file", str(path),
+                      "--broker-list", brokers)
+
+    generated = generate(wanted, "0,2")
+    assert generated.returncode == 0, generated
+    current, proposed = generated_plans(generated.stdout)
+    assert current == {"version": 1, "partitions": [
+        {"topic": topic, "partition": p, "replicas": replicas, "log_dirs": ["any", "any"]}
+        for p, replicas in enumerate(placed)]}
+    assert [(p["topic"], p["partition"], sorted(p["replicas"]), p["log_dirs"]) for p in proposed["partitions"]] == [
+        (topic, p, [0, 2], ["any", "any"]) for p in range(3)]
+    assert sorted(Counter(p["replicas"][0] for p in proposed["partitions"]).values()) == [1, 2]
+    assert [info.replicas for _, info in sorted(cluster.partitions(topic).items())] == [
+        tuple(replicas) for replicas in placed]  # nothing started
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": 1,\n "topics": [\n  {"topic": "t"},\n]}')
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"topics": [{"topic": "no-such-topic"}]}))
+    for refused, message in [(generate(broken, "0,2"), "is not JSON: Expecting value at line 4, column 1"),
+                             (generate(unknown, "0,2"), "Topic no-such-topic not found."),
+                             (generate(wanted, "1"), "replication factor 2 larger than available brokers: 1"),
+                             (generate(wanted, "0,7"), "--broker-list: 7 not among the live brokers")]:
+        assert refused.returncode == 1 and message in refused.stderr, refused
+    duplicated = generate(wanted, "0,2,2")
+    assert duplicated.returncode == 2, duplicated
+    assert "Broker list contains duplicate entries: 2" in duplicated.stderr
+
+
 def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
     """--generate, --execute, --verify and --list (a reassignment cancelled is the client's
-    test above: the tool waits on a paused broker). --verify keeps the throttles
-    (--preserve-throttles): removing them alters replication throttle configs, not served yet."""
+    test above: the tool waits on a paused broker), with the plans generated crossed over:
+    Kafka's tool executes what `sluice reassign --generate` proposes, and `sluice reassign
+    --execute` what Kafka's proposes. --verify keeps the throttles (--preserve-throttles):
+    removing them alters replication throttle configs, not served yet."""
     topic = "reassigned-by-kafka"
     create_placed(cluster, topic, [[0, 1], [1, 2]])
     bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
     wanted = tmp_path / "topics.json"
     wanted.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
-    generated = tool(REASSIGN, *bootstrap, "--generate", "--topics-to-move-json-file", str(wanted),
-                     "--broker-list", "1,2")
-    proposed = json.loads(generated.stdout.split("Proposed partition reassignment configuration")[1])
-    assert {(p["partition"], tuple(sorted(p["replicas"]))) for p in proposed["partitions"]} == {
+    generate = ("--generate", "--topics-to-move-json-file", str(wanted))
+    _, by_kafka = generated_plans(tool(REASSIGN, *bootstrap, *generate, "--broker-list", "1,2").stdout)
+    assert {(p["partition"], tuple(sorted(p["replicas"]))) for p in by_kafka["partitions"]} == {
         (0, (1, 2)), (1, (1, 2))}
+    by_sluice = tmp_path / "by-sluice.json"
+    generated = sluice("reassign", *bootstrap, *generate, "--broker-list", "0,2")
+    by_sluice.write_text(generated.stdout.split("Proposed partition reassignment configuration\n")[1])
+    targets = {p["partition"]: tuple(p["replicas"]) for p in json.loads(by_sluice.read_text())["partitions"]}
+    assert {p: tuple(sorted(replicas)) for p, replicas in targets.items()} == {0: (0, 2), 1: (0, 2)}
 
-    moved = tmp_path / "moved.json"
-    moved.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [2, 1], "log_dirs": ["any", "any"]}]}))
-    executed = tool(REASSIGN, *bootstrap, "--execute", "--reassignment-json-file", str(moved))
-    assert f"Successfully started partition reassignment for {topic}-0" in executed.stdout
-    cluster.wait(lambda: f"Reassignment of partition {topic}-0 is completed." in tool(
-        REASSIGN, *bootstrap, "--verify", "--preserve-throttles", "--reassignment-json-file",
-        str(moved)).stdout, 60, f"--verify to find {topic}-0 reassigned")
-    wait_until_reassigned(cluster, topic, 0, (2, 1))
+    executed = tool(REASSIGN, *bootstrap, "--execute", "--reassignment-json-file", str(by_sluice))
+    assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in executed.stdout
+    cluster.wait(lambda: tool(REASSIGN, *bootstrap, "--verify", "--preserve-throttles", "--reassignment-json-file",
+                              str(by_sluice)).stdout.count("is completed.") == 2,
+                 60, f"--verify to find {topic} reassigned")
+    for partition, replicas in targets.items():
+        wait_until_reassigned(cluster, topic, partition, replicas)
+
+    by_kafka_file = tmp_path / "by-kafka.json"
+    by_kafka_file.write_text(json.dumps(by_kafka))
+    executed = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(by_kafka_file))
+    assert executed.returncode == 0, executed
+    cluster.wait(lambda: sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file",
+                                str(by_kafka_file)).returncode == 0, 60, f"{topic} to be reassigned again")
+    for p in by_kafka["partitions"]:
+        wait_until_reassigned(cluster, topic, p["partition"], tuple(p["replicas"]))
     assert "No partition reassignments found." in tool(REASSIGN, *bootstrap, "--list").stdout
 
 
