@@ -16,8 +16,8 @@ written as Kafka's tools wrote it.
   NOT_LEADER_OR_FOLLOWER as soon as the reassignment deletes the old leader's replica,
   not after the produce's timeout.
 - A reassignment whose new replica cannot catch up (its broker paused) is listed with
-  its adding replicas (CreatePartitions refuses its topic meanwhile: REASSIGNMENT_IN_PROGRESS)
-  and cancelled: the replicas are the original ones again, and the broker, once resumed,
+  its adding replicas (CreatePartitions refuses its topic meanwhile: REASSIGNMENT_IN_PROGRESS;
+  `sluice topics describe --under-replicated-partitions` does not count them) and cancelled: the replicas are the original ones again, and the broker, once resumed,
   deletes what it had started.
 - `sluice reassign` (kafka-reassign-partitions' shape): --execute prints the assignment to
   roll back to and starts the plan, --verify says completed or still in progress, --list
@@ -231,6 +231,10 @@ def test_a_reassignment_is_listed_and_cancelled(cluster):
             assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {(topic, 0): None}
             listed = client.list_partition_reassignments()
             assert listed[(topic, 0)] == ((kept, added), (added,), ()), listed
+            # Not under-replicated, by Kafka's rule: the replica being added is not counted.
+            described = sluice("topics", "--bootstrap-server", cluster.bootstrap_servers, "--output", "json",
+                               "describe", topic, "--under-replicated-partitions")
+            assert json.loads(described.stdout) == {"partitions": []}, described
             (refused,) = client.create_partitions({topic: 2}).values()
             assert refused.code == ErrorCode.REASSIGNMENT_IN_PROGRESS, refused
             assert client.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
