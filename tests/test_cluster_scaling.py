@@ -3,7 +3,9 @@
 
 The broker retired leads a partition of the topic being written and read, and partitions
 of `__consumer_offsets` and `__transaction_state` (it is the coordinator of the consumer
-group and of the transactional copier). Meanwhile an idempotent producer writes at
+group and of the transactional copier). The brokers sit on two racks: every partition
+keeps a replica on each, also those of two replicas whose replica moves to the busiest
+broker for that. Meanwhile an idempotent producer writes at
 acks=all (min.insync.replicas=2), a group of a confluent-kafka and a kafka-python member
 consumes and commits, and a consume-transform-produce copier commits transactions with
 its offsets (tests/test_cluster_transactions.py's Copier). The command moves every
@@ -36,12 +38,17 @@ PROPERTIES = {**FAST_FAILOVER, "auto.leader.rebalance.enable": "false",
               "group.initial.rebalance.delay.ms": "0",
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
 SESSION_MS = 10_000
+RACKS = {0: "rack-a", 1: "rack-a", 2: "rack-b", 3: "rack-b"}  # broker.rack of each broker
 
 
 def test_a_broker_retired_while_groups_commit_and_transactions_run_stops_with_nothing_lost(
         tmp_path, zookeeper):
     seed = pick_seed()
-    with Cluster(tmp_path, zookeeper, brokers=4, properties=PROPERTIES) as cluster:
+    cluster = Cluster(tmp_path, zookeeper, brokers=4, properties=PROPERTIES)
+    for broker_id, process in cluster.processes.items():
+        with open(process.config_file, "a") as config:
+            config.write(f"broker.rack={RACKS[broker_id]}\n")
+    with cluster:
         for key_type, topic in COORDINATOR_TOPICS.items():
             coordinator_of(cluster, "probe", key_type=key_type)  # creates the topic
             cluster.wait_for_leaders(topic, full_isr=True)
@@ -57,6 +64,13 @@ def test_a_broker_retired_while_groups_commit_and_transactions_run_stops_with_no
         create_placed(cluster, source, [[retired, first, second], [first, retired, third],
                                         [second, third, retired]], {"min.insync.replicas": "2"})
         cluster.create_topic(sink, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        # Pairs across the racks, whose replica on the retired broker can stay on a rack of
+        # its own only by going to its rack partner, the broker holding the most replicas.
+        partner = next(b for b in cluster.ids if b != retired and RACKS[b] == RACKS[retired])
+        across = [b for b in cluster.ids if RACKS[b] != RACKS[retired]]
+        pairs, ballast = unique("pairs"), unique("ballast")
+        create_placed(cluster, pairs, [[retired, across[0]], [across[1], retired]])
+        create_placed(cluster, ballast, [[partner]] * 8)
 
         bootstrap = cluster.all_servers
         workload = Workload(bootstrap, source, COPY_PARTITIONS, seed=seed, rate=100, count=100_000)
@@ -81,9 +95,11 @@ def test_a_broker_retired_while_groups_commit_and_transactions_run_stops_with_no
             assert done.returncode == 0, done
             assert (f"Broker {retired} holds no replica and leads no partition: it can be stopped "
                     "now") in done.stdout
-            for topic in (source, sink, *COORDINATOR_TOPICS.values()):
+            for topic in (source, sink, pairs, *COORDINATOR_TOPICS.values()):
                 for partition, info in cluster.partitions(topic).items():
-                    assert retired not in info.replicas and len(info.replicas) == 3, (topic, partition, info)
+                    assert retired not in info.replicas, (topic, partition, info)
+                    assert len(info.replicas) == (2 if topic == pairs else 3), (topic, partition, info)
+                    assert {RACKS[b] for b in info.replicas} == set(RACKS.values()), (topic, partition, info)
                     assert info.leader_id == info.replicas[0], (topic, partition, info)  # elected
                 cluster.wait(lambda: cluster.partition_dirs(retired, topic) == [], 30,
                              f"broker {retired} to delete its replicas of {topic}")
