@@ -24,7 +24,9 @@ written as Kafka's tools wrote it.
   shows the replicas being added, a second --execute is refused without --additional,
   --cancel restores the original replicas; malformed JSON is named with its line, and
   --throttle is refused.
-- Bad input gets Kafka's error codes and changes nothing.
+- Bad input gets Kafka's error codes and changes nothing. `sluice reassign` refuses a
+  --decommission that would leave fewer brokers than a replication factor and a
+  --rebalance while a broker holding replicas is down, starting nothing.
 - `sluice reassign --generate` prints the current assignment and a proposal in Kafka's
   JSON, Kafka's placement over the brokers listed, and starts nothing; a malformed topics
   file is named with its line, unknown topics and brokers, duplicate brokers and too few
@@ -383,6 +385,33 @@ def test_sluice_reassign_generates_a_plan_over_the_brokers_listed(cluster, tmp_p
     duplicated = generate(wanted, "0,2,2")
     assert duplicated.returncode == 2, duplicated
     assert "Broker list contains duplicate entries: 2" in duplicated.stderr
+
+
+def test_sluice_reassign_refuses_moves_the_cluster_cannot_take(cluster):
+    """--decommission with fewer brokers left than a replication factor, and --rebalance
+    with a broker down that holds replicas, start nothing; a broker holding nothing may
+    be stopped at once."""
+    topic, stopped = "three-replicas", roles(cluster)[2]
+    create_placed(cluster, topic, [[0, 1, 2]])
+    bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
+    refused = sluice("reassign", *bootstrap, "--decommission", "0", "--wait")
+    assert refused.returncode == 1, refused
+    assert "cannot move every replica off broker 0: " in refused.stderr
+    assert f"{topic} has 3 replicas per partition" in refused.stderr
+    assert "and 2 other broker(s) are live (1, 2)" in refused.stderr
+    nowhere = sluice("reassign", *bootstrap, "--decommission", "9")
+    assert nowhere.returncode == 0, nowhere
+    assert nowhere.stdout == ("Broker 9 is not live and no partition is placed on it.\n"
+                              "Broker 9 holds no replica and leads no partition: it can be stopped "
+                              "now, and no partition loses a replica.\n")
+    cluster.stop(stopped)
+    cluster.wait_for_brokers()
+    refused = sluice("reassign", "--bootstrap-server", cluster.bootstrap_servers, "--rebalance")
+    assert refused.returncode == 1, refused
+    assert f"broker(s) {stopped} hold replicas but are not live" in refused.stderr
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        assert client.list_partition_reassignments() == {}
+    assert cluster.partitions(topic)[0].replicas == (0, 1, 2)
 
 
 def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
