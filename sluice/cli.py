@@ -5,7 +5,8 @@ Kafka-compatible cluster over the wire protocol, and `sluice console …` serves
 console of one.
 
 Each command's module is imported only when it runs: the admin commands never import
-`broker`.
+`broker`, except the replica placement of Kafka (broker.cluster.placement, without I/O)
+that `sluice reassign` plans its moves with.
 """
 
 from __future__ import annotations
