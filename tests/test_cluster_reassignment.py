@@ -404,6 +404,10 @@ def test_sluice_reassign_refuses_moves_the_cluster_cannot_take(cluster):
     assert nowhere.stdout == ("Broker 9 is not live and no partition is placed on it.\n"
                               "Broker 9 holds no replica and leads no partition: it can be stopped "
                               "now, and no partition loses a replica.\n")
+    as_json = sluice("reassign", *bootstrap, "--decommission", "9", "--output", "json")
+    assert json.loads(as_json.stdout) == {
+        "broker": 9, "current": {"version": 1, "partitions": []}, "proposed": {"version": 1, "partitions": []},
+        "started": [], "failed": [], "can_stop": True, "holds": [], "leads": []}, as_json
     cluster.stop(stopped)
     cluster.wait_for_brokers()
     refused = sluice("reassign", "--bootstrap-server", cluster.bootstrap_servers, "--rebalance")
