@@ -5,16 +5,17 @@ The broker retired leads a partition of the topic being written and read, and pa
 of `__consumer_offsets` and `__transaction_state` (it is the coordinator of the consumer
 group and of the transactional copier). The brokers sit on two racks: every partition
 keeps a replica on each, also those of two replicas whose replica moves to the busiest
-broker for that. Meanwhile an idempotent producer writes at
-acks=all (min.insync.replicas=2), a group of a confluent-kafka and a kafka-python member
-consumes and commits, and a consume-transform-produce copier commits transactions with
-its offsets (tests/test_cluster_transactions.py's Copier). The command moves every
-replica off the broker, elects the preferred leaders and says it can be stopped; the
-broker keeps no partition directory. Then it is stopped (SIGTERM) and the clients go on.
-Counted and printed, all 0: records lost, duplicated, reordered or moved (the producer's
-acknowledgements against the topic read back), acknowledged records no member
-processed, commits lost or going backwards, and the copy's lost, duplicated and aborted
-reads. The group stays stable: no member sees its partitions revoked or assigned again.
+broker for that. Meanwhile an idempotent producer writes at acks=all
+(min.insync.replicas=2), a group of a confluent-kafka and a kafka-python member consumes
+and commits, and a consume-transform-produce copier commits transactions with its
+offsets (tests/test_cluster_transactions.py's Copier). The command moves every replica
+off the broker, elects the preferred leaders and says it can be stopped; the broker keeps
+no partition directory; run again, the command finds nothing left to move. Then the
+broker is stopped (SIGTERM) and the clients go on. Counted and printed, all 0: records
+lost, duplicated, reordered or moved (the producer's acknowledgements against the topic
+read back), acknowledged records no member processed, commits lost or going backwards,
+and the copy's lost, duplicated and aborted reads. The group stays stable: no member
+sees its partitions revoked or assigned again.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def test_a_broker_retired_while_groups_commit_and_transactions_run_stops_with_no
                 cluster.wait(lambda: cluster.partition_dirs(retired, topic) == [], 30,
                              f"broker {retired} to delete its replicas of {topic}")
             copier.wait_copied(copied + 100, 120)  # transactions went on across the moves
+            again = sluice("reassign", "--bootstrap-server", cluster.bootstrap_servers,
+                           "--decommission", str(retired), "--wait", timeout=120)
+            assert again.returncode == 0, again
+            assert again.stdout.startswith(f"No partition is to be moved off broker {retired} any more.\n")
+            assert "it can be stopped now" in again.stdout and "Successfully started" not in again.stdout
 
             assert cluster.stop(retired) == 0
             cluster.wait_for_brokers()
