@@ -206,11 +206,7 @@ async def _describe_partitions(client: AsyncClient, args, topics: list[TopicInfo
         min_isr = await _min_insync_replicas(client, names)
     adding = {}
     if args.under_replicated_partitions:  # a partition being reassigned counts its original replicas
-        try:
-            ongoing = await client.list_partition_reassignments(
-                [(t.name, p) for t in topics for p in t.partitions])
-        except UnsupportedVersion:  # as Kafka's tool: no reassignments to know of
-            ongoing = {}
+        ongoing = await _ongoing_reassignments(client, [(t.name, p) for t in topics for p in t.partitions])
         adding = {tp: len(r.adding) for tp, r in ongoing.items()}
     shown = []
     for topic in topics:
@@ -358,17 +354,7 @@ async def reassignments_in_progress(client: AsyncClient, topics: list[TopicInfo]
     completed meanwhile). `bytes_left` is what the adding replicas still lack: the size of
     the leader's replica less each adding one's (0 for one not created yet), summed, from
     DescribeLogDirs; None when a broker concerned does not tell."""
-    wanted = [(t.name, p) for t in topics for p in t.partitions]
-    if not wanted:
-        return {}
-    try:
-        found = await client.list_partition_reassignments(wanted)
-    except UnsupportedVersion:
-        return {}
-    except KafkaError as exc:
-        if exc.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
-            return {}
-        raise
+    found = await _ongoing_reassignments(client, [(t.name, p) for t in topics for p in t.partitions])
     infos = {(t.name, p): info for t in topics for p, info in t.partitions.items()}
     moving = {tp: (infos[tp], ongoing) for tp, ongoing in found.items()
               if tp in infos and set(infos[tp].replicas) & {*ongoing.adding, *ongoing.removing}}
@@ -378,6 +364,21 @@ async def reassignments_in_progress(client: AsyncClient, topics: list[TopicInfo]
     return {tp: {"adding_replicas": list(ongoing.adding), "removing_replicas": list(ongoing.removing),
                  "bytes_left": _bytes_left(tp, info.leader_id, ongoing.adding, sizes)}
             for tp, (info, ongoing) in sorted(moving.items())}
+
+
+async def _ongoing_reassignments(client: AsyncClient, wanted: list[tuple[str, int]]) -> dict:
+    """ListPartitionReassignments of `wanted`; none when the cluster does not serve it or
+    refuses it to this principal, as kafka-topics.sh takes it."""
+    if not wanted:
+        return {}
+    try:
+        return await client.list_partition_reassignments(wanted)
+    except UnsupportedVersion:
+        return {}
+    except KafkaError as exc:
+        if exc.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+            return {}
+        raise
 
 
 async def _replica_sizes(client: AsyncClient, broker_id: int, partitions) -> dict[tuple[str, int], int] | None:
