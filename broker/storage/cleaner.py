@@ -64,7 +64,8 @@ the cleaner's alone until swapped).
 Source segments are read through the cleaner's own descriptors, and fetches hold theirs,
 so that a deleted segment's bytes stay readable to whoever was reading them. Bytes read
 plus written are throttled to `log.cleaner.io.max.bytes.per.second` by sleeping between
-slices.
+slices, their rate measured by broker.quota over the last second in windows of 100 ms
+(a burst lasts a tenth of a second at most).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from wire.records import (COMPRESSION_MASK, CONTROL_ABORT, CONTROL_COMMIT, DELET
 
 from broker.clock import Clock
 from broker.config import CLEANER_BYTES_PER_KEY, INT_MAX, BrokerConfig
+from broker.quota import Quota
 from broker.storage.checkpoint import read_checkpoint, write_checkpoint
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
 from broker.storage.log import CLEANED_SUFFIX, MAX_DECOMPRESSED_BATCH, PartitionLog, seal_for_swap
@@ -451,25 +453,6 @@ class _Dirt:
             self.ratio > self.log.config.min_cleanable_dirty_ratio
 
 
-class _Throttle:
-    """`log.cleaner.io.max.bytes.per.second`: how long to sleep so that the bytes done
-    since the window began stay within the rate; the window restarts each second."""
-
-    def __init__(self, bytes_per_second: float, clock: Clock):
-        self.rate = bytes_per_second
-        self.clock = clock
-        self.start = clock.monotonic()
-        self.done = 0
-
-    def delay(self, io_bytes: int) -> float:
-        now = self.clock.monotonic()
-        self.done += io_bytes
-        ahead = self.done / self.rate - (now - self.start)
-        if ahead <= 0 and now - self.start >= 1.0:
-            self.start, self.done = now, 0
-        return max(0.0, ahead)
-
-
 class _Abandoned(Exception):
     """The log changed under a cleaning (retention, truncation, deletion): it ends, and
     the next one starts over."""
@@ -489,7 +472,7 @@ class LogCleaner:
         self.checkpoint_path = os.path.join(config.data_dir, CLEANER_CHECKPOINT)
         self.first_dirty: dict[tuple[str, int], int] = {}
         self.uncleanable: set[tuple[str, int]] = set()
-        self._throttle = _Throttle(config.log_cleaner_io_max_bytes_per_second, clock)
+        self._io = Quota(clock, lambda: config.log_cleaner_io_max_bytes_per_second, samples=10, window_s=0.1)
         self._failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
 
     def load(self) -> None:
@@ -631,7 +614,8 @@ class LogCleaner:
         clock = self.clock
         slice_end = clock.monotonic() + SLICE_SECONDS
         for io_bytes in steps:
-            delay = self._throttle.delay(io_bytes)
+            self._io.record(io_bytes)
+            delay = self._io.throttle_time()
             if delay > 0 or clock.monotonic() >= slice_end:
                 if delay > 0:
                     await clock.sleep(delay)

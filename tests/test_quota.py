@@ -1,0 +1,88 @@
+"""broker.quota.Quota on the tests' manual clock: Kafka's sampled rate (11 windows of
+1 s, at least one window counted), its headroom and throttle time, and the rate it holds
+over every 10 s window of a long run when fetches go by its headroom: reads of at most
+the headroom (a batch at least), or of a whole partition limit whenever the bound is not
+passed, as Kafka's replication throttles read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.quota import Quota
+from tests.manual_clock import ManualClock
+
+MB = 1 << 20
+
+
+def run(steps) -> None:
+    asyncio.run(steps())
+
+
+def test_an_idle_quota_allows_one_window_then_measures_over_its_windows():
+    clock = ManualClock()
+    quota = Quota(clock, lambda: 1000.0)
+
+    async def steps():
+        assert (quota.rate(), quota.headroom(), quota.throttle_time()) == (0.0, 1000.0, 0.0)
+        quota.record(1000)
+        assert (quota.rate(), quota.headroom()) == (1000.0, 0.0)
+        quota.record(500)  # past the bound until the window has spanned 1.5 s
+        assert (quota.headroom(), quota.throttle_time()) == (-500.0, 1.5)
+        await clock.advance(1.0)
+        assert (quota.headroom(), quota.throttle_time()) == (-500.0, 0.5)
+        await clock.advance(0.5)
+        assert (quota.headroom(), quota.throttle_time()) == (0.0, 0.0)
+        await clock.advance(3.5)  # 5 s since the first window began
+        assert quota.rate() == 300.0
+        quota.record(200)  # a second window
+        await clock.advance(6.0)  # the first window is 11 s old: forgotten
+        assert (quota.rate(), quota.headroom()) == (200 / 6.0, 1000.0 * 6.0 - 200)
+        await clock.advance(5.0)
+        assert (quota.rate(), quota.headroom()) == (0.0, 1000.0)
+
+    run(steps)
+
+
+def test_the_bound_is_read_at_each_check():
+    clock = ManualClock()
+    bound = [100.0]
+    quota = Quota(clock, lambda: bound[0])
+    quota.record(150)
+    assert quota.headroom() < 0
+    bound[0] = 200.0
+    assert quota.headroom() == 50.0
+
+
+def moved_per_window(rate: float, fetch, interval: float, seconds: int = 60) -> list[float]:
+    """Bytes a fetcher moves in each 10 s window of `seconds`, fetching every `interval`
+    what `fetch(headroom)` says while the quota is not passed, as the throttles do."""
+    clock = ManualClock()
+    quota = Quota(clock, lambda: rate)
+    windows = [0.0] * (seconds // 10)
+
+    async def steps():
+        for tick in range(int(seconds / interval)):
+            headroom = quota.headroom()
+            if headroom >= 0:
+                moved = fetch(headroom)
+                quota.record(moved)
+                windows[int(tick * interval) // 10] += moved
+            await clock.advance(interval)
+
+    run(steps)
+    return windows
+
+
+def test_reads_capped_at_the_headroom_hold_the_rate_in_every_10_s_window():
+    """Reads of at most the headroom, a 64 KB batch at least, 1 MB at most."""
+    rate = 500_000.0
+    windows = moved_per_window(rate, lambda headroom: max(min(headroom, MB), 64 * 1024), interval=0.25)
+    assert all(abs(moved - rate * 10) <= rate * 10 * 0.1 for moved in windows), windows
+
+
+def test_whole_fetches_while_below_the_bound_hold_the_rate_in_every_10_s_window():
+    """Fetches of a whole 1 MB partition limit whenever the quota is not passed."""
+    rate = 10_000_000.0
+    windows = moved_per_window(rate, lambda headroom: MB, interval=0.05)
+    assert all(abs(moved - rate * 10) <= rate * 10 * 0.1 for moved in windows), windows
