@@ -165,9 +165,10 @@ class Broker:
             raise
 
     async def _start(self) -> None:
-        self.dynamic_configs.load()  # the topic defaults the logs open with
+        self.dynamic_configs.load()  # the single node's topic defaults the logs open with
         if self.cluster is not None:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
+            await self.cluster.read_broker_configs()  # the topic defaults the logs open with
             await self.scram.use_zookeeper(self.cluster.zk)
         else:
             self.scram.load()

@@ -1,22 +1,29 @@
 """Dynamic broker configs: the topic defaults (`log.*`, `message.max.bytes`) changed at
 runtime through AlterConfigs and IncrementalAlterConfigs.
 
-Kafka keeps them in its metadata log; here they are `dynamic-broker-configs.json` in
-the data directory, written atomically and read at start, on top of server.properties.
 Two levels, as in Kafka: the cluster default (resource name "") and this broker (its
 id), the broker's winning. Only the broker-level keys behind topic configs are dynamic:
 they are what topics without their own override run with, so a change is swapped into
 the live logs. Every other broker key needs a restart.
+
+Where they are kept: on the single node, `dynamic-broker-configs.json` in the data
+directory, written atomically and read at start, on top of server.properties. In a
+cluster, ZooKeeper, as Kafka keeps them: /config/brokers/<default> and
+/config/brokers/<id>, each change noted under /config/changes for every broker to read
+(broker.cluster.membership applies them, `set_level` here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 
 from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, config_text
 from broker.storage.checkpoint import write_atomically
+
+log = logging.getLogger("sluice.configs")
 
 FILENAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
@@ -38,7 +45,13 @@ class DynamicBrokerConfigs:
 
     def load(self) -> None:
         """Read the file and apply it to the broker's log defaults; an invalid file stops
-        the start, as a corrupt topic registry does."""
+        the start, as a corrupt topic registry does. A cluster broker reads ZooKeeper
+        instead (a file left from the single node is not read: said once)."""
+        if self.config.cluster_mode:
+            if os.path.exists(self.path):
+                log.warning("%s is not read in a cluster: dynamic broker configs are kept in ZooKeeper "
+                            "(/config/brokers)", self.path)
+            return
         try:
             with open(self.path, "rb") as f:
                 levels = json.loads(f.read())
@@ -63,12 +76,14 @@ class DynamicBrokerConfigs:
         return result
 
     def set_level(self, level: str, configs: dict[str, str]) -> None:
-        """Replace one level's (validated) configs, persist them and change the defaults.
-        On an OSError nothing changed."""
+        """Replace one level's (validated) configs and change the defaults; on the
+        single node persisted first (on an OSError nothing changed), in a cluster once
+        ZooKeeper has them."""
         levels = {**self.levels, level: configs}
         if not configs:
             del levels[level]
-        write_atomically(self.path, json.dumps(levels, indent=1, sort_keys=True).encode())
+        if not self.config.cluster_mode:
+            write_atomically(self.path, json.dumps(levels, indent=1, sort_keys=True).encode())
         self.levels = levels
         self._apply()
 

@@ -16,6 +16,9 @@ leader elections on demand.
   another, and the live logs of every replica applying the change: a record over the new
   max.message.bytes is MESSAGE_TOO_LARGE on the leader and, once leadership has moved, on
   the new leader; the broker that was down during the change reads it at start.
+- Dynamic broker configs are kept in ZooKeeper as Kafka keeps them: a cluster default set
+  through one broker is /config/brokers/<default> and every broker applies it to its
+  logs; a broker's own is /config/brokers/<id>; a broker restarted reads both.
 - A deleted topic leaves every broker's Metadata and data dir; a broker down during the
   deletion removes its leftovers when it starts again. A replica moved away while its
   broker was down is deleted at its start, and a crash in the middle of that (a fail
@@ -42,11 +45,12 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from broker.cluster.zk_layout import TopicAssignment
+from broker.cluster.zk_layout import EntityConfig, TopicAssignment
 from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
 from sluice.polling import wait_for
-from wire.client import (TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
+from wire.client import (BROKER_RESOURCE, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+                         TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
                          UNCLEAN_ELECTION)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
@@ -537,6 +541,53 @@ def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
     with pytest.raises(KafkaError) as refused:
         _produce_value(cluster, topic, 1500, cluster.address(leader))
     assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def broker_config(zk, cluster: Cluster, entity: str) -> dict[str, str]:
+    """/config/brokers/<entity> (a broker id or <default>) as ZooKeeper holds it."""
+    path = f"{cluster.chroot}/config/brokers/{entity}"
+    found = zk.exists(path)
+    return dict(EntityConfig.from_json(path, zk.get(path)[0]).config) if found else {}
+
+
+def test_dynamic_broker_configs_are_kept_in_zookeeper_and_read_by_every_broker(cluster, zk):
+    topic = "broker-defaults"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    first, second, _ = cluster.ids
+    default, own = (BROKER_RESOURCE, ""), (BROKER_RESOURCE, str(second))
+
+    def described(broker_id: int) -> dict[str, tuple[str, int]]:
+        resource = (BROKER_RESOURCE, str(broker_id))
+        with Client(cluster.address(broker_id), call_timeout=60) as client:
+            entries = client.describe_configs([resource])[resource]
+        return {key: (entries[key].value, entries[key].source) for key in ("message.max.bytes", "log.retention.ms")}
+
+    try:
+        with Client(cluster.address(first), call_timeout=60) as client:
+            assert client.incremental_alter_configs({default: [("message.max.bytes", SET_CONFIG, "2000")],
+                                                     own: [("log.retention.ms", SET_CONFIG, "7200000")]}) == {
+                default: None, own: None}
+        assert broker_config(zk, cluster, "<default>") == {"message.max.bytes": "2000"}
+        assert broker_config(zk, cluster, str(second)) == {"log.retention.ms": "7200000"}
+        wait_for(lambda: all(described(b)["message.max.bytes"] == ("2000", DYNAMIC_DEFAULT_BROKER_CONFIG)
+                             for b in cluster.ids), 15, "every broker to apply the cluster default")
+        with pytest.raises(KafkaError) as refused:  # the topic's leader, wherever it is
+            _produce_value(cluster, topic, 5000)
+        assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+        cluster.restart(second)
+        cluster.wait_for_brokers()
+        assert described(second) == {"message.max.bytes": ("2000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                     "log.retention.ms": ("7200000", DYNAMIC_BROKER_CONFIG)}
+    finally:
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            assert client.incremental_alter_configs({default: [("message.max.bytes", DELETE_CONFIG, None)],
+                                                     own: [("log.retention.ms", DELETE_CONFIG, None)]}) == {
+                default: None, own: None}
+    assert broker_config(zk, cluster, "<default>") == broker_config(zk, cluster, str(second)) == {}
+    wait_for(lambda: all(described(b)["message.max.bytes"][0] == "1048588" for b in cluster.ids), 15,
+             "every broker to drop the cluster default")
 
 
 def test_a_topic_deleted_through_a_non_controller_leaves_every_broker(cluster):

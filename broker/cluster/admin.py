@@ -19,7 +19,8 @@ AdminZkClient writes it; the controller acts on the znodes.
 - Delete: /admin/delete_topics/<t>.
 - Configs: /config/topics/<t> replaced and a /config/changes/config_change_ notification
   written in one multi-op; every broker re-reads the topic's configs on it
-  (`broker.cluster.membership`).
+  (`broker.cluster.membership`). Dynamic broker configs the same way in
+  /config/brokers/<id>, or /config/brokers/<default> for the cluster default.
 - The request is answered once this broker's metadata view shows the change (a created
   topic with a leader for every partition, a deleted one gone), or when the request's
   timeout passes first: REQUEST_TIMED_OUT, as Kafka answers a change that did not
@@ -40,7 +41,7 @@ from wire.error_codes import ErrorCode
 
 from broker.cluster import placement
 from broker.cluster.metadata import COORDINATOR_TOPICS
-from broker.cluster.zk_layout import TopicAssignment
+from broker.cluster.zk_layout import DEFAULT_BROKER_ENTITY, TopicAssignment
 from broker.cluster.zk_store import StaleVersion
 from broker.config import ConfigError
 from broker.errors import BrokerError
@@ -70,6 +71,11 @@ def _live_brokers(store) -> dict[int, str | None]:
         if registration is not None:
             brokers[broker_id] = registration.rack
     return brokers
+
+
+def broker_entity(level: str) -> str:
+    """The /config/brokers entity of a dynamic config level ("": the cluster default)."""
+    return level or DEFAULT_BROKER_ENTITY
 
 
 class ClusterTopicAdmin:
@@ -213,6 +219,15 @@ class ClusterTopicAdmin:
         """Replace the topic's overrides: /config/topics/<t> and a /config/changes
         notification, on which every broker applies them to its replicas."""
         await _zk(self._store.set_topic_config, name, self.check_topic_configs(name, configs))
+
+    async def broker_configs(self, level: str) -> dict[str, str]:
+        """A level's dynamic broker configs: "" the cluster default, else a broker id."""
+        return await _zk(self._store.broker_config, broker_entity(level))
+
+    async def set_broker_configs(self, level: str, configs: dict[str, str]) -> None:
+        """Replace a level's (validated) dynamic broker configs: /config/brokers/<entity>
+        and a /config/changes notification, on which the brokers concerned apply them."""
+        await _zk(self._store.set_broker_config, broker_entity(level), configs)
 
     def _has_leaders(self, name: str, count: int) -> bool:
         topic = self._broker.metadata.topic(name)

@@ -30,7 +30,10 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
 - Topic configs: a local topic's are refreshed from /config/topics at start, and on every
   /config/changes notification naming it; so are users' SCRAM credentials
   (/config/users, broker.security.scram_credentials). The controller hears of every
-  topic's change too (unclean.leader.election.enable may now allow a leader).
+  topic's change too (unclean.leader.election.enable may now allow a leader). Dynamic
+  broker configs (/config/brokers/<default> and /config/brokers/<id>) are read before
+  the logs open and again on each notification naming them; keys this broker cannot
+  take are logged and left out, as Kafka leaves out invalid dynamic configs.
 - Producer ids come in blocks claimed in /latest_producer_id_block; the next block is
   claimed in the background before the current one runs out, so that InitProducerId never
   waits on ZooKeeper (COORDINATOR_LOAD_IN_PROGRESS, retriable, when none could be claimed).
@@ -53,9 +56,12 @@ from wire.client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN
 
+from broker.cluster.admin import broker_entity
 from broker.cluster.metadata import BrokerEndpoint
-from broker.cluster.zk_layout import CONFIG_CHANGES, BrokerRegistration, Listener
+from broker.cluster.zk_layout import CONFIG_CHANGES, DEFAULT_BROKER_ENTITY, BrokerRegistration, Listener
 from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
+from broker.config import ConfigError
+from broker.dynamic_configs import CLUSTER_DEFAULT
 from broker.errors import BrokerError
 from broker.producer_ids import BLOCK_SIZE
 from broker.storage.checkpoint import write_atomically
@@ -111,6 +117,27 @@ class ClusterMembership:
             raise InconsistentBroker(f"cannot connect to ZooKeeper at {self._config.zookeeper_connect} "
                                      f"within {timeout:g} s: {exc}") from None
         self.zk.client.add_listener(self._session_state)
+
+    async def read_broker_configs(self) -> None:
+        """The dynamic broker configs for every broker and for this one, read once the
+        changes noted so far are counted as seen: any later one is applied as it comes."""
+        self._config_seen = max((seq for seq, _, _ in await asyncio.to_thread(self.zk.config_changes, -1)),
+                                default=-1)
+        for level in (CLUSTER_DEFAULT, str(self._config.node_id)):
+            await self._apply_broker_configs(level)
+
+    async def _apply_broker_configs(self, level: str) -> None:
+        entity = broker_entity(level)
+        dynamic, valid = self._broker.dynamic_configs, {}
+        for key, value in (await asyncio.to_thread(self.zk.broker_config, entity)).items():
+            try:
+                valid.update(dynamic.parse({key: value}))
+            except ConfigError as exc:
+                log.warning("/config/brokers/%s: leaving out %s", entity, exc)
+        if valid != dynamic.levels.get(level, {}):
+            dynamic.set_level(level, valid)
+            self._broker.topics.apply_broker_defaults()
+            log.info("dynamic broker configs of %s now %s", entity, valid)
 
     def check_meta_properties(self, path: str, props: dict[str, str]) -> str:
         """The cluster's id, checked against (or first written to) meta.properties."""
@@ -178,6 +205,8 @@ class ClusterMembership:
                             self.controller.topic_configs_changed(name)
                     elif kind == "users":
                         await self._broker.scram.refresh(name)
+                    elif kind == "brokers" and name in (DEFAULT_BROKER_ENTITY, str(self._config.node_id)):
+                        await self._apply_broker_configs(CLUSTER_DEFAULT if name == DEFAULT_BROKER_ENTITY else name)
                     self._config_seen = sequence
                     if self._broker.clock.wall_ms() - created_ms > _CONFIG_CHANGE_EXPIRY_MS:
                         await asyncio.to_thread(self.zk.delete_config_change, sequence)
@@ -186,8 +215,6 @@ class ClusterMembership:
 
     async def join(self) -> None:
         await self._refresh_topic_configs()
-        self._config_seen = max((seq for seq, _, _ in await asyncio.to_thread(self.zk.config_changes, -1)),
-                                default=-1)
         self.zk.client.ChildrenWatch(CONFIG_CHANGES, self._config_changes_watch)
         await self._register()
         await self._list_registered_brokers()

@@ -76,6 +76,14 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
+DEFAULT_BROKER_ENTITY = "<default>"  # /config/brokers/<default>: the cluster default of broker configs
+
+
+def broker_config_path(entity: str) -> str:
+    """/config/brokers/<id>, or /config/brokers/<default> for every broker."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
 def user_config_path(user: str) -> str:
     """/config/users/<user>: a user's SCRAM credentials, the name URL-encoded (a user name
     may hold '/')."""

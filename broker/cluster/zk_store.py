@@ -30,7 +30,7 @@ from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS
                                       ConfigChange, ControllerEpoch, ControllerRegistration,
                                       EntityConfig, IsrChange, LeaderAndIsr, PartitionReassignment,
                                       ProducerIdBlock, TopicAssignment,
-                                      broker_path, delete_topic_path, partition_state_path,
+                                      broker_config_path, broker_path, delete_topic_path, partition_state_path,
                                       topic_config_path, topic_path, user_config_path)
 
 # kazoo's default reconnection backs off towards an hour between attempts; a broker must
@@ -333,6 +333,30 @@ class ZkStore:
             self._commit(writes, None)
         except (BadVersionError, NodeExistsError):
             raise StaleVersion(f"{topic_config_path(topic)} changed while it was being written") from None
+
+    def broker_config(self, entity: str) -> dict[str, str]:
+        """/config/brokers/<entity> (a broker id or <default>): none when absent."""
+        found = self._get(broker_config_path(entity), EntityConfig)
+        return dict(found.value.config) if found else {}
+
+    def set_broker_config(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace /config/brokers/<entity> (kept, empty, once its last key goes, as Kafka's
+        AdminZkClient keeps it) and note the change under /config/changes, in one multi-op."""
+        path = broker_config_path(entity)
+        stat = self.client.exists(path)
+        data = EntityConfig(configs).to_json()
+
+        def writes(transaction):
+            if stat is None:
+                transaction.create(path, data)
+            else:
+                transaction.set_data(path, data, stat.version)
+            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"brokers/{entity}").to_json(), sequence=True)
+
+        try:
+            self._commit(writes, None)
+        except (BadVersionError, NodeExistsError):
+            raise StaleVersion(f"{path} changed while it was being written") from None
 
     def user_configs(self) -> dict[str, dict[str, str]]:
         """Every /config/users/<user>: user name -> its config (SCRAM credentials)."""

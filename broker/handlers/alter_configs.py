@@ -12,7 +12,9 @@
 - This broker (type 4), named "" (the cluster default) or by its id: only the topic
   defaults are dynamic (broker.dynamic_configs); any other key is INVALID_REQUEST, as
   Kafka answers for a key it cannot update dynamically. AlterConfigs replaces the
-  level's dynamic set, IncrementalAlterConfigs changes it per key.
+  level's dynamic set, IncrementalAlterConfigs changes it per key. In a cluster the
+  level is read from and written to ZooKeeper (/config/brokers/<default> or
+  /config/brokers/<id>, with a /config/changes notification every broker applies).
 - Other resource types are INVALID_REQUEST, and so is a resource listed twice (each
   time), as Kafka answers. `validate_only` checks and changes nothing.
   Errors are per resource; one bad resource does not spoil the others.
@@ -38,52 +40,93 @@ from broker.security.acls import DENIED, permitted
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-class _LocalTopics:
-    """The single node's topic configs: its TopicManager."""
+def _parsed_level(broker, configs: dict) -> dict[str, str]:
+    try:
+        return broker.dynamic_configs.parse(configs)
+    except ConfigError as exc:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+class _LocalConfigs:
+    """The single node's configs: its TopicManager's, and its dynamic broker configs."""
 
     def __init__(self, broker):
-        self._topics = broker.topics
+        self._broker = broker
 
     def configs(self, name: str) -> dict[str, str]:
-        topic = self._topics.topics.get(name)
+        topic = self._broker.topics.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return dict(topic.configs)
 
     def store(self, name: str, configs: dict, validate_only: bool) -> None:
-        self._topics.set_configs(name, configs, validate_only)
+        self._broker.topics.set_configs(name, configs, validate_only)
+
+    def broker_configs(self, level: str) -> dict[str, str]:
+        return dict(self._broker.dynamic_configs.levels.get(level, {}))
+
+    def store_broker_configs(self, level: str, configs: dict, validate_only: bool) -> None:
+        parsed = _parsed_level(self._broker, configs)
+        if validate_only:
+            return
+        try:
+            self._broker.dynamic_configs.set_level(level, parsed)
+        except OSError as exc:
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
+        self._broker.topics.apply_broker_defaults()
 
 
-class _ClusterTopics:
-    """A cluster's topic configs: read from ZooKeeper before the request is worked out
-    (`load`), validated as the single node validates them, and written after (`commit`)."""
+class _ClusterConfigs:
+    """A cluster's topic and broker configs: read from ZooKeeper before the request is
+    worked out (`load`), validated as the single node validates them, and written after
+    (`commit`)."""
 
     def __init__(self, broker):
         self._broker = broker
-        self._current: dict[str, dict[str, str] | BrokerError] = {}
-        self._writes: dict[str, tuple[dict, bool]] = {}
+        self._current: dict[tuple[int, str], dict[str, str] | BrokerError] = {}
+        self._writes: dict[tuple[int, str], dict] = {}
 
-    async def load(self, names) -> None:
-        for name in names:
+    async def load(self, resources) -> None:
+        admin = self._broker.admin
+        for resource_type, name in resources:
             try:
-                self._current[name] = await self._broker.admin.topic_configs(name)
+                self._current[(resource_type, name)] = await (
+                    admin.topic_configs(name) if resource_type == TOPIC else admin.broker_configs(name))
             except BrokerError as exc:
-                self._current[name] = exc
+                self._current[(resource_type, name)] = exc
 
-    def configs(self, name: str) -> dict[str, str]:
-        current = self._current[name]
+    def _loaded(self, resource) -> dict[str, str]:
+        current = self._current[resource]
         if isinstance(current, BrokerError):
             raise current
         return dict(current)
 
+    def configs(self, name: str) -> dict[str, str]:
+        return self._loaded((TOPIC, name))
+
     def store(self, name: str, configs: dict, validate_only: bool) -> None:
         self._broker.admin.check_topic_configs(name, configs)
         if not validate_only:
-            self._writes[name] = configs
+            self._writes[(TOPIC, name)] = configs
 
-    async def commit(self, name: str) -> None:
-        if name in self._writes:
-            await self._broker.admin.set_topic_configs(name, self._writes.pop(name))
+    def broker_configs(self, level: str) -> dict[str, str]:
+        return self._loaded((BROKER, level))
+
+    def store_broker_configs(self, level: str, configs: dict, validate_only: bool) -> None:
+        parsed = _parsed_level(self._broker, configs)
+        if not validate_only:
+            self._writes[(BROKER, level)] = parsed
+
+    async def commit(self, resource_type: int, name: str) -> None:
+        configs = self._writes.pop((resource_type, name), None)
+        if configs is None:
+            return
+        if resource_type == TOPIC:
+            await self._broker.admin.set_topic_configs(name, configs)
+            return
+        await self._broker.admin.set_broker_configs(name, configs)
+        self._broker.dynamic_configs.set_level(name, configs)  # read here at once, not once notified
+        self._broker.topics.apply_broker_defaults()
 
 
 def _broker_level(broker, name: str) -> str:
@@ -99,36 +142,26 @@ def _check_keys(resource_type: int, keys) -> None:
                 check_topic_config_key(key)
             except ConfigError as exc:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    else:
-        static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
-        if static:
-            raise BrokerError(ErrorCode.INVALID_REQUEST,
-                              f"Cannot update these configs dynamically: {', '.join(static)}")
+        return
+    static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
+    if static:
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          f"Cannot update these configs dynamically: {', '.join(static)}")
 
 
-def _current(broker, topics, resource_type: int, name: str) -> dict[str, str]:
+def _current(broker, kept, resource_type: int, name: str) -> dict[str, str]:
+    """The resource's configs as `kept` (a _LocalConfigs or _ClusterConfigs) has them."""
     if resource_type == TOPIC:
-        return topics.configs(name)
-    return dict(broker.dynamic_configs.levels.get(_broker_level(broker, name), {}))
+        return kept.configs(name)
+    return kept.broker_configs(_broker_level(broker, name))
 
 
-def _store(broker, topics, resource_type: int, name: str, configs: dict, validate_only: bool) -> None:
+def _store(broker, kept, resource_type: int, name: str, configs: dict, validate_only: bool) -> None:
     """Validate the resource's new config set and, unless `validate_only`, make it so."""
     if resource_type == TOPIC:
-        topics.store(name, configs, validate_only)
-        return
-    level = _broker_level(broker, name)
-    try:
-        parsed = broker.dynamic_configs.parse(configs)
-    except ConfigError as exc:
-        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    if validate_only:
-        return
-    try:
-        broker.dynamic_configs.set_level(level, parsed)
-    except OSError as exc:
-        raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
-    broker.topics.apply_broker_defaults()
+        kept.store(name, configs, validate_only)
+    else:
+        kept.store_broker_configs(_broker_level(broker, name), configs, validate_only)
 
 
 def _default_value(broker, resource_type: int, key: str) -> str:
@@ -137,13 +170,13 @@ def _default_value(broker, resource_type: int, key: str) -> str:
     return str(getattr(broker.config.log, TOPIC_CONFIGS[topic_key][0]))
 
 
-def _incremental(broker, topics, resource) -> dict[str, str]:
+def _incremental(broker, kept, resource) -> dict[str, str]:
     """The resource's config set after applying its per-key operations."""
     names = [c.name for c in resource.configs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {duplicates[0]!r} is given twice")
-    configs = _current(broker, topics, resource.resource_type, resource.resource_name)
+    configs = _current(broker, kept, resource.resource_type, resource.resource_name)
     _check_keys(resource.resource_type, names)
     for change in resource.configs:
         key, op, value = change.name, change.config_operation, change.value
@@ -169,9 +202,9 @@ def _incremental(broker, topics, resource) -> dict[str, str]:
     return configs
 
 
-def _alter(broker, topics, resources, new_configs, validate_only: bool, Response, denied):
-    """The response, and the topic resources whose changes `topics` still has to commit;
-    the resources `denied` are refused."""
+def _alter(broker, kept, resources, new_configs, validate_only: bool, Response, denied):
+    """The response (in a cluster, `kept` then holds the changes to commit); the
+    resources `denied` are refused."""
     listed = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
@@ -189,29 +222,31 @@ def _alter(broker, topics, resources, new_configs, validate_only: bool, Response
             if (resource.resource_type, resource.resource_name) in denied:
                 raise BrokerError(*DENIED[ResourceType.TOPIC if resource.resource_type == TOPIC
                                           else ResourceType.CLUSTER])
-            configs = new_configs(broker, topics, resource)
-            _store(broker, topics, resource.resource_type, resource.resource_name, configs, validate_only)
+            configs = new_configs(broker, kept, resource)
+            _store(broker, kept, resource.resource_type, resource.resource_name, configs, validate_only)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
     return Response(throttle_time_ms=0, responses=results)
 
 
 async def _alter_in_cluster(broker, resources, new_configs, validate_only: bool, Response, denied):
-    topics = _ClusterTopics(broker)
-    await topics.load(sorted({r.resource_name for r in resources
-                              if r.resource_type == TOPIC and (TOPIC, r.resource_name) not in denied}))
-    response = _alter(broker, topics, resources, new_configs, validate_only, Response, denied)
+    kept = _ClusterConfigs(broker)
+    await kept.load(sorted({(r.resource_type, r.resource_name) for r in resources
+                               if (r.resource_type, r.resource_name) not in denied and (
+                                   r.resource_type == TOPIC or (r.resource_type == BROKER and r.resource_name in (
+                                       CLUSTER_DEFAULT, str(broker.node_id))))}))
+    response = _alter(broker, kept, resources, new_configs, validate_only, Response, denied)
     for out in response.responses:
-        if out.resource_type == TOPIC and out.error_code == ErrorCode.NONE:
+        if out.error_code == ErrorCode.NONE:
             try:
-                await topics.commit(out.resource_name)
+                await kept.commit(out.resource_type, out.resource_name)
             except BrokerError as exc:
                 out.error_code, out.error_message = exc.code, str(exc)
     return response
 
 
-def _replacement(broker, topics, resource) -> dict[str, str | None]:
-    _current(broker, topics, resource.resource_type, resource.resource_name)  # the resource must exist
+def _replacement(broker, kept, resource) -> dict[str, str | None]:
+    _current(broker, kept, resource.resource_type, resource.resource_name)  # the resource must exist
     configs = {c.name: c.value for c in resource.configs}
     _check_keys(resource.resource_type, configs)
     return configs
@@ -225,7 +260,7 @@ def _altered(broker, request, session, new_configs, Response):
                                                               ResourceType.CLUSTER))}
     if broker.admin is not None:
         return _alter_in_cluster(broker, request.resources, new_configs, request.validate_only, Response, denied)
-    return _alter(broker, _LocalTopics(broker), request.resources, new_configs, request.validate_only,
+    return _alter(broker, _LocalConfigs(broker), request.resources, new_configs, request.validate_only,
                   Response, denied)
 
 
