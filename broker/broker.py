@@ -32,6 +32,7 @@ from broker.metrics import PURGATORIES, BrokerMetrics
 from broker.cluster.admin import ClusterTopicAdmin
 from broker.cluster.membership import ClusterMembership, new_cluster_id
 from broker.producer_ids import ProducerIdAllocator, local_block_reserver
+from broker.quota import Quota
 from broker.fetch_sessions import FetchSessionCache
 from broker.replica.delayed import DelayedOperations
 from broker.replica.manager import ReplicaManager
@@ -104,6 +105,10 @@ class Broker:
         self.stalls = StallWatch(clock)  # started with the upkeep tasks, one of them checking it
         self.node_id = config.node_id
         self.dynamic_configs = DynamicBrokerConfigs(config)
+        # Replication throttles (the rates are dynamic configs): what this broker sends as
+        # the leader of throttled replicas, and what it fetches as their follower.
+        self.leader_replication_quota = Quota(clock, lambda: config.leader_replication_throttled_rate)
+        self.follower_replication_quota = Quota(clock, lambda: config.follower_replication_throttled_rate)
         self.metrics = BrokerMetrics(self)  # counters always; the endpoint with metrics.port
         self.delayed = DelayedOperations(clock)  # fetches and acks=all produces waiting on partitions
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)

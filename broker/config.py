@@ -78,6 +78,41 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
+@dataclass(frozen=True)
+class ThrottledReplicas:
+    """A topic's `leader.replication.throttled.replicas` or
+    `follower.replication.throttled.replicas`: `*` (every replica of the topic) or
+    partition:broker pairs; `text` is the value as described."""
+
+    text: str = ""
+    every: bool = False
+    pairs: frozenset[tuple[int, int]] = frozenset()
+
+    def covers(self, partition: int, broker_id: int) -> bool:
+        return self.every or (partition, broker_id) in self.pairs
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_THROTTLED_REPLICA = re.compile(r"([0-9]+):([0-9]+)")
+
+
+def _throttled_replicas(key: str, text: str) -> ThrottledReplicas:
+    """Kafka's list (items trimmed, empty ones allowed) checked as its
+    ThrottledReplicaListValidator checks it: the literal `*` alone, or partition:broker
+    items."""
+    items = [item.strip(_JAVA_WHITESPACE) for item in text.split(",")] if text.strip(_JAVA_WHITESPACE) else []
+    if items == ["*"]:
+        return ThrottledReplicas("*", every=True)
+    items = [item for item in items if item]
+    matches = [_THROTTLED_REPLICA.fullmatch(item) for item in items]
+    if not all(matches):
+        raise ConfigError(f"{key}: {text!r} is not the literal '*' or a list of replicas in the format "
+                          f"[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return ThrottledReplicas(",".join(items), pairs=frozenset((int(m[1]), int(m[2])) for m in matches))
+
+
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
@@ -115,15 +150,20 @@ class LogConfig:
     # The controller's, not the log's: whether a replica out of the ISR may be elected
     # when no ISR member is live (a cluster's; on one node there is no other replica).
     unclean_leader_election_enable: bool = False
+    # The replicas whose replication the leader's and the follower's throttles limit
+    # (broker.replica: leader.replication.throttled.rate, follower.replication.throttled.rate).
+    leader_replication_throttled_replicas: ThrottledReplicas = ThrottledReplicas()
+    follower_replication_throttled_replicas: ThrottledReplicas = ThrottledReplicas()
 
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy.split(",")
 
 
-# Topic-level key -> (LogConfig attribute, broker-level key, parser). Types and minimums
-# are Kafka 3.9's: INT keys are 32-bit, LONG keys 64-bit. Kafka 4 raised segment.bytes'
-# minimum to 1 MiB; 14 (one empty v0 record) is kept so that tests can use tiny segments.
+# Topic-level key -> (LogConfig attribute, broker-level key or None, parser). Types and
+# minimums are Kafka 3.9's: INT keys are 32-bit, LONG keys 64-bit. Kafka 4 raised
+# segment.bytes' minimum to 1 MiB; 14 (one empty v0 record) is kept so that tests can use
+# tiny segments. The throttled replicas have no broker-level default, as in Kafka.
 TOPIC_CONFIGS = {
     "segment.bytes": ("segment_bytes", "log.segment.bytes", lambda k, v: _int(k, v, 14)),
     "segment.ms": ("segment_ms", "log.roll.ms", lambda k, v: _long(k, v, 1)),
@@ -155,6 +195,23 @@ TOPIC_CONFIGS = {
                               lambda k, v: _long(k, v, 1)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", "unclean.leader.election.enable",
                                        _bool),
+    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", None,
+                                              _throttled_replicas),
+    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas", None,
+                                                _throttled_replicas),
+}
+# Broker keys that exist only dynamically (Kafka's DynamicConfig.Broker quotas), set
+# through AlterConfigs for a broker or the cluster default: key -> (BrokerConfig
+# attribute, parser). Not read from server.properties, as in Kafka.
+DYNAMIC_ONLY_BROKER_CONFIGS = {
+    "leader.replication.throttled.rate": ("leader_replication_throttled_rate", lambda k, v: _long(k, v, 0)),
+    "follower.replication.throttled.rate": ("follower_replication_throttled_rate", lambda k, v: _long(k, v, 0)),
+}
+# Kafka's broker keys this broker does not implement: never set (INVALID_CONFIG naming the
+# reason), and deleting them changes nothing (kafka-reassign-partitions deletes them).
+NOT_IMPLEMENTED_BROKER_CONFIGS = {
+    "replica.alter.log.dirs.io.max.bytes.per.second":
+        "a Sluice broker keeps one log directory: no replica moves between log directories",
 }
 # Kafka 4's other topic configs, which this broker does not implement: refused by name
 # (INVALID_CONFIG), never accepted and ignored. The README's "Topic configs" lists them.
@@ -174,8 +231,6 @@ NOT_IMPLEMENTED_TOPIC_CONFIGS = {
     "remote.log.delete.on.disable": "tiered storage is not implemented",
     "remote.copy.lag.ms": "tiered storage is not implemented",
     "remote.copy.lag.bytes": "tiered storage is not implemented",
-    "leader.replication.throttled.replicas": "replication throttles are not implemented",
-    "follower.replication.throttled.replicas": "replication throttles are not implemented",
     "errors.deadletterqueue.group.enable": "share groups are not implemented",
 }
 
@@ -296,6 +351,9 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
+    # Replication throttles (broker.quota), dynamic only: bytes a second, no limit by default.
+    leader_replication_throttled_rate: int = LONG_MAX
+    follower_replication_throttled_rate: int = LONG_MAX
     metrics_port: int | None = None  # the Prometheus endpoint (broker.metrics): off while None
     metrics_host: str | None = None  # None: the first listener's host
     log: LogConfig = field(default_factory=LogConfig)
@@ -635,7 +693,7 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     log_changes: dict[str, object] = {}
     coarse: dict[str, int] = {}  # hours/minutes forms, applied after their _ms forms
     listeners = advertised = security_inter_broker = None
-    broker_keys = {broker_key: (attr, parse) for attr, broker_key, parse in TOPIC_CONFIGS.values()}
+    broker_keys = {broker_key: (attr, parse) for attr, broker_key, parse in TOPIC_CONFIGS.values() if broker_key}
     for key, value in props.items():
         if key in broker_keys:
             attr, parse = broker_keys[key]
@@ -710,6 +768,10 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             config.super_users = _super_users(key, value)
         elif key == "allow.everyone.if.no.acl.found":
             config.allow_everyone_if_no_acl_found = _bool(key, value)
+        elif key in DYNAMIC_ONLY_BROKER_CONFIGS:
+            warnings.append(f"{key} can only be set dynamically (AlterConfigs for a broker or the "
+                            f"cluster default): ignored")
+            continue
         else:
             warnings.append(f"unknown config key {key!r} ignored")
             continue

@@ -1,10 +1,12 @@
-"""Dynamic broker configs: the topic defaults (`log.*`, `message.max.bytes`) changed at
-runtime through AlterConfigs and IncrementalAlterConfigs.
+"""Dynamic broker configs: the topic defaults (`log.*`, `message.max.bytes`) and the
+dynamic-only keys (the replication throttles' rates), changed at runtime through
+AlterConfigs and IncrementalAlterConfigs.
 
 Two levels, as in Kafka: the cluster default (resource name "") and this broker (its
-id), the broker's winning. Only the broker-level keys behind topic configs are dynamic:
-they are what topics without their own override run with, so a change is swapped into
-the live logs. Every other broker key needs a restart.
+id), the broker's winning. Only these keys are dynamic: the topic defaults are what
+topics without their own override run with, so a change is swapped into the live logs;
+the rates are read where they are enforced (broker.quota). Every other broker key
+needs a restart.
 
 Where they are kept: on the single node, `dynamic-broker-configs.json` in the data
 directory, written atomically and read at start, on top of server.properties. In a
@@ -20,21 +22,31 @@ import json
 import logging
 import os
 
-from broker.config import BrokerConfig, ConfigError, TOPIC_CONFIGS, config_text
+from broker.config import (DYNAMIC_ONLY_BROKER_CONFIGS, BrokerConfig, ConfigError, TOPIC_CONFIGS,
+                           config_text)
 from broker.storage.checkpoint import write_atomically
 
 log = logging.getLogger("sluice.configs")
 
 FILENAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
-# Broker-level key -> topic-level key.
-DYNAMIC_KEYS = {broker_key: topic_key for topic_key, (_, broker_key, _) in TOPIC_CONFIGS.items()}
+# Broker-level key -> topic-level key: the topic defaults.
+TOPIC_DEFAULT_KEYS = {broker_key: topic_key for topic_key, (_, broker_key, _) in TOPIC_CONFIGS.items()
+                      if broker_key}
+DYNAMIC_KEYS = frozenset(TOPIC_DEFAULT_KEYS) | frozenset(DYNAMIC_ONLY_BROKER_CONFIGS)
+
+
+def _parse(key: str, value: str):
+    if key in TOPIC_DEFAULT_KEYS:
+        return TOPIC_CONFIGS[TOPIC_DEFAULT_KEYS[key]][2](key, value)
+    return DYNAMIC_ONLY_BROKER_CONFIGS[key][1](key, value)
 
 
 class DynamicBrokerConfigs:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.static_log = config.log
+        self.static_values = {attr: getattr(config, attr) for attr, _ in DYNAMIC_ONLY_BROKER_CONFIGS.values()}
         self.path = os.path.join(config.data_dir, FILENAME)
         # Level ("" or a broker id) -> broker key -> value; other brokers' levels are kept.
         self.levels: dict[str, dict[str, str]] = {}
@@ -72,7 +84,7 @@ class DynamicBrokerConfigs:
                 raise ConfigError(f"{key} cannot be updated dynamically")
             if value is None:
                 raise ConfigError(f"{key}: a value is required")
-            result[key] = config_text(TOPIC_CONFIGS[DYNAMIC_KEYS[key]][2](key, value))
+            result[key] = config_text(_parse(key, value))
         return result
 
     def set_level(self, level: str, configs: dict[str, str]) -> None:
@@ -96,6 +108,9 @@ class DynamicBrokerConfigs:
 
     def _apply(self) -> None:
         effective = {**self.levels.get(CLUSTER_DEFAULT, {}), **self.levels.get(self.this_broker, {})}
-        changes = {TOPIC_CONFIGS[DYNAMIC_KEYS[k]][0]: TOPIC_CONFIGS[DYNAMIC_KEYS[k]][2](k, v)
-                   for k, v in effective.items()}
-        self.config.log = dataclasses.replace(self.static_log, **changes)
+        self.config.log = dataclasses.replace(self.static_log, **{
+            TOPIC_CONFIGS[TOPIC_DEFAULT_KEYS[k]][0]: _parse(k, v) for k, v in effective.items()
+            if k in TOPIC_DEFAULT_KEYS})
+        for key, (attr, _) in DYNAMIC_ONLY_BROKER_CONFIGS.items():
+            value = _parse(key, effective[key]) if key in effective else self.static_values[attr]
+            setattr(self.config, attr, value)

@@ -34,6 +34,10 @@ exporter shows it: the series without a `topic` label is the broker-wide total. 
   reassigningpartitions (led partitions being reassigned);
   kafka_server_replicamanager_isrshrinks_total and isrexpands_total (ISR changes this
   broker made as a partition's leader; 0 on the single node).
+- kafka_server_leaderreplication_byte_rate and kafka_server_followerreplication_byte_rate:
+  the replication throttles' rates (Kafka's LeaderReplication and FollowerReplication
+  byte-rate), bytes a second of throttled replicas' replication sent as their leader and
+  fetched as their follower, measured as the throttles measure them (broker.quota).
 - kafka_controller_kafkacontroller_activecontrollercount: 1 on the active controller,
   0 elsewhere (the single node is its own controller: 1), so it sums to 1 over a cluster;
   offlinepartitionscount: partitions without a live leader, as the active controller
@@ -328,6 +332,12 @@ class BrokerCollector:
                                   value=replicas.isr_shrinks if replicas is not None else 0)
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions made as leader",
                                   value=replicas.isr_expands if replicas is not None else 0)
+        yield GaugeMetricFamily("kafka_server_leaderreplication_byte_rate",
+                                "Bytes a second of throttled replicas sent as their leader",
+                                value=broker.leader_replication_quota.rate())
+        yield GaugeMetricFamily("kafka_server_followerreplication_byte_rate",
+                                "Bytes a second of throttled replicas fetched as their follower",
+                                value=broker.follower_replication_quota.rate())
 
     @staticmethod
     def _controller(broker):

@@ -1,6 +1,7 @@
-"""A bound on a rate (bytes a second), measured as Kafka measures its quotas: the log
-cleaner's I/O (`log.cleaner.io.max.bytes.per.second`) uses it, and the replication
-throttles and client quotas can.
+"""A bound on a rate (bytes a second), measured as Kafka measures its quotas: the
+replication throttles (`leader.replication.throttled.rate`,
+`follower.replication.throttled.rate`) and the log cleaner's I/O
+(`log.cleaner.io.max.bytes.per.second`) use it, and client quotas can.
 
 What is recorded goes into sampled windows (Kafka's replication quotas: 11 of 1 s): a
 window starts with the first record after the previous one ended, and windows that

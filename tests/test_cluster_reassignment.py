@@ -34,7 +34,8 @@ written as Kafka's tools wrote it.
 - Kafka's kafka-reassign-partitions (ReassignPartitionsCommand of kafka-tools 4.4):
   --generate proposes a plan over the brokers given, --execute starts the plan `sluice
   reassign --generate` proposed (and `sluice reassign --execute` the one Kafka's tool
-  proposed), --verify sees it completed and --list finds nothing left.
+  proposed), --execute --throttle starts a move with its replication throttles, --verify
+  sees it completed and removes the throttles, and --list finds nothing left.
 - /admin/reassign_partitions: the controller carries out what it lists, drops an entry
   it refuses, and deletes the znode once done.
 - The controller SIGKILLed as it finds a reassignment's new replica in sync (fail point
@@ -59,7 +60,7 @@ from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_cluster_admin import sluice
 from tests.test_kafka_tools import tool
-from wire.client import PREFERRED_ELECTION, Client
+from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, PREFERRED_ELECTION, TOPIC_RESOURCE, Client
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 
@@ -117,6 +118,21 @@ def wait_until_reassigned(cluster: Cluster, topic: str, partition: int, replicas
             return all(cluster.partitions(topic, b)[partition].replicas == replicas for b in cluster.live)
 
         cluster.wait(done, timeout, f"{topic}-{partition} to be reassigned to {list(replicas)}")
+
+
+THROTTLE_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                 "leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
+def throttle_configs(cluster: Cluster, topic: str) -> dict[str, dict[str, str]]:
+    """The replication throttle configs set on `topic` and on each live broker (not left
+    at their defaults): the topic's name or the broker's id -> key -> value."""
+    resources = [(TOPIC_RESOURCE, topic)] + [(BROKER_RESOURCE, str(b)) for b in cluster.live]
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        described = client.describe_configs(resources)
+    return {name: {key: entry.value for key, entry in entries.items()
+                   if key in THROTTLE_KEYS and entry.source != DEFAULT_CONFIG}
+            for (_, name), entries in described.items()}
 
 
 def test_a_partition_moves_to_another_broker_under_an_idempotent_producer(cluster, zk):
@@ -419,11 +435,12 @@ def test_sluice_reassign_refuses_moves_the_cluster_cannot_take(cluster):
 
 
 def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
-    """--generate, --execute, --verify and --list (a reassignment cancelled is the client's
-    test above: the tool waits on a paused broker), with the plans generated crossed over:
-    Kafka's tool executes what `sluice reassign --generate` proposes, and `sluice reassign
-    --execute` what Kafka's proposes. --verify keeps the throttles (--preserve-throttles):
-    removing them alters replication throttle configs, not served yet."""
+    """--generate, --execute (with and without --throttle), --verify and --list (a
+    reassignment cancelled is the client's test above: the tool waits on a paused broker),
+    with the plans generated crossed over: Kafka's tool executes what `sluice reassign
+    --generate` proposes, and `sluice reassign --execute` what Kafka's proposes. --verify,
+    once a throttled move is done, deletes the throttles,
+    replica.alter.log.dirs.io.max.bytes.per.second with them."""
     topic = "reassigned-by-kafka"
     create_placed(cluster, topic, [[0, 1], [1, 2]])
     bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
@@ -455,6 +472,25 @@ def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
                                 str(by_kafka_file)).returncode == 0, 60, f"{topic} to be reassigned again")
     for p in by_kafka["partitions"]:
         wait_until_reassigned(cluster, topic, p["partition"], tuple(p["replicas"]))
+
+    throttled = "throttled-by-kafka"
+    create_placed(cluster, throttled, [[0, 1]])
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": throttled, "partition": 0, "replicas": [2, 1], "log_dirs": ["any", "any"]}]}))
+    executed = tool(REASSIGN, *bootstrap, "--execute", "--reassignment-json-file", str(moved),
+                    "--throttle", "50000000")
+    assert f"Successfully started partition reassignment for {throttled}-0" in executed.stdout
+    assert "The inter-broker throttle limit was set to 50000000 B/s" in executed.stdout
+    wait_until_reassigned(cluster, throttled, 0, (2, 1))
+    rates = {"leader.replication.throttled.rate": "50000000", "follower.replication.throttled.rate": "50000000"}
+    assert throttle_configs(cluster, throttled) == {throttled: {
+        "leader.replication.throttled.replicas": "0:0,0:1", "follower.replication.throttled.replicas": "0:2"},
+        "0": rates, "1": rates, "2": rates}
+    verified = tool(REASSIGN, *bootstrap, "--verify", "--reassignment-json-file", str(moved))
+    assert f"Reassignment of partition {throttled}-0 is completed." in verified.stdout, verified
+    assert "Clearing topic-level throttles on topic " + throttled in verified.stdout, verified
+    assert throttle_configs(cluster, throttled) == {throttled: {}, "0": {}, "1": {}, "2": {}}
     assert "No partition reassignments found." in tool(REASSIGN, *bootstrap, "--list").stdout
 
 

@@ -30,6 +30,7 @@ from broker.clock import SystemClock
 from broker.config import BrokerConfig, LogConfig
 from broker.embedded import EmbeddedBroker
 from broker.errors import BrokerError
+from broker.quota import Quota
 from broker.replica.delayed import DelayedOperations
 from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.partition import Partition
@@ -632,8 +633,9 @@ def test_a_fenced_answer_about_a_replaced_leader_epoch_does_not_hold_the_followe
             replica.make_follower(LEADER, epoch - 1, [LEADER, FOLLOWER], [LEADER])
             leader.pause()
             try:
-                fetcher = ReplicaFetcher(FOLLOWER, LEADER, "127.0.0.1", leader.port, BrokerConfig(),
-                                         clock, None)
+                config = BrokerConfig()
+                fetcher = ReplicaFetcher(FOLLOWER, LEADER, "127.0.0.1", leader.port, config, clock, None,
+                                         Quota(clock, lambda: config.follower_replication_throttled_rate))
                 fetcher.add(replica)
                 await asyncio.sleep(0)  # the fetcher's task builds its request at the old epoch
                 replica.make_follower(LEADER, epoch, [LEADER, FOLLOWER], [LEADER])

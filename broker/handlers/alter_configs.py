@@ -10,11 +10,13 @@
   In a cluster the topic's configs are read from and written to ZooKeeper
   (/config/topics/<t>, with a /config/changes notification every broker applies).
 - This broker (type 4), named "" (the cluster default) or by its id: only the topic
-  defaults are dynamic (broker.dynamic_configs); any other key is INVALID_REQUEST, as
-  Kafka answers for a key it cannot update dynamically. AlterConfigs replaces the
-  level's dynamic set, IncrementalAlterConfigs changes it per key. In a cluster the
-  level is read from and written to ZooKeeper (/config/brokers/<default> or
-  /config/brokers/<id>, with a /config/changes notification every broker applies).
+  defaults and the replication throttles' rates are dynamic (broker.dynamic_configs); any
+  other key is INVALID_REQUEST, as Kafka answers for a key it cannot update dynamically,
+  but for Kafka's keys this broker does not implement (INVALID_CONFIG with the reason;
+  deleting one changes nothing). AlterConfigs replaces the level's dynamic set,
+  IncrementalAlterConfigs changes it per key. In a cluster the level is read from and
+  written to ZooKeeper (/config/brokers/<default> or /config/brokers/<id>, with a
+  /config/changes notification every broker applies).
 - Other resource types are INVALID_REQUEST, and so is a resource listed twice (each
   time), as Kafka answers. `validate_only` checks and changes nothing.
   Errors are per resource; one bad resource does not spoil the others.
@@ -31,8 +33,9 @@ from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
-from broker.config import ConfigError, TOPIC_CONFIGS, check_topic_config_key
-from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
+from broker.config import (NOT_IMPLEMENTED_BROKER_CONFIGS, ConfigError, TOPIC_CONFIGS,
+                           check_topic_config_key)
+from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS, TOPIC_DEFAULT_KEYS
 from broker.errors import BrokerError
 from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
 from broker.security.acls import DENIED, permitted
@@ -143,6 +146,10 @@ def _check_keys(resource_type: int, keys) -> None:
             except ConfigError as exc:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return
+    for key in sorted(keys):
+        if key in NOT_IMPLEMENTED_BROKER_CONFIGS:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"broker config {key!r} is not implemented by this "
+                              f"broker ({NOT_IMPLEMENTED_BROKER_CONFIGS[key]})")
     static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
     if static:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
@@ -166,7 +173,7 @@ def _store(broker, kept, resource_type: int, name: str, configs: dict, validate_
 
 def _default_value(broker, resource_type: int, key: str) -> str:
     """The value a list key has without an override at this level: the broker's default."""
-    topic_key = key if resource_type == TOPIC else DYNAMIC_KEYS[key]
+    topic_key = key if resource_type == TOPIC else TOPIC_DEFAULT_KEYS[key]
     return str(getattr(broker.config.log, TOPIC_CONFIGS[topic_key][0]))
 
 
@@ -177,15 +184,18 @@ def _incremental(broker, kept, resource) -> dict[str, str]:
     if duplicates:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {duplicates[0]!r} is given twice")
     configs = _current(broker, kept, resource.resource_type, resource.resource_name)
-    _check_keys(resource.resource_type, names)
-    for change in resource.configs:
+    changes = [c for c in resource.configs if not (  # never set: nothing to delete
+        resource.resource_type == BROKER and c.name in NOT_IMPLEMENTED_BROKER_CONFIGS
+        and c.config_operation == DELETE)]
+    _check_keys(resource.resource_type, [c.name for c in changes])
+    for change in changes:
         key, op, value = change.name, change.config_operation, change.value
         if op == SET:
             configs[key] = value
         elif op == DELETE:
             configs.pop(key, None)
         elif op in (APPEND, SUBTRACT):
-            topic_key = key if resource.resource_type == TOPIC else DYNAMIC_KEYS[key]
+            topic_key = key if resource.resource_type == TOPIC else TOPIC_DEFAULT_KEYS.get(key)
             if topic_key not in LIST_KEYS:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key}: APPEND and SUBTRACT are only "
                                   f"for list configs")

@@ -4,8 +4,9 @@
   other topic-level key, the broker's value (DYNAMIC_BROKER_CONFIG or
   DYNAMIC_DEFAULT_BROKER_CONFIG when altered at runtime for this broker or the cluster,
   STATIC_BROKER_CONFIG when set in server.properties, else DEFAULT_CONFIG). v0 reports `is_default` instead of a source.
-- The broker's configs are those topic defaults (dynamic) and every other broker key it
-  understands (read-only: they change only with server.properties and a restart).
+- The broker's configs are those topic defaults and the replication throttles' rates
+  (dynamic), and every other broker key it understands (read-only: they change only with
+  server.properties and a restart).
 - `configuration_keys` null means all keys. v1+ synonyms list the topic override and
   the broker-level key behind it when `include_synonyms` is set. v3+ adds the type.
 - Authorization (broker.security.acls), as Kafka's ConfigHelper: DESCRIBE_CONFIGS on the
@@ -20,8 +21,9 @@ from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
 from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS, _CONNECTION_KEYS,
-                           _GROUP_KEYS, INT_MAX, TOPIC_CONFIGS, config_text, static_broker_values)
-from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
+                           _GROUP_KEYS, DYNAMIC_ONLY_BROKER_CONFIGS, INT_MAX, TOPIC_CONFIGS, config_text,
+                           static_broker_values)
+from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS, TOPIC_DEFAULT_KEYS
 from broker.errors import BrokerError
 from broker.security.acls import DENIED, permitted
 
@@ -34,7 +36,9 @@ _TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
           "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
           "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
           "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT,
-          "min.cleanable.dirty.ratio": _TYPE_DOUBLE, "unclean.leader.election.enable": _TYPE_BOOLEAN}
+          "min.cleanable.dirty.ratio": _TYPE_DOUBLE, "unclean.leader.election.enable": _TYPE_BOOLEAN,
+          "leader.replication.throttled.replicas": _TYPE_LIST,
+          "follower.replication.throttled.replicas": _TYPE_LIST}
 LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
 # The broker's other keys, typed as Kafka types them.
 _STATIC_TYPES = {
@@ -57,15 +61,25 @@ def config_type(key: str) -> int:
     """A topic key's type, a broker default's (the type of its topic key), or a broker key's."""
     if key in _STATIC_TYPES:
         return _STATIC_TYPES[key]
-    return _TYPES.get(DYNAMIC_KEYS.get(key, key), _TYPE_LONG)
+    return _TYPES.get(TOPIC_DEFAULT_KEYS.get(key, key), _TYPE_LONG)
+
+
+def _dynamic_source(broker, broker_key: str) -> int | None:
+    level = broker.dynamic_configs.source(broker_key)
+    if level is None:
+        return None
+    return DYNAMIC_DEFAULT_BROKER_CONFIG if level == CLUSTER_DEFAULT else DYNAMIC_BROKER_CONFIG
 
 
 def _broker_value(broker, key: str) -> tuple[str, int]:
+    """A topic key's value and source without a topic override: the broker's default."""
     attr, broker_key, _ = TOPIC_CONFIGS[key]
     value = config_text(getattr(broker.config.log, attr))
-    level = broker.dynamic_configs.source(broker_key)
-    if level is not None:
-        return value, DYNAMIC_DEFAULT_BROKER_CONFIG if level == CLUSTER_DEFAULT else DYNAMIC_BROKER_CONFIG
+    if broker_key is None:  # no broker-level default: Kafka's
+        return value, DEFAULT_CONFIG
+    source = _dynamic_source(broker, broker_key)
+    if source is not None:
+        return value, source
     static = broker.config.static
     # log.retention.ms may have been set as log.retention.minutes or .hours instead.
     configured = broker_key in static or any(k in static for k, (a, _, _) in _COARSE_UNITS.items() if a == attr)
@@ -85,10 +99,12 @@ def topic_config_entries(broker, overrides: dict[str, str]):
 
 def _broker_entries(broker):
     entries = []
-    for key in sorted(TOPIC_CONFIGS):
-        broker_key = TOPIC_CONFIGS[key][1]
+    for broker_key, key in TOPIC_DEFAULT_KEYS.items():
         value, source = _broker_value(broker, key)
         entries.append((broker_key, value, source))
+    for key, (attr, _) in DYNAMIC_ONLY_BROKER_CONFIGS.items():
+        value = config_text(getattr(broker.config, attr))
+        entries.append((key, value, _dynamic_source(broker, key) or DEFAULT_CONFIG))
     for key, value in static_broker_values(broker.config).items():
         entries.append((key, value, STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG))
     return sorted(entries)
@@ -103,7 +119,7 @@ def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynam
         synonyms = []
         if include_synonyms:
             synonyms.append(_Resp.DescribeConfigsSynonym(name=key, value=value, source=source))
-            if source == DYNAMIC_TOPIC_CONFIG:
+            if source == DYNAMIC_TOPIC_CONFIG and TOPIC_CONFIGS[key][1] is not None:
                 broker_key = TOPIC_CONFIGS[key][1]
                 broker_value, broker_source = _broker_value(broker, key)
                 synonyms.append(_Resp.DescribeConfigsSynonym(name=broker_key, value=broker_value,

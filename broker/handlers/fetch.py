@@ -27,6 +27,14 @@
   epoch that cannot be placed, or an offset below the log start, is OFFSET_OUT_OF_RANGE.
 - v13+ topics are named by id (UNKNOWN_TOPIC_ID for an unknown one).
 - Record bytes are sent from the segment files unchanged (sendfile for large ranges).
+- Replication throttle, as Kafka's leader applies it: the replicas a topic lists in
+  `leader.replication.throttled.replicas` for this broker are read, for followers out of
+  the ISR, within the broker's `leader.replication.throttled.rate` (broker.quota, one
+  for all of them): past the rate, no records (the partition answered without them, the
+  rest of the fetch as usual); below it, at most the quota's headroom, one batch at least
+  so that every throttled replica moves on (Kafka reads a whole partition limit there,
+  which holds the rate only over longer windows). Every byte of a listed partition sent
+  to a follower counts, in sync or not, as in Kafka.
 - Authorization (broker.security.acls), as Kafka's KafkaApis, checked once per request
   (an incremental fetch's session partitions included): a consumer needs READ on each
   topic, a follower (replica id >= 0) CLUSTER_ACTION on the cluster; otherwise the
@@ -62,12 +70,13 @@ def _build(broker, request, version, wanted, denied):
     """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
     in order) but for the topic refs `denied`: ((topic ref, PartitionData) answered,
     bytes, partition keys, whether a partition's answer is already final: an error or a
-    diverging epoch, which waiting cannot change)."""
+    diverging epoch, which waiting cannot change, bytes of leader-throttled replicas)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
     by_id = version >= 13
-    total = 0
+    total = throttled_bytes = 0
+    headroom = None  # the leader replication quota's, read at the first throttled replica
     settled = False
     keys = []
     answered = []
@@ -116,7 +125,19 @@ def _build(broker, request, version, wanted, denied):
             elif replica_id >= 0:
                 region = None
                 if partition.update_follower(replica_id, wanted.fetch_offset):
-                    region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
+                    throttled = partition.config.leader_replication_throttled_replicas.covers(
+                        partition.index, broker.node_id)
+                    if throttled and replica_id not in partition.isr:
+                        if headroom is None:
+                            headroom = broker.leader_replication_quota.headroom()
+                        if headroom >= 0:
+                            allowed = min(limit, int(headroom))
+                            region = partition.read_as_follower(wanted.fetch_offset, allowed,
+                                                                total == 0 or allowed < limit)
+                    else:
+                        region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
+                    if throttled and region is not None:
+                        throttled_bytes += len(region)
             else:
                 region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0)
                 if committed:
@@ -133,7 +154,7 @@ def _build(broker, request, version, wanted, denied):
         if region is not None:
             out.records = region
             total += len(region)
-    return answered, total, keys, settled
+    return answered, total, keys, settled, throttled_bytes
 
 
 def _grouped(answered, by_id: bool) -> list:
@@ -232,8 +253,11 @@ def _answer_if_ready(broker, fetch, deadline):
     epoch (as Kafka answers at once), the deadline passed or nothing can arrive; else
     (None, the partition keys to wait on)."""
     request = fetch.request
-    answered, total, keys, settled = _build(broker, request, fetch.version, fetch.wanted, fetch.denied)
+    answered, total, keys, settled, throttled = _build(broker, request, fetch.version, fetch.wanted,
+                                                       fetch.denied)
     if total >= request.min_bytes or settled or deadline <= broker.clock.monotonic() or not keys:
+        if throttled:
+            broker.leader_replication_quota.record(throttled)
         return fetch.answer(broker, answered), None
     return None, keys
 

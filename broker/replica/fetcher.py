@@ -19,6 +19,12 @@ one task per leader, one Fetch at a time covering every partition followed there
   to end: the fetch is abandoned (its connection closed) and a new one lists it.
 - OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what this follower
   lacks): the log is emptied and starts at the leader's log start offset.
+- Replication throttle, as Kafka's follower applies it: a partition its topic lists in
+  `follower.replication.throttled.replicas` for this broker is left out of the Fetch
+  while the broker's `follower.replication.throttled.rate` is passed (broker.quota, one
+  for all fetchers), unless it is in sync (its last fetch reached the leader's high
+  watermark, Kafka's follower-side test: the follower's ISR view may be stale). Every
+  byte fetched for a listed partition counts, in sync or not.
 - Retried after replica.fetch.backoff.ms: connection failures, and answers that the
   leader has not caught up with the controller yet (UNKNOWN_LEADER_EPOCH,
   NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) or cannot answer now. Any other
@@ -83,13 +89,14 @@ class _Session:
 
 
 class ReplicaFetcher:
-    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock, metrics,
+    def __init__(self, local_id: int, leader_id: int, host: str, port: int, config, clock, metrics, quota,
                  security=None):
         """`metrics`: the broker's (broker.metrics), counting the bytes a new replica of a
-        reassignment fetched; `security`: the inter-broker listener's
-        (broker.security.inter_broker), None for PLAINTEXT."""
+        reassignment fetched; `quota`: the broker's follower replication quota; `security`:
+        the inter-broker listener's (broker.security.inter_broker), None for PLAINTEXT."""
         self.local_id = local_id
         self._metrics = metrics
+        self._quota = quota
         self._security = security
         self.leader_id = leader_id
         self.address = (host, port)
@@ -98,6 +105,8 @@ class ReplicaFetcher:
         self._partitions: dict[tuple[str, int], object] = {}  # key -> Partition
         self._truncate: set[tuple[str, int]] = set()  # keys still to truncate before fetching
         self._held: set[tuple[str, int]] = set()  # keys waiting for the next LeaderAndIsr
+        # Keys whose last fetch reached the leader's high watermark (the throttle spares them).
+        self._in_sync: set[tuple[str, int]] = set()
         self._changed = asyncio.Event()  # partitions added or removed
         self._added: asyncio.Future | None = None  # resolved by add() while a fetch waits
         self._session = _Session()
@@ -121,6 +130,7 @@ class ReplicaFetcher:
         self._partitions[partition.key] = partition
         self._truncate.add(partition.key)
         self._held.discard(partition.key)
+        self._in_sync.discard(partition.key)
         self._changed.set()
         if self._added is not None and not self._added.done():
             self._added.set_result(None)
@@ -129,6 +139,7 @@ class ReplicaFetcher:
         self._partitions.pop(key, None)
         self._truncate.discard(key)
         self._held.discard(key)
+        self._in_sync.discard(key)
         self._changed.set()
 
     async def close(self) -> None:
@@ -218,10 +229,17 @@ class ReplicaFetcher:
         cfg = self._config
         Req = FETCH.request
         fetching = {}  # key -> (fetch offset, leader epoch, last fetched epoch, log start offset)
+        past_rate = None  # whether the follower quota is passed, read at the first throttled partition
         for key, partition in self._partitions.items():
-            if key not in self._held and key not in self._truncate:
-                fetching[key] = (partition.log_end_offset, partition.leader_epoch, partition.latest_epoch,
-                                 partition.log_start_offset)
+            if key in self._held or key in self._truncate:
+                continue
+            if key not in self._in_sync and self._throttled(key, partition):
+                if past_rate is None:
+                    past_rate = self._quota.headroom() < 0
+                if past_rate:
+                    continue
+            fetching[key] = (partition.log_end_offset, partition.leader_epoch, partition.latest_epoch,
+                             partition.log_start_offset)
         if not fetching:
             return False
         session = self._session
@@ -283,6 +301,9 @@ class ReplicaFetcher:
             return None
         return fetch.result()
 
+    def _throttled(self, key, partition) -> bool:
+        return partition.config.follower_replication_throttled_replicas.covers(key[1], self.local_id)
+
     def _apply(self, key, partition, data) -> bool:
         code = data.error_code
         if code == ErrorCode.NONE:
@@ -294,9 +315,15 @@ class ReplicaFetcher:
                                   f"at {diverging.end_offset}")
                 return True
             records = data.records or b""
+            if records and self._throttled(key, partition):
+                self._quota.record(len(records))
             partition.append_as_follower(records, data.high_watermark, data.log_start_offset)
             if self.local_id in partition.adding_replicas:
                 self._metrics.reassignment_bytes_in += len(records)
+            if partition.log_end_offset >= data.high_watermark:
+                self._in_sync.add(key)
+            else:
+                self._in_sync.discard(key)
             return True
         if code == ErrorCode.OFFSET_OUT_OF_RANGE and data.log_start_offset > partition.log_end_offset:
             log.info("%s-%d: the leader's log starts at %d, past this log's end %d: starting there",

@@ -205,7 +205,8 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = self._fetchers[leader_id] = ReplicaFetcher(
                 self.local_id, leader_id, endpoint[0], endpoint[1], self._config, self._broker.clock,
-                self._broker.metrics, self._broker.inter_broker_security)
+                self._broker.metrics, self._broker.follower_replication_quota,
+                self._broker.inter_broker_security)
         fetcher.add(partition)
 
     def _stop_following(self, key, keep_fetcher_of: int | None = None) -> None:
