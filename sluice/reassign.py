@@ -2,7 +2,8 @@
 (AlterPartitionReassignments and ListPartitionReassignments, sent to the controller).
 
     sluice reassign --bootstrap-server H:P --execute --reassignment-json-file F [--additional]
-    sluice reassign --bootstrap-server H:P --verify --reassignment-json-file F
+                    [--throttle BYTES/S]
+    sluice reassign --bootstrap-server H:P --verify --reassignment-json-file F [--preserve-throttles]
     sluice reassign --bootstrap-server H:P --cancel --reassignment-json-file F
     sluice reassign --bootstrap-server H:P --list
     sluice reassign --bootstrap-server H:P --generate | --decommission BROKER_ID | --rebalance
@@ -14,10 +15,15 @@ one log directory, so "any" is the only one). The lines printed are Kafka's: --e
 prints the current assignment (to roll back with) and starts the reassignments, refusing
 partitions already being reassigned unless --additional; --verify says of each partition
 whether its reassignment is completed, still in progress, or gone elsewhere; --cancel
-moves the partitions being reassigned back to their original replicas. --throttle and
---replica-alter-log-dirs-throttle are refused: no replication throttles yet, and no
-log directories to move between. Exit code 0, 1 when a partition failed or a reassignment
-is not complete (--verify), 2 for bad usage.
+moves the partitions being reassigned back to their original replicas.
+--throttle sets, as Kafka's tool does, the replication throttles of every partition moving
+(those of the file and those already moving): leader.replication.throttled.replicas =
+its existing replicas, follower.replication.throttled.replicas = the replicas it gains,
+and the leader and follower rates on every broker they name; --verify removes them once
+no reassignment is left in the cluster (unless --preserve-throttles).
+--replica-alter-log-dirs-throttle is refused: a broker keeps one log directory, there is
+nothing to move between. Exit code 0, 1 when a partition failed or a reassignment is not
+complete (--verify), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import argparse
 import json
 import sys
 
-from wire.client import AsyncClient
+from wire.client import BROKER_RESOURCE, DELETE_CONFIG, SET_CONFIG, TOPIC_RESOURCE, AsyncClient
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            code_name, emit_json, run_command)
@@ -34,6 +40,17 @@ from sluice.common import (CommandError, add_connection_options, check_connectio
 __all__ = ["main", "parser"]
 
 Plan = dict[tuple[str, int], tuple[int, ...]]
+# Per partition moving: (its existing replicas, the replicas it gains), as Kafka's tool sees it.
+Moves = dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]]
+LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
+LEADER_REPLICAS, FOLLOWER_REPLICAS = ("leader.replication.throttled.replicas",
+                                      "follower.replication.throttled.replicas")
+
+
+def _rate(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes a second")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,7 +69,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the reassignments, in Kafka's JSON (with --execute, --verify, --cancel)")
     p.add_argument("--additional", action="store_true",
                    help="with --execute: also when some of its partitions are being reassigned")
-    p.add_argument("--throttle", metavar="BYTES/S", help="refused: no replication throttles yet")
+    p.add_argument("--throttle", metavar="BYTES/S", type=_rate,
+                   help="with --execute: throttle the moves' replication to this rate")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="with --verify: keep the throttles once the moves are done")
     p.add_argument("--replica-alter-log-dirs-throttle", metavar="BYTES/S",
                    help="refused: a broker keeps one log directory")
     return p
@@ -62,8 +82,6 @@ def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     check_connection_options(p, args)
-    if args.throttle is not None:
-        p.error("--throttle: replication throttles are not implemented yet")
     if args.replica_alter_log_dirs_throttle is not None:
         p.error("--replica-alter-log-dirs-throttle: a Sluice broker keeps one log directory, "
                 "there is nothing to move between log directories")
@@ -71,8 +89,10 @@ def main(argv=None) -> int:
         p.error("--reassignment-json-file goes with --execute, --verify and --cancel, and only with them")
     from sluice.scaling import check_arguments
     check_arguments(p, args)
-    if args.additional and not args.execute:
-        p.error("--additional goes with --execute")
+    if (args.additional or args.throttle is not None) and not args.execute:
+        p.error("--additional and --throttle go with --execute")
+    if args.preserve_throttles and not args.verify:
+        p.error("--preserve-throttles goes with --verify")
     return run_command(args, reassign)
 
 
@@ -163,16 +183,24 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
         raise CommandError("Cannot execute because there is an existing partition assignment. "
                            "Use --additional to override this and create a new partition "
                            f"assignment in addition to the existing one ({', '.join(map(_name, sorted(ongoing)))})")
+    if args.throttle is not None:
+        moving = await client.list_partition_reassignments()
+        await _throttle(client, _moves(moving, plan, current), args.throttle)
     results = await client.alter_partition_reassignments(plan)
     started = sorted(tp for tp, error in results.items() if error is None)
     failed = sorted((tp, error) for tp, error in results.items() if error is not None)
     if args.output == "json":
-        emit_json({"current": _plan_json(current), "started": [_name(tp) for tp in started],
+        emit_json({"current": _plan_json(current), "throttle": args.throttle,
+                   "started": [_name(tp) for tp in started],
                    "failed": [{"partition": _name(tp), "error": code_name(error.code),
                                "message": error.message} for tp, error in failed]})
     else:
         print(f"Current partition replica assignment\n\n{json.dumps(_plan_json(current))}\n\n"
               f"Save this to use as the --reassignment-json-file option during rollback")
+        if args.throttle is not None:
+            print("Warning: You must run --verify periodically, until the reassignment completes, to "
+                  f"ensure the throttle is removed.\nThe inter-broker throttle limit was set to "
+                  f"{args.throttle} B/s")
         if started:
             print(f"Successfully started partition reassignment{'s' if len(started) > 1 else ''} "
                   f"for {','.join(map(_name, started))}")
@@ -185,7 +213,7 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
 
 async def _verify(client: AsyncClient, args, plan: Plan) -> int:
     current = await _current_replicas(client, plan)
-    ongoing = await client.list_partition_reassignments(plan)
+    ongoing = await client.list_partition_reassignments()  # the whole cluster's: see the throttles below
     states = {}
     for tp, target in sorted(plan.items()):
         if tp in ongoing:
@@ -203,6 +231,8 @@ async def _verify(client: AsyncClient, args, plan: Plan) -> int:
         print("Status of partition reassignment:")
         for _, line in states.values():
             print(line)
+    if not ongoing and not args.preserve_throttles:
+        await _clear_throttles(client, args, plan)
     return 0 if all(state == "completed" for state, _ in states.values()) else 1
 
 
@@ -239,6 +269,59 @@ async def _list(client: AsyncClient, args) -> int:
             print(f"{_name(tp)}: replicas: {_ids(r.replicas)}. adding: {_ids(r.adding)}. "
                   f"removing: {_ids(r.removing)}.")
     return 0
+
+
+def _moves(moving, plan: Plan, current: dict[tuple[str, int], tuple[int, ...]]) -> Moves:
+    """What Kafka's tool throttles: the partitions being reassigned (their original
+    replicas, the ones being added) and those of the plan (their existing replicas, or
+    the original ones when already moving, and the target's others)."""
+    moves: Moves = {tp: (frozenset(r.replicas) - frozenset(r.adding), frozenset(r.adding))
+                    for tp, r in moving.items()}
+    for tp, target in plan.items():
+        existing = moves[tp][0] if tp in moves else frozenset(current[tp])
+        moves[tp] = existing, frozenset(target) - existing
+    return moves
+
+
+async def _throttle(client: AsyncClient, moves: Moves, rate: int) -> None:
+    """Kafka's throttles for `moves`: per topic, its moving partitions' existing replicas
+    as leader throttled replicas and their new ones as follower throttled replicas; the
+    rate, leader and follower, on every broker named."""
+    replicas: dict[str, tuple[list[str], list[str]]] = {}
+    for (topic, partition), (existing, added) in sorted(moves.items()):
+        leader, follower = replicas.setdefault(topic, ([], []))
+        leader += [f"{partition}:{b}" for b in sorted(existing)]
+        follower += [f"{partition}:{b}" for b in sorted(added)]
+    changes = {(TOPIC_RESOURCE, topic): [(LEADER_REPLICAS, SET_CONFIG, ",".join(leader)),
+                                         (FOLLOWER_REPLICAS, SET_CONFIG, ",".join(follower))]
+               for topic, (leader, follower) in replicas.items()}
+    brokers = sorted(set().union(*(existing | added for existing, added in moves.values())))
+    changes.update({(BROKER_RESOURCE, str(b)): [(LEADER_RATE, SET_CONFIG, str(rate)),
+                                                (FOLLOWER_RATE, SET_CONFIG, str(rate))] for b in brokers})
+    await _alter_configs(client, changes)
+
+
+async def _clear_throttles(client: AsyncClient, args, plan: Plan) -> None:
+    """Remove the throttles, as Kafka's tool does once nothing moves: the rates on every
+    live broker and every broker the plan names, the replicas of the plan's topics."""
+    brokers = sorted(set((await client.metadata([])).brokers) | {b for target in plan.values() for b in target})
+    topics = sorted({topic for topic, _ in plan})
+    changes = {(BROKER_RESOURCE, str(b)): [(LEADER_RATE, DELETE_CONFIG, None),
+                                           (FOLLOWER_RATE, DELETE_CONFIG, None)] for b in brokers}
+    changes.update({(TOPIC_RESOURCE, topic): [(LEADER_REPLICAS, DELETE_CONFIG, None),
+                                              (FOLLOWER_REPLICAS, DELETE_CONFIG, None)] for topic in topics})
+    await _alter_configs(client, changes)
+    if args.output != "json":
+        print(f"Clearing broker-level throttles on broker{'s' if len(brokers) > 1 else ''} "
+              f"{','.join(map(str, brokers))}\nClearing topic-level throttles on topic"
+              f"{'s' if len(topics) > 1 else ''} {','.join(topics)}")
+
+
+async def _alter_configs(client: AsyncClient, changes) -> None:
+    """IncrementalAlterConfigs; the first resource's error raised."""
+    for error in (await client.incremental_alter_configs(changes)).values():
+        if error is not None:
+            raise error
 
 
 def _plan_json(replicas: dict[tuple[str, int], tuple[int, ...]]) -> dict:

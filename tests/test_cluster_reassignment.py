@@ -22,8 +22,8 @@ written as Kafka's tools wrote it.
 - `sluice reassign` (kafka-reassign-partitions' shape): --execute prints the assignment to
   roll back to and starts the plan, --verify says completed or still in progress, --list
   shows the replicas being added, a second --execute is refused without --additional,
-  --cancel restores the original replicas; malformed JSON is named with its line, and
-  --throttle is refused.
+  --cancel restores the original replicas; malformed JSON is named with its line
+  (--throttle: tests/test_replication_throttles.py).
 - Bad input gets Kafka's error codes and changes nothing. `sluice reassign` refuses a
   --decommission that would leave fewer brokers than a replication factor and a
   --rebalance while a broker holding replicas is down, starting nothing.
@@ -312,9 +312,6 @@ def test_sluice_reassign_executes_verifies_lists_and_cancels(cluster, tmp_path):
     broken.write_text('{"version": 1,\n "partitions": [\n  {"topic": "t", "partition": 0,}\n]}')
     refused = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(broken))
     assert refused.returncode == 1 and "at line 3, column 33" in refused.stderr, refused
-    throttled = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(plan),
-                       "--throttle", "10000000")
-    assert throttled.returncode == 2 and "replication throttles are not implemented" in throttled.stderr
 
 
 def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster):

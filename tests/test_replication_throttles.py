@@ -12,20 +12,26 @@ throttled.replicas.
   the one throttled by its leader and the one throttled by its new follower each take
   at least half of 3 MB / 300 KB/s, while the unlisted one is done before them; the
   brokers' Prometheus byte-rate gauges show the throttled traffic.
+- `sluice reassign --execute --throttle` writes Kafka's throttle configs (leader: the
+  existing replicas, follower: the new ones; the rate on every broker involved), and
+  `--verify` removes them once nothing moves (kept with --preserve-throttles);
+  --replica-alter-log-dirs-throttle is refused with the reason.
 
 Sizes and rates are small (a test takes seconds); the rate's accuracy belongs in bench/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import pytest
 
 from tests.cluster import Cluster
-from tests.test_cluster_admin import broker_config
-from tests.test_cluster_reassignment import PROPERTIES, create_placed, wait_until_reassigned
+from tests.test_cluster_admin import broker_config, sluice
+from tests.test_cluster_reassignment import (PROPERTIES, create_placed, throttle_configs,
+                                             wait_until_reassigned)
 from tests.test_metrics import metrics_port, scrape, value
 from wire.client import (BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG,
                          DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, SET_CONFIG, TOPIC_RESOURCE,
@@ -146,3 +152,35 @@ def test_a_throttled_move_is_held_to_its_rate_and_an_unlisted_one_is_not(cluster
     for partition, seconds in took.items():
         assert seconds >= size / rate * 0.5, (partition, took)
 
+
+def test_sluice_reassign_throttles_and_verify_removes_them(cluster, tmp_path):
+    topic = "throttled-by-sluice"
+    create_placed(cluster, topic, [[0, 1], [1, 2]])
+    bootstrap = ("--bootstrap-server", cluster.bootstrap_servers)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2, 1]},
+                                                             {"topic": topic, "partition": 1, "replicas": [1, 2]}]}))
+    executed = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(plan),
+                      "--throttle", "100000000")
+    assert executed.returncode == 0, executed
+    assert "The inter-broker throttle limit was set to 100000000 B/s" in executed.stdout, executed
+    # Kafka's lists: leader = the existing replicas, follower = the new ones, of each moving
+    # partition (1 moves nowhere: its replicas only); the rate on each broker they name.
+    rates = {LEADER_RATE: "100000000", FOLLOWER_RATE: "100000000"}
+    replicas = {LEADER_REPLICAS: "0:0,0:1,1:1,1:2", FOLLOWER_REPLICAS: "0:2"}
+    assert throttle_configs(cluster, topic) == {topic: replicas, "0": rates, "1": rates, "2": rates}
+    wait_until_reassigned(cluster, topic, 0, (2, 1))
+    kept = sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file", str(plan),
+                  "--preserve-throttles")
+    assert kept.returncode == 0 and "Clearing" not in kept.stdout, kept
+    assert throttle_configs(cluster, topic)[topic] == replicas
+    verified = sluice("reassign", *bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert verified.returncode == 0, verified
+    assert f"Reassignment of partition {topic}-0 is completed." in verified.stdout
+    assert ("Clearing broker-level throttles on brokers 0,1,2\n"
+            f"Clearing topic-level throttles on topic {topic}\n") in verified.stdout, verified
+    assert throttle_configs(cluster, topic) == {topic: {}, "0": {}, "1": {}, "2": {}}
+
+    refused = sluice("reassign", *bootstrap, "--execute", "--reassignment-json-file", str(plan),
+                     "--replica-alter-log-dirs-throttle", "1000")
+    assert refused.returncode == 2 and "one log directory" in refused.stderr, refused
