@@ -455,7 +455,7 @@ def test_kafkas_reassign_partitions_tool(cluster, tmp_path):
 
     executed = tool(REASSIGN, *bootstrap, "--execute", "--reassignment-json-file", str(by_sluice))
     assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in executed.stdout
-    cluster.wait(lambda: tool(REASSIGN, *bootstrap, "--verify", "--preserve-throttles", "--reassignment-json-file",
+    cluster.wait(lambda: tool(REASSIGN, *bootstrap, "--verify", "--reassignment-json-file",
                               str(by_sluice)).stdout.count("is completed.") == 2,
                  60, f"--verify to find {topic} reassigned")
     for partition, replicas in targets.items():
