@@ -30,6 +30,10 @@ POINTS = {
     "reassignment-before-completion":
         "the controller found every target replica of a partition reassignment in the ISR and "
         "wrote nothing of its completion yet",
+    "replica-stop-before-delete":
+        "a cluster broker got StopReplica deleting one of its replicas (its topic deleted, or the "
+        "replica moved away by a reassignment once the leadership moved into the target) and "
+        "stopped nothing of it yet",
 }
 
 _ENABLED = frozenset(name.strip() for name in os.environ.get(ENVIRONMENT_VARIABLE, "").split(",")

@@ -529,11 +529,12 @@ def count_anomalies(acked: Iterable[Acked], read: Iterable[Read]) -> Anomalies:
 
 
 def verify(cluster: Cluster, topic: str, partitions: int, workloads: Iterable[Workload], *,
-           test: str, seed: int, timeout: float = 60.0) -> Anomalies:
+           test: str, seed: int, timeout: float = 60.0, preloaded: Iterable[Acked] = ()) -> Anomalies:
     """Read the topic back and count the anomalies against what the workloads had
-    acknowledged; prints the counts with the test's name and seed."""
+    acknowledged, and what was acknowledged before they started (`preloaded`); prints the
+    counts with the test's name and seed."""
     workloads = list(workloads)
-    acked = [a for w in workloads for a in w.acked]
+    acked = [*preloaded, *(a for w in workloads for a in w.acked)]
     read = read_all(cluster.bootstrap_servers, topic, partitions, timeout)
     anomalies = count_anomalies(acked, read)
     failed = collections.Counter()

@@ -40,6 +40,7 @@ from wire.error_codes import ErrorCode
 from broker.cluster.zk_layout import LeaderAndIsr
 from broker.cluster.zk_store import StaleVersion
 from broker.errors import BrokerError
+from broker.failpoints import fail_point
 from broker.replica.fetcher import ReplicaFetcher
 
 log = logging.getLogger("sluice.replicas")
@@ -169,6 +170,8 @@ class ReplicaManager:
         self._check_request(controller_epoch, broker_epoch)
         results = {}
         for topic, index, leader_epoch, delete in partitions:
+            if delete:
+                fail_point("replica-stop-before-delete")
             key = (topic, index)
             self._stop_following(key)
             self._isr_pending.discard(key)
