@@ -314,26 +314,78 @@ def test_sluice_reassign_executes_verifies_lists_and_cancels(cluster, tmp_path):
     assert refused.returncode == 1 and "at line 3, column 33" in refused.stderr, refused
 
 
-def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster):
-    topic = "reassign-bad"
-    create_placed(cluster, topic, [[0, 1]])
+def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster, zk):
+    """As Kafka 3.9's controller answers them (validateReplicas, then
+    maybeTriggerPartitionReassignment): a topic being deleted is unknown; a target broker
+    that is not live (never was, or stopped) is INVALID_REPLICA_ASSIGNMENT."""
+    topic, deleted = "reassign-bad", "reassign-bad-deleted"
+    first, second, other = roles(cluster)
+    create_placed(cluster, topic, [[first, second]])
+    create_placed(cluster, deleted, [[first, other]])
     before = cluster.partitions(topic)[0]
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         results = client.alter_partition_reassignments({
-            (topic, 0): [], ("no-such-topic", 0): [1, 2], (topic, 5): [1, 2]})
+            (topic, 0): [], ("no-such-topic", 0): [first, second], (topic, 5): [first, second]})
         assert {tp: error.code for tp, error in results.items()} == {
             (topic, 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             (topic, 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        for target in ([1, 1], [1, 7], [1, -1]):  # duplicate, no such broker, negative
+        for target in ([first, first], [first, 7], [first, -1]):  # duplicate, no such broker, negative
             (error,) = client.alter_partition_reassignments({(topic, 0): target}).values()
             assert error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, (target, error)
         (error,) = client.alter_partition_reassignments({(topic, 0): None}).values()
         assert error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, error
+
+        cluster.pause(other)  # the deletion waits for its StopReplica
+        try:
+            zk.create(f"{cluster.chroot}/admin/delete_topics/{deleted}", makepath=True)
+
+            def deleting() -> bool:  # the controller's UpdateMetadata dropped the topic
+                found = cluster.metadata(first, [deleted]).topics.get(deleted)
+                return found is None or found.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+            cluster.wait(deleting, 30, f"the controller to start deleting {deleted}")
+            (error,) = client.alter_partition_reassignments({(deleted, 0): [first, second]}).values()
+            assert error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error
+        finally:
+            cluster.resume(other)
+        cluster.wait(lambda: zk.exists(f"{cluster.chroot}/brokers/topics/{deleted}") is None, 60,
+                     f"{deleted} to be deleted")
+
+        cluster.stop(other)  # not live any more
+        cluster.wait_for_brokers()
+        (error,) = client.alter_partition_reassignments({(topic, 0): [first, other]}).values()
+        assert error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, error
+        assert "not live" in error.message, error
         assert client.list_partition_reassignments() == {}
     after = cluster.partitions(topic)[0]
     assert (after.replicas, after.leader_id, after.leader_epoch) == (
         before.replicas, before.leader_id, before.leader_epoch)
+
+
+def test_a_new_target_replaces_the_reassignment_in_progress(cluster):
+    """Kafka's rule: a target for a partition being reassigned replaces the one in
+    progress, from the same original replicas; the replica the first one was adding is
+    dropped, and deleted by its broker."""
+    topic = "retargeted"
+    kept, other, added = roles(cluster)
+    create_placed(cluster, topic, [[kept]])
+    with Client(cluster.address(kept), call_timeout=60) as client:
+        client.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
+        cluster.pause(added)  # registered, but the new replica cannot catch up
+        try:
+            assert client.alter_partition_reassignments({(topic, 0): [added]}) == {(topic, 0): None}
+            listed = client.list_partition_reassignments()
+            assert listed[(topic, 0)] == ((added, kept), (added,), (kept,)), listed
+            assert client.alter_partition_reassignments({(topic, 0): [other]}) == {(topic, 0): None}
+            wait_until_reassigned(cluster, topic, 0, (other,))
+        finally:
+            cluster.resume(added)
+        cluster.wait(lambda: cluster.partition_dirs(added, topic) == [] and
+                     cluster.partition_dirs(kept, topic) == [], 30,
+                     f"brokers {added} and {kept} to delete their replicas of {topic}-0")
+        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        assert [r.value for r in fetched.records] == [b"kept-%d" % i for i in range(20)]
 
 
 def test_admin_reassign_partitions_znode_is_carried_out_and_deleted(cluster, zk):
