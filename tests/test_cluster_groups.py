@@ -762,38 +762,103 @@ def close_member(worker: Worker) -> None:
 FAULTS = ("kill coordinator", "pause coordinator", "kill other broker")
 
 
+class MixedGroup:
+    """A topic (`partitions`, RF=3, min.insync.replicas=2) written by an idempotent producer
+    and read by a group of a confluent-kafka, a kafka-python and an aiokafka member (each
+    in its own process), its committed offsets sampled (OffsetSampler) from `start()` on.
+    `check()` counts by name, prints and asserts all 0: "lost" (acknowledged records no
+    member processed), "committed offsets going backwards", "lost commits" (acknowledged
+    commits missing at the end, and those `check` is given), and, with the topic read
+    back by confluent-kafka and kafka-python beside the producer's acknowledgements,
+    "non-monotonic offsets" and "inconsistent offsets between consumers"; `members_in_order`
+    counts the members' own reads among those views (a group that never rebalances reads
+    each partition in order)."""
+
+    def __init__(self, cluster: Cluster, seed: int, name: str, partitions: int = 6,
+                 members_in_order: bool = False):
+        self.cluster, self.seed, self.name = cluster, seed, name
+        self.topic, self.partitions, self.group = f"{name}-events", partitions, f"{name}-group"
+        self.members_in_order = members_in_order
+        cluster.create_topic(self.topic, partitions=partitions, replication_factor=3,
+                             configs={"min.insync.replicas": "2"})
+        bootstrap = cluster.all_servers
+        self.workload = Workload(bootstrap, self.topic, partitions, seed=seed, name="p0", rate=100,
+                                 count=100_000)
+        self.workers = [Worker(kind, bootstrap, self.group, self.topic, kind, SESSION_MS)
+                        for kind in ("confluent", "kafka-python", "aiokafka")]
+        self.sampler = OffsetSampler(bootstrap, self.group)
+
+    def start(self) -> "MixedGroup":
+        """The producer started, the group Stable and committing."""
+        self.workload.start()
+        with Client(self.cluster.all_servers, retries=20, retry_timeout=60) as client:
+            wait_stable(client, self.group, self.topic, self.partitions, self.workers, timeout=60)
+        self.sampler.start()
+        reporting = [w for w in self.workers if w.kind != "kafka-python"]  # it auto-commits, unseen
+        wait_for(lambda: set(acknowledged_commits(reporting)) >= {
+            p for w in reporting for p in w.assignment or ()}, 30,
+            "commits of every partition of the members that report them")
+        return self
+
+    def check(self, lost: list[str] = ()) -> None:
+        """Stop producing, wait until the members processed every acknowledged record,
+        close them, and count."""
+        cluster, topic, workload, workers = self.cluster, self.topic, self.workload, self.workers
+        lost = list(lost)
+        workload.finish(60)
+        acked = {a.value.decode() for a in workload.acked}
+        wait_for(lambda: acked <= {i for w in workers for i in w.ids()}, 60,
+                 "every acknowledged record to be processed", interval=0.5)
+        for w in workers:
+            close_member(w)
+        self.sampler.stop()
+        with Client(cluster.bootstrap_servers, retries=30, retry_timeout=60) as client:
+            final = self.sampler.record(client.fetch_offsets(self.group))
+        lost += lost_commits(acknowledged_commits(workers), final, topic)
+        processed = {i for w in workers for i in w.ids()}
+        # The topic read back by two independent consumers, the producer's acknowledgements
+        # (partition, offset, value) a third view of it.
+        views = {**read_by_two(cluster.bootstrap_servers, topic, self.partitions),
+                 "producer acks": [(a.partition, a.offset, a.value) for a in workload.acked]}
+        if self.members_in_order:
+            views.update({w.name: [(p, o, value.encode()) for p, o, value in w.records] for w in workers})
+        examples: list[str] = []
+        counts = {"lost": len(acked - processed),
+                  "committed offsets going backwards": len(self.sampler.backwards),
+                  "lost commits": len(lost),
+                  **offset_anomalies(views, examples)}
+        print(f"{self.name} seed={self.seed}: acknowledged={len(acked)} processed={len(processed)} "
+              f"failed sends={dict(workload.failed)} offset samples={self.sampler.samples} "
+              f"(unanswered {dict(self.sampler.failures)}) commit failures seen by members="
+              f"{sum(len(w.commit_failures) for w in workers)} " +
+              " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()))
+        assert counts == {k: 0 for k in counts}, (self.sampler.backwards[:5], lost[:5], examples)
+
+    def close(self) -> None:
+        self.workload.abandon()
+        self.sampler.stop()
+        for w in self.workers:
+            w.kill()
+
+
 def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> None:
     """The mixed group consumes while each fault in `faults` is injected in turn (the
     broker restarted or resumed between faults); then the counts."""
     rng = random.Random(seed)
-    topic, partitions, group = f"{name}-events", 6, f"{name}-group"
-    cluster.create_topic(topic, partitions=partitions, replication_factor=3,
-                         configs={"min.insync.replicas": "2"})
-    bootstrap = cluster.all_servers
-    workload = Workload(bootstrap, topic, partitions, seed=seed, name="p0", rate=100, count=100_000)
-    workers = [Worker(kind, bootstrap, group, topic, kind, SESSION_MS)
-               for kind in ("confluent", "kafka-python", "aiokafka")]
-    sampler = OffsetSampler(bootstrap, group)
+    run = MixedGroup(cluster, seed, name)
+    group, topic = run.group, run.topic
     # A wire client kept across the kills: it must find the new coordinator by itself
     # (connection refused, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS are retried).
-    watcher = Client(bootstrap, retries=200, retry_timeout=90, request_timeout=5)
-    counts = {"lost": 0, "committed offsets going backwards": 0, "lost commits": 0}
+    watcher = Client(cluster.all_servers, retries=200, retry_timeout=90, request_timeout=5)
     try:
-        workload.start()
-        with Client(bootstrap, retries=20, retry_timeout=60) as client:
-            wait_stable(client, group, topic, partitions, workers, timeout=60)
-        sampler.start()
-        reporting = [w for w in workers if w.kind != "kafka-python"]  # it auto-commits, unseen
-        wait_for(lambda: set(acknowledged_commits(reporting)) >= {
-            p for w in reporting for p in w.assignment or ()}, 30,
-            "commits of every partition of the members that report them")
+        run.start()
         lost: list[str] = []
         for round_, fault in enumerate(faults):
-            workload.wait_acked(rng.randrange(100, 400), timeout=60)
+            run.workload.wait_acked(rng.randrange(100, 400), timeout=60)
             coordinator = coordinator_of(cluster, group)
             watcher.fetch_offsets(group)
             assert watcher.describe_groups([group])[group].coordinator.node_id == coordinator
-            acked_before = acknowledged_commits(workers)
+            acked_before = acknowledged_commits(run.workers)
             victim = coordinator if fault != "kill other broker" else \
                 rng.choice([b for b in cluster.live if b != coordinator])
             if fault == "pause coordinator":
@@ -804,12 +869,12 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
             cluster.wait(lambda: not cluster.registered(victim), 60,
                          f"ZooKeeper to drop the registration of broker {victim}")
             # The group goes on under the (new) coordinator, with every acknowledged commit.
-            after = sampler.record(watcher.fetch_offsets(group))
+            after = run.sampler.record(watcher.fetch_offsets(group))
             new = watcher.describe_groups([group])[group].coordinator.node_id
             assert new in cluster.live and (new != coordinator or victim != coordinator)
             if fault == "pause coordinator":
                 cluster.resume(victim)  # a zombie, fenced by now, back among the clients
-            wait_stable(watcher, group, topic, partitions, workers, timeout=90)
+            wait_stable(watcher, group, topic, run.partitions, run.workers, timeout=90)
             lost += lost_commits(acked_before, after, topic)
             print(f"{name} round {round_}: {fault} (broker {victim}); coordinator {coordinator}, now "
                   f"{new}; the group was stable again {time.monotonic() - faulted_at:.1f} s after the fault")
@@ -818,42 +883,14 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
                     cluster.restart(victim)
                 cluster.wait_for_leaders(topic, full_isr=True, timeout=90)
                 cluster.wait_for_leaders(OFFSETS_TOPIC, full_isr=True, timeout=90)
-        workload.finish(60)
-        acked = {a.value.decode() for a in workload.acked}
-        wait_for(lambda: acked <= {i for w in workers for i in w.ids()}, 60,
-                 "every acknowledged record to be processed", interval=0.5)
-        for w in workers:
-            close_member(w)
-        sampler.stop()
-        with Client(cluster.bootstrap_servers, retries=30, retry_timeout=60) as client:
-            final = sampler.record(client.fetch_offsets(group))
-        lost += lost_commits(acknowledged_commits(workers), final, topic)
-        processed = {i for w in workers for i in w.ids()}
-        # The topic read back by two independent consumers, the producer's acknowledgements
-        # (partition, offset, value) a third view of it.
-        views = {**read_by_two(cluster.bootstrap_servers, topic, partitions),
-                 "producer acks": [(a.partition, a.offset, a.value) for a in workload.acked]}
-        examples: list[str] = []
-        counts = {"lost": len(acked - processed),
-                  "committed offsets going backwards": len(sampler.backwards),
-                  "lost commits": len(lost),
-                  **offset_anomalies(views, examples)}
-        print(f"{name} seed={seed}: acknowledged={len(acked)} processed={len(processed)} "
-              f"failed sends={dict(workload.failed)} offset samples={sampler.samples} "
-              f"(unanswered {dict(sampler.failures)}) commit failures seen by members="
-              f"{sum(len(w.commit_failures) for w in workers)} " +
-              " ".join(f"{k.replace(' ', '_')}={v}" for k, v in counts.items()))
-        assert counts == {k: 0 for k in counts}, (sampler.backwards[:5], lost[:5], examples)
+        run.check(lost)
     except AssertionError:
         for b in cluster.ids:
             print(f"---- broker {b}\n{cluster.output(b, 80)}")
         raise
     finally:
-        workload.abandon()
-        sampler.stop()
+        run.close()
         watcher.close()
-        for w in workers:
-            w.kill()
 
 
 def test_group_survives_sigkill_of_its_coordinator(cluster, request):

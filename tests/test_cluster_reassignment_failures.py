@@ -15,6 +15,11 @@ keeps a directory (or what is left of one) of a partition it is not a replica of
   reassignment completes without it, and it deletes its replica when it starts again.
 - The replication factor of a loaded topic (three partitions) raised from 1 to 3, then,
   with min.insync.replicas=2, lowered to 2 by removing each partition's leader.
+- Scale-out and back: every partition (RF=3, `__consumer_offsets` too) moves from brokers
+  {0, 1, 2} to {1, 2, 3}, the fourth broker started while the producer writes and a group
+  of a confluent-kafka, a kafka-python and an aiokafka member reads (test_cluster_groups'
+  MixedGroup); then back to {0, 1, 2}. The members are never restarted; they read every
+  acknowledged record, each partition in order, and the committed offsets never go back.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Acked, Cluster, Workload, verify
 from tests.log_files import log_bytes
 from tests.test_cluster_failures import seed  # noqa: F401 (the fixture)
+from tests.test_cluster_groups import OFFSETS_TOPIC, PROPERTIES as GROUP_PROPERTIES, MixedGroup
 from tests.test_cluster_reassignment import create_placed, roles, wait_until_reassigned
 from wire.client import SET_CONFIG, TOPIC_RESOURCE, Client
 
@@ -186,3 +192,38 @@ def test_replication_factor_of_a_loaded_topic_grows_from_1_to_3_and_shrinks_to_2
             finish_and_verify(cluster, topic, partitions, workload, request.node.name, seed, loaded)
         finally:
             workload.abandon()
+
+
+def test_partitions_move_onto_a_fourth_broker_and_back_under_a_mixed_group(tmp_path, zookeeper,  # noqa: F811
+                                                                           seed, request):
+    cluster = Cluster(tmp_path, zookeeper, brokers=4, properties=GROUP_PROPERTIES)
+    run = None
+    try:
+        for broker_id in (0, 1, 2):
+            cluster.processes[broker_id].start()
+        cluster.wait_for_brokers()
+        run = MixedGroup(cluster, seed, "scaled-out", members_in_order=True).start()
+        run.workload.wait_acked(200)
+        cluster.processes[3].start()
+        cluster.wait_for_brokers()
+        for leaving, joining in ((0, 3), (3, 0)):
+            moves = {(topic, p): [joining if r == leaving else r for r in info.replicas]
+                     for topic in (run.topic, OFFSETS_TOPIC)
+                     for p, info in cluster.partitions(topic).items()}
+            with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+                assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+            for (topic, p), replicas in moves.items():
+                wait_until_reassigned(cluster, topic, p, tuple(replicas), timeout=120)
+            print(f"moved from broker {leaving} to broker {joining}")
+            run.workload.wait_acked(200, timeout=60)
+        run.check()
+        for topic in (run.topic, OFFSETS_TOPIC):
+            wait_for_no_orphans(cluster, topic)
+    except AssertionError:
+        for broker_id in cluster.ids:
+            print(f"---- broker {broker_id}\n{cluster.output(broker_id, 80)}")
+        raise
+    finally:
+        if run is not None:
+            run.close()
+        cluster.close()
