@@ -71,6 +71,18 @@ def wait_for_no_orphans(cluster: Cluster, topic: str) -> None:
                  f"no broker to keep a directory of {topic} it is not a replica of")
 
 
+def move_replicas(cluster: Cluster, topics, leaving: int, joining: int) -> None:
+    """Every replica of the topics' partitions on broker `leaving` moves to `joining`, in
+    its place in the replica list (a reassignment of them all at once); returns once done."""
+    moves = {(topic, p): [joining if r == leaving else r for r in info.replicas]
+             for topic in topics for p, info in cluster.partitions(topic).items()}
+    with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+        assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+    for (topic, p), replicas in moves.items():
+        wait_until_reassigned(cluster, topic, p, tuple(replicas), timeout=120)
+    print(f"{', '.join(topics)}: moved from broker {leaving} to broker {joining}")
+
+
 def finish_and_verify(cluster: Cluster, topic: str, partitions: int, workload: Workload,
                       name: str, seed: int, preloaded: list[Acked] = ()) -> None:
     workload.finish()
@@ -207,14 +219,7 @@ def test_partitions_move_onto_a_fourth_broker_and_back_under_a_mixed_group(tmp_p
         cluster.processes[3].start()
         cluster.wait_for_brokers()
         for leaving, joining in ((0, 3), (3, 0)):
-            moves = {(topic, p): [joining if r == leaving else r for r in info.replicas]
-                     for topic in (run.topic, OFFSETS_TOPIC)
-                     for p, info in cluster.partitions(topic).items()}
-            with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
-            for (topic, p), replicas in moves.items():
-                wait_until_reassigned(cluster, topic, p, tuple(replicas), timeout=120)
-            print(f"moved from broker {leaving} to broker {joining}")
+            move_replicas(cluster, (run.topic, OFFSETS_TOPIC), leaving, joining)
             run.workload.wait_acked(200, timeout=60)
         run.check()
         for topic in (run.topic, OFFSETS_TOPIC):
