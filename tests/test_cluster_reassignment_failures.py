@@ -11,8 +11,9 @@ keeps a directory (or what is left of one) of a partition it is not a replica of
   cancelled while it is down, the original replicas are restored, and the broker deletes
   the part it had copied when it starts again.
 - The old leader SIGKILLed right after the controller moved the leadership into the target
-  and told it to delete its replica (fail point replica-stop-before-delete): the
-  reassignment completes without it, and it deletes its replica when it starts again.
+  and told it to delete its replica (fail point replica-stop-before-delete), the old
+  leader being another broker or the controller itself: the reassignment completes
+  without it, and it deletes its replica when it starts again.
 - The replication factor of a loaded topic (three partitions) raised from 1 to 3, then,
   with min.insync.replicas=2, lowered to 2 by removing each partition's leader.
 - Scale-out and back: every partition (RF=3, `__consumer_offsets` too) moves from brokers
@@ -137,35 +138,40 @@ def test_a_new_replica_killed_while_catching_up(tmp_path, zookeeper, seed, outco
             workload.abandon()
 
 
+@pytest.mark.parametrize("old", ["another broker", "the controller"])
 def test_the_old_leader_killed_once_the_leadership_moved(tmp_path, zookeeper, seed, monkeypatch,  # noqa: F811
-                                                        request):
+                                                        old, request):
     topic = "old-leader-killed"
+    leader = 0 if old == "the controller" else 2  # broker 0 is the controller
+    kept, added = [b for b in (1, 2, 0) if b != leader][:2]
     cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES)
     workload = None
     try:
-        cluster.processes[0].start()  # alone: it becomes the controller
-        cluster.wait(lambda: getattr(cluster._try_metadata(0, []), "controller_id", None) == 0, 30,
-                     "broker 0 to become the controller")
-        cluster.processes[1].start()
-        monkeypatch.setenv("SLUICE_FAILPOINTS", "replica-stop-before-delete")
-        cluster.processes[2].start()  # the old leader: it dies when told to delete its replica
-        monkeypatch.delenv("SLUICE_FAILPOINTS")
+        for broker_id in (0, 1, 2):
+            if broker_id == leader:  # it dies when told to delete its replica
+                monkeypatch.setenv("SLUICE_FAILPOINTS", "replica-stop-before-delete")
+            cluster.processes[broker_id].start()
+            monkeypatch.delenv("SLUICE_FAILPOINTS", raising=False)
+            if broker_id == 0:  # alone: it becomes the controller
+                cluster.wait(lambda: getattr(cluster._try_metadata(0, []), "controller_id", None) == 0,
+                             30, "broker 0 to become the controller")
         cluster.wait_for_brokers()
-        create_placed(cluster, topic, [[2, 1]], {"min.insync.replicas": "2"})
-        assert cluster.leader_of(topic) == 2
+        create_placed(cluster, topic, [[leader, kept]], {"min.insync.replicas": "2"})
+        assert cluster.leader_of(topic) == leader
         workload = Workload(cluster.all_servers, topic, 1, seed=seed, rate=RATE, count=100_000).start()
         workload.wait_acked(300)
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.alter_partition_reassignments({(topic, 0): [1, 0]}) == {(topic, 0): None}
-        wait_for(lambda: cluster.processes[2].proc.poll() is not None, 60,
+            assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {
+                (topic, 0): None}
+        wait_for(lambda: cluster.processes[leader].proc.poll() is not None, 60,
                  "the old leader to die at its fail point")
-        cluster.kill(2)  # reaped: out of bootstrap_servers and the waits
-        assert "fail point replica-stop-before-delete reached" in cluster.output(2, 200)
-        wait_until_reassigned(cluster, topic, 0, (1, 0))
-        assert cluster.leader_of(topic) == 1
+        cluster.kill(leader)  # reaped: out of bootstrap_servers and the waits
+        assert "fail point replica-stop-before-delete reached" in cluster.output(leader, 200)
+        wait_until_reassigned(cluster, topic, 0, (kept, added))
+        assert cluster.leader_of(topic) == kept
         workload.wait_acked(300)
-        assert cluster.partition_dirs(2, topic) == [f"{topic}-0"]  # left as it died
-        cluster.restart(2)
+        assert cluster.partition_dirs(leader, topic) == [f"{topic}-0"]  # left as it died
+        cluster.restart(leader)
         cluster.wait_for_brokers()
         wait_for_no_orphans(cluster, topic)
         finish_and_verify(cluster, topic, 1, workload, request.node.name, seed)
