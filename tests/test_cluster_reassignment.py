@@ -24,9 +24,13 @@ written as Kafka's tools wrote it.
   shows the replicas being added, a second --execute is refused without --additional,
   --cancel restores the original replicas; malformed JSON is named with its line
   (--throttle: tests/test_replication_throttles.py).
-- Bad input gets Kafka's error codes and changes nothing. `sluice reassign` refuses a
-  --decommission that would leave fewer brokers than a replication factor and a
-  --rebalance while a broker holding replicas is down, starting nothing.
+- Bad input gets Kafka's error codes and changes nothing: an empty or duplicate replica
+  list, a broker that never was or stopped, an unknown partition or topic, a topic being
+  deleted, a cancellation of nothing. `sluice reassign` refuses a --decommission that
+  would leave fewer brokers than a replication factor and a --rebalance while a broker
+  holding replicas is down, starting nothing.
+- A new target for a partition being reassigned replaces the one in progress (Kafka's
+  rule); the replica the first target was adding is deleted.
 - `sluice reassign --generate` prints the current assignment and a proposal in Kafka's
   JSON, Kafka's placement over the brokers listed, and starts nothing; a malformed topics
   file is named with its line, unknown topics and brokers, duplicate brokers and too few

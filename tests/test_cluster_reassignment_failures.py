@@ -16,6 +16,12 @@ keeps a directory (or what is left of one) of a partition it is not a replica of
   without it, and it deletes its replica when it starts again.
 - The replication factor of a loaded topic (three partitions) raised from 1 to 3, then,
   with min.insync.replicas=2, lowered to 2 by removing each partition's leader.
+- Chaos (`make chaos`): SLUICE_CHAOS_ROUNDS (default 8) rounds on four brokers, each
+  reassigning some of six partitions (5 MB each to start with) to three brokers drawn at
+  random, then SIGKILLing a broker adding a replica, an old leader, or the controller
+  (restarted at once), or none, at a random moment, and in some rounds cancelling what is
+  still in progress; each round ends once nothing is being reassigned, every partition on
+  its target (or, cancelled, its original replicas) and no directory left over.
 - Scale-out and back: every partition (RF=3, `__consumer_offsets` too) moves from brokers
   {0, 1, 2} to {1, 2, 3}, the fourth broker started while the producer writes and a group
   of a confluent-kafka, a kafka-python and an aiokafka member reads (test_cluster_groups'
@@ -24,6 +30,9 @@ keeps a directory (or what is left of one) of a partition it is not a replica of
 """
 
 from __future__ import annotations
+
+import os
+import random
 
 import pytest
 
@@ -43,12 +52,12 @@ RATE = 200  # the producer's values a second
 
 
 def preload(cluster: Cluster, topic: str, partition: int, megabytes: int) -> list[Acked]:
-    """`megabytes` MB of 1 KB records (a filler key, values load-<n>) produced to the
-    partition at acks=all, 500 a batch: what was acknowledged where."""
+    """`megabytes` MB of 1 KB records (a filler key, values load<partition>-<n>) produced to
+    the partition at acks=all, 500 a batch: what was acknowledged where."""
     filler, acked = b"f" * 1000, []
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         for start in range(0, megabytes * 1000, 500):
-            values = [b"load-%d" % n for n in range(start, start + 500)]
+            values = [b"load%d-%d" % (partition, n) for n in range(start, start + 500)]
             written = client.produce(topic, partition, [(filler, value) for value in values])
             acked += [Acked(partition, written.base_offset + i, v) for i, v in enumerate(values)]
     return acked
@@ -238,3 +247,65 @@ def test_partitions_move_onto_a_fourth_broker_and_back_under_a_mixed_group(tmp_p
         if run is not None:
             run.close()
         cluster.close()
+
+
+# What a chaos round kills once its reassignments are under way.
+KILLS = ("a broker adding a replica", "an old leader", "the controller", "nobody")
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(1800)
+def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  # noqa: F811
+    topic, partitions = "moved-by-chaos", 6
+    rng = random.Random(seed)
+    rounds = int(os.environ.get("SLUICE_CHAOS_ROUNDS") or 8)
+    with Cluster(tmp_path, zookeeper, brokers=4, properties=PROPERTIES) as cluster:
+        cluster.create_topic(topic, partitions, 3, {"min.insync.replicas": "2"})
+        cluster.wait_for_leaders(topic, full_isr=True)
+        loaded = [a for p in range(partitions) for a in preload(cluster, topic, p, 5)]
+        workload = Workload(cluster.all_servers, topic, partitions, seed=seed, rate=RATE,
+                            count=1_000_000).start()
+        try:
+            for round_ in range(rounds):
+                before = {p: info for p, info in cluster.partitions(topic).items()}
+                targets = {p: rng.sample(cluster.ids, 3)
+                           for p in rng.sample(range(partitions), rng.randint(1, partitions))}
+                kill, cancel = rng.choice(KILLS), rng.random() < 0.3
+                adding = sorted({b for p, t in targets.items() for b in t if b not in before[p].replicas})
+                leaving = sorted({before[p].leader_id for p, t in targets.items()
+                                  if before[p].leader_id not in t})
+                victims = {"a broker adding a replica": adding, "an old leader": leaving,
+                           "the controller": [cluster.controller_id()], "nobody": []}[kill]
+                victim = rng.choice(victims) if victims else None
+                print(f"round {round_}: {({p: t for p, t in sorted(targets.items())})}, kill {kill} "
+                      f"({victim}){', cancel' if cancel else ''}")
+                with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+                    assert client.alter_partition_reassignments(
+                        {(topic, p): t for p, t in targets.items()}) == {(topic, p): None for p in targets}
+                workload.wait_acked(rng.randrange(1, 150), timeout=60)
+                if victim is not None:
+                    cluster.kill(victim)
+                cancelled = set()
+                if cancel:
+                    with Client(cluster.bootstrap_servers, call_timeout=60, retries=20) as client:
+                        results = client.alter_partition_reassignments({(topic, p): None for p in targets})
+                    cancelled = {p for (_, p), error in results.items() if error is None}
+                if victim is not None:
+                    cluster.restart(victim)
+                    cluster.wait_for_brokers()
+                for p in range(partitions):
+                    wanted = tuple(targets[p]) if p in targets and p not in cancelled else None
+                    if wanted is not None:
+                        wait_until_reassigned(cluster, topic, p, wanted, timeout=180)
+                with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+                    cluster.wait(lambda: not client.list_partition_reassignments(), 180,
+                                 "every reassignment to be over")
+                after = cluster.partitions(topic)
+                for p in cancelled:
+                    assert sorted(after[p].replicas) == sorted(before[p].replicas), (p, after[p])
+                wait_for_no_orphans(cluster, topic)
+                cluster.wait_for_leaders(topic, full_isr=True, timeout=120)
+                workload.wait_acked(100, timeout=60)
+            finish_and_verify(cluster, topic, partitions, workload, request.node.name, seed, loaded)
+        finally:
+            workload.abandon()
