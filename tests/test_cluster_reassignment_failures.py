@@ -18,10 +18,11 @@ keeps a directory (or what is left of one) of a partition it is not a replica of
   with min.insync.replicas=2, lowered to 2 by removing each partition's leader.
 - Chaos (`make chaos`): SLUICE_CHAOS_ROUNDS (default 8) rounds on four brokers, each
   reassigning some of six partitions (5 MB each to start with) to three brokers drawn at
-  random, then SIGKILLing a broker adding a replica, an old leader, or the controller
-  (restarted at once), or none, at a random moment, and in some rounds cancelling what is
-  still in progress; each round ends once nothing is being reassigned, every partition on
-  its target (or, cancelled, its original replicas) and no directory left over.
+  random, then SIGKILLing a broker adding a replica, an old leader, or the controller, or
+  none, at a random moment (restarted once ZooKeeper dropped it, or at once: it then waits
+  for that itself), and in some rounds cancelling what is still in progress; each round
+  ends once nothing is being reassigned, every partition on its target (or, cancelled,
+  its original replicas) and no directory left over.
 - Scale-out and back: every partition (RF=3, `__consumer_offsets` too) moves from brokers
   {0, 1, 2} to {1, 2, 3}, the fourth broker started while the producer writes and a group
   of a confluent-kafka, a kafka-python and an aiokafka member reads (test_cluster_groups'
@@ -277,8 +278,9 @@ def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  
                 victims = {"a broker adding a replica": adding, "an old leader": leaving,
                            "the controller": [cluster.controller_id()], "nobody": []}[kill]
                 victim = rng.choice(victims) if victims else None
+                at_once = victim is not None and rng.random() < 0.5
                 print(f"round {round_}: {({p: t for p, t in sorted(targets.items())})}, kill {kill} "
-                      f"({victim}){', cancel' if cancel else ''}")
+                      f"({victim}{', restarted at once' if at_once else ''}){', cancel' if cancel else ''}")
                 with Client(cluster.bootstrap_servers, call_timeout=60) as client:
                     assert client.alter_partition_reassignments(
                         {(topic, p): t for p, t in targets.items()}) == {(topic, p): None for p in targets}
@@ -290,9 +292,11 @@ def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  
                     with Client(cluster.bootstrap_servers, call_timeout=60, retries=20) as client:
                         results = client.alter_partition_reassignments({(topic, p): None for p in targets})
                     cancelled = {p for (_, p), error in results.items() if error is None}
-                if victim is not None:
+                if at_once:  # it waits for ZooKeeper to drop its session itself
+                    cluster.processes[victim].start(timeout=60)
+                elif victim is not None:
                     cluster.restart(victim)
-                    cluster.wait_for_brokers()
+                cluster.wait_for_brokers()
                 for p in range(partitions):
                     wanted = tuple(targets[p]) if p in targets and p not in cancelled else None
                     if wanted is not None:
