@@ -25,10 +25,10 @@ written as Kafka's tools wrote it.
   --cancel restores the original replicas; malformed JSON is named with its line
   (--throttle: tests/test_replication_throttles.py).
 - Bad input gets Kafka's error codes and changes nothing: an empty or duplicate replica
-  list, a broker that never was or stopped, an unknown partition or topic, a topic being
-  deleted, a cancellation of nothing. `sluice reassign` refuses a --decommission that
-  would leave fewer brokers than a replication factor and a --rebalance while a broker
-  holding replicas is down, starting nothing.
+  list, a broker that never was, stopped or is in controlled shutdown, an unknown
+  partition or topic, a topic being deleted, a cancellation of nothing. `sluice reassign`
+  refuses a --decommission that would leave fewer brokers than a replication factor and a
+  --rebalance while a broker holding replicas is down, starting nothing.
 - A new target for a partition being reassigned replaces the one in progress (Kafka's
   rule); the replica the first target was adding is deleted.
 - `sluice reassign --generate` prints the current assignment and a proposal in Kafka's
@@ -49,6 +49,7 @@ written as Kafka's tools wrote it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -62,6 +63,7 @@ from broker.cluster.zk_layout import TopicAssignment
 from broker.groups.offsets_log import partition_for
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
+from tests.test_cluster import ask_controlled_shutdown
 from tests.test_cluster_admin import sluice
 from tests.test_kafka_tools import tool
 from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, PREFERRED_ELECTION, TOPIC_RESOURCE, Client
@@ -365,6 +367,28 @@ def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster, zk):
     after = cluster.partitions(topic)[0]
     assert (after.replicas, after.leader_id, after.leader_epoch) == (
         before.replicas, before.leader_id, before.leader_epoch)
+
+
+def test_a_broker_in_controlled_shutdown_is_not_live_for_a_reassignment(cluster, zk):
+    """Kafka's controller checks the brokers to add against its live brokers less those
+    shutting down (liveBrokerIds): one whose ControlledShutdown it has taken (sent here on
+    the broker's behalf, as its SIGTERM sends it first) is INVALID_REPLICA_ASSIGNMENT,
+    though still registered."""
+    topic = "reassign-to-leaving"
+    kept, _, leaving = roles(cluster)
+    create_placed(cluster, topic, [[kept]])
+    controller = cluster.controller_id()
+    epoch = zk.exists(f"{cluster.chroot}/brokers/ids/{leaving}").czxid
+    answer = asyncio.run(ask_controlled_shutdown(cluster, controller, leaving, epoch))
+    try:
+        assert answer.error_code == ErrorCode.NONE, answer
+        with Client(cluster.bootstrap_servers, call_timeout=60) as client:
+            (error,) = client.alter_partition_reassignments({(topic, 0): [kept, leaving]}).values()
+            assert error is not None and error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, error
+            assert client.list_partition_reassignments() == {}
+        assert cluster.partitions(topic)[0].replicas == (kept,)
+    finally:
+        cluster.restart(leaving)  # registered again: live for the controller again
 
 
 def test_a_new_target_replaces_the_reassignment_in_progress(cluster):

@@ -850,9 +850,10 @@ class Controller:
             return f"invalid broker id in the replica list {list(target)}"
         replicas, adding, _ = ctx.assigned(tp)
         _, new, _ = reassignment(replicas, adding, target)
-        if not set(new) <= set(ctx.live):
+        live = sorted(b for b in ctx.live if ctx.eligible(b))  # Kafka's liveBrokerIds
+        if not set(new) <= set(live):
             return (f"the replica assignment has brokers that are not live: {list(new)} to add, "
-                    f"live brokers {sorted(ctx.live)}")
+                    f"live brokers {live}")
         return None
 
     async def _alter_reassignments(self, targets: dict[TopicPartition, tuple[int, ...] | None],
