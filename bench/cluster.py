@@ -45,6 +45,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from typing import Callable
 
 from bench.broker.e2e import e2e_once
 from bench.broker.produce import kcat_records_file, produce_kcat, produce_python
@@ -348,17 +349,16 @@ ACK_VARIANTS = (("max.in.flight=1", {"max.in.flight": 1}),
                 ("idempotent (max.in.flight=5)", {"enable.idempotence": True}))
 
 
-def ack_latency(target, rate: int, seconds: float, settings: dict, timeout: float) -> dict:
-    """Seconds from produce() to the acknowledgement (acks=all, linger.ms=0) of records
-    paced at `rate` to partition 0 of a fresh topic: p50/p99/max."""
+def paced_acks(bootstrap: str, topic: str, rate: int, settings: dict, timeout: float,
+               done: Callable[[int], bool], acks: list) -> dict:
+    """Records paced at `rate` to partition 0 of `topic` (acks=all, linger.ms=0, the send
+    time in each) until `done(records sent)` or `timeout` seconds, then flushed: each
+    acknowledgement is appended to `acks` as it comes, (send time, ns from produce() to
+    it), so that another thread may watch them. Records sent, undelivered and failed."""
     from confluent_kafka import Producer
 
-    from bench.e2e_consumer import percentile
-
-    topic = f"acks-{uuid.uuid4().hex[:6]}"
-    target.create_topics({topic: 1})
-    latencies, failed = [], []
-    producer = Producer({"bootstrap.servers": target.bootstrap, "acks": "all", "linger.ms": 0,
+    failed = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
                          "log_level": 3, **settings})
     pad = bytes(VALUE_SIZE - _HEADER.size)
 
@@ -366,14 +366,15 @@ def ack_latency(target, rate: int, seconds: float, settings: dict, timeout: floa
         if error is not None:
             failed.append(str(error))
         else:
-            latencies.append(time.monotonic_ns() - _HEADER.unpack_from(message.value())[1])
+            sent_ns = _HEADER.unpack_from(message.value())[1]
+            acks.append((sent_ns, time.monotonic_ns() - sent_ns))
 
-    total, interval_ns = int(rate * seconds), 1_000_000_000 // rate
+    interval_ns = 1_000_000_000 // rate
     started = time.monotonic_ns()
     sent = 0
-    while sent < total and time.monotonic_ns() - started < timeout * 1e9:
-        due = min(total, (time.monotonic_ns() - started) // interval_ns + 1)
-        while sent < due:
+    while not done(sent) and time.monotonic_ns() - started < timeout * 1e9:
+        due = (time.monotonic_ns() - started) // interval_ns + 1
+        while sent < due and not done(sent):
             producer.produce(topic, _HEADER.pack(sent, time.monotonic_ns()) + pad, partition=0,
                              on_delivery=on_delivery)
             sent += 1
@@ -382,11 +383,28 @@ def ack_latency(target, rate: int, seconds: float, settings: dict, timeout: floa
         if pause > 0:
             time.sleep(pause)
     left = producer.flush(timeout)
-    target.delete_topic(topic)
-    latencies.sort()
-    return {"sent": sent, "acked": len(latencies), "undelivered": left, "delivery_errors": len(failed),
+    return {"sent": sent, "undelivered": left, "delivery_errors": len(failed)}
+
+
+def latency_summary(latencies_ns) -> dict:
+    """How many, and p50/p99/max in ms, of latencies in ns."""
+    from bench.e2e_consumer import percentile
+
+    latencies = sorted(latencies_ns)
+    return {"acked": len(latencies),
             **{key: None if percentile(latencies, q) is None else percentile(latencies, q) / 1e6
                for key, q in (("p50_ms", 0.5), ("p99_ms", 0.99), ("max_ms", 1.0))}}
+
+
+def ack_latency(target, rate: int, seconds: float, settings: dict, timeout: float) -> dict:
+    """Seconds from produce() to the acknowledgement (acks=all, linger.ms=0) of records
+    paced at `rate` to partition 0 of a fresh topic: p50/p99/max."""
+    topic = f"acks-{uuid.uuid4().hex[:6]}"
+    target.create_topics({topic: 1})
+    total, acks = int(rate * seconds), []
+    run = paced_acks(target.bootstrap, topic, rate, settings, timeout, lambda sent: sent >= total, acks)
+    target.delete_topic(topic)
+    return {**run, **latency_summary(latency for _, latency in acks)}
 
 
 def bench_acks(single, cluster, sizes: Sizes, log) -> list[dict]:
