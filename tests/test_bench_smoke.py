@@ -327,3 +327,44 @@ def test_compaction_benchmark_runs_every_section_and_reports(tmp_path):
     paths = write_result_files("compaction", results, str(tmp_path), report)
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     assert "## 3. Coordinator load after offset commits" in open(paths["md"]).read()
+
+
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
+def test_reassignment_benchmark_runs_every_section_and_reports(tmp_path):
+    """bench.reassignment at its tiny size (a ZooKeeper server, two clusters of four
+    brokers): the filled partition moves with sluice reassign unthrottled and throttled
+    while the foreground producer writes, a broker is retired while the partitions'
+    leaders are sampled and then stopped; the goals are evaluated (met or not: never
+    asserted), and both reports are written."""
+    import json
+
+    from bench import reassignment
+    from bench.common import write_result_files
+
+    tiny = reassignment.TINY
+    results = reassignment.run(tiny, "tiny", log=lambda line: None)
+    moves = results["moves"]
+    assert moves["produce"]["records"] == tiny.move_bytes // 100 and moves["produce"]["mb_per_s"] > 0
+    for name, target, throttle in (("unthrottled", reassignment.MOVED, None),
+                                   ("throttled", reassignment.ORIGINAL, tiny.throttle_rate)):
+        move = moves[name]
+        assert move["to"] == list(target) and move["throttle"] == throttle, move
+        assert move["samples"][-1][1] == move["bytes"] > 0  # the new replica ends holding the whole log
+        assert 0 < move["first_bytes_s"] <= move["copied_s"] <= move["seconds"], move
+        window = move["foreground"]
+        assert window["acked"] > 0 and window["p50_ms"] <= window["p99_ms"] <= window["max_ms"], window
+    assert moves["throttled"]["window_rates"] and moves["throttled"]["verify_exit"] == 0
+    assert all(moves["idle"][w]["acked"] > 0 for w in ("before", "after", "pooled"))
+    retired = results["decommission"]
+    assert retired["exit_code"] == 0 and retired["can_stop"] is True, retired
+    assert retired["moved"] == retired["replicas_on_retiring"] > 0 and retired["stop_exit_status"] == 0
+    assert sum(1 for s in retired["samples"] if s["at_s"] > retired["stopped_s"]) >= tiny.after_stop_samples
+    assert retired["max_unavailable"] is not None
+    assert len(results["goals"]) == 6 and {g["met"] for g in results["goals"]} <= {True, False}
+
+    report = reassignment.markdown_report(results)
+    paths = write_result_files("reassignment", results, str(tmp_path), report)
+    assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
+    for heading in ("## Goals", "## 1. Moving a partition, unthrottled", "## 2. Moving it back, throttled",
+                    "## 3. A producer beside the moves", "## 4. Retiring a broker"):
+        assert heading in report, heading
