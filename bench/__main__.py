@@ -2,8 +2,8 @@
 
 import sys
 
-from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, metrics, security,
-                   spark_write)
+from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, metrics,
+                   reassignment, security, spark_write)
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -15,6 +15,8 @@ print()
 durability.main(["--quick"] if quick else [])
 print()
 cluster.main(["--quick"] if quick else [])  # 3 brokers under ZooKeeper vs one
+print()
+reassignment.main(["--quick"] if quick else [])  # moving partitions, throttled or not, and retiring a broker
 print()
 coordinators.main(["--quick"] if quick else [])  # groups and transactions in the cluster
 print()
