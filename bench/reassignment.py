@@ -421,16 +421,17 @@ def bench_decommission(zookeeper, workdir: str, sizes: Sizes, pool, log) -> dict
             code, out, err = sluice_reassign(cluster.bootstrap, "--output", "json", "--decommission", str(retiring),
                                              "--wait", "--wait-timeout", str(sizes.step_timeout))
             seconds = time.monotonic() - started
-            stop_at = time.monotonic() - sampler.since
-            stop_exit = cluster.processes[retiring].stop(sizes.step_timeout)
+            stop_exit = cluster.processes[retiring].stop(sizes.step_timeout)  # SIGTERM, until it exits
             sampler.stopped = frozenset({retiring})
-            wait_for(lambda: sum(1 for s in sampler.samples if s["at_s"] > stop_at) >= sizes.after_stop_samples,
+            stopped = time.monotonic()
+            wait_for(lambda: sum(1 for s in sampler.samples if s["at_s"] > stopped - sampler.since)
+                     >= sizes.after_stop_samples,
                      sizes.step_timeout, f"{sizes.after_stop_samples} samples after broker {retiring} stopped")
     finally:
         cluster.close()
         shutil.rmtree(cluster.directory, ignore_errors=True)
     document = json.loads(out) if out.strip().startswith("{") else {}
-    samples = [{**s, "at_s": s["at_s"] - (started - sampler.since)} for s in sampler.samples]
+    samples = [{**s, "at_s": s["at_s"] - (started - sampler.since)} for s in sampler.samples]  # from the start
     counted = [s["unavailable"] for s in samples if s["unavailable"] is not None]
     election = document.get("election") or {}
     result = {"brokers": BROKERS, "partitions": sizes.decommission_partitions, "records": records,
@@ -441,7 +442,7 @@ def bench_decommission(zookeeper, workdir: str, sizes: Sizes, pool, log) -> dict
               "failed": document.get("failed"), "pending": document.get("pending"),
               "elected": len(election.get("elected", ())), "election_failed": election.get("failed"),
               "drained_s": next((s["at_s"] for s in samples if s["at_s"] >= 0 and s["holding"] == 0), None),
-              "stopped_s": stop_at - (started - sampler.since), "stop_exit_status": stop_exit,
+              "stopped_s": stopped - started, "stop_exit_status": stop_exit,
               "samples": samples, "max_unavailable": max(counted, default=None),
               "samples_with_unavailable": sum(1 for n in counted if n > 0),
               "samples_unanswered": sum(1 for s in samples if s["views"] == 0)}
@@ -630,7 +631,7 @@ def markdown_report(results: dict) -> str:
                f"| partitions moved, leaders elected | {d['moved']}, {d['elected']} |",
                f"| nothing left on it (controller's view) | {_fmt(d['drained_s'])} s |",
                f"| can be stopped (the command says) | {d['can_stop']} |",
-               f"| stopped (SIGTERM) at, exit status | {d['stopped_s']:.1f} s, {d['stop_exit_status']} |",
+               f"| stopped (SIGTERM, exited) at, exit status | {d['stopped_s']:.1f} s, {d['stop_exit_status']} |",
                f"| samples | {len(d['samples'])} ({d['samples_unanswered']} with no view answering) |",
                f"| **unavailable partitions, most at a sample** | **{d['max_unavailable']}** "
                f"({d['samples_with_unavailable']} samples with any) |"]
