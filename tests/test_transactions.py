@@ -566,7 +566,9 @@ def test_timeout_aborts_an_abandoned_transaction(broker):
     wait_for(lambda: conn.offsets(topic, [0, 1], committed=True) == {0: 4, 1: 4}, 10,
              "the broker to abort the timed-out transaction")
     assert time.monotonic() - started < 8
-    state = conn.describe(txn_id)
+    # The markers come before the CompleteAbort record: PrepareAbort until it is written.
+    state = wait_for(lambda: (lambda s: s if s.transaction_state != "PrepareAbort" else None)(
+        conn.describe(txn_id)), 10, "the CompleteAbort record after the markers")
     assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 1)  # fenced
     aborted = conn.fetch(topic, 0, 0, committed=True).aborted_transactions
     assert [(a.producer_id, a.first_offset) for a in aborted] == [(state.producer_id, 0)]
