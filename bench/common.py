@@ -418,6 +418,27 @@ def chosen_sections(parser, only: str | None, sections: tuple[str, ...]) -> tupl
     return chosen
 
 
+def sectioned_main(argv, name: str, description: str, quick_help: str, sections: tuple[str, ...],
+                   full, quick, run, markdown_report, prog: str | None = None) -> None:
+    """The command line of a benchmark made of sections (`--quick`, `--only a,b`, `--out`,
+    `--no-write`): runs `run(sizes, mode, sections, log)` and publishes its report as `name`."""
+    import argparse
+
+    from bench.machine import describe_machine
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(sections)}")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    sizes, mode = (quick, "quick") if args.quick else (full, "full")
+    chosen = chosen_sections(parser, args.only, sections)
+    print(f"machine: {describe_machine()}", flush=True)
+    results = run(sizes, mode, chosen, lambda line: print(line, flush=True))
+    publish(name, results, markdown_report(results), None if args.no_write else args.out)
+
+
 def publish(name: str, results: dict, markdown: str, out_dir: str | None) -> None:
     """Print a run's report and, unless `out_dir` is None, write it and the results
     there (`write_result_files`), naming the files written."""

@@ -34,7 +34,6 @@ Nothing here asserts speed: the report states what the run measured.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import datetime
@@ -46,8 +45,7 @@ import tempfile
 import time
 import uuid
 
-from bench.common import (DEFAULT_OUT, MB, MIB, VALUE_SIZE, _fmt, _loads, chosen_sections, client_versions,
-                          publish, value_pool)
+from bench.common import (MB, MIB, VALUE_SIZE, _fmt, _loads, client_versions, sectioned_main, value_pool)
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
@@ -553,17 +551,8 @@ def markdown_report(results: dict) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.compaction", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes")
-    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SECTIONS)}")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
-    sizes, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    sections = chosen_sections(parser, args.only, SECTIONS)
-    print(f"machine: {describe_machine()}", flush=True)
-    results = run(sizes, mode, sections, lambda line: print(line, flush=True))
-    publish("compaction", results, markdown_report(results), None if args.no_write else args.out)
+    sectioned_main(argv, "compaction", __doc__.splitlines()[0], "small sizes", SECTIONS, FULL, QUICK, run,
+                   markdown_report, prog="python -m bench.compaction")
 
 
 if __name__ == "__main__":

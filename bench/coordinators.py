@@ -24,7 +24,6 @@ the report), and for RF=1 one broker in the default single-node mode.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import os
@@ -35,8 +34,7 @@ import threading
 import time
 import uuid
 
-from bench.common import (DEFAULT_OUT, VALUE_SIZE, SluiceTarget, _fmt, chosen_sections, client_versions,
-                          publish)
+from bench.common import (SluiceTarget, VALUE_SIZE, _fmt, client_versions, sectioned_main)
 from bench.cluster import LocalCluster
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
@@ -328,21 +326,8 @@ def markdown_report(results: dict) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer kills, shorter runs")
-    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SECTIONS)}")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
-    sizes, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    sections = chosen_sections(parser, args.only, SECTIONS)
-    print(f"machine: {describe_machine()}", flush=True)
-
-    def log(line):
-        print(line, flush=True)
-
-    results = run(sizes, mode, sections, log)
-    publish("coordinators", results, markdown_report(results), None if args.no_write else args.out)
+    sectioned_main(argv, "coordinators", __doc__.splitlines()[0], "fewer kills, shorter runs", SECTIONS, FULL,
+                   QUICK, run, markdown_report)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ Nothing here asserts speed: the report states what the run measured, each goal m
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -65,8 +64,7 @@ import time
 
 from bench.broker.produce import produce_python
 from bench.cluster import CpuProbe, LocalCluster, latency_summary, paced_acks
-from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, _fmt, _loads, chosen_sections, client_versions, publish,
-                          section_timer, value_pool)
+from bench.common import (MB, VALUE_SIZE, _fmt, _loads, client_versions, section_timer, sectioned_main, value_pool)
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
 
@@ -645,17 +643,8 @@ def markdown_report(results: dict) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.reassignment", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a partition of 200 MB, smaller windows")
-    parser.add_argument("--only", help=f"comma-separated subset of {','.join(SECTIONS)}")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
-    sizes, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    sections = chosen_sections(parser, args.only, SECTIONS)
-    print(f"machine: {describe_machine()}", flush=True)
-    results = run(sizes, mode, sections, lambda line: print(line, flush=True))
-    publish("reassignment", results, markdown_report(results), None if args.no_write else args.out)
+    sectioned_main(argv, "reassignment", __doc__.splitlines()[0], "a partition of 200 MB, smaller windows",
+                   SECTIONS, FULL, QUICK, run, markdown_report, prog="python -m bench.reassignment")
 
 
 if __name__ == "__main__":
