@@ -29,6 +29,7 @@ from broker.storage.log import PartitionLog
 from broker.storage.segment import LogSegment
 from sluice.broker_process import BrokerProcess
 from sluice.polling import wait_for
+from tests.manual_clock import ManualClock
 from tests.test_storage import BASE_TS, SteppedClock, abandon, append, open_log
 
 DAY = 86_400_000
@@ -86,6 +87,25 @@ def fill_keys(log, rounds: int, keys: int, *, start_value: int = 0, ts=BASE_TS) 
         result = append(log, keyed(pairs, ts))
         sent += [(result.first_offset + i, k, v) for i, (k, v) in enumerate(pairs)]
     return sent
+
+
+def files_in_flight(log: PartitionLog) -> list[str]:
+    """The files of a cleaned group not swapped in yet (`.cleaned`, then `.swap`)."""
+    return [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+
+
+async def advance_until(clock: ManualClock, condition, what: str, timeout: float = 30.0) -> None:
+    """Move `clock` on 10 ms at a time until `condition()`, for at most `timeout` seconds
+    of real time (the cleaner's seals run in a worker thread meanwhile). Between two
+    looks, a cleaner on `clock` throttled to 20 kB/s does what 10 ms allow (200 bytes)
+    and a batch more, and at each it sleeps on its throttle (no time passes while it
+    works): a look sees where it is, whatever the speed of the machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await clock.advance(0.01)
+        await asyncio.sleep(0.001)
 
 
 def check_compacted(log, sent, *, keep_tombstones=True):
@@ -365,30 +385,33 @@ def test_an_interrupted_swap_completes_at_start_up(tmp_path, monkeypatch):
 def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog, change):
     """Segments deleted at the head, or the tail cut (a follower's truncation), while a
     (throttled) cleaning runs: it drops what it cleaned, and the next one starts over."""
-    clock = SteppedClock(BASE_TS)
+    clock = ManualClock(wall_ms=BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
     sent = fill_keys(log, 40, 4)
     cleaner = Cleaner(log, clock, log_cleaner_io_max_bytes_per_second=20_000.0)
     caplog.set_level(logging.INFO, logger="sluice.cleaner")
+    before = records_of(log)
 
-    async def delete_records_meanwhile():
-        cleaning = asyncio.create_task(cleaner.cleaner.clean_dirtiest())
-        for _ in range(2000):  # until the first group is being rewritten
-            if any(n.endswith(".cleaned") for n in os.listdir(log.directory)):
-                break
-            await asyncio.sleep(0.005)
-        assert not cleaning.done()
-        if change == "delete_records":
-            log.delete_records_before(log.segments[2].base_offset)
-        else:
-            log.truncate_to(log.segments[-3].base_offset + 1)
-        return await cleaning
-    assert asyncio.run(delete_records_meanwhile())
+    async def cleaning(meanwhile=None) -> bool:
+        """A cleaning, the clock moved on until it ends; `meanwhile()` once the first
+        group is being rewritten."""
+        task = asyncio.create_task(cleaner.cleaner.clean_dirtiest())
+        if meanwhile is not None:
+            await advance_until(clock, lambda: files_in_flight(log), "the first group's rewrite")
+            assert not task.done() and records_of(log) == before
+            meanwhile()
+        await advance_until(clock, task.done, "the cleaning's end")
+        return task.result()
+
+    if change == "delete_records":
+        assert asyncio.run(cleaning(lambda: log.delete_records_before(log.segments[2].base_offset)))
+    else:
+        assert asyncio.run(cleaning(lambda: log.truncate_to(log.segments[-3].base_offset + 1)))
     assert "abandoned: its segments changed meanwhile" in caplog.text
-    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    assert not files_in_flight(log)
     assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
     log.update_high_watermark(log.log_end_offset)
-    assert cleaner.clean()
+    assert asyncio.run(cleaning())
     start, end = log.log_start_offset, log.log_end_offset
     check_compacted(log, [record for record in sent if start <= record[0] < end])
     log.close()
@@ -396,8 +419,12 @@ def test_a_log_changed_under_a_cleaning_abandons_it(tmp_path, caplog, change):
 
 def test_a_stop_in_the_middle_of_a_cleaning_leaves_nothing_behind(tmp_path):
     """The broker's stop cancels the cleaner's task: the group being rewritten is dropped,
-    the log and the checkpoint stay as they were."""
-    clock = SteppedClock(BASE_TS)
+    the log and the checkpoint stay as they were. The throttled cleaner runs on a manual
+    clock (advance_until), so that the stop lands while the first group is rewritten:
+    on the real clock a loaded machine let its throttle's headroom grow, whole groups
+    went by without a pause between two looks, and the stop came after some were
+    swapped in."""
+    clock = ManualClock(wall_ms=BASE_TS)
     log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
     sent = fill_keys(log, 40, 4)
     cleaner = Cleaner(log, clock, log_cleaner_io_max_bytes_per_second=20_000.0)
@@ -405,14 +432,11 @@ def test_a_stop_in_the_middle_of_a_cleaning_leaves_nothing_behind(tmp_path):
 
     async def stop_meanwhile():
         cleaning = asyncio.create_task(cleaner.cleaner.run())
-        for _ in range(2000):
-            if any(n.endswith(".cleaned") for n in os.listdir(log.directory)):
-                break
-            await asyncio.sleep(0.005)
+        await advance_until(clock, lambda: files_in_flight(log), "the first group's rewrite")
         cleaning.cancel()
         await asyncio.gather(cleaning, return_exceptions=True)
     asyncio.run(stop_meanwhile())
-    assert not [n for n in os.listdir(log.directory) if n.endswith((".cleaned", ".swap"))]
+    assert not files_in_flight(log)
     assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
     assert records_of(log) == before
     log.close()
