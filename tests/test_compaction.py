@@ -14,8 +14,10 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -444,6 +446,58 @@ def test_a_stop_in_the_middle_of_a_cleaning_leaves_nothing_behind(tmp_path):
     assert records_of(reopened) == before and Cleaner(reopened, clock).clean()
     check_compacted(reopened, sent)
     reopened.close()
+
+
+class HeldWorker(ThreadPoolExecutor):
+    """An event loop's default executor (the worker thread of run_in_executor(None) and
+    asyncio.to_thread), whose jobs wait for `release` before they run."""
+
+    def __init__(self):
+        super().__init__(max_workers=1)
+        self.submitted = 0
+        self.release = threading.Event()
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+
+        def when_released():
+            self.release.wait(60)
+            return fn(*args, **kwargs)
+        return super().submit(when_released)
+
+
+def test_a_stop_during_the_seal_of_a_group_waits_for_it(tmp_path):
+    """The seal of a cleaned group (fsync, rename to `.swap`) runs in a worker thread that
+    a cancellation does not stop: the stop waits for it to end, then drops the group.
+    Dropped before, the group got what the seal wrote after (here the largest timestamp,
+    written to its time index at the seal), renamed `.swap`; and the broker's stop went on
+    to unlock its data directory while the thread still wrote and renamed files there."""
+    clock = ManualClock(wall_ms=BASE_TS)
+    log = open_log(tmp_path / "t-0", COMPACT, clock=clock)
+    for r in range(40):  # no key twice: every batch kept, each a millisecond after the last
+        append(log, keyed([(b"key-%d-%d" % (r, k), b"value") for k in range(4)], BASE_TS + r))
+    cleaner = Cleaner(log, clock)
+    before = records_of(log)
+    worker = HeldWorker()
+
+    async def stop_during_the_seal() -> bool:
+        asyncio.get_running_loop().set_default_executor(worker)
+        cleaning = asyncio.create_task(cleaner.cleaner.run())
+        try:
+            await advance_until(clock, lambda: worker.submitted, "the first group's seal")
+            cleaning.cancel()
+            await asyncio.sleep(0)  # the turn of the loop that delivers the cancellation
+            stopped_first = cleaning.done()
+        finally:
+            worker.release.set()
+        await asyncio.gather(cleaning, return_exceptions=True)
+        return stopped_first
+    stopped_before_the_seal_ended = asyncio.run(stop_during_the_seal())
+    assert not files_in_flight(log)
+    assert not stopped_before_the_seal_ended
+    assert not os.path.exists(tmp_path / CLEANER_CHECKPOINT)
+    assert records_of(log) == before
+    log.close()
 
 
 def test_a_fetch_holding_a_replaced_segment_reads_its_old_bytes(tmp_path):

@@ -60,7 +60,8 @@ appends, never inside one, so the swap of segment lists needs no lock and the ch
 what changed meanwhile (retention, truncation, a deleted topic: the cleaned group is
 then dropped) are exact. The long system calls, the fsync of a cleaned segment before
 its swap and the directory's after its rename, run in a worker thread (the segment is
-the cleaner's alone until swapped).
+the cleaner's alone until swapped); a stop waits for them to end before the group is
+dropped.
 Source segments are read through the cleaner's own descriptors, and fetches hold theirs,
 so that a deleted segment's bytes stay readable to whoever was reading them. Bytes read
 plus written are throttled to `log.cleaner.io.max.bytes.per.second` by sleeping between
@@ -453,6 +454,24 @@ class _Dirt:
             self.ratio > self.log.config.min_cleanable_dirty_ratio
 
 
+async def _in_thread_to_its_end(function: Callable[..., None], *args) -> None:
+    """`function(*args)` in a worker thread, waited for to its end even when the caller is
+    cancelled meanwhile (a broker's stop; the cancellation is raised once it has ended):
+    a thread cannot be stopped, and what it writes or renames must not be so after the
+    caller dropped the files, nor after the broker's stop unlocked the data directory."""
+    running = asyncio.get_running_loop().run_in_executor(None, function, *args)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        while not running.done():
+            try:
+                await asyncio.wait([running])
+            except asyncio.CancelledError:
+                pass  # cancelled again: still the thread's end first
+        running.exception()  # seen: the caller drops what the thread did, failed or not
+        raise
+
+
 class _Abandoned(Exception):
     """The log changed under a cleaning (retention, truncation, deletion): it ends, and
     the next one starts over."""
@@ -593,7 +612,7 @@ class LogCleaner:
             cleaned = cleaning.new_segment(group)
             try:
                 await self._work(cleaning.clean_group(group, cleaned))
-                await asyncio.to_thread(seal_for_swap, cleaned)
+                await _in_thread_to_its_end(seal_for_swap, cleaned)
                 if not self._intact(cleaning, group, sizes):
                     raise _Abandoned("its segments changed meanwhile")
             except BaseException as exc:
@@ -605,7 +624,7 @@ class LogCleaner:
         self.first_dirty[(partition_log.topic, partition_log.partition)] = end
         live = {(l.topic, l.partition) for l in self._logs()}
         self.first_dirty = {key: offset for key, offset in self.first_dirty.items() if key in live}
-        await asyncio.to_thread(write_checkpoint, self.checkpoint_path, dict(self.first_dirty))
+        await _in_thread_to_its_end(write_checkpoint, self.checkpoint_path, dict(self.first_dirty))
         self._log_summary(name, dirt, end, stats)
 
     async def _work(self, steps: Iterator[int]) -> None:
