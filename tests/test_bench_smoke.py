@@ -230,6 +230,7 @@ def test_compare_benchmark_runs_two_trees_side_by_side():
     assert "| produce, kcat |" in report and "head / base p99" in report
 
 
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_cluster_benchmark_runs_every_section_and_reports(tmp_path):
     """bench.cluster at its tiny size (a ZooKeeper server, three brokers and one alone):
     produce, e2e and a SIGTERM failover each give figures, the goals are evaluated (met or
@@ -256,6 +257,7 @@ def test_cluster_benchmark_runs_every_section_and_reports(tmp_path):
     assert "## Goals" in report and "## 3. Unavailability after a leader fails" in report
 
 
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_security_benchmark_runs_every_listener_and_reports():
     """bench.security at tiny sizes: produce and consume over PLAINTEXT, SSL and SASL_SSL
     with both clients on Sluice and Apache Kafka (unless Kafka cannot run, which the
