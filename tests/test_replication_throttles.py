@@ -12,6 +12,8 @@ throttled.replicas.
   the one throttled by its leader and the one throttled by its new follower each take
   at least half of 3 MB / 300 KB/s, while the unlisted one is done before them; the
   brokers' Prometheus byte-rate gauges show the throttled traffic.
+- Six partitions copied from one leader in the same fetches share its rate: its gauge
+  never shows more than twice the rate.
 - `sluice reassign --execute --throttle` writes Kafka's throttle configs (leader: the
   existing replicas, follower: the new ones; the rate on every broker involved), and
   `--verify` removes them once nothing moves (kept with --preserve-throttles);
@@ -151,6 +153,45 @@ def test_a_throttled_move_is_held_to_its_rate_and_an_unlisted_one_is_not(cluster
           f"byte-rate gauges {rates}")
     for partition, seconds in took.items():
         assert seconds >= size / rate * 0.5, (partition, took)
+
+
+def test_a_fetch_of_many_throttled_partitions_shares_the_leaders_rate(cluster):
+    """A follower asks for every partition it copies from a leader in one fetch: the
+    leader's throttle bounds what that fetch takes of them all, not of each. The move
+    starts at a trickle, so that all six partitions are in the new replica's fetches,
+    then the rate is raised: the quota's credit went to each of them (six times the rate
+    at once, and the leader's byte-rate gauge showed it for seconds)."""
+    topic, partitions, trickle, rate = "throttled-together", 6, 1_000, 200_000
+    source, target = 1, 2  # broker 1 has led no throttled replica in this module: its rate starts at 0
+    create_placed(cluster, topic, [[source]] * partitions,
+                  {LEADER_REPLICAS: ",".join(f"{p}:{source}" for p in range(partitions))})
+    port = metrics_port(cluster.processes[source])
+    broker = (BROKER_RESOURCE, str(source))
+    with Client(cluster.bootstrap_servers, call_timeout=120) as client:
+        for partition in range(partitions):
+            fill(client, topic, partition, 1024 * 1024)
+        assert client.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(trickle))]}) == {
+            broker: None}
+        seen: list[float] = []
+        try:
+            moves = {(topic, p): [source, target] for p in range(partitions)}
+            assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+            cluster.wait(lambda: len(client.describe_log_dirs(target, moves)) == partitions, 30,
+                         "the new replicas to be created")
+            assert client.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(rate))]}) == {
+                broker: None}
+            # The gauge is the bytes of the last 11 s over the time since they began (1 s
+            # at least): a burst shows above the rate for seconds after it.
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                seen.append(value(scrape(port), "kafka_server_leaderreplication_byte_rate") or 0.0)
+                time.sleep(0.1)
+        finally:
+            client.incremental_alter_configs({broker: [(LEADER_RATE, DELETE_CONFIG, None)]})
+        for partition in range(partitions):
+            wait_until_reassigned(cluster, topic, partition, (source, target))
+    print(f"leader byte-rate gauge at {rate} B/s: highest {max(seen):.0f} over {len(seen)} samples")
+    assert rate / 2 < max(seen) <= 2 * rate, seen
 
 
 def test_sluice_reassign_throttles_and_verify_removes_them(cluster, tmp_path):

@@ -31,9 +31,10 @@
   `leader.replication.throttled.replicas` for this broker are read, for followers out of
   the ISR, within the broker's `leader.replication.throttled.rate` (broker.quota, one
   for all of them): past the rate, no records (the partition answered without them, the
-  rest of the fetch as usual); below it, at most the quota's headroom, one batch at least
-  so that every throttled replica moves on (Kafka reads a whole partition limit there,
-  which holds the rate only over longer windows). Every byte of a listed partition sent
+  rest of the fetch as usual); below it, at most the quota's headroom less what the
+  fetch's earlier throttled partitions took, one batch at least when it is the fetch's
+  first data, so that every throttled replica moves on (Kafka reads a whole partition
+  limit there, which holds the rate only over longer windows). Every byte of a listed partition sent
   to a follower counts, in sync or not, as in Kafka.
 - Authorization (broker.security.acls), as Kafka's KafkaApis, checked once per request
   (an incremental fetch's session partitions included): a consumer needs READ on each
@@ -70,13 +71,14 @@ def _build(broker, request, version, wanted, denied):
     """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
     in order) but for the topic refs `denied`: ((topic ref, PartitionData) answered,
     bytes, partition keys, whether a partition's answer is already final: an error or a
-    diverging epoch, which waiting cannot change, bytes of leader-throttled replicas)."""
+    diverging epoch, which waiting cannot change, bytes of leader-throttled replicas,
+    whether a throttled replica got nothing for the rate)."""
     budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
     by_id = version >= 13
     total = throttled_bytes = 0
-    headroom = None  # the leader replication quota's, read at the first throttled replica
+    withheld = False
     settled = False
     keys = []
     answered = []
@@ -128,12 +130,13 @@ def _build(broker, request, version, wanted, denied):
                     throttled = partition.config.leader_replication_throttled_replicas.covers(
                         partition.index, broker.node_id)
                     if throttled and replica_id not in partition.isr:
-                        if headroom is None:
-                            headroom = broker.leader_replication_quota.headroom()
-                        if headroom >= 0:
-                            allowed = min(limit, int(headroom))
+                        room = broker.leader_replication_quota.headroom() - throttled_bytes
+                        if room >= 0:
+                            allowed = min(limit, int(room))
                             region = partition.read_as_follower(wanted.fetch_offset, allowed,
-                                                                total == 0 or allowed < limit)
+                                                                total == 0 or 0 < allowed < limit)
+                        else:
+                            withheld = True
                     else:
                         region = partition.read_as_follower(wanted.fetch_offset, limit, total == 0)
                     if throttled and region is not None:
@@ -154,7 +157,7 @@ def _build(broker, request, version, wanted, denied):
         if region is not None:
             out.records = region
             total += len(region)
-    return answered, total, keys, settled, throttled_bytes
+    return answered, total, keys, settled, throttled_bytes, withheld
 
 
 def _grouped(answered, by_id: bool) -> list:
@@ -244,22 +247,30 @@ def handle(broker, header, request, session):
         return _Resp(error_code=exc.code, session_id=0, responses=[])
     fetch.refuse(broker, session)
     deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
-    response, _ = _answer_if_ready(broker, fetch, deadline)
+    response, *_ = _answer_if_ready(broker, fetch, deadline)
     return response if response is not None else _long_poll(broker, fetch, deadline)
 
 
 def _answer_if_ready(broker, fetch, deadline):
-    """(response, None) once `min_bytes` are there, a partition has an error or a diverging
-    epoch (as Kafka answers at once), the deadline passed or nothing can arrive; else
-    (None, the partition keys to wait on)."""
+    """(response, None, 0) once `min_bytes` are there, a partition has an error or a
+    diverging epoch (as Kafka answers at once), the deadline passed or nothing can arrive;
+    else (None, the partition keys to wait on, the seconds to wait at most: until the
+    deadline, or sooner until the leader replication quota lets a withheld throttled
+    replica read again, so that a throttled copy keeps to its rate rather than to the
+    follower's max wait)."""
     request = fetch.request
-    answered, total, keys, settled, throttled = _build(broker, request, fetch.version, fetch.wanted,
-                                                       fetch.denied)
-    if total >= request.min_bytes or settled or deadline <= broker.clock.monotonic() or not keys:
+    answered, total, keys, settled, throttled, withheld = _build(broker, request, fetch.version,
+                                                                 fetch.wanted, fetch.denied)
+    now = broker.clock.monotonic()
+    if total >= request.min_bytes or settled or deadline <= now or not keys:
         if throttled:
             broker.leader_replication_quota.record(throttled)
-        return fetch.answer(broker, answered), None
-    return None, keys
+        return fetch.answer(broker, answered), None, 0.0
+    wait = deadline - now
+    rate_back = broker.leader_replication_quota.throttle_time() if withheld else 0.0
+    if rate_back > 0:  # 0: this fetch's own reads used the room, answered with them
+        wait = min(wait, rate_back)
+    return None, keys, wait
 
 
 async def _long_poll(broker, fetch, deadline):
@@ -267,7 +278,7 @@ async def _long_poll(broker, fetch, deadline):
     Checked before each wait, the first included: data may have come between the handler's
     check and this task's start, waking nobody."""
     while True:
-        response, keys = _answer_if_ready(broker, fetch, deadline)
+        response, keys, wait = _answer_if_ready(broker, fetch, deadline)
         if response is not None:
             return response
-        await broker.delayed.wait(keys, deadline - broker.clock.monotonic())
+        await broker.delayed.wait(keys, wait)

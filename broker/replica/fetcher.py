@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from wire.client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
@@ -225,11 +226,15 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> bool:
         """One Fetch for every partition ready to fetch; whether anything was appended or
-        the leader answered without error (so the next fetch follows at once)."""
+        the leader answered without error (so the next fetch follows at once). Throttled
+        partitions left out wait only until the follower quota has room again: the fetch's
+        long poll is cut to that time, and with nothing else to fetch the loop sleeps it
+        (rather than replica.fetch.backoff.ms, which held the copy below its rate)."""
         cfg = self._config
         Req = FETCH.request
         fetching = {}  # key -> (fetch offset, leader epoch, last fetched epoch, log start offset)
         past_rate = None  # whether the follower quota is passed, read at the first throttled partition
+        left_out = False  # a throttled partition not fetched for the rate
         for key, partition in self._partitions.items():
             if key in self._held or key in self._truncate:
                 continue
@@ -237,11 +242,16 @@ class ReplicaFetcher:
                 if past_rate is None:
                     past_rate = self._quota.headroom() < 0
                 if past_rate:
+                    left_out = True
                     continue
             fetching[key] = (partition.log_end_offset, partition.leader_epoch, partition.latest_epoch,
                              partition.log_start_offset)
+        rate_back = self._quota.throttle_time() if left_out else 0.0
         if not fetching:
-            return False
+            if not left_out:
+                return False
+            await self._clock.sleep(min(rate_back, self._config.replica_fetch_backoff_ms / 1000))
+            return True
         session = self._session
         listed, forgotten = session.next_request(fetching)
         by_topic: dict[str, list] = {}
@@ -253,7 +263,10 @@ class ReplicaFetcher:
         gone: dict[str, list] = {}
         for topic, index in forgotten:
             gone.setdefault(topic, []).append(index)
-        request = Req(replica_id=self.local_id, max_wait_ms=cfg.replica_fetch_wait_max_ms,
+        max_wait_ms = cfg.replica_fetch_wait_max_ms
+        if rate_back > 0:
+            max_wait_ms = min(max_wait_ms, math.ceil(rate_back * 1000))
+        request = Req(replica_id=self.local_id, max_wait_ms=max_wait_ms,
                       min_bytes=cfg.replica_fetch_min_bytes, max_bytes=cfg.replica_fetch_response_max_bytes,
                       isolation_level=0, session_id=session.id, session_epoch=session.epoch,
                       topics=[Req.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
