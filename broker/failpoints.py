@@ -21,7 +21,11 @@ ENVIRONMENT_VARIABLE = "SLUICE_FAILPOINTS"
 
 POINTS = {
     "txn-after-prepare-commit":
-        "the transaction coordinator logged PrepareCommit and wrote no marker yet",
+        "the transaction coordinator logged PrepareCommit and neither answered EndTxn nor wrote "
+        "a marker yet",
+    "txn-after-prepare-before-markers":
+        "the transaction coordinator logged PrepareCommit or PrepareAbort and answered the request "
+        "that ended the transaction (EndTxn, or InitProducerId aborting it), and wrote no marker yet",
     "txn-mid-commit-markers":
         "the transaction coordinator wrote the first of a commit's several markers",
     "replica-deleted-before-registry":

@@ -151,7 +151,10 @@ def test_commits_and_aborts_over_partitions_led_by_every_broker(cluster):
                                 read_committed(cluster, topic, 6, len(committed)))
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
 
-    # Only the coordinator answers for the id.
+    # Only the coordinator answers for the id (once it has logged CompleteCommit, after the markers).
+    conn = raw(cluster, coordinator)
+    conn.completed(txn_id)
+    conn.close()
     for broker_id in cluster.ids:
         conn = raw(cluster, broker_id)
         try:
@@ -470,7 +473,7 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         # The markers written since carry the new coordinator epoch: one of the old epoch
         # (0) is refused by every partition of the sink.
         conn = raw(cluster, successor)
-        state = conn.call(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[txn_id]).transaction_states[0]
+        state = conn.completed(txn_id)
         conn.close()
         assert state.error_code == 0 and state.transaction_state == "CompleteCommit", state
         Req = WRITE_TXN_MARKERS.request

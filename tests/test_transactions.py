@@ -14,7 +14,8 @@
 - transaction.timeout.ms: an abandoned transaction pins the last stable offset until
   the broker aborts it (and fences its epoch).
 - Crashes: the broker SIGKILLs itself (fail points, SLUICE_FAILPOINTS) right after logging
-  PrepareCommit, and after writing only some markers; after a restart the whole
+  PrepareCommit, before and after answering EndTxn (which is answered before the
+  markers, as Kafka answers it), and after writing only some markers; after a restart the whole
   transaction is committed (records and group offsets), never part of it. A SIGKILL
   while confluent producers commit in a loop leaves every transaction whole or absent.
   An Ongoing transaction survives clean and unclean restarts with the last stable
@@ -194,6 +195,15 @@ class Raw:
 
     def describe(self, txn_id: str):
         return self.call(DESCRIBE_TRANSACTIONS, 0, transactional_ids=[txn_id]).transaction_states[0]
+
+    def completed(self, txn_id: str, timeout: float = 10):
+        """The id's state once its transaction is CompleteCommit or CompleteAbort: EndTxn
+        is answered before the markers are written, as Kafka answers it."""
+        def complete():
+            state = self.describe(txn_id)
+            return state if state.transaction_state in ("CompleteCommit", "CompleteAbort") else None
+
+        return wait_for(complete, timeout, f"the transaction of {txn_id} to complete")
 
     def group_offsets(self, group: str, topic: str, partitions, require_stable: bool = False,
                       version: int = 7) -> dict:
@@ -656,6 +666,7 @@ def test_bad_input_gets_kafkas_error_codes(broker):
     # InitProducerId while Ongoing: aborts it (fencing epoch 1) and asks to retry
     # ... but first EndTxn: commit, retry commit (fine), abort (wrong)
     assert conn.end(txn_id, pid, 1, True) == 0
+    conn.completed(txn_id)
     assert conn.end(txn_id, pid, 1, True) == 0
     assert conn.end(txn_id, pid, 1, False) == E.INVALID_TXN_STATE
     assert conn.group_offsets("bad-group", topic, [0]) == {0: (0, 1)}
@@ -668,7 +679,7 @@ def test_bad_input_gets_kafkas_error_codes(broker):
     code, _ = conn.produce(topic, 1, txn_batch(pid, 2, 0, [b"y"]), txn_id)
     assert code == 0
     assert conn.init(txn_id)[0] == E.CONCURRENT_TRANSACTIONS  # aborted the open one first
-    state = conn.describe(txn_id)
+    state = conn.completed(txn_id)
     assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 3)
     assert conn.init(txn_id) == (0, pid, 4)
     # WriteTxnMarkers to a partition that does not exist
@@ -692,8 +703,12 @@ def test_bad_input_gets_kafkas_error_codes(broker):
 
 # -- crashes and restarts ------------------------------------------------------------------
 
-@pytest.mark.parametrize("point", ["txn-after-prepare-commit", "txn-mid-commit-markers"])
+@pytest.mark.parametrize("point", ["txn-after-prepare-commit", "txn-after-prepare-before-markers",
+                                   "txn-mid-commit-markers"])
 def test_crash_in_the_middle_of_a_commit_completes_it_on_restart(tmp_path, monkeypatch, point):
+    """The broker dies once PrepareCommit is committed: before answering EndTxn, after
+    answering it (no marker written yet), or after the first of its markers; the restart
+    writes them all."""
     proc = own_broker(tmp_path, "offsets.topic.num.partitions=3\ntransaction.state.log.num.partitions=3\n")
     monkeypatch.setenv("SLUICE_FAILPOINTS", point)
     proc.start()
@@ -717,8 +732,11 @@ def test_crash_in_the_middle_of_a_commit_completes_it_on_restart(tmp_path, monke
                                    partition_index=p, committed_offset=40 + p, committed_metadata="m")
                                for p in range(3)])])
         assert {p.error_code for p in answer.topics[0].partitions} == {0}
-        conn.send_expecting_close(END_TXN, 3, transactional_id=txn_id, producer_id=pid,
-                                  producer_epoch=epoch, committed=True)
+        if point == "txn-after-prepare-commit":
+            conn.send_expecting_close(END_TXN, 3, transactional_id=txn_id, producer_id=pid,
+                                      producer_epoch=epoch, committed=True)
+        else:  # answered, then the markers
+            assert conn.end(txn_id, pid, epoch, True) == 0
         assert proc.proc.wait(20) == -signal.SIGKILL
         wait_for(lambda: f"fail point {point} reached" in "".join(proc.output), 5, "the crash notice")
         conn.close()

@@ -23,8 +23,9 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   verification; see `broker.handlers.produce`). The offsets stay pending until the
   transaction ends.
 - WriteTxnMarkers (what a transaction coordinator on another broker sends to the
-  partition leaders; also used by admin tools to abort hanging transactions) appends
-  the markers as asked and answers once each is committed (acks=all), with an error
+  partition leaders, one request holding the markers of several transactions; also
+  used by admin tools to abort hanging transactions) appends every marker as asked,
+  then answers once each is committed (acks=all), with an error
   per partition (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
   INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older
   than the producer's last marker there, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -60,6 +61,7 @@ Authorization (broker.security.acls), as Kafka's KafkaApis:
 
 from __future__ import annotations
 
+import asyncio
 
 from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
@@ -228,15 +230,18 @@ async def write_txn_markers(broker, header, request, session):
     Resp = WRITE_TXN_MARKERS.response
     allowed = (permitted(broker, session, Operation.ALTER, ResourceType.CLUSTER)
                or permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER))
+    if not allowed:
+        answers = [{(topic.name, p): ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    for topic in marker.topics for p in topic.partition_indexes}
+                   for marker in request.markers]
+    else:  # every marker appended, in the request's order, before any is waited for
+        answers = await asyncio.gather(*[append_local_markers(
+            broker, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+            marker.transaction_result, [(topic.name, p) for topic in marker.topics
+                                        for p in topic.partition_indexes])
+            for marker in request.markers])
     results = []
-    for marker in request.markers:
-        partitions = [(topic.name, p) for topic in marker.topics for p in topic.partition_indexes]
-        if not allowed:
-            codes = {tp: ErrorCode.CLUSTER_AUTHORIZATION_FAILED for tp in partitions}
-        else:
-            codes = await append_local_markers(broker, marker.producer_id, marker.producer_epoch,
-                                               marker.coordinator_epoch, marker.transaction_result,
-                                               partitions)
+    for marker, codes in zip(request.markers, answers):
         results.append(Resp.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
             Resp.WritableTxnMarkerTopicResult(name=topic.name, partitions=[
                 Resp.WritableTxnMarkerPartitionResult(partition_index=p, error_code=codes[(topic.name, p)])

@@ -35,15 +35,17 @@ InitProducerId and fencing, not with every transaction):
   producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (the
   handlers answer INVALID_PRODUCER_EPOCH to versions that predate PRODUCER_FENCED, and
   to produces and offset commits, as Kafka's partition leaders do).
-- EndTxn on an Ongoing transaction logs PrepareCommit/PrepareAbort and, only once that
-  is committed, writes a COMMIT or ABORT marker (with the producer id and epoch and
+- EndTxn on an Ongoing transaction logs PrepareCommit/PrepareAbort and is answered
+  once that is committed, as Kafka answers it (see `end_txn`). Then, in the background,
+  the coordinator writes a COMMIT or ABORT marker (with the producer id and epoch and
   the coordinator epoch) to every partition of the transaction, `__consumer_offsets`
   partitions included (which applies or drops the pending offsets there): locally or
-  with WriteTxnMarkers to the partition's leader (`broker.transactions.markers`), then
-  logs CompleteCommit/CompleteAbort. EndTxn is answered after that (see `end_txn`). A retry
-  of a completed EndTxn with the same result succeeds; the opposite result, or EndTxn
-  with no transaction, is INVALID_TXN_STATE; one while the markers are being written
-  is CONCURRENT_TRANSACTIONS.
+  with WriteTxnMarkers to the partitions' leaders, all at once
+  (`broker.transactions.markers`), then logs CompleteCommit/CompleteAbort. Until then
+  the id's AddPartitionsToTxn, AddOffsetsToTxn, InitProducerId and EndTxn (either
+  result, every version: transactions version 1) get CONCURRENT_TRANSACTIONS, as in
+  Kafka. A retry of a completed EndTxn with the same result succeeds; the opposite
+  result, or EndTxn with no transaction, is INVALID_TXN_STATE.
 - Transactions Ongoing for longer than their timeout are aborted by a background task
   (every transaction.abort.timed.out.transaction.cleanup.interval.ms) with a bumped
   epoch, so the abandoned producer is fenced. Transactions found in PrepareCommit or
@@ -185,7 +187,10 @@ class TransactionCoordinator:
         the write fails). Meanwhile the id has a pending transition: other requests for it
         get CONCURRENT_TRANSACTIONS (Kafka's pendingState). The write goes on should the
         request be cancelled (its client gone). A transaction that reaches PrepareCommit
-        or PrepareAbort starts its completion then."""
+        or PrepareAbort starts its completion when this returns: the task starts after the
+        caller's current step, in which the request is answered (its response handed to
+        the connection), so the markers follow the answer, as Kafka sends them once it
+        has responded."""
         self._check_not_pending(meta)
         fields = {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                   "timeout_ms": meta.timeout_ms, "state": meta.state,
@@ -198,7 +203,12 @@ class TransactionCoordinator:
         meta.pending = True
         write = self._in_background(self._write_transition(meta, index, epoch, record, changes, now),
                                     f"writing the state of {meta.transactional_id}")
-        await asyncio.shield(write)
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:  # the requester is gone: the completion follows the write
+            write.add_done_callback(lambda _: self._complete_if_prepared(meta, index, epoch))
+            raise
+        self._complete_if_prepared(meta, index, epoch)
 
     async def _write_transition(self, meta: TxnMetadata, index: int, epoch: int, record,
                                 changes: dict, now: int) -> None:
@@ -212,9 +222,14 @@ class TransactionCoordinator:
         for name, value in changes.items():
             setattr(meta, name, value)
         meta.last_update_ms = now
-        if meta.state in _COMPLETING:
-            if meta.state == PREPARE_COMMIT:
-                fail_point("txn-after-prepare-commit")
+        if meta.state == PREPARE_COMMIT:
+            fail_point("txn-after-prepare-commit")
+
+    def _complete_if_prepared(self, meta: TxnMetadata, index: int, epoch: int) -> None:
+        """Start the completion of a transaction a committed write left in PrepareCommit
+        or PrepareAbort (nothing when the write failed, or the id moved on)."""
+        if meta.state in _COMPLETING and self.txns.get(meta.transactional_id) is meta \
+                and self._coordinating(index, epoch):
             self._complete_soon(meta, index, epoch)
 
     # -- loading ---------------------------------------------------------------------
@@ -426,37 +441,38 @@ class TransactionCoordinator:
 
     # -- ending transactions ---------------------------------------------------------
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """End the producer's transaction. Answered once the markers are written and
-        CompleteCommit/CompleteAbort is committed (Kafka answers as soon as
-        PrepareCommit/PrepareAbort is, and writes the markers after): a client that saw
-        its commit succeed then reads its records with read_committed at once, as it
-        did on the single node; a marker held up by a leader change makes the client
-        time out and retry EndTxn, which gets CONCURRENT_TRANSACTIONS until the
-        completion is done and then NONE (a retry of what is done)."""
+        """End the producer's transaction. Answered once PrepareCommit/PrepareAbort is
+        committed, as Kafka answers it: the decision is durable, and the coordinator (or
+        the next one, loading it) writes the markers and CompleteCommit/CompleteAbort
+        after the answer. Until then the id's next AddPartitionsToTxn, AddOffsetsToTxn,
+        InitProducerId and EndTxn get CONCURRENT_TRANSACTIONS (the client retries), so
+        that its next transaction writes nothing before the markers of this one; a
+        read_committed reader sees the records once their partition has its marker."""
         meta, index, coordinator_epoch = self._known(transactional_id)
         await self._end(meta, index, coordinator_epoch, producer_id, epoch, commit, from_client=True)
 
     async def _end(self, meta: TxnMetadata, index: int, coordinator_epoch: int, producer_id: int,
                    epoch: int, commit: bool, from_client: bool) -> None:
-        self._check_not_pending(meta)
         if meta.producer_id != producer_id:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                               f"producer {producer_id} is not {meta.transactional_id!r}'s ({meta.producer_id})")
         if (from_client and epoch != meta.producer_epoch) or epoch < meta.producer_epoch:
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
+        self._check_not_pending(meta)
         result = "commit" if commit else "abort"
         if meta.state == ONGOING:
             fenced = {} if epoch == meta.producer_epoch else {"last_producer_epoch": NO_PRODUCER_EPOCH}
             await self._transition(meta, index, coordinator_epoch, producer_epoch=epoch,
                                    state=PREPARE_COMMIT if commit else PREPARE_ABORT,
                                    **fenced)  # a fence: no retry may resume
-            await asyncio.shield(meta.completion)
         elif meta.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
-        elif meta.state == (PREPARE_COMMIT if commit else PREPARE_ABORT):
+        elif meta.state in _COMPLETING:
+            # Either result, as Kafka's coordinator answers while its markers are pending.
             self._complete_soon(meta, index, coordinator_epoch)
-            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {result} is being completed")
+            raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                              f"the {meta.state_name} of {meta.transactional_id!r} is being completed")
         else:
             raise BrokerError(ErrorCode.INVALID_TXN_STATE,
                               f"cannot {result}: the transaction of {meta.transactional_id!r} is "
@@ -479,6 +495,7 @@ class TransactionCoordinator:
         """Write the markers of a PrepareCommit/PrepareAbort transaction (only once that
         state is committed: a coordinator taking over must find it, and finish what was
         begun), then log its completion."""
+        fail_point("txn-after-prepare-before-markers")
         commit = meta.state == PREPARE_COMMIT
         await self.markers.write(meta.producer_id, meta.producer_epoch, coordinator_epoch, commit,
                                  meta.partitions, lambda: self._coordinating(index, coordinator_epoch))

@@ -1,9 +1,12 @@
 """Writing a completing transaction's COMMIT/ABORT markers to every partition it touched
 (Kafka's TransactionMarkerChannelManager).
 
-A partition this broker leads gets its marker appended here; any other gets a
-WriteTxnMarkers v1 request to its current leader, as this broker's metadata view names
-it, over one connection per broker (pipelined, like the controller's channels). A
+A transaction's markers go to all of its partitions' leaders at once. A partition this
+broker leads gets its marker appended here; any other gets it by WriteTxnMarkers v1 to
+its current leader, as this broker's metadata view names it, over one connection per
+broker. Each broker has one request in flight at a time, holding the markers of every
+transaction that queued up for that broker meanwhile (as Kafka's channel manager
+drains its queue per broker into one request). A
 marker is written when it is committed in Kafka's sense (the leader answers
 WriteTxnMarkers once the high watermark passed it; a local one is awaited the same
 way), so that a leader failover cannot lose a marker the coordinator has counted.
@@ -31,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from wire.client.connection import BrokerConnection
 from wire.client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
@@ -58,13 +62,14 @@ _RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_R
                         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
-async def append_local_markers(broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                               commit: bool, partitions, timeout_s: float = MARKER_TIMEOUT_S,
-                               between: Callable[[], None] | None = None,
-                               ) -> dict[tuple[str, int], ErrorCode]:
+def append_local_markers(broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool, partitions, timeout_s: float = MARKER_TIMEOUT_S,
+                         between: Callable[[], None] | None = None,
+                         ) -> Awaitable[dict[tuple[str, int], ErrorCode]]:
     """Append a marker to each of `partitions` (led here; `between()` runs between two
-    appends) and wait until each is committed; the error code of each. What the
-    WriteTxnMarkers handler and the local coordinator both do."""
+    appends) now, and return the wait until each is committed: the error code of each.
+    What the WriteTxnMarkers handler and the local coordinator both do; appending in the
+    call lets either append all its markers before it waits for any."""
     codes: dict[tuple[str, int], ErrorCode] = {}
     appended = []
     remaining = sorted(partitions)
@@ -85,10 +90,27 @@ async def append_local_markers(broker, producer_id: int, producer_epoch: int, co
         appended.append(((topic, number), partition, partition.log_end_offset))
         if between is not None and index < len(remaining) - 1:
             between()
-    results = await asyncio.gather(*(partition.until_replicated(end, timeout_s)
-                                     for _, partition, end in appended))
-    codes.update((tp, code) for (tp, _, _), code in zip(appended, results))
-    return codes
+
+    async def committed() -> dict[tuple[str, int], ErrorCode]:
+        results = await asyncio.gather(*(partition.until_replicated(end, timeout_s)
+                                         for _, partition, end in appended))
+        codes.update((tp, code) for (tp, _, _), code in zip(appended, results))
+        return codes
+
+    return committed()
+
+
+@dataclass
+class _QueuedMarker:
+    """One transaction's marker for the partitions one broker leads, and its answer: the
+    error code of each partition."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    partitions: list[tuple[str, int]]
+    answer: asyncio.Future
 
 
 class MarkerWriter:
@@ -98,6 +120,8 @@ class MarkerWriter:
         self.broker = broker
         self.clock = broker.clock
         self._connections: dict[int, BrokerConnection] = {}
+        self._queued: dict[int, list[_QueuedMarker]] = {}  # by broker id, not sent yet
+        self._senders: dict[int, asyncio.Task] = {}  # by broker id, while markers are queued
 
     def _leader_of(self, topic: str, partition: int) -> int | None:
         """The leader's broker id per the metadata view; None while none is known; -1 when
@@ -149,6 +173,7 @@ class MarkerWriter:
                     remaining.discard(tp)
                 elif leader is not None:
                     by_leader.setdefault(leader, set()).add(tp)
+            # Every local marker is appended and every other queued in this step.
             sends = [self._write_local(producer_id, producer_epoch, coordinator_epoch, commit, tps)
                      if leader == self.broker.node_id else
                      self._write_remote(leader, producer_id, producer_epoch, coordinator_epoch, commit, tps)
@@ -176,40 +201,92 @@ class MarkerWriter:
                 await self.clock.sleep(backoff)
                 backoff = min(backoff * 2, LAST_RETRY_BACKOFF_S)
 
-    async def _write_local(self, producer_id, producer_epoch, coordinator_epoch, commit, partitions):
-        return await append_local_markers(
+    def _write_local(self, producer_id, producer_epoch, coordinator_epoch, commit, partitions):
+        return append_local_markers(
             self.broker, producer_id, producer_epoch, coordinator_epoch, commit, partitions,
             between=(lambda: fail_point("txn-mid-commit-markers")) if commit else None)
 
-    async def _write_remote(self, broker_id, producer_id, producer_epoch, coordinator_epoch, commit,
-                            partitions) -> dict[tuple[str, int], int]:
-        retry = {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in partitions}
+    def _write_remote(self, broker_id, producer_id, producer_epoch, coordinator_epoch, commit,
+                      partitions) -> asyncio.Future:
+        """Queue the marker for `broker_id`; the answer to wait for. The broker's channel
+        sends it in one WriteTxnMarkers request with every marker queued for that broker
+        meanwhile (other transactions completing at the same time)."""
+        loop = asyncio.get_running_loop()
+        marker = _QueuedMarker(producer_id, producer_epoch, coordinator_epoch, commit, sorted(partitions),
+                               loop.create_future())
+        self._queued.setdefault(broker_id, []).append(marker)
+        if broker_id not in self._senders:
+            self._senders[broker_id] = loop.create_task(self._send_queued(broker_id))
+        return marker.answer
+
+    async def _send_queued(self, broker_id: int) -> None:
+        """Send the markers queued for `broker_id` until none is left, one request at a
+        time holding all that queued up while the previous one was answered (Kafka's
+        marker channel: one request in flight per broker, drained whole)."""
+        queued = self._queued[broker_id]
+        markers: list[_QueuedMarker] = []
+        try:
+            while queued:
+                markers = [marker for marker in queued if not marker.answer.done()]
+                queued.clear()
+                if markers:
+                    answers = await self._send(broker_id, markers)
+                    for marker, codes in zip(markers, answers):
+                        if not marker.answer.done():
+                            marker.answer.set_result(codes)
+        except BaseException as exc:
+            for marker in (*markers, *queued):
+                if marker.answer.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    marker.answer.cancel()
+                else:
+                    marker.answer.set_exception(exc)
+            raise
+        finally:
+            del self._senders[broker_id]
+            del self._queued[broker_id]
+
+    async def _send(self, broker_id: int, markers: list[_QueuedMarker]) -> list[dict[tuple[str, int], int]]:
+        """One WriteTxnMarkers request with `markers`: the error code of each one's partitions
+        (retriable ones when the request fails)."""
+        retry = [{tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in marker.partitions} for marker in markers]
         connection = self._connection(broker_id)
         if connection is None:
             return retry
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(partitions):
-            by_topic.setdefault(topic, []).append(partition)
         Req = WRITE_TXN_MARKERS.request
-        body = Req(markers=[Req.WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[Req.WritableTxnMarkerTopic(name=topic, partition_indexes=indexes)
-                    for topic, indexes in by_topic.items()])])
+        body = Req(markers=[])
+        for marker in markers:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in marker.partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            body.markers.append(Req.WritableTxnMarker(
+                producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
+                topics=[Req.WritableTxnMarkerTopic(name=topic, partition_indexes=indexes)
+                        for topic, indexes in by_topic.items()]))
         try:
             response = await connection.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
                                                 negotiated=False)
         except (ConnectionFailed, RequestTimedOut, ProtocolViolation, KafkaError, OSError) as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", broker_id, exc)
             return retry
-        codes = {}
-        for marker in response.markers:
-            for topic in marker.topics:
-                for partition in topic.partitions:
-                    codes[(topic.name, partition.partition_index)] = partition.error_code
-        return {tp: codes.get(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER) for tp in partitions}
+        if len(response.markers) != len(markers):
+            log.warning("WriteTxnMarkers to broker %d answered %d of %d markers", broker_id,
+                        len(response.markers), len(markers))
+            return retry
+        answers = []
+        for marker, result, retried in zip(markers, response.markers, retry):
+            codes = {(topic.name, partition.partition_index): partition.error_code
+                     for topic in result.topics for partition in topic.partitions}
+            answers.append({tp: codes.get(tp, code) for tp, code in retried.items()})
+        return answers
 
     async def close(self) -> None:
+        senders = list(self._senders.values())
+        for sender in senders:
+            sender.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
