@@ -10,6 +10,10 @@
 - Fencing without the coordinator on the produce path (the leaders do not ask it,
   Kafka's behaviour without KIP-890): a second producer with the same transactional.id
   aborts the first one's open transaction; the first one's records are never read.
+- EndTxn is answered before the markers, as Kafka answers it: commit_transaction()
+  returns while a partition's leader is paused (SIGSTOP) and its marker waits; until it
+  is written the id's requests get CONCURRENT_TRANSACTIONS, and confluent-kafka's next
+  transaction retries through that and commits once the leader resumes.
 - Consume -> transform -> produce with send_offsets_to_transaction, copying a topic
   while the transaction coordinator's broker dies (SIGKILL, by the fail point right
   after PrepareCommit is committed): the new coordinator completes the prepared
@@ -26,6 +30,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import random
 import threading
@@ -41,8 +46,8 @@ from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for
 from tests.test_transactions import Raw
 from wire.error_codes import ErrorCode
-from wire.messages import (DESCRIBE_TRANSACTIONS, FIND_COORDINATOR, LIST_TRANSACTIONS,
-                           WRITE_TXN_MARKERS)
+from wire.messages import (ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR,
+                           LIST_TRANSACTIONS, WRITE_TXN_MARKERS)
 
 ck = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -201,6 +206,110 @@ def test_a_second_producer_fences_the_first_without_coordinator_checks_on_produc
     anomalies = count_anomalies("fencing", [b"live-%d" % i for i in range(9)],
                                 {b"zombie-%d" % i for i in range(9)} | {b"zombie-late"}, read)
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+
+# -- EndTxn answered before the markers ------------------------------------------------------
+
+class RdkafkaLog(logging.Handler):
+    """librdkafka's log lines (a client's `logger`), kept to wait for one."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def refused(self, producer) -> bool:
+        """Whether the producer has logged an AddPartitionsToTxn answered
+        CONCURRENT_TRANSACTIONS (librdkafka's words for it); its log comes through poll()."""
+        producer.poll(0)
+        return any("AddPartitionsToTxn response" in line and "another concurrent operation" in line
+                   for line in self.lines)
+
+    def logger(self, name: str) -> logging.Logger:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        logger.addHandler(self)
+        return logger
+
+
+def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_for_them(tmp_path,
+                                                                                       zookeeper):
+    """EndTxn is answered once PrepareCommit is committed, as Kafka answers it: with the
+    leader of one of the transaction's partitions paused (SIGSTOP), so that its marker
+    cannot be written, commit_transaction() returns. Until that marker is written the
+    coordinator answers the id's AddPartitionsToTxn, AddOffsetsToTxn, EndTxn (the commit
+    retried, or an abort) and InitProducerId with CONCURRENT_TRANSACTIONS; confluent-kafka's
+    next transaction retries through it, writes nothing meanwhile and commits once the
+    leader resumes; a read_committed reader sees both transactions whole."""
+    properties = {**PROPERTIES, "zookeeper.session.timeout.ms": "60000",  # the pause keeps its session
+                  "transaction.state.log.num.partitions": "1",
+                  "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"}
+    with Cluster(tmp_path, zookeeper, brokers=2, properties=properties) as cluster:
+        txn_id = unique("held")
+        coordinator = coordinator_of(cluster, txn_id)
+        held = 1 - coordinator  # leads the partition whose marker waits; holds no __transaction_state
+        topic = unique("held-markers")
+        cluster.create_topic(topic, 2, 1)
+        leaders = {p: info.leader_id for p, info in cluster.partitions(topic).items()}
+        assert sorted(leaders.values()) == [0, 1], leaders
+        local = next(p for p, leader in leaders.items() if leader == coordinator)
+        log = RdkafkaLog()
+        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                                "linger.ms": 5, "debug": "eos", "logger": log.logger(f"rdkafka-{txn_id}")})
+        producer.init_transactions(60)
+        first = [b"first-%d" % i for i in range(6)]
+        producer.begin_transaction()
+        for i, value in enumerate(first):
+            producer.produce(topic, value=value, partition=i % 2)
+        assert producer.flush(30) == 0
+        second = [b"second-%d" % i for i in range(3)]
+        outcome: queue.Queue = queue.Queue()
+
+        def next_transaction() -> None:
+            try:
+                producer.begin_transaction()
+                for value in second:
+                    producer.produce(topic, value=value, partition=local)
+                producer.commit_transaction(60)
+                outcome.put(None)
+            except BaseException as exc:  # raised in the test's thread
+                outcome.put(exc)
+
+        conn = raw(cluster, coordinator)
+        cluster.pause(held)
+        try:
+            producer.commit_transaction(20)  # answered with the held marker not written
+            state = conn.describe(txn_id)
+            assert state.transaction_state == "PrepareCommit", state
+            pid, epoch = state.producer_id, state.producer_epoch
+            busy = ErrorCode.CONCURRENT_TRANSACTIONS
+            assert conn.add(txn_id, pid, epoch, {topic: [local]}) == {(topic, local): busy}
+            assert conn.call(ADD_OFFSETS_TO_TXN, 3, transactional_id=txn_id, producer_id=pid,
+                             producer_epoch=epoch, group_id=unique("group")).error_code == busy
+            assert conn.end(txn_id, pid, epoch, True) == busy
+            assert conn.end(txn_id, pid, epoch, False) == busy
+            assert conn.init(txn_id)[0] == busy
+            written = conn.offsets(topic, [local], committed=False)
+            threading.Thread(target=next_transaction, name="next-transaction", daemon=True).start()
+            wait_for(lambda: log.refused(producer), 30,
+                     "the producer's AddPartitionsToTxn to get CONCURRENT_TRANSACTIONS")
+            assert outcome.empty(), "the next transaction committed before the markers of the first"
+            assert conn.offsets(topic, [local], committed=False) == written, \
+                "the next transaction wrote before the markers of the first"
+            assert conn.describe(txn_id).transaction_state == "PrepareCommit"
+        finally:
+            cluster.resume(held)
+        error = outcome.get(timeout=90)
+        assert error is None, error
+        assert conn.completed(txn_id).transaction_state == "CompleteCommit"
+        conn.close()
+        producer.flush(10)
+        anomalies = count_anomalies("commit answered before its markers", first + second, set(),
+                                    read_committed(cluster, topic, 2, len(first) + len(second)))
+        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
 
 
 # -- consume -> transform -> produce across a coordinator failover ------------------------
