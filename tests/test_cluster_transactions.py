@@ -13,7 +13,8 @@
 - EndTxn is answered before the markers, as Kafka answers it: commit_transaction()
   returns while a partition's leader is paused (SIGSTOP) and its marker waits; until it
   is written the id's requests get CONCURRENT_TRANSACTIONS, and confluent-kafka's next
-  transaction retries through that and commits once the leader resumes.
+  transaction retries through that and commits once the leader resumes. The markers of
+  transactions ending meanwhile go to the paused broker together, in one request.
 - Consume -> transform -> produce with send_offsets_to_transaction, copying a topic
   while the transaction coordinator's broker dies (SIGKILL, by the fail point right
   after PrepareCommit is committed): the new coordinator completes the prepared
@@ -44,6 +45,7 @@ from broker.groups.offsets_log import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for
+from tests.test_metrics import metrics_port, scrape, value
 from tests.test_transactions import Raw
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR,
@@ -235,8 +237,30 @@ class RdkafkaLog(logging.Handler):
         return logger
 
 
-def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_for_them(tmp_path,
-                                                                                       zookeeper):
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory, zookeeper):
+    """Two brokers, `__transaction_state` one partition on one of them (the coordinator
+    of every transactional id), the other to pause while it leads a partition whose
+    marker must wait; sessions long enough to outlast the pauses."""
+    properties = {**PROPERTIES, "zookeeper.session.timeout.ms": "60000", "metrics.port": "0",
+                  "transaction.state.log.num.partitions": "1",
+                  "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"}
+    with Cluster(tmp_path_factory.mktemp("held-markers"), zookeeper, brokers=2,
+                 properties=properties) as running:
+        yield running
+
+
+def split_topic(cluster: Cluster, coordinator: int) -> tuple[str, int]:
+    """A new topic of two partitions, one led by each broker, and the partition led by
+    the coordinator."""
+    topic = unique("held-markers")
+    cluster.create_topic(topic, 2, 1)
+    leaders = {p: info.leader_id for p, info in cluster.partitions(topic).items()}
+    assert sorted(leaders.values()) == [0, 1], leaders
+    return topic, next(p for p, leader in leaders.items() if leader == coordinator)
+
+
+def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_for_them(two_brokers):
     """EndTxn is answered once PrepareCommit is committed, as Kafka answers it: with the
     leader of one of the transaction's partitions paused (SIGSTOP), so that its marker
     cannot be written, commit_transaction() returns. Until that marker is written the
@@ -244,72 +268,112 @@ def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_f
     retried, or an abort) and InitProducerId with CONCURRENT_TRANSACTIONS; confluent-kafka's
     next transaction retries through it, writes nothing meanwhile and commits once the
     leader resumes; a read_committed reader sees both transactions whole."""
-    properties = {**PROPERTIES, "zookeeper.session.timeout.ms": "60000",  # the pause keeps its session
-                  "transaction.state.log.num.partitions": "1",
-                  "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"}
-    with Cluster(tmp_path, zookeeper, brokers=2, properties=properties) as cluster:
-        txn_id = unique("held")
-        coordinator = coordinator_of(cluster, txn_id)
-        held = 1 - coordinator  # leads the partition whose marker waits; holds no __transaction_state
-        topic = unique("held-markers")
-        cluster.create_topic(topic, 2, 1)
-        leaders = {p: info.leader_id for p, info in cluster.partitions(topic).items()}
-        assert sorted(leaders.values()) == [0, 1], leaders
-        local = next(p for p, leader in leaders.items() if leader == coordinator)
-        log = RdkafkaLog()
-        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
-                                "linger.ms": 5, "debug": "eos", "logger": log.logger(f"rdkafka-{txn_id}")})
-        producer.init_transactions(60)
-        first = [b"first-%d" % i for i in range(6)]
-        producer.begin_transaction()
-        for i, value in enumerate(first):
-            producer.produce(topic, value=value, partition=i % 2)
-        assert producer.flush(30) == 0
-        second = [b"second-%d" % i for i in range(3)]
-        outcome: queue.Queue = queue.Queue()
+    cluster = two_brokers
+    txn_id = unique("held")
+    coordinator = coordinator_of(cluster, txn_id)
+    held = 1 - coordinator  # leads the partition whose marker waits; holds no __transaction_state
+    topic, local = split_topic(cluster, coordinator)
+    log = RdkafkaLog()
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                            "linger.ms": 5, "debug": "eos", "logger": log.logger(f"rdkafka-{txn_id}")})
+    producer.init_transactions(60)
+    first = [b"first-%d" % i for i in range(6)]
+    producer.begin_transaction()
+    for i, value in enumerate(first):
+        producer.produce(topic, value=value, partition=i % 2)
+    assert producer.flush(30) == 0
+    second = [b"second-%d" % i for i in range(3)]
+    outcome: queue.Queue = queue.Queue()
 
-        def next_transaction() -> None:
-            try:
-                producer.begin_transaction()
-                for value in second:
-                    producer.produce(topic, value=value, partition=local)
-                producer.commit_transaction(60)
-                outcome.put(None)
-            except BaseException as exc:  # raised in the test's thread
-                outcome.put(exc)
-
-        conn = raw(cluster, coordinator)
-        cluster.pause(held)
+    def next_transaction() -> None:
         try:
-            producer.commit_transaction(20)  # answered with the held marker not written
-            state = conn.describe(txn_id)
-            assert state.transaction_state == "PrepareCommit", state
-            pid, epoch = state.producer_id, state.producer_epoch
-            busy = ErrorCode.CONCURRENT_TRANSACTIONS
-            assert conn.add(txn_id, pid, epoch, {topic: [local]}) == {(topic, local): busy}
-            assert conn.call(ADD_OFFSETS_TO_TXN, 3, transactional_id=txn_id, producer_id=pid,
-                             producer_epoch=epoch, group_id=unique("group")).error_code == busy
-            assert conn.end(txn_id, pid, epoch, True) == busy
-            assert conn.end(txn_id, pid, epoch, False) == busy
-            assert conn.init(txn_id)[0] == busy
-            written = conn.offsets(topic, [local], committed=False)
-            threading.Thread(target=next_transaction, name="next-transaction", daemon=True).start()
-            wait_for(lambda: log.refused(producer), 30,
-                     "the producer's AddPartitionsToTxn to get CONCURRENT_TRANSACTIONS")
-            assert outcome.empty(), "the next transaction committed before the markers of the first"
-            assert conn.offsets(topic, [local], committed=False) == written, \
-                "the next transaction wrote before the markers of the first"
-            assert conn.describe(txn_id).transaction_state == "PrepareCommit"
-        finally:
-            cluster.resume(held)
-        error = outcome.get(timeout=90)
-        assert error is None, error
+            producer.begin_transaction()
+            for value in second:
+                producer.produce(topic, value=value, partition=local)
+            producer.commit_transaction(60)
+            outcome.put(None)
+        except BaseException as exc:  # raised in the test's thread
+            outcome.put(exc)
+
+    conn = raw(cluster, coordinator)
+    cluster.pause(held)
+    try:
+        producer.commit_transaction(20)  # answered with the held marker not written
+        state = conn.describe(txn_id)
+        assert state.transaction_state == "PrepareCommit", state
+        pid, epoch = state.producer_id, state.producer_epoch
+        busy = ErrorCode.CONCURRENT_TRANSACTIONS
+        assert conn.add(txn_id, pid, epoch, {topic: [local]}) == {(topic, local): busy}
+        assert conn.call(ADD_OFFSETS_TO_TXN, 3, transactional_id=txn_id, producer_id=pid,
+                         producer_epoch=epoch, group_id=unique("group")).error_code == busy
+        assert conn.end(txn_id, pid, epoch, True) == busy
+        assert conn.end(txn_id, pid, epoch, False) == busy
+        assert conn.init(txn_id)[0] == busy
+        written = conn.offsets(topic, [local], committed=False)
+        threading.Thread(target=next_transaction, name="next-transaction", daemon=True).start()
+        wait_for(lambda: log.refused(producer), 30,
+                 "the producer's AddPartitionsToTxn to get CONCURRENT_TRANSACTIONS")
+        assert outcome.empty(), "the next transaction committed before the markers of the first"
+        assert conn.offsets(topic, [local], committed=False) == written, \
+            "the next transaction wrote before the markers of the first"
+        assert conn.describe(txn_id).transaction_state == "PrepareCommit"
+    finally:
+        cluster.resume(held)
+    error = outcome.get(timeout=90)
+    assert error is None, error
+    assert conn.completed(txn_id).transaction_state == "CompleteCommit"
+    conn.close()
+    producer.flush(10)
+    anomalies = count_anomalies("commit answered before its markers", first + second, set(),
+                                read_committed(cluster, topic, 2, len(first) + len(second)))
+    assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+
+def write_txn_markers_answered(cluster: Cluster, broker_id: int) -> int:
+    """How many WriteTxnMarkers requests the broker has answered (its metrics endpoint)."""
+    samples = scrape(metrics_port(cluster.processes[broker_id]))
+    return int(value(samples, "kafka_network_requestmetrics_requests_total",
+                     request="WriteTxnMarkers", version="1") or 0)
+
+
+def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(two_brokers):
+    """Five producers commit while the leader of one partition of each transaction is
+    paused: the coordinator's WriteTxnMarkers with the first one's marker waits there,
+    and the markers of the four committed meanwhile queue up for that broker. Once it
+    resumes it gets them all in one more request (two answered in all, not five), and a
+    read_committed reader sees every transaction whole."""
+    cluster = two_brokers
+    txn_ids = [unique("batched") for _ in range(5)]
+    coordinator = coordinator_of(cluster, txn_ids[0])
+    assert {coordinator_of(cluster, txn_id) for txn_id in txn_ids} == {coordinator}
+    held = 1 - coordinator
+    topic, _ = split_topic(cluster, coordinator)
+    producers, committed = [], []
+    for txn_id in txn_ids:
+        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                                "linger.ms": 5})
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(topic, value=f"{txn_id}-{i}".encode(), partition=i % 2)
+            committed.append(f"{txn_id}-{i}".encode())
+        assert producer.flush(30) == 0
+        producers.append(producer)
+    answered = write_txn_markers_answered(cluster, held)
+    cluster.pause(held)
+    try:
+        for producer in producers:
+            producer.commit_transaction(20)
+    finally:
+        cluster.resume(held)
+    conn = raw(cluster, coordinator)
+    for txn_id in txn_ids:
         assert conn.completed(txn_id).transaction_state == "CompleteCommit"
-        conn.close()
-        producer.flush(10)
-        anomalies = count_anomalies("commit answered before its markers", first + second, set(),
-                                    read_committed(cluster, topic, 2, len(first) + len(second)))
-        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+    conn.close()
+    assert write_txn_markers_answered(cluster, held) - answered == 2
+    anomalies = count_anomalies("markers sent together", committed, set(),
+                                read_committed(cluster, topic, 2, len(committed)))
+    assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
 
 
 # -- consume -> transform -> produce across a coordinator failover ------------------------
