@@ -23,7 +23,10 @@
   non-monotonic offsets and inconsistent offsets between consumers all 0. A marker with the old coordinator epoch is then refused
   (TRANSACTION_COORDINATOR_FENCED).
 - `chaos`: the same copy under random SIGKILLs of the coordinator, of a partition
-  leader and of the controller (seed printed; SLUICE_SEED replays it); and across the
+  leader and of the controller (seed printed; SLUICE_SEED replays it); rounds in which
+  the coordinator dies right after answering EndTxn, before any marker (fail point
+  txn-after-prepare-before-markers), its successor completing the transaction: lost,
+  duplicated, aborted reads and partial transactions all 0; and across the
   SIGKILL of the group's coordinator, left down, which makes librdkafka's
   send_offsets_to_transaction hang (#5511): the copier replaces that producer.
 """
@@ -47,6 +50,7 @@ from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for
 from tests.test_metrics import metrics_port, scrape, value
 from tests.test_transactions import Raw
+from wire.client import PREFERRED_ELECTION, Client
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR,
                            LIST_TRANSACTIONS, WRITE_TXN_MARKERS)
@@ -57,6 +61,7 @@ kafka = pytest.importorskip("kafka")
 pytestmark = pytest.mark.timeout(240)
 
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator's key types
+TXN_STATE = COORDINATOR_TOPICS[TXN_KEY]
 PROPERTIES = {**FAST_FAILOVER,
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
               "group.initial.rebalance.delay.ms": "0"}
@@ -727,3 +732,163 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
         copier.finish()
         anomalies = copier.anomalies("copy under random kills", inputs, seed)
         assert anomalies == COPY_CLEAN, f"seed={seed}"
+
+
+# -- the coordinator killed between EndTxn's answer and the markers (chaos) ---------------
+
+class TxnRound:
+    """One transactional producer's transactions over an RF=3 topic, each committed or
+    aborted as drawn, its values `<name>-<n>-<i>` spread over the partitions. A
+    transaction whose commit (abort) returned is `committed` (`aborted`); one that failed
+    otherwise is `unknown` (whole or absent, never part of it, either is fine). A
+    producer failing fatally is replaced (its successor's init_transactions aborts what
+    was open)."""
+
+    def __init__(self, cluster: Cluster, topic: str, partitions: int, txn_id: str):
+        self.cluster, self.topic, self.partitions, self.txn_id = cluster, topic, partitions, txn_id
+        self.values: dict[str, list[bytes]] = {}
+        self.outcomes: dict[str, str] = {}
+        self.failures: collections.Counter[str] = collections.Counter()
+        self._producer = self._new_producer()
+
+    def _new_producer(self):
+        producer = ck.Producer({"bootstrap.servers": self.cluster.all_servers, "transactional.id": self.txn_id,
+                                "linger.ms": 5, "transaction.timeout.ms": 30_000,
+                                "topic.metadata.refresh.interval.ms": 1000})
+        producer.init_transactions(120)
+        return producer
+
+    def transaction(self, name: str, size: int, commit: bool) -> str:
+        values = self.values[name] = [f"{name}-{i}".encode() for i in range(size)]
+        self.outcomes[name] = outcome = self._run(values, commit)
+        return outcome
+
+    def _run(self, values: list[bytes], commit: bool) -> str:
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for i, value in enumerate(values):
+                producer.produce(self.topic, value=value, partition=i % self.partitions)
+            for _ in range(10):
+                try:
+                    if commit:
+                        producer.commit_transaction(60)
+                        return "committed"
+                    producer.abort_transaction(60)
+                    return "aborted"
+                except ck.KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise
+                    self.failures[f"{'commit' if commit else 'abort'} {exc.args[0].name()}"] += 1
+        except ck.KafkaException as exc:
+            error = exc.args[0]
+            self.failures[error.name()] += 1
+            if error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(60)
+                    return "aborted"
+                except ck.KafkaException as abort_failure:
+                    self.failures[f"abort {abort_failure.args[0].name()}"] += 1
+        self._producer = self._new_producer()
+        return "unknown"
+
+
+def transaction_anomalies(test: str, rounds: list[TxnRound], reads: dict, seed: int) -> dict:
+    """What each read_committed consumer got against what the producers were told,
+    summed over the consumers: committed values lost, values read twice, values of
+    aborted transactions read, transactions read in part, values never produced; and
+    the offset anomalies between the consumers."""
+    values = {name: vs for r in rounds for name, vs in r.values.items()}
+    outcomes = {name: outcome for r in rounds for name, outcome in r.outcomes.items()}
+    owner = {value: name for name, vs in values.items() for value in vs}
+    anomalies = {"lost": 0, "duplicated": 0, "aborted reads": 0, "partial transactions": 0, "unexpected": 0}
+    for records in reads.values():
+        counts = collections.Counter(value for _, _, value in records)
+        seen = collections.Counter(owner[value] for value in counts if value in owner)
+        anomalies["lost"] += sum(1 for name, vs in values.items() if outcomes[name] == "committed"
+                                 for value in vs if counts[value] == 0)
+        anomalies["duplicated"] += sum(n - 1 for n in counts.values() if n > 1)
+        anomalies["aborted reads"] += sum(counts[value] for name, vs in values.items()
+                                          if outcomes[name] == "aborted" for value in vs)
+        anomalies["partial transactions"] += sum(1 for name, n in seen.items() if n < len(values[name]))
+        anomalies["unexpected"] += sum(n for value, n in counts.items() if value not in owner)
+    examples: list[str] = []
+    anomalies.update(offset_anomalies(reads, examples))
+    print(f"{test} seed={seed}: {len(values)} transactions "
+          f"({', '.join(f'{n} {o}' for o, n in sorted(collections.Counter(outcomes.values()).items()))}), "
+          f"read {'/'.join(str(len(r)) for r in reads.values())} ({', '.join(reads)}), client errors "
+          f"{dict(sum((r.failures for r in rounds), collections.Counter()))}; "
+          + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
+    for example in examples:
+        print(f"  {example}")
+    return anomalies
+
+
+def prepared_loads(cluster: Cluster) -> int:
+    """How many times the brokers loaded a partition of `__transaction_state` holding a
+    transaction to complete (their logs, every start)."""
+    return sum(1 for process in cluster.processes.values() for line in process.output
+               if "from __transaction_state-" in line and "(1 to complete)" in line)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+def test_transactions_stay_whole_when_the_coordinator_dies_between_answering_end_txn_and_the_markers(
+        tmp_path, zookeeper, monkeypatch):
+    """Rounds: a broker drawn with the printed seed is restarted with the fail point
+    txn-after-prepare-before-markers and made the coordinator of a new transactional id
+    (a preferred election gives it its partition of `__transaction_state` back); the
+    id's first transaction (committed or aborted, as drawn) is answered, then the
+    coordinator dies before writing any marker, and the producer goes on through its
+    successor, which completes that transaction on load. read_committed consumers
+    (confluent-kafka, kafka-python) see every transaction whole and exactly once."""
+    seed = pick_seed()
+    rng = random.Random(seed)
+    test = "test_transactions_stay_whole_when_the_coordinator_dies_between_answering_end_txn_and_the_markers"
+    print(f"{test} seed={seed}")
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
+        topic = unique("prepared")
+        cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        coordinator_of(cluster, "probe")  # creates __transaction_state
+        rounds: list[TxnRound] = []
+        for round_ in range(3):
+            victim = rng.choice(cluster.ids)
+            cluster.kill(victim)
+            monkeypatch.setenv("SLUICE_FAILPOINTS", "txn-after-prepare-before-markers")
+            try:
+                cluster.restart(victim)
+            finally:
+                monkeypatch.delenv("SLUICE_FAILPOINTS")
+            cluster.wait_for_brokers()
+            cluster.wait_for_leaders(TXN_STATE, full_isr=True)
+            with Client(cluster.bootstrap_servers) as client:
+                client.elect_leaders(PREFERRED_ELECTION, [(TXN_STATE, p) for p in cluster.partitions(TXN_STATE)])
+            txn_id = coordinated_by(cluster, victim)
+            loads = prepared_loads(cluster)
+            current = TxnRound(cluster, topic, COPY_PARTITIONS, txn_id)
+            rounds.append(current)
+            first = f"r{round_}-t0"
+            commit = rng.random() < 0.7
+            print(f"round {round_}: broker {victim} coordinates {txn_id} and dies after answering "
+                  f"its first EndTxn ({'commit' if commit else 'abort'})")
+            assert current.transaction(first, rng.randrange(3, 30), commit) == (
+                "committed" if commit else "aborted"), current.failures
+            wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 60,
+                     f"broker {victim} to die at its fail point")
+            cluster.kill(victim)  # reaped: out of bootstrap_servers and the waits
+            assert "fail point txn-after-prepare-before-markers reached" in cluster.output(victim, 200)
+            for n in range(1, 6):
+                current.transaction(f"r{round_}-t{n}", rng.randrange(1, 30), rng.random() < 0.7)
+            conn = raw(cluster, coordinator_of(cluster, txn_id))
+            conn.completed(txn_id, timeout=60)  # nothing left to complete when a broker loads again
+            conn.close()
+            assert prepared_loads(cluster) > loads, "no successor found the transaction prepared"
+            cluster.restart(victim)
+            cluster.wait_for_brokers()
+        expected = sum(len(vs) for r in rounds for name, vs in r.values.items()
+                       if r.outcomes[name] == "committed")
+        reads = read_by_two(cluster.bootstrap_servers, topic, COPY_PARTITIONS, "read_committed", expected)
+        anomalies = transaction_anomalies("transactions across coordinators killed after answering EndTxn",
+                                          rounds, reads, seed)
+        assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "partial transactions": 0,
+                             "unexpected": 0, NON_MONOTONIC: 0, INCONSISTENT: 0}, f"seed={seed}"
