@@ -48,7 +48,7 @@ from broker.groups.offsets_log import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for
-from tests.test_metrics import metrics_port, scrape, value
+from tests.test_metrics import metrics_port, scrape
 from tests.test_transactions import Raw
 from wire.client import PREFERRED_ELECTION, Client
 from wire.error_codes import ErrorCode
@@ -334,11 +334,12 @@ def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_f
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
 
 
-def write_txn_markers_answered(cluster: Cluster, broker_id: int) -> int:
-    """How many WriteTxnMarkers requests the broker has answered (its metrics endpoint)."""
+def answered(cluster: Cluster, broker_id: int, request: str) -> int:
+    """How many requests of an API (Kafka's name) the broker has answered, all versions
+    (its metrics endpoint)."""
     samples = scrape(metrics_port(cluster.processes[broker_id]))
-    return int(value(samples, "kafka_network_requestmetrics_requests_total",
-                     request="WriteTxnMarkers", version="1") or 0)
+    return int(sum(count for labels, count in samples.get("kafka_network_requestmetrics_requests_total", {}).items()
+                   if dict(labels)["request"] == request))
 
 
 def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(two_brokers):
@@ -364,7 +365,7 @@ def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(t
             committed.append(f"{txn_id}-{i}".encode())
         assert producer.flush(30) == 0
         producers.append(producer)
-    answered = write_txn_markers_answered(cluster, held)
+    before = answered(cluster, held, "WriteTxnMarkers")
     cluster.pause(held)
     try:
         for producer in producers:
@@ -375,10 +376,54 @@ def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(t
     for txn_id in txn_ids:
         assert conn.completed(txn_id).transaction_state == "CompleteCommit"
     conn.close()
-    assert write_txn_markers_answered(cluster, held) - answered == 2
+    assert answered(cluster, held, "WriteTxnMarkers") - before == 2
     anomalies = count_anomalies("markers sent together", committed, set(),
                                 read_committed(cluster, topic, 2, len(committed)))
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+
+def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brokers):
+    """wire.client waits for a transaction coordinator that answers CONCURRENT_TRANSACTIONS
+    (writing the markers of the id's last transaction) until its retry_timeout, as for a
+    coordinator moving, not `retries` times: its InitProducerId for an id whose commit
+    has a marker held by a paused leader is refused more times than `retries` allows,
+    and gets the next epoch once the leader resumes."""
+    cluster = two_brokers
+    txn_id = unique("waited")
+    coordinator = coordinator_of(cluster, txn_id)
+    held = 1 - coordinator
+    topic, _ = split_topic(cluster, coordinator)
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                            "linger.ms": 5})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic, value=b"held", partition=partition)
+    assert producer.flush(30) == 0
+    outcome: queue.Queue = queue.Queue()
+    retries = 2
+    with Client(cluster.bootstrap_servers, retries=retries) as client:
+        def init() -> None:
+            try:
+                outcome.put(client.init_transactions(txn_id))
+            except BaseException as exc:  # raised in the test's thread
+                outcome.put(exc)
+
+        before = answered(cluster, coordinator, "InitProducerId")
+        cluster.pause(held)
+        try:
+            producer.commit_transaction(20)
+            conn = raw(cluster, coordinator)
+            state = conn.describe(txn_id)
+            conn.close()
+            assert state.transaction_state == "PrepareCommit", state
+            threading.Thread(target=init, name="init", daemon=True).start()
+            wait_for(lambda: answered(cluster, coordinator, "InitProducerId") - before > retries + 1,
+                     30, f"more than {retries + 1} InitProducerId answers")
+            assert outcome.empty(), outcome.get()
+        finally:
+            cluster.resume(held)
+        assert outcome.get(timeout=60) == (state.producer_id, state.producer_epoch + 1)
 
 
 # -- consume -> transform -> produce across a coordinator failover ------------------------

@@ -7,8 +7,10 @@ per-partition sequence numbers.
 
 Retries are bounded by count (`retries`) and by time (`retry_timeout`), with
 exponential backoff between attempts; a coordinator that is moving or loading
-(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) is waited
-for until `retry_timeout` whatever the count, as Kafka's clients wait for theirs. Before retrying, what the error makes doubtful
+(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), or a
+transaction coordinator writing the markers of the id's last transaction after
+answering its EndTxn (CONCURRENT_TRANSACTIONS), is waited for until `retry_timeout`
+whatever the count, as Kafka's clients wait for theirs. Before retrying, what the error makes doubtful
 is forgotten: the topic's metadata for leader-routed requests, the coordinator for
 group requests, the controller for topic administration.
 """
@@ -62,9 +64,10 @@ _CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequence numbers wrap from 2**31 - 1 to 0
 _GROUP_KEY = 0  # FindCoordinator key types: consumer groups, transactional ids
 _TRANSACTION_KEY = 1
-# A coordinator moving to another broker or loading its state: waited for, not counted.
-_COORDINATOR_MOVING = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
+# A coordinator moving to another broker or loading its state, or a transaction
+# coordinator still writing the markers of the id's last transaction: waited for, not counted.
+_COORDINATOR_BUSY = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS})
 _RESOURCE_NAMES = {2: "topic", 4: "broker"}
 _FIRST_BATCHED_FIND_COORDINATOR = 4
 _FIRST_GROUPS_OFFSET_FETCH = 8
@@ -357,7 +360,7 @@ class AsyncClient:
                 if (not exc.retriable or counted >= self.retries or self._closed
                         or loop.time() + delay > deadline):
                     raise
-                if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_MOVING
+                if not (isinstance(exc, KafkaError) and exc.code in _COORDINATOR_BUSY
                         or isinstance(exc, BrokerUnreachable)):
                     counted += 1
             await asyncio.sleep(delay)
