@@ -473,37 +473,51 @@ def last_intent(client: Client, query: str) -> Intent | None:
     once the COMMIT marker of its transaction follows it: read_committed stops at the
     first open transaction of any query (a driver killed while appending leaves one open
     for kafka.transaction.timeout.ms), and would hide this query's later intents. An
-    intent whose transaction is aborted (a fenced driver's) or still open never counts."""
+    intent whose transaction is aborted (a fenced driver's) or still open never counts.
+    EndTxn is answered before the markers are written (as Kafka answers it), so an
+    intent found without its marker may be committed already: then the driver's
+    transaction is waited for until it is no longer PrepareCommit or PrepareAbort, and
+    the log read again."""
+    intent, unmarked = _scan_intents(client, query)
+    if unmarked:
+        _await_markers(client, _driver_txn_id(query))
+        intent, _ = _scan_intents(client, query)
+    return intent
+
+
+def _scan_intents(client: Client, query: str) -> tuple[Intent | None, bool]:
+    """The query's last intent with its COMMIT marker after it, and whether a record of
+    the query without a marker yet follows it."""
     known = client.metadata([SINK_INTENTS_TOPIC]).topics.get(SINK_INTENTS_TOPIC)
     if known is None or known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        return None  # no query has committed anything yet
+        return None, False  # no query has committed anything yet
     end = client.list_offsets(SINK_INTENTS_TOPIC, [0], -1)[0].offset
     start = client.list_offsets(SINK_INTENTS_TOPIC, [0], -2)[0].offset
     key = query.encode()
     lookback = _INTENT_LOOKBACK
+    unmarked = False
     while end > start:
-        found = _last_committed(client, key, max(start, end - lookback), end)
+        found, pending = _last_committed(client, key, max(start, end - lookback), end)
+        unmarked = unmarked or pending
         if found is not None:
-            return None if found.value is None else Intent.decode(found.value)
+            return (None if found.value is None else Intent.decode(found.value)), unmarked
         if end - lookback <= start:
-            return None
+            return None, unmarked
         lookback *= 4
-    return None
+    return None, unmarked
 
 
 def _last_committed(client: Client, key: bytes, offset: int, end: int):
     """The last record with `key` in the intents topic between `offset` and `end` whose
-    transaction commits there (its producer's next marker is a COMMIT), or None."""
+    transaction commits there (its producer's next marker is a COMMIT), or None; and
+    whether a record with `key` after it has no marker yet."""
     since_marker: dict[int, list] = {}  # producer id -> its records with the key since its last marker
     found = None
     while offset < end:
         fetched = client.fetch(SINK_INTENTS_TOPIC, 0, offset, max_wait_ms=0, max_bytes=_MARKER_SCAN_BYTES)
         batches = [(h, b) for h, b in iter_batches(fetched.records) if h.last_offset >= offset]
-        if not batches:
-            break
-        for header, batch in batches:
-            if header.base_offset >= end:
-                return found
+        within = [(h, b) for h, b in batches if h.base_offset < end]
+        for header, batch in within:
             if header.is_control:
                 mine = since_marker.pop(header.producer_id, None)
                 # A marker the cleaner emptied ended a transaction whose records are gone.
@@ -514,8 +528,28 @@ def _last_committed(client: Client, key: bytes, offset: int, end: int):
                 mine = [r for r in decode_batch(batch, _MAX_DECOMPRESSED) if r.key == key]
                 if mine:
                     since_marker.setdefault(header.producer_id, []).extend(mine)
-        offset = batches[-1][0].last_offset + 1
-    return found
+        if not within or len(within) < len(batches):
+            break  # the end, or past it
+        offset = within[-1][0].last_offset + 1
+    after = -1 if found is None else found.offset
+    return found, any(r.offset > after for records in since_marker.values() for r in records)
+
+
+def _await_markers(client: Client, transactional_id: str) -> None:
+    """Until the transaction of `transactional_id` is neither PrepareCommit nor
+    PrepareAbort: its coordinator has written its markers."""
+    for _ in range(_SETTLE_ROUNDS):
+        try:
+            state = client.describe_transaction(transactional_id)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                raise
+            return
+        if state.state not in ("PrepareCommit", "PrepareAbort"):
+            return
+        time.sleep(0.1)  # the coordinator is still writing its markers
+    raise SluiceSinkError(f"sluice sink: the coordinator of {transactional_id} did not write the "
+                          f"markers of its transaction in time")
 
 
 def _record_intent(client: Client, query: str, driver: tuple[int, int], intent: Intent,

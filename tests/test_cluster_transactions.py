@@ -650,16 +650,16 @@ def feed(cluster: Cluster, topic: str, count: int) -> list[bytes]:
     return inputs
 
 
-def coordinated_by(cluster: Cluster, broker_id: int, key_type: int = TXN_KEY) -> str:
-    """A transactional id (or group id, key type GROUP_KEY) whose partition of
-    `__transaction_state` (`__consumer_offsets`) `broker_id` leads."""
+def coordinated_by(cluster: Cluster, broker_id: int, key_type: int = TXN_KEY, prefix: str = "copier-") -> str:
+    """A transactional id (or group id, key type GROUP_KEY) starting with `prefix`
+    whose partition of `__transaction_state` (`__consumer_offsets`) `broker_id` leads."""
     topic = COORDINATOR_TOPICS[key_type]
     coordinator_of(cluster, "probe", key_type=key_type)  # creates the topic
     cluster.wait_for_leaders(topic, full_isr=True)
     partitions = cluster.partitions(topic)
     led = {p for p, info in partitions.items() if info.leader_id == broker_id}
     assert led, f"broker {broker_id} leads no partition of {topic}: {partitions}"
-    return next(t for t in (f"copier-{uuid.uuid4().hex[:6]}-{i}" for i in range(10_000))
+    return next(t for t in (f"{prefix}{uuid.uuid4().hex[:6]}-{i}" for i in range(10_000))
                 if partition_for(t, len(partitions)) in led)
 
 
@@ -869,6 +869,24 @@ def transaction_anomalies(test: str, rounds: list[TxnRound], reads: dict, seed: 
     return anomalies
 
 
+def restart_as_coordinator(cluster: Cluster, broker_id: int, monkeypatch, fail_point: str) -> None:
+    """SIGKILL the broker and start it again with `fail_point` enabled, then give it back
+    the leadership of the partitions of `__transaction_state` it is the preferred
+    replica of (a preferred election), so that it coordinates their ids again
+    (`coordinated_by`). Its partitions must hold no transaction to complete: loading
+    one would reach the fail point."""
+    cluster.kill(broker_id)
+    monkeypatch.setenv("SLUICE_FAILPOINTS", fail_point)
+    try:
+        cluster.restart(broker_id)
+    finally:
+        monkeypatch.delenv("SLUICE_FAILPOINTS")
+    cluster.wait_for_brokers()
+    cluster.wait_for_leaders(TXN_STATE, full_isr=True)
+    with Client(cluster.bootstrap_servers) as client:
+        client.elect_leaders(PREFERRED_ELECTION, [(TXN_STATE, p) for p in cluster.partitions(TXN_STATE)])
+
+
 def prepared_loads(cluster: Cluster) -> int:
     """How many times the brokers loaded a partition of `__transaction_state` holding a
     transaction to complete (their logs, every start)."""
@@ -898,16 +916,7 @@ def test_transactions_stay_whole_when_the_coordinator_dies_between_answering_end
         rounds: list[TxnRound] = []
         for round_ in range(3):
             victim = rng.choice(cluster.ids)
-            cluster.kill(victim)
-            monkeypatch.setenv("SLUICE_FAILPOINTS", "txn-after-prepare-before-markers")
-            try:
-                cluster.restart(victim)
-            finally:
-                monkeypatch.delenv("SLUICE_FAILPOINTS")
-            cluster.wait_for_brokers()
-            cluster.wait_for_leaders(TXN_STATE, full_isr=True)
-            with Client(cluster.bootstrap_servers) as client:
-                client.elect_leaders(PREFERRED_ELECTION, [(TXN_STATE, p) for p in cluster.partitions(TXN_STATE)])
+            restart_as_coordinator(cluster, victim, monkeypatch, "txn-after-prepare-before-markers")
             txn_id = coordinated_by(cluster, victim)
             loads = prepared_loads(cluster)
             current = TxnRound(cluster, topic, COPY_PARTITIONS, txn_id)

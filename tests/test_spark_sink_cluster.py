@@ -18,6 +18,9 @@ The default run injects one broker kill and one driver kill; the `chaos` run dra
 SLUICE_CHAOS_ROUNDS (default 4) driver runs, each with broker kills of random kinds at
 random moments and a driver kill at a random crash point, from a printed seed
 (SLUICE_SEED replays it).
+
+Without Spark: the last intent is found when the coordinator of the driver's
+transactional id died after answering the intent's EndTxn and before writing its marker.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ pytest.importorskip("kafka")
 
 from tests.anomalies import offset_anomalies, read_by_two  # noqa: E402
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed  # noqa: E402
-from tests.test_cluster_transactions import coordinator_of  # noqa: E402
+from sluice.polling import wait_for  # noqa: E402
+from spark_connector.sink import Intent, _record_intent, last_intent  # noqa: E402
+from tests.test_cluster_transactions import (coordinated_by, coordinator_of, raw,  # noqa: E402
+                                             restart_as_coordinator)
 from tests.test_spark_sink import (EOS_POINTS, Driver, Output, next_batch, produce_input,  # noqa: E402
                                    query_id, record_id, unique)
+from wire.client import Client  # noqa: E402
+from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 PARTITIONS = 3
 PROPERTIES = {**FAST_FAILOVER,
@@ -193,3 +201,32 @@ def test_sink_is_exactly_once_under_random_broker_and_driver_kills(tmp_path, zoo
         assert driver.run("available-now", 1000) == 0, driver.log()
         counts = count_anomalies(cluster, request.node.name, output, expected, seed)
         assert counts == {name: 0 for name in counts}, f"seed={seed}"
+
+
+def test_the_last_intent_waits_for_its_marker_when_the_coordinator_died_after_answering(
+        tmp_path, zookeeper, monkeypatch):
+    """The driver's intent is committed (EndTxn answered) and the coordinator of the
+    driver's transactional id dies before writing its COMMIT marker (fail point
+    txn-after-prepare-before-markers). A write task of the batch's replay reading the
+    last intent then finds it without its marker: it waits for the next coordinator to
+    write it, instead of taking the batch for undecided (and writing it again, or
+    failing the run as fenced)."""
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES) as cluster:
+        cluster.create_topic(SINK_INTENTS_TOPIC, 1, 3)
+        victim = next(b for b in cluster.ids if b != cluster.leader_of(SINK_INTENTS_TOPIC))
+        coordinator_of(cluster, "probe")  # creates __transaction_state
+        restart_as_coordinator(cluster, victim, monkeypatch, "txn-after-prepare-before-markers")
+        driver_txn_id = coordinated_by(cluster, victim, prefix="sluice-")
+        query = driver_txn_id.removeprefix("sluice-")
+        intent = Intent(3, "run-1", {0: None, 1: None})
+        with Client(cluster.all_servers) as client:
+            driver = client.init_transactions(driver_txn_id, 60_000)
+            _record_intent(client, query, driver, intent, first=False)
+            wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 60,
+                     f"broker {victim} to die at its fail point")
+            cluster.kill(victim)  # reaped: out of bootstrap_servers and the waits
+            assert "fail point txn-after-prepare-before-markers reached" in cluster.output(victim, 200)
+            assert last_intent(client, query) == intent
+        conn = raw(cluster, coordinator_of(cluster, driver_txn_id))
+        assert conn.completed(driver_txn_id).transaction_state == "CompleteCommit"
+        conn.close()
