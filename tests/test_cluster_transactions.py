@@ -402,7 +402,8 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
     assert producer.flush(30) == 0
     outcome: queue.Queue = queue.Queue()
     retries = 2
-    with Client(cluster.bootstrap_servers, retries=retries) as client:
+    # Bootstrapped on the coordinator alone: the paused broker accepts connections and answers nothing.
+    with Client(cluster.address(coordinator), retries=retries) as client:
         def init() -> None:
             try:
                 outcome.put(client.init_transactions(txn_id))
@@ -783,7 +784,8 @@ def test_copy_is_exactly_once_under_random_kills(tmp_path, zookeeper):
 
 class TxnRound:
     """One transactional producer's transactions over an RF=3 topic, each committed or
-    aborted as drawn, its values `<name>-<n>-<i>` spread over the partitions. A
+    aborted (once its records are written) as drawn, its values `<name>-<i>` spread over
+    the partitions. A
     transaction whose commit (abort) returned is `committed` (`aborted`); one that failed
     otherwise is `unknown` (whole or absent, never part of it, either is fine). A
     producer failing fatally is replaced (its successor's init_transactions aborts what
@@ -819,7 +821,10 @@ class TxnRound:
                     if commit:
                         producer.commit_transaction(60)
                         return "committed"
-                    producer.abort_transaction(60)
+                    if producer.flush(60):  # records still queued
+                        self.failures["flush timed out"] += 1
+                        continue
+                    producer.abort_transaction(60)  # its records written: the abort goes to the coordinator
                     return "aborted"
                 except ck.KafkaException as exc:
                     if not exc.args[0].retriable():
