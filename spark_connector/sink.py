@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 import uuid
 from bisect import bisect_right
@@ -56,6 +57,7 @@ _MARKER_SCAN_BYTES = 4 << 20
 _MARKER_SCAN_FETCHES = 256  # bounds the walk from a transaction's data to its marker
 _SETTLE_ROUNDS = 50  # rounds of waiting for a completing transaction to be decided
 _METADATA_ROUNDS = 200  # rounds of waiting for a topic being created to have leaders
+_DECIDE_ROUNDS = 5  # intent appends fenced by other drivers' InitProducerId before this one stops
 _COMMITTED, _ABORTED = "committed", "aborted"
 
 
@@ -637,13 +639,38 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
 
     def _decide(self, client: Client, tasks: list[TaskCommit], batch_id: int) -> Intent:
         """The intent to complete: the recorded one when the batch was decided before
-        (revised where a slot had to be written again), else a new one, recorded."""
+        (revised where a slot had to be written again), else a new one, recorded.
+
+        Initialising the driver's id at every commit fences any other committer of the
+        query between its intent lookup and its append. A fenced append says only that
+        another driver initialised since, not that it got further: a driver behind
+        initialises before it reads the intent that shows it behind. So the lookup and
+        the append are tried again, and only an intent found fences this driver."""
+        query = tasks[0].query
+        for _ in range(_DECIDE_ROUNDS):
+            driver = client.init_transactions(_driver_txn_id(query), self.options.transaction_timeout_ms)
+            recorded = last_intent(client, query)
+            intent = self._intent(client, tasks, batch_id, recorded)
+            if intent is recorded:
+                return recorded
+            try:
+                _record_intent(client, query, driver, intent, first=recorded is None)
+                return intent
+            except KafkaError as exc:
+                if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    raise
+            # Two drivers at one batch fencing each other's append in turn: one gets through.
+            time.sleep(random.uniform(0.1, 0.5))
+        _abort_quietly(client, [t.txn for t in tasks if t.txn is not None])
+        raise _fenced(query, f"other drivers initialised its transactional id {_driver_txn_id(query)} "
+                             f"during each of {_DECIDE_ROUNDS} appends of the intent of batch {batch_id}")
+
+    def _intent(self, client: Client, tasks: list[TaskCommit], batch_id: int,
+                recorded: Intent | None) -> Intent:
+        """The intent to record for the batch given the last one recorded (that one
+        itself when it stands as it is); raises when it shows another driver ahead."""
         query, run = tasks[0].query, tasks[0].run
         own = [t.txn for t in tasks if t.txn is not None]
-        # Initialising the driver's id at every commit fences any other committer of the
-        # query between its intent lookup and its append.
-        driver = client.init_transactions(_driver_txn_id(query), self.options.transaction_timeout_ms)
-        recorded = last_intent(client, query)
         if recorded is not None and recorded.batch > batch_id:
             _abort_quietly(client, own)
             raise _fenced(query, f"batch {recorded.batch} was decided by run {recorded.run} while this "
@@ -653,26 +680,15 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                 _abort_quietly(client, own)
                 raise _fenced(query, f"batch {batch_id} was decided by run {recorded.run} while this "
                                      f"run ({run}) was writing it")
-            slots = dict(recorded.slots)
             rewritten = {t.slot: t.txn for t in tasks if t.replay and t.txn is not None}
             if not rewritten:
                 return recorded
             self._check_open(client, query, batch_id, list(rewritten.values()))
-            intent = Intent(batch_id, run, {**slots, **rewritten})
-        else:
-            if len({t.slot for t in tasks}) != len(tasks):
-                raise SluiceSinkError(f"sluice sink: batch {batch_id} has two commits for one write task")
-            self._check_open(client, query, batch_id, own)
-            intent = Intent(batch_id, run, {t.slot: t.txn for t in tasks})
-        try:
-            _record_intent(client, query, driver, intent, first=recorded is None)
-        except KafkaError as exc:
-            if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
-                raise
-            _abort_quietly(client, own)
-            raise _fenced(query, f"another driver recorded an intent while this run ({run}) was "
-                                 f"committing batch {batch_id}") from None
-        return intent
+            return Intent(batch_id, run, {**recorded.slots, **rewritten})
+        if len({t.slot for t in tasks}) != len(tasks):
+            raise SluiceSinkError(f"sluice sink: batch {batch_id} has two commits for one write task")
+        self._check_open(client, query, batch_id, own)
+        return Intent(batch_id, run, {t.slot: t.txn for t in tasks})
 
     def _check_open(self, client: Client, query: str, batch_id: int, txns: list[Txn]) -> None:
         """Before deciding: every transaction must still be open, or the batch would be

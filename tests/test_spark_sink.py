@@ -21,7 +21,9 @@ open) or as non-transactional. The claims:
 Batch writes (`df.write`: contents, partitioning against confluent-kafka's murmur2, topic
 column and option, compression), a failing micro-batch and its restart, option and
 column mistakes, and the decisions of every query in one shared topic (found past
-another query's intent left open) run in the shared Spark session.
+another query's intent left open) run in the shared Spark session. Two drivers of one
+query are also stepped through by hand: the sink's driver side (commit, abort) called
+in a chosen order on write tasks' open transactions, written by the sink's task code.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from spark_connector.sink import Intent, last_intent as sink_last_intent  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from spark_connector.options import EXACTLY_ONCE, SinkOptions  # noqa: E402
+from spark_connector.sink import (Intent, SluiceSinkError, SluiceStreamWriter, TaskCommit, _task_txn_id,  # noqa: E402
+                                  _write_slot, last_intent as sink_last_intent)
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from wire.client import LATEST, READ_COMMITTED, TOPIC_RESOURCE, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
@@ -729,3 +735,65 @@ def test_every_querys_decisions_share_one_internal_compacted_topic(spark, kafka,
         assert topics[SINK_INTENTS_TOPIC].is_internal
         config = client.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])[(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)]
         assert (config["cleanup.policy"].value, config["retention.ms"].value) == ("compact,delete", "-1")
+
+
+# -- 7: two drivers of one query, step by step ----------------------------------------------
+
+def sink_options(kafka: str, output: str) -> SinkOptions:
+    return SinkOptions(kafka, output, EXACTLY_ONCE, "none", 60_000, ())
+
+
+def task_commits(kafka: str, output: str, query: str, run: str, first_id: int, slots: int = 2) -> list:
+    """What the write tasks of one micro-batch of `run` hand its driver: each slot's row
+    (ids from `first_id`) in an open transaction of the slot's id, written by the sink's
+    task code."""
+    commits = []
+    with Client(kafka) as client:
+        for slot in range(slots):
+            rows = pa.record_batch({"value": [f"id={first_id + slot:06d};".encode()]})
+            writer = _write_slot(sink_options(kafka, output), client, iter([rows]),
+                                 _task_txn_id(f"{query}-{run}", slot, 0))
+            commits.append(TaskCommit(query, run, slot, writer.written(), writer.rows))
+    return commits
+
+
+def two_drivers(kafka: str) -> tuple[str, str]:
+    """An output topic and a query id for two drivers to run."""
+    output = unique("two-by-hand-out")
+    create_topics(kafka, 2, output)
+    return output, str(uuid.uuid4())
+
+
+def test_a_driver_behind_does_not_fence_the_driver_ahead_in_the_middle_of_its_append(kafka):
+    """Driver `ahead` decided batch 6 and commits batch 7; driver `behind`, whose tasks
+    wrote batch 6 too, commits it after ahead's InitProducerId and before ahead's intent
+    append. Behind's InitProducerId fences ahead's append; behind then reads intent 6 of
+    ahead's run and stops, fenced. Ahead, fenced by a driver that got no further, reads
+    again and records its intent: exactly one driver goes on, as Spark keeps exactly one
+    of two runs sharing a checkpoint."""
+    output, query = two_drivers(kafka)
+    ahead_6 = task_commits(kafka, output, query, "run-ahead", 0)
+    behind_6 = task_commits(kafka, output, query, "run-behind", 100)
+    behind = SluiceStreamWriter(sink_options(kafka, output))
+    interrupted = []
+
+    class Ahead(SluiceStreamWriter):
+        def _check_open(self, client, query, batch_id, txns):
+            if batch_id == 7 and not interrupted:  # after the InitProducerId and the lookup
+                with pytest.raises(SluiceSinkError, match="is fenced: batch 6 was decided by run run-ahead"):
+                    behind.commit(behind_6, 6)
+                behind.abort(behind_6, 6)  # as Spark does after a failed commit
+                interrupted.append(batch_id)
+            super()._check_open(client, query, batch_id, txns)
+
+    ahead = Ahead(sink_options(kafka, output))
+    ahead.commit(ahead_6, 6)
+    ahead.commit(task_commits(kafka, output, query, "run-ahead", 2), 7)
+    assert interrupted == [7]
+    with Client(kafka) as client:
+        recorded = sink_last_intent(client, query)
+    assert (recorded.batch, recorded.run) == (7, "run-ahead")
+    out = Output(kafka, output, 2)
+    assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(4))
+    assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
+
