@@ -426,13 +426,14 @@ def _abort_quietly(client: Client, txns) -> None:
             client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=False)
 
 
-def _abort_leftovers(client: Client, query: str, keep: set[str], timeout_ms: int) -> int:
-    """Fence every open transaction of the query's tasks not in `keep`: those of failed,
-    killed or losing speculative attempts, and of a crashed run. InitProducerId aborts
-    the transaction and bumps the id's epoch, so a zombie of that attempt can write no
-    more. Without this they would hold read_committed readers back until
-    `transaction.timeout.ms`. Returns how many were aborted."""
-    prefix = f"sluice-{query}-"
+def _abort_leftovers(client: Client, owner: str, keep: set[str], timeout_ms: int) -> int:
+    """Fence every open transaction of the tasks of `owner` (a query, one run of it, or
+    a batch job) not in `keep`: those of failed, killed or losing speculative attempts,
+    and of a crashed run. InitProducerId aborts the transaction and bumps the id's epoch,
+    so a zombie of that attempt can write no more. Without this they would hold
+    read_committed readers back until `transaction.timeout.ms`. Returns how many were
+    aborted."""
+    prefix = f"sluice-{owner}-"
     aborted = 0
     for listed in client.list_transactions(["Ongoing"]):
         if listed.transactional_id.startswith(prefix) and listed.transactional_id not in keep:
@@ -730,18 +731,20 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages, batchId: int) -> None:
         """Abort what the failed batch wrote, but never a transaction that an intent for
-        this batch decided to commit (a replay completes those)."""
+        this batch decided to commit (a replay completes those). The sweep takes this
+        run's leftovers only: a run fenced by a driver ahead must not fence the open
+        transactions of that driver's next batch."""
         tasks = _messages(messages)
         if self.options.guarantee == AT_LEAST_ONCE or not tasks:
             return
-        query = tasks[0].query
+        query, run = tasks[0].query, tasks[0].run
         with contextlib.suppress(ClientError), _client(self.options) as client:  # as above
             recorded = last_intent(client, query)
             decided = ({t.transactional_id for t in recorded.txns()}
                        if recorded is not None and recorded.batch == batchId else set())
             _abort_quietly(client, [t.txn for t in tasks if t.txn is not None
                                     and t.txn.transactional_id not in decided])
-            _abort_leftovers(client, query, decided, self.options.transaction_timeout_ms)
+            _abort_leftovers(client, f"{query}-{run}", decided, self.options.transaction_timeout_ms)
 
 
 @message_first

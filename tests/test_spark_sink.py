@@ -797,3 +797,26 @@ def test_a_driver_behind_does_not_fence_the_driver_ahead_in_the_middle_of_its_ap
     assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(4))
     assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
 
+
+def test_a_driver_behind_aborting_its_batch_leaves_the_open_transactions_of_the_driver_ahead(kafka):
+    """Driver `behind` commits batch 6 when `ahead` has decided batches 6 and 7 and its
+    tasks have written batch 8: behind is fenced, and Spark calls its abort(). The abort
+    sweeps the leftovers of behind's own run only; sweeping every open transaction of the
+    query would fence ahead's undecided batch 8, and both drivers would stop."""
+    output, query = two_drivers(kafka)
+    behind_6 = task_commits(kafka, output, query, "run-behind", 100)
+    ahead = SluiceStreamWriter(sink_options(kafka, output))
+    behind = SluiceStreamWriter(sink_options(kafka, output))
+    ahead.commit(task_commits(kafka, output, query, "run-ahead", 0), 6)
+    ahead.commit(task_commits(kafka, output, query, "run-ahead", 2), 7)
+    ahead_8 = task_commits(kafka, output, query, "run-ahead", 4)
+    with pytest.raises(SluiceSinkError, match="is fenced: batch 7 was decided by run run-ahead"):
+        behind.commit(behind_6, 6)
+    behind.abort(behind_6, 6)
+    ahead.commit(ahead_8, 8)
+    with Client(kafka) as client:
+        recorded = sink_last_intent(client, query)
+    assert (recorded.batch, recorded.run) == (8, "run-ahead")
+    out = Output(kafka, output, 2)
+    assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(6))
+    assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
