@@ -197,7 +197,10 @@ def test_a_second_driver_of_the_same_query_is_fenced(kafka, tmp_path):
     print(f"two drivers of one query: exit codes {codes}, fenced {fenced}")
     # One is fenced (it wrote a batch the other decided first, or the other's commit
     # fenced its open transactions) and the other goes on to the end; or one only ever
-    # completed the other's decisions. Never do both commit writes of their own.
+    # completed the other's decisions. Never do both commit writes of their own, and
+    # never are both fenced (as Spark keeps one of two runs sharing a checkpoint): the
+    # one behind fences neither the other's intent append nor, in abort(), its open
+    # transactions (test_spark_sink.py's test_a_driver_behind_* step through both).
     assert all(codes[n] == 1 for n in fenced)
     assert sorted(codes.values()) == ([0, 1] if fenced else [0, 0]), codes
     out = Output(kafka, output, partitions)
