@@ -387,7 +387,8 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
     (writing the markers of the id's last transaction) until its retry_timeout, as for a
     coordinator moving, not `retries` times: its InitProducerId for an id whose commit
     has a marker held by a paused leader is refused more times than `retries` allows,
-    and gets the next epoch once the leader resumes."""
+    and gets the next epoch once the leader resumes. The coordinator that answers so is
+    the right one: the client does not look it up again between the retries."""
     cluster = two_brokers
     txn_id = unique("waited")
     coordinator = coordinator_of(cluster, txn_id)
@@ -411,6 +412,7 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
                 outcome.put(exc)
 
         before = answered(cluster, coordinator, "InitProducerId")
+        found_before = answered(cluster, coordinator, "FindCoordinator")
         cluster.pause(held)
         try:
             producer.commit_transaction(20)
@@ -422,6 +424,7 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
             wait_for(lambda: answered(cluster, coordinator, "InitProducerId") - before > retries + 1,
                      30, f"more than {retries + 1} InitProducerId answers")
             assert outcome.empty(), outcome.get()
+            assert answered(cluster, coordinator, "FindCoordinator") - found_before == 1
         finally:
             cluster.resume(held)
         assert outcome.get(timeout=60) == (state.producer_id, state.producer_epoch + 1)

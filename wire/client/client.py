@@ -10,9 +10,10 @@ exponential backoff between attempts; a coordinator that is moving or loading
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), or a
 transaction coordinator writing the markers of the id's last transaction after
 answering its EndTxn (CONCURRENT_TRANSACTIONS), is waited for until `retry_timeout`
-whatever the count, as Kafka's clients wait for theirs. Before retrying, what the error makes doubtful
-is forgotten: the topic's metadata for leader-routed requests, the coordinator for
-group requests, the controller for topic administration.
+whatever the count, as Kafka's clients wait for theirs (the markers from 20 ms on, with
+the coordinator kept). Before retrying, what the error makes doubtful is forgotten: the
+topic's metadata for leader-routed requests, the coordinator for group requests, the
+controller for topic administration.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ _TRANSACTION_KEY = 1
 # coordinator still writing the markers of the id's last transaction: waited for, not counted.
 _COORDINATOR_BUSY = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS})
+# The first wait for a transaction's markers (Kafka's producer retries AddPartitionsToTxn
+# after 20 ms for them, not its retry.backoff.ms): they take a replicated write or two.
+_MARKERS_BACKOFF = 0.02
 _RESOURCE_NAMES = {2: "topic", 4: "broker"}
 _FIRST_BATCHED_FIND_COORDINATOR = 4
 _FIRST_GROUPS_OFFSET_FETCH = 8
@@ -354,9 +358,11 @@ class AsyncClient:
             try:
                 return await attempt()
             except (KafkaError, ClientError) as exc:
-                if exc.retriable and forget is not None:
-                    forget()
-                delay = min(self.retry_backoff * 2 ** retry, self.retry_backoff_max)
+                markers_pending = isinstance(exc, KafkaError) and exc.code == ErrorCode.CONCURRENT_TRANSACTIONS
+                if exc.retriable and forget is not None and not markers_pending:
+                    forget()  # the coordinator writing the markers is the right one: kept
+                backoff = _MARKERS_BACKOFF if markers_pending else self.retry_backoff
+                delay = min(backoff * 2 ** retry, self.retry_backoff_max)
                 if (not exc.retriable or counted >= self.retries or self._closed
                         or loop.time() + delay > deadline):
                     raise
