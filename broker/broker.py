@@ -263,7 +263,8 @@ class Broker:
 
     def auto_create_topic(self, name: str):
         """A topic a Metadata request names, created with the broker's defaults: the
-        topic, or None while a cluster creates it."""
+        topic, or None while a cluster creates it; BrokerError with Kafka's code when it
+        cannot be (an invalid name, or a cluster's last attempt failed)."""
         if self.admin is None:
             return self.topics.create(name, self.config.num_partitions, {})
         self.cluster.create_topic_soon(name)

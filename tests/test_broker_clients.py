@@ -624,6 +624,29 @@ def test_create_topics_validate_only_answers_the_would_be_configs(cluster):
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+INVALID_NAME = "bad$#!"
+
+
+def producing_to_an_invalid_name_fails_with_its_error(bootstrap: str) -> None:
+    """confluent-kafka producing to an invalid topic name is told so by Metadata
+    (TOPIC_EXCEPTION), long before its message.timeout.ms."""
+    import confluent_kafka
+
+    failures = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 300_000,
+                                         "log_level": 3})
+    producer.produce(INVALID_NAME, b"v", on_delivery=lambda error, _: failures.append(error))
+    assert producer.flush(30) == 0, "the record is still waiting for its topic"
+    assert [e.code() for e in failures] == [confluent_kafka.KafkaError.TOPIC_EXCEPTION], failures
+
+
+def test_metadata_auto_creation_of_an_invalid_name_answers_its_error(broker):
+    with Client(broker.bootstrap_servers, call_timeout=30) as client:
+        answer = client.metadata([INVALID_NAME], allow_auto_topic_creation=True).topics[INVALID_NAME]
+    assert answer.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    producing_to_an_invalid_name_fails_with_its_error(broker.bootstrap_servers)
+
+
 def test_wire_client_creates_and_deletes_topics(broker):
     """Our own client's topic administration against the real broker, across a restart."""
     topic = _topic("wire-admin")

@@ -48,6 +48,7 @@ import pytest
 from broker.cluster.zk_layout import EntityConfig, TopicAssignment
 from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
+from tests.test_broker_clients import INVALID_NAME, producing_to_an_invalid_name_fails_with_its_error
 from sluice.polling import wait_for
 from wire.client import (BROKER_RESOURCE, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
                          TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
@@ -683,3 +684,26 @@ def test_metadata_auto_creates_a_topic_in_the_cluster(cluster):
     assert len(answer.partitions) >= 1
     assert all(len(p.replica_nodes) == 1 for p in answer.partitions)  # default.replication.factor
     cluster.wait_for_leaders(topic)
+
+
+def test_metadata_auto_creation_answers_the_creation_error(cluster):
+    """A creation that cannot succeed answers its error with Kafka's code, as the single
+    node does: an invalid name at once (a producer fails with it, not at its
+    message.timeout.ms), a name colliding with an existing topic ('.' and '_' alike, the
+    controller's check in ZooKeeper) from the next Metadata on, for as long as it stands."""
+    via = not_controller(cluster)[0]
+    Request = METADATA.request
+
+    def ask(name: str) -> int:
+        body = Request(topics=[Request.MetadataRequestTopic(name=name)], allow_auto_topic_creation=True)
+        (answer,) = request(cluster, via, METADATA, body).topics
+        return answer.error_code
+
+    assert ask(INVALID_NAME) == ErrorCode.INVALID_TOPIC_EXCEPTION
+    producing_to_an_invalid_name_fails_with_its_error(cluster.bootstrap_servers)
+
+    cluster.create_topic("auto_collides", 1, 1)
+    wait_for(lambda: ask("auto.collides") == ErrorCode.INVALID_TOPIC_EXCEPTION, 30,
+             "Metadata to answer the failed creation's error")
+    assert [ask("auto.collides") for _ in range(3)] == [ErrorCode.INVALID_TOPIC_EXCEPTION] * 3
+    assert "auto.collides" not in cluster.metadata(via).topics

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import logging
 import uuid
 
@@ -66,12 +67,14 @@ from broker.errors import BrokerError
 from broker.producer_ids import BLOCK_SIZE
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
+from broker.topics import validate_topic_name
 
 log = logging.getLogger("sluice.cluster")
 
 _CONTROLLED_SHUTDOWN_VERSION = 3
 _CONFIRM_RETRY_S = 0.5  # between two attempts to read the coordinator partitions' states
 _CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's: /config/changes notifications are purged after it
+_KEPT_CREATION_FAILURES = 1024  # auto-creation errors remembered, for that many names at most
 # How long past zookeeper.session.timeout.ms a crashed broker's registration may last:
 # ZooKeeper expires a session up to a tick (tickTime, 3 s by default) after its timeout.
 STALE_REGISTRATION_MARGIN_S = 5.0
@@ -96,6 +99,8 @@ class ClusterMembership:
         self._producer_blocks: list[int] = []  # first ids of claimed, unused blocks
         self._claiming: asyncio.Task | None = None
         self._creating: set[str] = set()  # topics auto-created now
+        # name -> the BrokerError of its last failed auto-creation (the newest kept)
+        self._creation_failures: collections.OrderedDict[str, BrokerError] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session_lost = False
         self._leaving = False  # set once leave() began: closing the session is no doubt
@@ -359,21 +364,34 @@ class ClusterMembership:
     # -- topics ---------------------------------------------------------------------------
     def create_topic_soon(self, name: str) -> None:
         """Create `name` with the broker's defaults in the background (a Metadata request's
-        auto-creation); one attempt at a time per name."""
-        if name in self._creating:
-            return
-        self._creating.add(name)
-        self._spawn(self._auto_create(name))
+        auto-creation); one attempt at a time per name. Raises the error of the name's last
+        attempt while it stands, as Kafka's Metadata answers a failed creation's error (an
+        attempt starts again meanwhile: the cause may have gone, e.g. brokers came back)."""
+        validate_topic_name(name)
+        if name not in self._creating:
+            self._creating.add(name)
+            self._spawn(self._auto_create(name))
+        failed = self._creation_failures.get(name)
+        if failed is not None:
+            raise failed
 
     async def _auto_create(self, name: str) -> None:
         cfg = self._config
+        failures = self._creation_failures
         try:
             await self._broker.admin.create_topic(name, cfg.num_partitions, cfg.default_replication_factor,
                                                   None, {}, False, 0)
             log.info("auto-created topic %s", name)
+            failures.pop(name, None)
         except BrokerError as exc:
-            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot auto-create topic %s: %s", name, exc)
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                failures.pop(name, None)
+            else:
+                log.info("cannot auto-create topic %s: %s", name, exc)
+                failures[name] = exc
+                failures.move_to_end(name)
+                while len(failures) > _KEPT_CREATION_FAILURES:
+                    failures.popitem(last=False)
         finally:
             self._creating.discard(name)
 
