@@ -48,6 +48,7 @@ CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs.sh
 
 
 @functools.lru_cache(maxsize=1)

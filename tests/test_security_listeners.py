@@ -456,6 +456,20 @@ def test_kafka_java_tools_over_sasl_ssl_with_scram(secured, pki, tmp_path):
     assert sorted(line for line in consumed.stdout.splitlines() if line) == lines
 
 
+def test_kafka_configs_sets_both_scram_mechanisms_of_a_user_at_once(secured, pki):
+    """kafka-configs.sh --alter --add-config 'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'
+    sends both of the user's mechanisms in one AlterUserScramCredentials: both are set,
+    and the user authenticates with each."""
+    from tests.test_kafka_tools import CONFIGS, tool
+
+    tool(CONFIGS, "--bootstrap-server", secured.bootstrap("PLAINTEXT"), "--alter", "--add-config",
+         "SCRAM-SHA-256=[iterations=4096,password=carol-secret],SCRAM-SHA-512=[password=carol-secret]",
+         "--entity-type", "users", "--entity-name", "carol")
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        conf = settings(secured, pki, "SASL_PLAINTEXT", mechanism, "carol", "carol-secret")
+        assert len(round_trip(conf, f"carol-{uuid.uuid4().hex[:6]}", 2)) == 2, mechanism
+
+
 def test_spark_exactly_once_stream_over_sasl_ssl(secured, pki, spark, tmp_path):
     """A streaming query reading and writing through the SASL_SSL listener (SCRAM-SHA-256)
     with the exactly-once sink: the output holds every input record once, committed, as a
@@ -500,8 +514,9 @@ def test_spark_exactly_once_stream_over_sasl_ssl(secured, pki, spark, tmp_path):
 
 def test_scram_credential_changes_follow_kafkas_rules(secured):
     """AlterUserScramCredentials per user: unknown mechanism, iterations out of range,
-    empty salt, a user named twice, a deletion of nothing; DescribeUserScramCredentials
-    of an unknown user. Users with an error are left as they were."""
+    empty salt, a user's mechanism named twice (not a user with both mechanisms), a
+    deletion of nothing; DescribeUserScramCredentials of an unknown user. Users with an
+    error are left as they were, all their changes with them."""
     from wire.messages import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 
     Req = ALTER_USER_SCRAM_CREDENTIALS.request
@@ -513,16 +528,23 @@ def test_scram_credential_changes_follow_kafkas_rules(secured):
         up(name="few", mechanism=1, iterations=1000, salt=b"s", salted_password=b"p" * 32),
         up(name="nosalt", mechanism=1, iterations=4096, salt=b"", salted_password=b"p" * 32),
         up(name="twice", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p" * 32),
-        up(name="twice", mechanism=2, iterations=4096, salt=b"s", salted_password=b"p" * 64),
+        up(name="twice", mechanism=1, iterations=8192, salt=b"s", salted_password=b"p" * 32),
+        up(name="half", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p" * 32),
+        up(name="half", mechanism=2, iterations=100, salt=b"s", salted_password=b"p" * 64),
+        up(name="both", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p" * 32),
+        up(name="both", mechanism=2, iterations=8192, salt=b"s", salted_password=b"p" * 64),
         up(name="fine", mechanism=2, iterations=16384, salt=b"s", salted_password=b"p" * 64)]))
     codes = {r.user: r.error_code for r in answer.results}
     assert codes == {"nobody": ErrorCode.RESOURCE_NOT_FOUND, "m3": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                      "few": ErrorCode.UNACCEPTABLE_CREDENTIAL, "nosalt": ErrorCode.UNACCEPTABLE_CREDENTIAL,
-                     "twice": ErrorCode.DUPLICATE_RESOURCE, "fine": ErrorCode.NONE}
+                     "twice": ErrorCode.DUPLICATE_RESOURCE, "half": ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                     "both": ErrorCode.NONE, "fine": ErrorCode.NONE}
     Desc = DESCRIBE_USER_SCRAM_CREDENTIALS.request
     described = _request(sock, DESCRIBE_USER_SCRAM_CREDENTIALS, 0, Desc(users=[
-        Desc.UserName(name="fine"), Desc.UserName(name="few")]))
+        Desc.UserName(name=name) for name in ("fine", "both", "few", "twice", "half")]))
     by_user = {r.user: r for r in described.results}
-    assert by_user["few"].error_code == ErrorCode.RESOURCE_NOT_FOUND
+    for name in ("few", "twice", "half"):
+        assert by_user[name].error_code == ErrorCode.RESOURCE_NOT_FOUND, name
     assert [(i.mechanism, i.iterations) for i in by_user["fine"].credential_infos] == [(2, 16384)]
+    assert [(i.mechanism, i.iterations) for i in by_user["both"].credential_infos] == [(1, 4096), (2, 8192)]
     sock.close()

@@ -13,8 +13,9 @@ keys are derived from it here: stored key = H(HMAC(salted password, "Client Key"
 server key = HMAC(salted password, "Server Key"). Kafka's rules for changes: mechanism 1
 (SCRAM-SHA-256) or 2 (SCRAM-SHA-512), else UNSUPPORTED_SASL_MECHANISM; iterations within
 [4096, 16384] and a non-empty user, salt and salted password, else UNACCEPTABLE_CREDENTIAL;
-a user named twice in one request: DUPLICATE_RESOURCE; deleting what does not exist:
-RESOURCE_NOT_FOUND.
+a user's mechanism named twice in one request: DUPLICATE_RESOURCE for the user (its two
+mechanisms may change together); deleting what does not exist: RESOURCE_NOT_FOUND. A
+user's changes apply together or not at all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import hashlib
 import hmac
 import json
@@ -150,48 +152,55 @@ class ScramCredentials:
         return results
 
     def _plan(self, deletions, upsertions):
-        """(result per user, new mechanisms -> credential of each user changed)."""
+        """(result per user, new mechanisms -> credential of each user changed). A user's
+        changes apply together, or none of them (the first error is its result)."""
         results: dict[str, tuple[ErrorCode, str | None]] = {}
-        named = [user for user, *_ in deletions] + [user for user, *_ in upsertions]
-        for user in {u for u in named if named.count(u) > 1}:
-            results[user] = (ErrorCode.DUPLICATE_RESOURCE, f"user {user!r} is named more than once")
+        pairs = collections.Counter([(user, code) for user, code in deletions]
+                                    + [(user, code) for user, code, *_ in upsertions])
+        for user, _ in (pair for pair, count in pairs.items() if count > 1):
+            results[user] = (ErrorCode.DUPLICATE_RESOURCE,
+                             f"user {user!r}: a credential cannot be altered twice in the same request")
         changed: dict[str, dict[str, ScramCredential]] = {}
-        changes = [(user, lambda user=user, code=code: self._deleted(user, code)) for user, code in deletions]
-        changes += [(u[0], lambda u=u: self._upserted(*u)) for u in upsertions]
+        changes = [(user, lambda entries, user=user, code=code: _deleted(entries, user, code))
+                   for user, code in deletions]
+        changes += [(u[0], lambda entries, u=u: _upserted(entries, *u)) for u in upsertions]
         for user, change in changes:
-            if user in results:
+            if results.get(user, (ErrorCode.NONE,))[0] != ErrorCode.NONE:
                 continue
             try:
                 if not user:
                     raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the user name is empty")
-                changed[user] = change()
+                changed[user] = change(changed.get(user, self.users.get(user, {})))
                 results[user] = (ErrorCode.NONE, None)
             except CredentialError as exc:
                 results[user] = (exc.code, str(exc))
+                changed.pop(user, None)
         return results, changed
-
-    def _deleted(self, user: str, code: int) -> dict[str, ScramCredential]:
-        mechanism = _mechanism(code)
-        if mechanism not in self.users.get(user, {}):
-            raise CredentialError(ErrorCode.RESOURCE_NOT_FOUND, f"user {user!r} has no {mechanism} credential")
-        return {m: c for m, c in self.users[user].items() if m != mechanism}
-
-    def _upserted(self, user: str, code: int, iterations: int, salt: bytes,
-                  salted_password: bytes) -> dict[str, ScramCredential]:
-        mechanism = _mechanism(code)
-        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
-            raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
-                                  f"iterations {iterations} outside [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
-        if not salt or not salted_password:
-            raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt or salted password is empty")
-        return {**self.users.get(user, {}), mechanism: ScramCredential.from_salted_password(
-            mechanism, bytes(salt), bytes(salted_password), iterations)}
 
     def _write(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         document = {"version": 1, "users": {user: {m: c.to_text() for m, c in entries.items()}
                                             for user, entries in sorted(users.items())}}
         write_atomically(self.path, json.dumps(document, indent=1).encode())
         os.chmod(self.path, 0o600)
+
+
+def _deleted(entries: dict[str, ScramCredential], user: str, code: int) -> dict[str, ScramCredential]:
+    mechanism = _mechanism(code)
+    if mechanism not in entries:
+        raise CredentialError(ErrorCode.RESOURCE_NOT_FOUND, f"user {user!r} has no {mechanism} credential")
+    return {m: c for m, c in entries.items() if m != mechanism}
+
+
+def _upserted(entries: dict[str, ScramCredential], user: str, code: int, iterations: int, salt: bytes,
+              salted_password: bytes) -> dict[str, ScramCredential]:
+    mechanism = _mechanism(code)
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                              f"iterations {iterations} outside [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
+    if not salt or not salted_password:
+        raise CredentialError(ErrorCode.UNACCEPTABLE_CREDENTIAL, "the salt or salted password is empty")
+    return {**entries, mechanism: ScramCredential.from_salted_password(
+        mechanism, bytes(salt), bytes(salted_password), iterations)}
 
 
 def _parse_entries(entries: dict[str, str]) -> dict[str, ScramCredential]:
