@@ -16,7 +16,7 @@ import logging
 import os
 from time import perf_counter
 
-from wire.messages import API_VERSIONS
+from wire.messages import API_VERSIONS, SASL_HANDSHAKE
 from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
@@ -308,7 +308,7 @@ class Broker:
         awaitable of them when the handler must wait (in a `ResponseLater` when the
         request has taken effect)."""
         if session.sasl_raw:  # a SASL token after a v0 handshake, not a request
-            return raw_token(session, frame)
+            return raw_token(self, session, frame)
         started = perf_counter()
         try:
             header, body = decode_request(frame, allow_trailing_bytes=True, apis=self.served_apis)
@@ -325,9 +325,16 @@ class Broker:
         if handler is None or header.request_api_version < handlers.MIN_VERSIONS[header.request_api_key]:
             raise CloseConnection(f"API {header.request_api_key} v{header.request_api_version} "
                                   f"is not served (client {header.client_id!r})")
-        if not session.authenticated and header.request_api_key not in handlers.BEFORE_AUTHENTICATION:
-            raise CloseConnection(f"API {header.request_api_key} before SASL authentication "
+        if (not session.authenticated or session.sasl is not None) \
+                and header.request_api_key not in handlers.BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"API {header.request_api_key} before SASL "
+                                  f"{'re-' if session.authenticated else ''}authentication "
                                   f"(client {header.client_id!r})")
+        if session.expires_at is not None and session.sasl is None \
+                and self.clock.monotonic() >= session.expires_at \
+                and not (header.request_api_key == SASL_HANDSHAKE.key and session.reauthenticates):
+            raise CloseConnection(f"the SASL session of {session.principal} expired "
+                                  f"(connections.max.reauth.ms; client {header.client_id!r})")
         try:
             response = handler(self, header, body, session)
         except AuthenticationFailed as exc:

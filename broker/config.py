@@ -317,6 +317,7 @@ class BrokerConfig:
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     connections_max_idle_ms: int = 600_000
+    connections_max_reauth_ms: int = 0  # 0: SASL sessions never expire (KIP-368)
     queued_max_requests: int = 500
     max_incremental_fetch_session_cache_slots: int = 1000
     # The log cleaner (broker.storage.cleaner): one, as log.cleaner.threads=1.
@@ -571,6 +572,7 @@ _CONNECTION_KEYS = {
     "max.connections": ("max_connections", 0, INT_MAX),
     "max.connections.per.ip": ("max_connections_per_ip", 0, INT_MAX),
     "connections.max.idle.ms": ("connections_max_idle_ms", 1, LONG_MAX),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", 0, LONG_MAX),
     "queued.max.requests": ("queued_max_requests", 1, INT_MAX),
     "max.incremental.fetch.session.cache.slots": ("max_incremental_fetch_session_cache_slots", 0, INT_MAX),
     "sasl.server.max.receive.size": ("sasl_server_max_receive_size", 1, INT_MAX),

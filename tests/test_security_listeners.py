@@ -343,9 +343,11 @@ def test_failed_authentication_answers_then_closes(secured):
 
 
 def test_authenticated_connection_serves_requests_and_refuses_a_second_handshake(secured):
+    """Authenticated with SaslAuthenticate v0, a client cannot re-authenticate (KIP-368:
+    tests/test_sasl_reauthentication.py): a second handshake is ILLEGAL_SASL_STATE."""
     sock = socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), timeout=30)
     assert _request(sock, SASL_HANDSHAKE, 1, SASL_HANDSHAKE.request(mechanism="PLAIN")).error_code == 0
-    answer = _request(sock, SASL_AUTHENTICATE, 1,
+    answer = _request(sock, SASL_AUTHENTICATE, 0,
                       SASL_AUTHENTICATE.request(auth_bytes=b"\0alice\0" + PLAIN_USERS["alice"].encode()))
     assert (answer.error_code, answer.session_lifetime_ms) == (0, 0)
     assert _request(sock, METADATA, 1, METADATA.request(topics=None)).brokers[0].port == \

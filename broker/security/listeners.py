@@ -27,6 +27,6 @@ def endpoints(config: BrokerConfig, scram) -> tuple[list[Endpoint], dict[str, Li
         if protocol == "SSL" and settings.get("ssl.client.auth", "none").strip().lower() != "none":
             mapper = principal_mapper(settings.get("ssl.principal.mapping.rules"))
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            sasl[listener.name] = listener_sasl(listener.name, settings, scram)
+            sasl[listener.name] = listener_sasl(listener.name, settings, scram, config.connections_max_reauth_ms)
         bound.append(Endpoint(listener.name, listener.host, listener.port, protocol, context, mapper))
     return bound, sasl

@@ -11,10 +11,18 @@ Connection rules (enforced by Broker.handle_frame and broker/handlers/sasl.py):
   answered by a raw size-prefixed token (clients from before Kafka 1.0).
 - A failed authentication is answered SASL_AUTHENTICATION_FAILED with a message that
   neither names the password nor says whether the user exists, then the connection closes
-  (in raw mode it just closes). A second handshake, or any SASL request on a listener
-  without SASL, is ILLEGAL_SASL_STATE.
-- SaslAuthenticate v1+ answers session_lifetime_ms 0: no re-authentication deadline
-  (`connections.max.reauth.ms` is not implemented).
+  (in raw mode it just closes). Any SASL request on a listener without SASL is
+  ILLEGAL_SASL_STATE.
+- Re-authentication (KIP-368), as Kafka's: with `connections.max.reauth.ms` > 0 (per
+  listener and mechanism: `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`)
+  a session lasts that long from its authentication, and SaslAuthenticate v1+ tells the
+  client so (session_lifetime_ms). A client that authenticated with SaslAuthenticate v1+
+  may authenticate again on the same connection, at any time: a SaslHandshake naming the
+  same mechanism, then SaslAuthenticate rounds; the principal must not change, and a
+  failure closes the connection as a first one does. Meanwhile it sends nothing else. A
+  second handshake from a v0 client is ILLEGAL_SASL_STATE. Once its session has expired,
+  a connection's next request other than that handshake closes it (a password changed
+  since stops working there within the lifetime, as in Kafka).
 
 Mechanisms (`sasl.enabled.mechanisms`, per listener; Kafka's default GSSAPI is refused):
 - PLAIN (RFC 4616): one token, authzid NUL authcid NUL password. Users are the
@@ -111,14 +119,32 @@ class ScramExchange:
         raise SaslFailure(f"Invalid SCRAM exchange with SASL mechanism {self.mechanism}: too many messages")
 
 
-class ListenerSasl:
-    """One listener's SASL: its enabled mechanisms and their credentials."""
+class RefusedExchange:
+    """A re-authentication naming another mechanism than the session's: its handshake is
+    answered, its first token refused (Kafka's REAUTH_BAD_MECHANISM)."""
 
-    def __init__(self, listener: str, mechanisms: tuple[str, ...], plain_users: dict[str, str], scram):
+    principal = None
+
+    def __init__(self, mechanism: str, previous: str):
+        self.mechanism = mechanism
+        self._reason = (f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                        f"re-authentication of mechanism '{previous}'")
+
+    def step(self, token: bytes) -> bytes:
+        raise SaslFailure(self._reason)
+
+
+class ListenerSasl:
+    """One listener's SASL: its enabled mechanisms, their credentials and their session
+    lifetimes (seconds, 0 for none)."""
+
+    def __init__(self, listener: str, mechanisms: tuple[str, ...], plain_users: dict[str, str], scram,
+                 lifetimes: dict[str, float]):
         self.listener = listener
         self.mechanisms = mechanisms
         self._plain_users = plain_users
         self._scram = scram
+        self.lifetimes = lifetimes
 
     def exchange(self, mechanism: str):
         if mechanism == "PLAIN":
@@ -126,9 +152,10 @@ class ListenerSasl:
         return ScramExchange(mechanism, self._scram)
 
 
-def listener_sasl(listener: str, settings: dict[str, str], scram) -> ListenerSasl:
+def listener_sasl(listener: str, settings: dict[str, str], scram, max_reauth_ms: int) -> ListenerSasl:
     """A SASL listener's configuration from its settings (broker.config's
-    listener_settings); ConfigError for what cannot be served."""
+    listener_settings) and the broker's connections.max.reauth.ms; ConfigError for what
+    cannot be served."""
     mechanisms = tuple(m.strip().upper() for m in settings.get("sasl.enabled.mechanisms", "GSSAPI").split(",")
                        if m.strip())
     unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
@@ -150,4 +177,16 @@ def listener_sasl(listener: str, settings: dict[str, str], scram) -> ListenerSas
             raise ConfigError(f"plain.sasl.jaas.config of listener {listener}: {entry.login_module} is not "
                               f"{PLAIN_LOGIN_MODULE}")
         plain_users = {k[len("user_"):]: v for k, v in entry.options.items() if k.startswith("user_")}
-    return ListenerSasl(listener, mechanisms, plain_users, scram)
+    lifetimes = {}
+    for mechanism in mechanisms:
+        key = f"{mechanism.lower()}.connections.max.reauth.ms"
+        text = settings.get(key)
+        try:
+            lifetime_ms = max_reauth_ms if text is None else int(text.strip())
+        except ValueError:
+            lifetime_ms = -1
+        if lifetime_ms < 0:
+            raise ConfigError(f"listener.name.{listener.lower()}.{key} must be a whole number of "
+                              f"milliseconds, 0 or more, not {text!r}")
+        lifetimes[mechanism] = lifetime_ms / 1000
+    return ListenerSasl(listener, mechanisms, plain_users, scram, lifetimes)

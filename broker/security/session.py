@@ -13,7 +13,7 @@ from broker.security.principal import ANONYMOUS, Principal
 
 class Session:
     __slots__ = ("client_host", "listener", "security_protocol", "principal", "authenticated", "sasl",
-                 "sasl_raw")
+                 "sasl_raw", "mechanism", "reauthenticates", "expires_at")
 
     def __init__(self, client_host: str, listener: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT",
                  principal: Principal = ANONYMOUS):
@@ -24,6 +24,9 @@ class Session:
         self.authenticated = not security_protocol.startswith("SASL_")
         self.sasl = None  # the SASL exchange under way (broker.security.sasl), if any
         self.sasl_raw = False  # after a v0 SaslHandshake: tokens come as raw frames
+        self.mechanism = None  # the SASL mechanism authenticated with
+        self.reauthenticates = False  # authenticated with SaslAuthenticate v1+: may do so again
+        self.expires_at = None  # the broker clock's monotonic time the SASL session ends, if it does
 
     def __repr__(self) -> str:
         return (f"Session({self.client_host}, {self.listener}, {self.principal}"

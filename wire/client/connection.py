@@ -8,7 +8,9 @@ SaslAuthenticate rounds (v0-2, as ApiVersions allows) until the mechanism is sat
 Kafka's clients do (KIP-152). Requests wait until all of that is done. The TCP connect
 with the TLS handshake, and each SASL request, are bounded by `connect_timeout`. A
 refused TLS handshake or SASL authentication raises AuthenticationFailed (fatal, not
-retried) and closes the connection.
+retried) and closes the connection. When the broker gives the session a lifetime
+(KIP-368, `connections.max.reauth.ms`), the connection authenticates again at 85-95% of
+it, before its next request, which waits; a refusal then closes it the same way.
 
 Many requests may be in flight at once. The socket's protocol (`_Wire`) cuts responses
 off the socket as they arrive and hands each to the request with the same correlation
@@ -26,6 +28,7 @@ import collections
 import itertools
 import mmap
 import os
+import random
 import socket
 import ssl
 import struct
@@ -85,6 +88,7 @@ class BrokerConnection:
         self._open_lock = asyncio.Lock()
         self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # this connection's, across reconnects
         self._closed = False  # by close(): no reconnecting
+        self._reauthenticate_at: float | None = None  # the loop's time, when the broker gave a session lifetime
 
     @property
     def address(self) -> str:
@@ -171,6 +175,7 @@ class BrokerConnection:
         at `version` whatever ApiVersions listed: the inter-broker requests, whose versions
         the cluster fixes rather than the client's range."""
         await self.open()
+        await self._reauthenticate_if_due()
         if negotiated and version != self.version(api, version):  # e.g. a downgraded broker
             raise UnsupportedVersion(f"{self.address} no longer speaks {api.name} v{version}")
         frame = await self._roundtrip(api, version, body, timeout)
@@ -183,6 +188,7 @@ class BrokerConnection:
     async def send(self, api: Api, version: int, body: Struct) -> None:
         """Send a request the broker does not answer (Produce with acks=0)."""
         await self.open()
+        await self._reauthenticate_if_due()
         await self._write(api, version, body)
 
     async def close(self) -> None:
@@ -194,8 +200,27 @@ class BrokerConnection:
             await asyncio.shield(wire.lost)
 
     # -- internals -----------------------------------------------------------------
+    async def _reauthenticate_if_due(self) -> None:
+        """Authenticate again on this connection once its session is near its end (KIP-368:
+        at 85-95% of the lifetime the broker gave, as Kafka's clients do); requests wait
+        for it, and a refusal closes the connection and raises AuthenticationFailed. No
+        await between this check and a request's write: nothing is sent in the middle."""
+        loop = asyncio.get_running_loop()
+        if self._reauthenticate_at is None or loop.time() < self._reauthenticate_at:
+            return
+        async with self._open_lock:
+            if not self._ready or self._reauthenticate_at is None or loop.time() < self._reauthenticate_at:
+                return
+            try:
+                await self._authenticate()
+            except BaseException as exc:
+                self._drop(exc if isinstance(exc, ClientError) else
+                           ConnectionFailed(f"re-authentication with {self.address} failed"))
+                raise
+
     async def _authenticate(self) -> None:
         """SaslHandshake v1, then SaslAuthenticate rounds until the mechanism is done."""
+        self._reauthenticate_at = None
         mechanism = self.security.mechanism
         handshake = await self._setup_request(SASL_HANDSHAKE, self.version(SASL_HANDSHAKE),
                                               SASL_HANDSHAKE.request(mechanism=mechanism))
@@ -218,6 +243,10 @@ class BrokerConnection:
                     answer.error_message)), answer.error_code)
             token = exchange.step(answer.auth_bytes)
             if token is None:
+                lifetime = (answer.session_lifetime_ms or 0) / 1000  # v0 answers carry none
+                if lifetime > 0:
+                    self._reauthenticate_at = (asyncio.get_running_loop().time()
+                                               + lifetime * random.uniform(0.85, 0.95))
                 return
         raise ProtocolViolation(f"SASL {mechanism} with {self.address}: not done after "
                                 f"{_MAX_SASL_ROUNDS} rounds")
