@@ -332,6 +332,7 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int | None = None  # None: the session timeout
     broker_rack: str | None = None
+    replica_selector_class: str | None = None  # KIP-392: RACK_AWARE_SELECTOR, or None (the leader serves)
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
@@ -592,6 +593,17 @@ def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
     return overrides
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(key: str, value: str) -> str | None:
+    """KIP-392's selector: Kafka's rack-aware one is the selector there is here."""
+    name = value.strip()
+    if name and name != RACK_AWARE_SELECTOR:
+        raise ConfigError(f"{key}: {name!r} is not available; the one selector here is {RACK_AWARE_SELECTOR}")
+    return name or None
+
+
 def _super_users(key: str, value: str) -> frozenset[str]:
     """super.users: principals (Type:name) separated by semicolons."""
     users = frozenset(user.strip() for user in value.split(";") if user.strip())
@@ -676,6 +688,7 @@ def static_broker_values(config: BrokerConfig) -> dict[str, str]:
             f"{ip}:{count}" for ip, count in sorted(config.max_connections_per_ip_overrides.items())),
         "zookeeper.connect": config.zookeeper_connect or "",
         "broker.rack": config.broker_rack or "",
+        "replica.selector.class": config.replica_selector_class or "",
     }
     for key, (attr, _, _) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items():
         values[key] = getattr(config, attr)
@@ -750,6 +763,8 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
             config.zookeeper_connect = _zookeeper_connect(key, value)
         elif key == "broker.rack":
             config.broker_rack = value.strip() or None
+        elif key == "replica.selector.class":
+            config.replica_selector_class = _replica_selector(key, value)
         elif key in _CLUSTER_INT_KEYS:
             attr, minimum, maximum = _CLUSTER_INT_KEYS[key]
             setattr(config, attr, _int(key, value, minimum, maximum))

@@ -541,8 +541,8 @@ def test_becoming_a_follower_fails_an_acks_all_waiter_at_once(tmp_path):
     asyncio.run(run())
 
 
-def _answer(sock, api, correlation_id: int):
-    header, response = decode_response(api.key, 12 if api is FETCH else 9, recv_frame(sock))
+def _answer(sock, api, correlation_id: int, version: int = 9):
+    header, response = decode_response(api.key, version, recv_frame(sock))
     assert header.correlation_id == correlation_id
     return response
 
@@ -550,7 +550,9 @@ def _answer(sock, api, correlation_id: int):
 def test_a_broker_that_stops_leading_answers_waiting_and_new_requests(tmp_path):
     """The real broker: an acks=all produce and a consumer's long-poll fetch wait on a
     partition with a second (absent) replica; the partition then follows broker 1. Both
-    are answered NOT_LEADER_OR_FOLLOWER at once, and so is every later request for it."""
+    are answered NOT_LEADER_OR_FOLLOWER at once, and so is every later request for it.
+    The consumer fetches at v10: from v11 it gives its client metadata and a follower
+    serves it (KIP-392, tests/test_cluster_follower_fetching.py)."""
     with EmbeddedBroker(tmp_path / "data") as embedded:
         with Client(embedded.bootstrap_servers) as client:
             client.create_topics({"replicated": NewTopic(1, 1, {})})
@@ -560,7 +562,7 @@ def test_a_broker_that_stops_leading_answers_waiting_and_new_requests(tmp_path):
         _on_loop(embedded, lambda: partition.make_leader(epoch, [0, 1], [0, 1]))
         with connect(port) as producer, connect(port) as consumer, connect(port) as other:
             producer.sendall(frame(PRODUCE, 9, _produce(-1, 60_000, 0), 1))
-            consumer.sendall(frame(FETCH, 12, _fetch(-1, 0, max_wait_ms=60_000), 2))
+            consumer.sendall(frame(FETCH, 10, _fetch(-1, 0, max_wait_ms=60_000), 2))
             # Both wait: the follower never fetches.
             wait_for(lambda: len(_on_loop(embedded, lambda: embedded.broker.delayed._waiters.get(
                 partition.key, ()))) == 2, what="the produce and the fetch to wait")
@@ -577,15 +579,15 @@ def test_a_broker_that_stops_leading_answers_waiting_and_new_requests(tmp_path):
             consumer.settimeout(10)
             produced = _answer(producer, PRODUCE, 1).responses[0].partition_responses[0]
             assert produced.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, produced
-            fetched = _answer(consumer, FETCH, 2).responses[0].partitions[0]
+            fetched = _answer(consumer, FETCH, 2, 10).responses[0].partitions[0]
             assert fetched.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
             # Every request for the partition now: produce, consumer and replica fetches,
             # ListOffsets, OffsetForLeaderEpoch, DeleteRecords.
             answer = roundtrip(other, PRODUCE, 9, _produce(1, 1000, 1), 4).responses[0].partition_responses[0]
             assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-            for replica_id, correlation in ((-1, 5), (1, 6)):
-                data = roundtrip(other, FETCH, 12, _fetch(replica_id, 0), correlation).responses[0].partitions[0]
+            for replica_id, version, correlation in ((-1, 10, 5), (1, 12, 6)):
+                data = roundtrip(other, FETCH, version, _fetch(replica_id, 0), correlation).responses[0].partitions[0]
                 assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and not data.records
             answer = roundtrip(other, LIST_OFFSETS, 8, list_offsets, 7).topics[0].partitions[0]
             assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER

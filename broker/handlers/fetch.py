@@ -16,11 +16,19 @@
 - v7+ incremental fetch sessions (KIP-227; broker.fetch_sessions): an incremental fetch
   reads every partition of its session and answers only those with something new.
 - v9+ `current_leader_epoch` is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
-- Only the leader is fetched from, by consumers and followers alike:
+- Followers fetch from the leader only, and so do consumers before v11:
   NOT_LEADER_OR_FOLLOWER elsewhere; from v16 that answer and FENCED_LEADER_EPOCH name the
   current leader and its endpoint (KIP-951, broker.handlers.leader_discovery). A partition with an error (this one included, as
   when the broker stops leading during a long poll) or a diverging epoch ends the long
   poll at once, as in Kafka.
+- Fetching from the closest replica (KIP-392), as Kafka: a v11+ consumer (it sends its
+  client metadata) may fetch from any replica, which serves it up to its own high
+  watermark or last stable offset. With `replica.selector.class` set to Kafka's
+  RackAwareReplicaSelector, the leader answers a consumer whose `rack_id` names another
+  rack than its own with no records and `preferred_read_replica`: the most caught-up
+  in-sync follower in that rack holding the fetch offset (Partition.preferred_read_replica),
+  at once, whatever min_bytes. The consumer asks that replica from then on, and the
+  leader again on an error there.
 - v12+ `last_fetched_epoch` (>= 0) is checked against the epoch history: a fetcher whose
   log diverged (that epoch ends here before its fetch offset, or this log never had it)
   gets no records and `diverging_epoch` (the epoch and end offset to truncate to); an
@@ -77,6 +85,11 @@ def _build(broker, request, version, wanted, denied):
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
     by_id = version >= 13
+    # KIP-392: a consumer giving its client metadata (v11+) may read from any replica,
+    # and the leader may point one with a rack at a replica in its rack.
+    anywhere = replica_id < 0 and version >= 11
+    client_rack = request.rack_id if anywhere and broker.config.replica_selector_class else ""
+    racks = None  # broker id -> rack, read at the first partition that needs it
     total = throttled_bytes = 0
     withheld = False
     settled = False
@@ -110,7 +123,8 @@ def _build(broker, request, version, wanted, denied):
             partition = broker.topics.partition(name, wanted.partition)
             keys.append(partition.key)
             partition.check_leader_epoch(wanted.current_leader_epoch)
-            partition.check_leader()
+            if not anywhere:
+                partition.check_leader()
         except BrokerError as exc:
             out.error_code = exc.code
             settled = True
@@ -126,7 +140,7 @@ def _build(broker, request, version, wanted, denied):
                 out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
             elif replica_id >= 0:
                 region = None
-                if partition.update_follower(replica_id, wanted.fetch_offset):
+                if partition.update_follower(replica_id, wanted.fetch_offset, wanted.log_start_offset):
                     throttled = partition.config.leader_replication_throttled_replicas.covers(
                         partition.index, broker.node_id)
                     if throttled and replica_id not in partition.isr:
@@ -142,7 +156,18 @@ def _build(broker, request, version, wanted, denied):
                     if throttled and region is not None:
                         throttled_bytes += len(region)
             else:
-                region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0)
+                preferred = None
+                if client_rack and partition.is_leader:
+                    if racks is None:
+                        racks = {b.node_id: b.rack for b in broker.metadata.brokers()}
+                    preferred = partition.preferred_read_replica(client_rack, wanted.fetch_offset, racks.get)
+                if preferred is not None:  # no records: the consumer asks that replica (as Kafka answers)
+                    region, aborted = None, []
+                    out.preferred_read_replica = preferred
+                    settled = True
+                else:
+                    region, aborted = partition.read(wanted.fetch_offset, limit, committed, total == 0,
+                                                     leader_only=not anywhere)
                 if committed:
                     out.aborted_transactions = [
                         _Resp.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)

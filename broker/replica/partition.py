@@ -55,6 +55,7 @@ UNKNOWN_OFFSET = -1
 class FollowerState:
     end_offset: int = UNKNOWN_OFFSET  # as its last fetch reported; unknown until then
     last_caught_up_ms: int = 0  # when a fetch of it last reached the leader's log end
+    log_start_offset: int = UNKNOWN_OFFSET  # as its last fetch reported
 
 
 class Partition:
@@ -154,13 +155,14 @@ class Partition:
         """Lead as the only replica (the single node), from one epoch past the log's last."""
         self.make_leader(self.log.epochs.latest_epoch + 1, [self.local_id], [self.local_id])
 
-    def update_follower(self, replica_id: int, fetch_offset: int) -> bool:
-        """Record a follower's fetch position (its log end offset); False when
-        `replica_id` is not a replica of this partition."""
+    def update_follower(self, replica_id: int, fetch_offset: int, log_start_offset: int = UNKNOWN_OFFSET) -> bool:
+        """Record a follower's fetch position (its log end offset) and log start; False
+        when `replica_id` is not a replica of this partition."""
         follower = self._followers.get(replica_id)
         if follower is None:
             return False
         follower.end_offset = fetch_offset
+        follower.log_start_offset = log_start_offset
         if fetch_offset >= self.log.log_end_offset:
             follower.last_caught_up_ms = self._clock.wall_ms()
         if replica_id not in self.isr and fetch_offset >= self.log.high_watermark and (
@@ -358,14 +360,32 @@ class Partition:
         return self.truncation_point(leader_epoch, leader_end_offset)[0]
 
     # -- reading --------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, read_committed: bool,
-             min_one_batch: bool) -> tuple[FileRegion | None, list[AbortedTxn]]:
+    def read(self, offset: int, max_bytes: int, read_committed: bool, min_one_batch: bool,
+             leader_only: bool = True) -> tuple[FileRegion | None, list[AbortedTxn]]:
         """A consumer's read: up to the high watermark, or with `read_committed` up to the
-        last stable offset with the aborted transactions in range. The leader's only."""
-        self.check_leader()
+        last stable offset with the aborted transactions in range, as this replica knows
+        them. The leader's only, unless not `leader_only` (KIP-392: a follower serves a
+        consumer that gives its client metadata)."""
+        if leader_only:
+            self.check_leader()
         if read_committed:
             return self.log.read_committed(offset, max_bytes, min_one_batch)
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch), []
+
+    def preferred_read_replica(self, client_rack: str, fetch_offset: int, rack_of) -> int | None:
+        """The replica a consumer in `client_rack` should fetch from, if not this leader
+        (Kafka's RackAwareReplicaSelector): among the leader and the in-sync followers
+        whose log holds `fetch_offset`, the leader if it is in that rack, else the most
+        caught-up one there (log end, then the latest caught up, then the highest id);
+        None when none is there. `rack_of(broker id)`: its broker.rack, or None."""
+        if not client_rack or not self.is_leader or rack_of(self.local_id) == client_rack:
+            return None
+        now = self._clock.wall_ms()
+        candidates = [(state.end_offset, state.last_caught_up_ms - now, replica)
+                      for replica, state in self._followers.items()
+                      if replica in self.isr and state.log_start_offset <= fetch_offset <= state.end_offset
+                      and rack_of(replica) == client_rack]
+        return max(candidates)[2] if candidates else None
 
     def read_as_follower(self, offset: int, max_bytes: int, min_one_batch: bool) -> FileRegion | None:
         """A follower's read: up to the log end."""
