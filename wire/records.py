@@ -12,8 +12,9 @@ attributes name a codec:
 The CRC (CRC-32C) covers everything from the attributes to the end of the batch, so
 the broker can assign offsets and leader epochs without recomputing it.
 
-Only magic 2 is supported: legacy message sets (magic 0 and 1) are out of scope and
-refused with `DecodeError`, as is anything malformed. Record decoding and building
+Only magic 2 is supported here: legacy message sets (magic 0 and 1) are refused with
+`DecodeError`, as is anything malformed (wire.message_sets decodes them for the broker,
+which converts them to batches). Record decoding and building
 are the hot path for bulk consumers and producers, so they work on plain bytes with
 inlined varint handling instead of going through `wire.primitives.Reader`/`Writer`.
 """

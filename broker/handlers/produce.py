@@ -5,8 +5,10 @@
   clients get INVALID_TOPIC_EXCEPTION.
   acks=0 gets no response; if such a produce fails, the connection is closed, as
   Kafka does, so the producer notices.
-- Only record batches v2 (magic 2) are stored; older message formats get
-  UNSUPPORTED_FOR_MESSAGE_FORMAT. A partition's records must be exactly one batch
+- Only record batches v2 (magic 2) are stored. Legacy message sets (formats v0 and v1)
+  are accepted in Produce v0–v2 and converted to one batch first, as Kafka 3.x's
+  LogValidator converts them (`_converted_message_set`); from v3 they are INVALID_RECORD,
+  as in Kafka. A partition's records must be exactly one batch
   (INVALID_RECORD otherwise), validated from its header alone:
   whole (not truncated), CRC-32C, size within `max.message.bytes` (MESSAGE_TOO_LARGE),
   record count consistent with lastOffsetDelta, not a control batch (INVALID_RECORD),
@@ -67,8 +69,10 @@ from wire.acl_types import Operation, ResourceType
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode
 from wire.messages import PRODUCE
-from wire.primitives import DecodeError
-from wire.records import MAGIC, decode_batch, has_valid_crc, iter_batches, parse_header, recompress_batch
+from wire.message_sets import InvalidMessageSet, decode_message_set, split_message_set
+from wire.primitives import DecodeError, EncodeError
+from wire.records import (MAGIC, build_batch_columns, decode_batch, has_valid_crc, iter_batches, parse_header,
+                          recompress_batch)
 
 from broker.errors import BrokerError
 from broker.handlers.leader_discovery import name_leaders
@@ -81,8 +85,53 @@ _Resp = PRODUCE.response
 _MAGIC_AT = 16
 # compression.type -> codec id; "producer" (keep the batch's codec) is absent.
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+_LAST_MESSAGE_SET_VERSION = 2  # Produce v3+ carries record batches only
 
 
+def _is_message_set(records) -> bool:
+    """Whether a partition's records start with a legacy message (magic 0 or 1): the
+    magic byte lies at the same place in a message set's entry and in a batch."""
+    return records is not None and len(records) > _MAGIC_AT and records[_MAGIC_AT] < MAGIC
+
+
+def _converted_message_set(records, version: int, config) -> memoryview:
+    """A legacy message set as one record batch, as Kafka 3.x's LogValidator converts it:
+    keys and values kept, no headers, the message's timestamp (-1, "none", with magic 0)
+    as CreateTime, offsets left to the log, the topic's codec (or with compression.type
+    `producer` the message set's). Each message must fit max.message.bytes
+    (MESSAGE_TOO_LARGE). INVALID_TIMESTAMP for a message marked LogAppendTime (unless, as
+    Kafka lets it pass, the topic is CreateTime and the message has a timestamp), a
+    negative timestamp other than -1, or timestamps too far apart for one batch's deltas."""
+    if version > _LAST_MESSAGE_SET_VERSION:
+        raise BrokerError(ErrorCode.INVALID_RECORD,
+                          f"Produce v{version} requests may hold only record batches (magic 2)")
+    try:
+        entries = split_message_set(records)
+    except DecodeError as exc:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+    for entry in entries:
+        if len(entry) > config.max_message_bytes:
+            raise BrokerError(ErrorCode.MESSAGE_TOO_LARGE, f"message of {len(entry)} bytes exceeds "
+                                                           f"max.message.bytes {config.max_message_bytes}")
+    try:
+        message_set = decode_message_set(entries, MAX_DECOMPRESSED_BATCH)
+    except InvalidMessageSet as exc:
+        raise BrokerError(ErrorCode.INVALID_RECORD, str(exc)) from None
+    except DecodeError as exc:
+        raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+    create_time = config.message_timestamp_type == "CreateTime"
+    for record in message_set.records:
+        if record.log_append_time and not (create_time and record.timestamp != -1):
+            raise BrokerError(ErrorCode.INVALID_TIMESTAMP, "producers may not mark messages LogAppendTime")
+        if record.timestamp < -1:
+            raise BrokerError(ErrorCode.INVALID_TIMESTAMP, f"negative message timestamp {record.timestamp}")
+    timestamps, keys, values, _ = zip(*message_set.records)
+    codec = _TOPIC_CODECS.get(config.compression_type, message_set.compression)
+    try:
+        batch = build_batch_columns(keys, values, None, timestamps, compression=codec)
+    except EncodeError as exc:  # the timestamps: keys and values are bytes or None
+        raise BrokerError(ErrorCode.INVALID_TIMESTAMP, f"message timestamps do not fit one batch: {exc}") from None
+    return memoryview(bytearray(batch))
 
 
 def validated_batch(records, max_message_bytes: int):
@@ -93,10 +142,6 @@ def validated_batch(records, max_message_bytes: int):
         iterator = iter_batches(records)
         batches = list(iterator)
     except DecodeError as exc:
-        view = memoryview(records)
-        if len(view) > _MAGIC_AT and view[_MAGIC_AT] < MAGIC:
-            raise BrokerError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                              "message format v0/v1 is not supported; use record batches (v2)") from None
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
     if iterator.remaining:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"{iterator.remaining} bytes of a truncated batch")
@@ -237,7 +282,9 @@ def handle(broker, header, request, session):
                 partition.check_leader()
                 config = partition.config
                 records = data.records
-                if records is not None and isinstance(records, memoryview):
+                if _is_message_set(records):
+                    records = _converted_message_set(records, header.request_api_version, config)
+                elif records is not None and isinstance(records, memoryview):
                     records = _writable(records)
                 batch_header, batch = validated_batch(records, config.max_message_bytes)
                 _check_timestamps(batch_header, config, broker.clock.wall_ms())
