@@ -14,7 +14,12 @@ converts to record batches as Kafka 3.x does (wire/message_sets.py, broker/handl
   a truncated or undecompressable set CORRUPT_MESSAGE; mixed magics, two compressed
   messages, zstd with magic 1, a message set in Produce v3 INVALID_RECORD; a message over
   max.message.bytes MESSAGE_TOO_LARGE; a message marked LogAppendTime, timestamps too far
-  apart for one batch INVALID_TIMESTAMP. Nothing of them is stored, and the connection goes on serving.
+  apart for one batch INVALID_TIMESTAMP. Nothing of them is stored, and the connection goes
+  on serving. The well-formed sets they are made from are stored; magic 0 messages on a
+  LogAppendTime topic get the append time, and a compacted topic refuses a keyless message
+  (INVALID_RECORD), as Kafka's LogValidator does.
+- The decoder alone: bounded decompression, a LogAppendTime wrapper's timestamp given to
+  its messages, and nothing but DecodeError from mutated or forged sets.
 """
 
 from __future__ import annotations
@@ -199,6 +204,29 @@ def test_well_formed_hand_made_message_sets_are_stored(broker):
     assert [(r.offset, r.key, r.value) for r in fetched.records] == [
         (offset, b"k%d" % (offset % 3), b"v%d" % (offset % 3)) for offset in range(9)]
 
+
+
+def test_log_append_time_topic_stamps_converted_messages_with_the_append_time(broker):
+    """Magic 0 messages have no timestamp; on a LogAppendTime topic they get the append's,
+    as every batch there does."""
+    topic = create(broker, {"message.timestamp.type": "LogAppendTime"}, 1)
+    with connect(broker.port) as sock:
+        response = roundtrip(sock, PRODUCE, 2, produce_body(topic, 0, plain(0)), 4)
+    [answer] = response.responses[0].partition_responses
+    assert answer.error_code == ErrorCode.NONE and answer.log_append_time_ms > 0
+    with Client(broker.bootstrap_servers) as client:
+        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+    assert [r.timestamp for r in fetched.records] == [answer.log_append_time_ms] * 3
+
+
+def test_compacted_topic_refuses_a_keyless_message(broker):
+    topic = create(broker, {"cleanup.policy": "compact"}, 1)
+    with connect(broker.port) as sock:
+        keyless = message(1, b"k", b"v") + message(1, None, b"v")
+        response = roundtrip(sock, PRODUCE, 2, produce_body(topic, 0, keyless), 5)
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_RECORD
+        response = roundtrip(sock, PRODUCE, 2, produce_body(topic, 0, plain(1)), 6)
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
 
 # -- the decoder alone: bounded, and nothing but DecodeError whatever the bytes -----------------
 
