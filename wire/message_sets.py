@@ -28,7 +28,7 @@ from typing import NamedTuple
 from wire.compression import LZ4, NONE, ZSTD, decompress
 from wire.primitives import DecodeError
 
-__all__ = ["LOG_OVERHEAD", "InvalidMessageSet", "LegacyRecord", "MessageSet",
+__all__ = ["LOG_OVERHEAD", "InvalidMessageSet", "MessageSet",
            "split_message_set", "decode_message_set"]
 
 LOG_OVERHEAD = 12  # offset and message_size: the bytes message_size does not count
@@ -48,23 +48,19 @@ class InvalidMessageSet(DecodeError):
     """A well-formed message set that breaks a rule of the format (INVALID_RECORD)."""
 
 
-class LegacyRecord(NamedTuple):
-    """One message: its timestamp (-1 with magic 0), key and value, and whether it is
-    marked LogAppendTime (its own attribute, or its wrapper's), which producers may not set."""
-
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    log_append_time: bool
-
-
 class MessageSet(NamedTuple):
-    """A decoded message set: its magic, its wrapper's codec (NONE when uncompressed) and
-    its messages in order."""
+    """A decoded message set, its messages in columns as `wire.records.build_batch_columns`
+    takes them (no object per message): its magic, its wrapper's codec (NONE when
+    uncompressed), each message's timestamp (-1 with magic 0), key and value, and the
+    indexes of the messages marked LogAppendTime (by their own attribute or their
+    wrapper's), which producers may not set."""
 
     magic: int
     compression: int
-    records: list[LegacyRecord]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    log_append_time: list[int]
 
 
 class _Message(NamedTuple):
@@ -112,7 +108,10 @@ def decode_message_set(entries: list[memoryview], max_decompressed_size: int) ->
                                     f"of magic {magic}")
     messages = [_parse(entry) for entry in entries]
     if not any(message.attributes & _COMPRESSION_MASK for message in messages):
-        return MessageSet(magic, NONE, [_record(message, message.attributes) for message in messages])
+        marked = [index for index, message in enumerate(messages) if _log_append_time(message)]
+        return MessageSet(magic, NONE, [message.timestamp for message in messages],
+                          [message.key for message in messages], [message.value for message in messages],
+                          marked)
     if len(messages) > 1:
         raise InvalidMessageSet(f"a compressed message must be alone in its message set, "
                                 f"not one of {len(messages)}")
@@ -128,7 +127,8 @@ def decode_message_set(entries: list[memoryview], max_decompressed_size: int) ->
     inner = split_message_set(decompress(codec, data, max_decompressed_size))
     if not inner:
         raise InvalidMessageSet("a compressed message holding no messages")
-    records = []
+    stamped = _log_append_time(wrapper)
+    timestamps, keys, values = [], [], []
     last_offset = 0
     for entry in inner:
         if entry[_MAGIC_AT] != magic:
@@ -137,19 +137,19 @@ def decode_message_set(entries: list[memoryview], max_decompressed_size: int) ->
         message = _parse(entry)
         if message.attributes & _COMPRESSION_MASK:
             raise InvalidMessageSet("a compressed message inside a compressed message")
-        if wrapper.attributes & _LOG_APPEND_TIME_BIT and magic == 1:
-            message = message._replace(timestamp=wrapper.timestamp)
-        records.append(_record(message, wrapper.attributes))
+        timestamps.append(wrapper.timestamp if stamped else message.timestamp)
+        keys.append(message.key)
+        values.append(message.value)
         last_offset = message.offset
     if magic == 1 and wrapper.offset != 0 and wrapper.offset < last_offset:
         raise InvalidMessageSet(f"wrapper offset {wrapper.offset} is below its last inner offset "
                                 f"{last_offset}")
-    return MessageSet(magic, codec, records)
+    return MessageSet(magic, codec, timestamps, keys, values, list(range(len(keys))) if stamped else [])
 
 
-def _record(message: _Message, timestamp_attributes: int) -> LegacyRecord:
-    log_append_time = message.magic == 1 and bool(timestamp_attributes & _LOG_APPEND_TIME_BIT)
-    return LegacyRecord(message.timestamp, message.key, message.value, log_append_time)
+def _log_append_time(message: _Message) -> bool:
+    """Whether a message is marked LogAppendTime (only magic 1 has the bit)."""
+    return message.magic == 1 and bool(message.attributes & _LOG_APPEND_TIME_BIT)
 
 
 def _parse(entry: memoryview) -> _Message:

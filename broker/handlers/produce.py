@@ -119,18 +119,20 @@ def _converted_message_set(records, version: int, config) -> memoryview:
         raise BrokerError(ErrorCode.INVALID_RECORD, str(exc)) from None
     except DecodeError as exc:
         raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+    timestamps = message_set.timestamps
     create_time = config.message_timestamp_type == "CreateTime"
-    for record in message_set.records:
-        if record.log_append_time and not (create_time and record.timestamp != -1):
+    for index in message_set.log_append_time:
+        if not (create_time and timestamps[index] != -1):
             raise BrokerError(ErrorCode.INVALID_TIMESTAMP, "producers may not mark messages LogAppendTime")
-        if record.timestamp < -1:
-            raise BrokerError(ErrorCode.INVALID_TIMESTAMP, f"negative message timestamp {record.timestamp}")
-    timestamps, keys, values, _ = zip(*message_set.records)
+    if min(timestamps) < -1:
+        raise BrokerError(ErrorCode.INVALID_TIMESTAMP, f"negative message timestamp {min(timestamps)}")
     codec = _TOPIC_CODECS.get(config.compression_type, message_set.compression)
     try:
-        batch = build_batch_columns(keys, values, None, timestamps, compression=codec)
+        batch = build_batch_columns(message_set.keys, message_set.values, None, timestamps,
+                                    compression=codec)
     except EncodeError as exc:  # the timestamps: keys and values are bytes or None
-        raise BrokerError(ErrorCode.INVALID_TIMESTAMP, f"message timestamps do not fit one batch: {exc}") from None
+        raise BrokerError(ErrorCode.INVALID_TIMESTAMP,
+                          f"message timestamps do not fit one batch: {exc}") from None
     return memoryview(bytearray(batch))
 
 
