@@ -27,11 +27,10 @@ from typing import NamedTuple
 
 from wire.compression import LZ4, NONE, ZSTD, decompress
 from wire.primitives import DecodeError
+from wire.records import LOG_OVERHEAD  # a batch's base offset and length: a message's offset and size
 
-__all__ = ["LOG_OVERHEAD", "InvalidMessageSet", "MessageSet",
-           "split_message_set", "decode_message_set"]
+__all__ = ["InvalidMessageSet", "MessageSet", "split_message_set", "decode_message_set"]
 
-LOG_OVERHEAD = 12  # offset and message_size: the bytes message_size does not count
 _MAGIC_AT = 16
 _COMPRESSION_MASK = 0x07
 _LOG_APPEND_TIME_BIT = 0x08
