@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.broker_process import BrokerProcess
-from tests.test_broker_clients import Row, consume_confluent
+from tests.test_broker_clients import PARTITIONS, Row, consume_confluent
 from tests.test_broker_failures import connect, produce_body, roundtrip
 from tests.test_compression_type import create
 from wire.client import Client
@@ -48,7 +48,6 @@ kafka = pytest.importorskip("kafka")
 
 pytestmark = pytest.mark.timeout(120)
 
-PARTITIONS = 3  # consume_confluent reads three partitions; everything goes to partition 0
 COUNT = 12
 MAX_MESSAGE_BYTES = 4096
 
@@ -67,6 +66,7 @@ def outgoing(i: int) -> tuple[bytes | None, bytes | None]:
 
 
 def read_back(broker, topic: str) -> list[Row]:
+    """Partition 0, where every record goes (consume_confluent reads PARTITIONS of a topic)."""
     got = consume_confluent(broker.bootstrap_servers, [topic],
                             {(topic, p): COUNT if p == 0 else 0 for p in range(PARTITIONS)})
     return got[(topic, 0)]
