@@ -63,8 +63,9 @@ LEADER_AND_ISR_VERSION = 6
 UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 
-# LeaderAndIsr's type: incremental, or every partition the receiver hosts.
-INCREMENTAL, FULL = 0, 1
+# LeaderAndIsr's type (Kafka's AbstractControlRequest.Type; 0 is UNKNOWN): incremental,
+# or every partition the receiver hosts.
+INCREMENTAL, FULL = 1, 2
 # Kafka's markers for a topic being deleted: the leader UpdateMetadata names (brokers
 # drop the partition from their metadata) and the leader epoch StopReplica names.
 LEADER_DURING_DELETE = -2
