@@ -10,9 +10,15 @@ settings (bin/kafka-server-start.sh: -Xmx1G -Xms1G, G1 with 20 ms pauses) and no
 logging (no SLF4J binding is on the classpath; log4j2 is set to ERROR). `start()` waits,
 bounded, for the first Metadata answer naming a broker.
 
-`KafkaTarget` is a bench.common.Target, as SluiceTarget and MockTarget are; when Kafka
-cannot be resolved (no network, no Maven, no Java) or does not start, `KafkaUnavailable`
-says why and the benchmarks carry on without it.
+`KafkaCluster` runs several such nodes as one cluster: each node is a broker and a
+controller, the controllers a static quorum (controller.quorum.voters, each node's storage
+formatted with one cluster id), and the internal topics replicated as Kafka's defaults
+replicate them (offsets and transaction state RF=3, transaction.state.log.min.isr=2,
+min.insync.replicas=1), as a Sluice cluster's are. Its heap is smaller (CLUSTER_HEAP).
+
+`KafkaTarget` (one node) and `KafkaClusterTarget` are bench.common.Targets, as SluiceTarget
+and MockTarget are; when Kafka cannot be resolved (no network, no Maven, no Java) or does
+not start, `KafkaUnavailable` says why and the benchmarks carry on without it.
 
 Kafka's own producer benchmark (`org.apache.kafka.tools.ProducerPerformance`, from
 kafka-tools) is here too (`producer_performance`), to run against any of the brokers.
@@ -38,9 +44,10 @@ import uuid
 from bench.common import Target, memory_kib
 from sluice import maven
 
-HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G)
+HEAP = "1g"  # bin/kafka-server-start.sh's default (-Xmx1G -Xms1G); -Xms is the heap too
+CLUSTER_HEAP = "512m"  # per node of a KafkaCluster: three JVMs share the machine
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
-JVM_FLAGS = ["-Xms1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+JVM_FLAGS = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
              "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
              "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
 PERF_HEAP = "512m"
@@ -82,6 +89,14 @@ def _java(entries, main_class: str, *args: str, heap: str, flags=()) -> list[str
     return command
 
 
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id (a random Uuid, base64 without padding)."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id like "-x..." reads as an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,18 +130,20 @@ def metadata_brokers(host: str, port: int, timeout: float = 1.0) -> int:
     return brokers
 
 
-def wait_for_metadata(bootstrap: str, deadline: float, alive=lambda: True) -> float:
-    """Poll until a Metadata answer names a broker (or `deadline`, time.monotonic(), passes,
-    or `alive()` turns false); returns the time.perf_counter() of that answer."""
+def wait_for_metadata(bootstrap: str, deadline: float, alive=lambda: True, brokers: int = 1) -> float:
+    """Poll until a Metadata answer names `brokers` brokers or more (or `deadline`,
+    time.monotonic(), passes, or `alive()` turns false); returns the time.perf_counter()
+    of that answer."""
     host, port = bootstrap.rsplit(":", 1)
     last = None
     while time.monotonic() < deadline:
         if not alive():
             raise KafkaUnavailable(f"the broker exited before answering ({last})")
         try:
-            if metadata_brokers(host, int(port), timeout=max(0.05, min(1.0, deadline - time.monotonic()))) > 0:
+            named = metadata_brokers(host, int(port), timeout=max(0.05, min(1.0, deadline - time.monotonic())))
+            if named >= brokers:
                 return time.perf_counter()
-            last = "an answer naming no broker"
+            last = f"an answer naming {named} broker(s)"
         except (OSError, struct.error) as e:
             last = e
         time.sleep(0.02)
@@ -139,12 +156,18 @@ class KafkaBrokerProcess:
     """One Kafka node (broker and controller) in a JVM of its own."""
 
     def __init__(self, workdir: str | None = None, heap: str = HEAP, config: dict | None = None,
-                 listeners: dict[str, str] | None = None):
+                 listeners: dict[str, str] | None = None, node_id: int = 1,
+                 controller_port: int | None = None, voters: str | None = None):
         """`listeners`: more listeners beside PLAINTEXT, name -> security protocol, each on a
-        free port (`listener_ports`) and advertised; their TLS/SASL settings go in `config`."""
+        free port (`listener_ports`) and advertised; their TLS/SASL settings go in `config`.
+        `voters` (controller.quorum.voters, with this node's `node_id` and `controller_port`
+        among them) makes it a node of a KafkaCluster; without, it is a quorum of its own."""
         self.dir = tempfile.mkdtemp(prefix="kafka-", dir=workdir)
         self.heap = heap
-        self.port, self.controller_port = free_port(), free_port()
+        self.voters = voters
+        self.port, self.controller_port = free_port(), controller_port or free_port()
+        quorum = ({"controller.quorum.voters": voters} if voters else
+                  {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"})
         self.listener_ports = {name: free_port() for name in listeners or {}}
         extra = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items())
         protocols = "".join(f",{name}:{protocol}" for name, protocol in (listeners or {}).items())
@@ -152,8 +175,7 @@ class KafkaBrokerProcess:
         self.properties = os.path.join(self.dir, "server.properties")
         self.log4j = os.path.join(self.dir, "log4j2.properties")
         settings = {
-            "process.roles": "broker,controller", "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            "process.roles": "broker,controller", "node.id": str(node_id), **quorum,
             "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
                           f"{extra}"),
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{extra}",
@@ -171,6 +193,7 @@ class KafkaBrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.stderr_path = os.path.join(self.dir, "stderr.log")
         self.format_s: float | None = None
+        self.launched: float | None = None
         self.start_s: float | None = None
         atexit.register(self.stop)
 
@@ -190,16 +213,15 @@ class KafkaBrokerProcess:
         return _java(broker_classpath(), main_class, *args, heap=heap,
                      flags=[f"-Dlog4j2.configurationFile={self.log4j}", *flags])
 
-    def format(self, timeout: float = 120.0, extra_args=()) -> float:
-        """`kafka-storage format --standalone` with a fresh cluster id and `extra_args`
-        (e.g. --add-scram ...): seconds taken."""
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # as Kafka's own Uuid: an id like "-x..." reads as an option
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    def format(self, timeout: float = 120.0, extra_args=(), cluster_id: str | None = None) -> float:
+        """`kafka-storage format` with `cluster_id` (a fresh one by default) and `extra_args`
+        (e.g. --add-scram ...), `--standalone` unless the node is one of `voters`: seconds taken."""
+        cluster_id = cluster_id or new_cluster_id()
+        standalone = () if self.voters else ("--standalone",)
         started = time.perf_counter()
         try:
             done = subprocess.run(self._command("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                                "-c", self.properties, "--standalone", *extra_args,
+                                                "-c", self.properties, *standalone, *extra_args,
                                                 heap="256m"),
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -216,20 +238,30 @@ class KafkaBrokerProcess:
         the time from starting the JVM to that answer."""
         if self.format_s is None:
             self.format(timeout)
-        command = self._command("kafka.Kafka", self.properties, heap=self.heap, flags=JVM_FLAGS)
+        self.launch()
+        return self.wait_started(timeout)
+
+    def launch(self) -> None:
+        """Start the JVM (its storage formatted), not waiting for it."""
+        command = self._command("kafka.Kafka", self.properties, heap=self.heap,
+                                flags=[f"-Xms{self.heap}", *JVM_FLAGS])
         with open(self.stderr_path, "ab") as err:
-            started = time.perf_counter()
+            self.launched = time.perf_counter()
             self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
                                          stdin=subprocess.DEVNULL, cwd=self.dir)
+
+    def wait_started(self, timeout: float, brokers: int = 1) -> "KafkaBrokerProcess":
+        """Wait for the launched JVM's first Metadata answer naming `brokers` brokers;
+        `start_s` is the time from the launch to that answer. Killed if none comes."""
         try:
             answered = wait_for_metadata(self.bootstrap_servers, time.monotonic() + timeout,
-                                         alive=lambda: self.proc.poll() is None)
+                                         alive=lambda: self.proc.poll() is None, brokers=brokers)
         except (KafkaUnavailable, TimeoutError) as e:
             code = self.proc.poll()
             self.kill()
             raise KafkaUnavailable(f"Kafka did not start ({e}; exit code {code}): "
                                    f"{self._stderr_tail()}") from None
-        self.start_s = answered - started
+        self.start_s = answered - self.launched
         return self
 
     def _stderr_tail(self) -> str:
@@ -273,15 +305,81 @@ class KafkaBrokerProcess:
         self.stop()
 
 
+class KafkaCluster:
+    """`brokers` KafkaBrokerProcess nodes, broker and controller each, the controllers one
+    static quorum; the internal topics replicated as Kafka's defaults say (REPLICATION)."""
+
+    REPLICATION = {"offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3",
+                   "transaction.state.log.min.isr": "2", "min.insync.replicas": "1",
+                   "share.coordinator.state.topic.replication.factor": "3",
+                   "share.coordinator.state.topic.min.isr": "2"}
+
+    def __init__(self, workdir: str | None = None, brokers: int = 3, heap: str = CLUSTER_HEAP):
+        ports = {node_id: free_port() for node_id in range(1, brokers + 1)}
+        voters = ",".join(f"{node_id}@127.0.0.1:{port}" for node_id, port in ports.items())
+        self.nodes = [KafkaBrokerProcess(workdir, heap=heap, config=self.REPLICATION, node_id=node_id,
+                                         controller_port=port, voters=voters)
+                      for node_id, port in ports.items()]
+        self.heap = heap
+        self.format_s: float | None = None
+        self.start_s: float | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.bootstrap_servers for node in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [node.pid for node in self.nodes]
+
+    def start(self, timeout: float = 120.0) -> "KafkaCluster":
+        """Format every node with one cluster id, start every JVM (the quorum needs a
+        majority), and wait until each answers Metadata naming every broker: `start_s` is
+        the time from the first launch to the last such answer, `format_s` the formats'."""
+        cluster_id = new_cluster_id()
+        self.format_s = sum(node.format(timeout, cluster_id=cluster_id) for node in self.nodes)
+        try:
+            for node in self.nodes:
+                node.launch()
+            for node in self.nodes:
+                node.wait_started(timeout, brokers=len(self.nodes))
+        except KafkaUnavailable:
+            self.stop()
+            raise
+        self.start_s = max(node.launched + node.start_s for node in self.nodes) - self.nodes[0].launched
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGKILL every JVM and remove their directories: the cluster is never used again
+        (SIGTERM one node at a time, the last ones wait for a quorum that has gone)."""
+        for node in self.nodes:
+            node.kill()
+            node.stop(timeout)
+
+
 class KafkaTarget(Target):
-    """bench.common's Target around a KafkaBrokerProcess."""
+    """bench.common's Target around a KafkaBrokerProcess: topics of replication factor 1."""
 
     name = "kafka"
+    replication = 1
 
-    def __init__(self, workdir: str, sizes):
-        self.process = KafkaBrokerProcess(workdir)
+    def __init__(self, workdir: str, sizes, process=None):
+        self.process = process or KafkaBrokerProcess(workdir)
         self.timeout = sizes.step_timeout
         self.admin = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.process.pid]
+
+    @property
+    def heap(self) -> str:
+        """Each JVM's heap (-Xms and -Xmx)."""
+        return self.process.heap
+
+    def rss_mib(self) -> list[float]:
+        """Each JVM's resident set, MiB."""
+        return [memory_kib(pid, "VmRSS") / 1024 for pid in self.pids]
 
     def start(self) -> "KafkaTarget":
         from confluent_kafka.admin import AdminClient
@@ -301,7 +399,7 @@ class KafkaTarget(Target):
             if batch and size + partitions > CREATE_BATCH:
                 batches.append(batch)
                 batch, size = [], 0
-            batch.append(NewTopic(name, partitions, 1, config=dict(configs or {})))
+            batch.append(NewTopic(name, partitions, self.replication, config=dict(configs or {})))
             size += partitions
         batches.append(batch)
         failed = {}
@@ -335,6 +433,20 @@ class KafkaTarget(Target):
     def stop(self) -> None:
         self.admin = None
         self.process.stop(60)
+
+
+class KafkaClusterTarget(KafkaTarget):
+    """A KafkaTarget of `brokers` nodes (KafkaCluster): topics of replication factor `brokers`."""
+
+    name = "kafka-cluster"
+
+    def __init__(self, workdir: str, sizes, brokers: int = 3):
+        super().__init__(workdir, sizes, KafkaCluster(workdir, brokers))
+        self.replication = brokers
+
+    @property
+    def pids(self) -> list[int]:
+        return self.process.pids
 
 
 # -- Kafka's own producer benchmark ----------------------------------------------------------------
