@@ -17,7 +17,12 @@ the report), and for RF=1 one broker in the default single-node mode.
 2. transactions: one confluent-kafka transactional producer commits transactions of 100
    records (100 bytes, round-robin over 6 partitions) for a fixed time: transactions/s
    and commit latency on an RF=3 topic of the 3-broker cluster against an RF=1 topic of
-   the single broker, taking turns; the median of the runs.
+   the single broker, and the same on Apache Kafka (bench.kafka_broker): 3 KRaft nodes
+   with RF=3 topics and one node with RF=1 topics, all four taking turns; the median of
+   the runs. Beside them, one replication round trip of each cluster: the p50 latency of
+   a single record produced with acks=all to an RF=3 partition minus that of acks=1 to
+   the same partition. Goals (issue 33): RF=3 >= 0.5x RF=1 in transactions/s; RF=3 commit
+   p99 <= 2 round trips + RF=1 commit p99; Sluice RF=3 >= 1.0x Kafka RF=3.
 
     python -m bench.coordinators [--quick] [--only rebalance,transactions] [--out DIR] [--no-write]
 """
@@ -34,8 +39,8 @@ import threading
 import time
 import uuid
 
-from bench.common import (SluiceTarget, VALUE_SIZE, _fmt, client_versions, sectioned_main)
-from bench.cluster import LocalCluster
+from bench.common import (SluiceTarget, VALUE_SIZE, _fmt, client_versions, sectioned_main, start_kafka)
+from bench.cluster import LocalCluster, _verdict
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
@@ -43,6 +48,14 @@ from sluice.polling import wait_for
 PARTITIONS = 6
 CONSUMERS = 3
 TXN_RECORDS = 100
+TXN_RATIO_GOAL = 0.5      # transactions/s, RF=3 / RF=1
+TXN_KAFKA_GOAL = 1.0      # transactions/s, Sluice RF=3 / Kafka RF=3
+COMMIT_ROUND_TRIPS = 2    # RF=3 commit p99 <= this many replication round trips + RF=1 commit p99
+ROUND_TRIP_WARMUP = 20    # records per producer before the measured ones
+# The transactions' targets, in the order of the tables: (key, label, Kafka nodes or None for Sluice)
+TXN_TARGETS = (("rf1", "Sluice, RF=1, one broker", None), ("rf3", "Sluice, RF=3, 3 brokers", None),
+               ("kafka_rf1", "Kafka, RF=1, one broker", 1), ("kafka_rf3", "Kafka, RF=3, 3 brokers", 3))
+TXN_LABELS = {name: label for name, label, _ in TXN_TARGETS}
 COMMIT_INTERVAL_S = 0.1
 SECTIONS = ("rebalance", "transactions")
 # The cluster for the kills: a short ZooKeeper session so that a run is short; the
@@ -57,11 +70,13 @@ class Sizes:
     warmup_seconds: float      # of committing before the kill
     txn_seconds: float         # per transactions run
     txn_repeats: int           # per target, taking turns
+    round_trip_samples: int    # single records per acks setting, per repeat and cluster
     step_timeout: float
 
 
-FULL = Sizes(kills=7, warmup_seconds=3.0, txn_seconds=10.0, txn_repeats=3, step_timeout=300.0)
-QUICK = dataclasses.replace(FULL, kills=2, txn_seconds=3.0, txn_repeats=1)
+FULL = Sizes(kills=7, warmup_seconds=3.0, txn_seconds=10.0, txn_repeats=3, round_trip_samples=500,
+             step_timeout=300.0)
+QUICK = dataclasses.replace(FULL, kills=2, txn_seconds=3.0, txn_repeats=1, round_trip_samples=200)
 
 
 # -- 1. a group across a coordinator kill ------------------------------------------------
@@ -229,27 +244,107 @@ def transactions_once(target, seconds: float) -> dict:
             "commit_p99_ms": percentile(latencies, 0.99) * 1000}
 
 
+def replication_round_trip(target, samples: int) -> dict:
+    """One record at a time (linger.ms=0) to the one partition of a fresh topic, from a
+    producer with acks=1 and one with acks=all taking turns: p50 of each from produce() to
+    the acknowledgement, after ROUND_TRIP_WARMUP records each. Their difference is one
+    replication round trip: what acks=all waits for beyond the leader's write (the
+    followers fetching the record, the leader learning that they have it)."""
+    from confluent_kafka import Producer
+
+    topic = f"round-trip-{uuid.uuid4().hex[:6]}"
+    target.create_topics({topic: 1})
+    producers = {acks: Producer({"bootstrap.servers": target.bootstrap, "acks": acks, "linger.ms": 0,
+                                 "enable.idempotence": False, "log_level": 3}) for acks in ("1", "all")}
+    latencies = {acks: [] for acks in producers}
+    value = bytes(VALUE_SIZE)
+    for i in range(2 * (ROUND_TRIP_WARMUP + samples)):
+        acks = "1" if i % 2 == 0 else "all"
+        acknowledged = []
+        sent = time.monotonic_ns()
+        producers[acks].produce(topic, value, partition=0, on_delivery=lambda error, _: acknowledged.append(
+            (error, time.monotonic_ns())))
+        if producers[acks].flush(30) or acknowledged[0][0] is not None:
+            raise RuntimeError(f"{topic}: a record with acks={acks} was not acknowledged: {acknowledged}")
+        if i >= 2 * ROUND_TRIP_WARMUP:
+            latencies[acks].append((acknowledged[0][1] - sent) / 1e6)
+    target.delete_topic(topic)
+    p50 = {acks: percentile(sorted(values), 0.5) for acks, values in latencies.items()}
+    return {"acks_1_p50_ms": p50["1"], "acks_all_p50_ms": p50["all"], "round_trip_ms": p50["all"] - p50["1"],
+            "samples": samples}
+
+
 def bench_transactions(zookeeper, workdir: str, sizes: Sizes, log) -> dict:
-    single = cluster = None
+    from bench.kafka_broker import version
+
+    targets, unavailable = {}, {}
     try:
-        single = SluiceTarget(workdir, sizes).start()
-        cluster = LocalCluster(workdir, zookeeper, timeout=sizes.step_timeout).start()
-        targets = (("rf1", single), ("rf3", cluster))
-        runs = {name: [] for name, _ in targets}
+        targets["rf1"] = SluiceTarget(workdir, sizes).start()
+        targets["rf3"] = LocalCluster(workdir, zookeeper, timeout=sizes.step_timeout).start()
+        for name, _, kafka_nodes in TXN_TARGETS:
+            if kafka_nodes is not None:
+                target, unavailable[name] = start_kafka(workdir, sizes, log, kafka_nodes)
+                if target is not None:
+                    targets[name] = target
+                else:
+                    log(f"  {name}: Kafka unavailable: {unavailable[name]}")
+        order = [name for name, _, _ in TXN_TARGETS if name in targets]
+        runs = {name: [] for name in order}
+        round_trips = {name: [] for name in order if name.endswith("rf3")}
         for repeat in range(sizes.txn_repeats):
-            for name, target in (targets if repeat % 2 == 0 else targets[::-1]):
-                run = transactions_once(target, sizes.txn_seconds)
+            for name in (order if repeat % 2 == 0 else order[::-1]):  # load drifts hit every target
+                run = transactions_once(targets[name], sizes.txn_seconds)
                 runs[name].append(run)
                 log(f"  {name}: {run['per_s']:.1f} transactions/s, commit p50 "
                     f"{_fmt(run['commit_p50_ms'])} ms p99 {_fmt(run['commit_p99_ms'])} ms")
+                if name in round_trips:
+                    trip = replication_round_trip(targets[name], sizes.round_trip_samples)
+                    round_trips[name].append(trip)
+                    log(f"  {name}: acks=1 p50 {_fmt(trip['acks_1_p50_ms'])} ms, acks=all p50 "
+                        f"{_fmt(trip['acks_all_p50_ms'])} ms: one round trip {_fmt(trip['round_trip_ms'])} ms")
+        kafka_jvms = {name: {"rss_mib": targets[name].rss_mib(), "heap": targets[name].heap}
+                      for name in order if name.startswith("kafka")}
         median = {name: sorted(r, key=lambda x: x["per_s"])[len(r) // 2] for name, r in runs.items()}
-        return {"runs": runs, "median": median,
-                "ratio": median["rf3"]["per_s"] / median["rf1"]["per_s"]}
+        round_trip = {name: sorted(r, key=lambda x: x["round_trip_ms"])[len(r) // 2]
+                      for name, r in round_trips.items()}
+        return {"runs": runs, "median": median, "round_trips": round_trips, "round_trip": round_trip,
+                "ratio": median["rf3"]["per_s"] / median["rf1"]["per_s"], "kafka_version": version(),
+                "kafka_unavailable": {k: v for k, v in unavailable.items() if v}, "kafka_jvms": kafka_jvms}
     finally:
-        if cluster is not None:
-            cluster.close()
-        if single is not None:
-            single.stop()
+        for target in targets.values():
+            if isinstance(target, LocalCluster):
+                target.close()
+            else:
+                target.stop()
+
+
+def transaction_goals(t: dict) -> list[dict]:
+    """Issue 33's three goals for the transactions, met or not (None: not measured)."""
+    median, trip = t["median"], t["round_trip"]["rf3"]["round_trip_ms"]
+    rf1, rf3 = median["rf1"], median["rf3"]
+    bound = COMMIT_ROUND_TRIPS * trip + rf1["commit_p99_ms"]
+    goals = [{"goal": f"transactions/s RF=3 >= {TXN_RATIO_GOAL}x RF=1", "value": f"{t['ratio']:.2f}x",
+              "needs": f">= {TXN_RATIO_GOAL}x", "met": t["ratio"] >= TXN_RATIO_GOAL,
+              "detail": f"{rf3['per_s']:.1f} vs {rf1['per_s']:.1f} transactions/s"},
+             {"goal": f"commit p99 RF=3 <= {COMMIT_ROUND_TRIPS} replication round trips + RF=1 commit p99",
+              "value": f"{_fmt(rf3['commit_p99_ms'])} ms", "needs": f"<= {_fmt(bound)} ms",
+              "met": rf3["commit_p99_ms"] <= bound,
+              "detail": f"round trip {_fmt(trip)} ms (acks=all p50 minus acks=1 p50, RF=3), "
+                        f"RF=1 commit p99 {_fmt(rf1['commit_p99_ms'])} ms"}]
+    # Kafka's 3 brokers if they ran; one broker against one if only that ran
+    sluice, kafka = ("rf3", "kafka_rf3") if "kafka_rf3" in median else ("rf1", "kafka_rf1")
+    if kafka in median:
+        ratio = median[sluice]["per_s"] / median[kafka]["per_s"]
+        goals.append({"goal": f"transactions/s Sluice RF=3 >= {TXN_KAFKA_GOAL}x Kafka RF=3 (3 brokers)",
+                      "value": f"{ratio:.2f}x", "needs": f">= {TXN_KAFKA_GOAL}x", "met": ratio >= TXN_KAFKA_GOAL,
+                      "detail": f"{median[sluice]['per_s']:.1f} vs {median[kafka]['per_s']:.1f} transactions/s"
+                                + ("" if sluice == "rf3" else " (one broker against one: Kafka's 3 brokers "
+                                                              f"did not run: {t['kafka_unavailable']['kafka_rf3']})")})
+    else:
+        goals.append({"goal": f"transactions/s Sluice RF=3 >= {TXN_KAFKA_GOAL}x Kafka RF=3 (3 brokers)",
+                      "value": "-", "needs": f">= {TXN_KAFKA_GOAL}x", "met": None,
+                      "detail": f"Kafka did not run: {t['kafka_unavailable']}"})
+    return goals
 
 
 # -- running and reporting ---------------------------------------------------------------------
@@ -269,8 +364,9 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print) -> dict:
             log(f"1. a group of {CONSUMERS} consumers across {sizes.kills} kills of its coordinator")
             results["rebalance"] = bench_rebalance(zookeeper, workdir, sizes, log)
         if "transactions" in sections:
-            log(f"2. transactions of {TXN_RECORDS} records: RF=3 on 3 brokers vs RF=1 on one")
+            log(f"2. transactions of {TXN_RECORDS} records: RF=3 on 3 brokers vs RF=1 on one, Sluice and Kafka")
             results["transactions"] = bench_transactions(zookeeper, workdir, sizes, log)
+            results["transactions"]["goals"] = transaction_goals(results["transactions"])
     finally:
         zookeeper.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -310,18 +406,47 @@ def markdown_report(results: dict) -> str:
                       f"{run['new_coordinator']} | {_fmt(run['commits_resumed_s'])} | {_fmt(run['stable_s'])} |")
     if "transactions" in results:
         t = results["transactions"]
+        median = t["median"]
         md += ["", "## 2. Transactions", "",
                f"One confluent-kafka transactional producer, transactions of {TXN_RECORDS} records of "
                f"{VALUE_SIZE} bytes over {PARTITIONS} partitions, each committed before the next "
                f"begins, for {results['sizes']['txn_seconds']:g} s per run; median of "
-               f"{results['sizes']['txn_repeats']} run(s), the targets taking turns.", "",
-               "| topic | transactions/s | records/s | commit p50 ms | commit p99 ms |",
-               "|---|---:|---:|---:|---:|"]
-        for name, label in (("rf1", "RF=1, one broker"), ("rf3", "RF=3, 3 brokers")):
-            m = t["median"][name]
+               f"{results['sizes']['txn_repeats']} run(s) by transactions/s, the targets taking turns "
+               "(every one of them running throughout). Sluice RF=3: three brokers under ZooKeeper "
+               "(transaction.state.log.replication.factor 3, min ISR 2, min.insync.replicas 1: the "
+               f"defaults); Kafka {t['kafka_version']} RF=3: three KRaft nodes, each broker and "
+               "controller, with the same settings (bench.kafka_broker.KafkaCluster); RF=1: one "
+               "broker alone, its internal topics RF=1.", "",
+               "### Goals", "", "| goal | measured | needs | verdict | detail |", "|---|---:|---|---|---|"]
+        md += [f"| {g['goal']} | {g['value']} | {g['needs']} | {_verdict(g)} | {g['detail']} |" for g in t["goals"]]
+        md += ["", "| target | transactions/s | records/s | commit p50 ms | commit p99 ms | runs (transactions/s) |",
+               "|---|---:|---:|---:|---:|---|"]
+        for name, label, _ in TXN_TARGETS:
+            if name not in median:
+                md.append(f"| {label} | not run: {t['kafka_unavailable'].get(name)} | - | - | - | - |")
+                continue
+            m = median[name]
+            each = ", ".join(f"{r['per_s']:.1f}" for r in t["runs"][name])
             md.append(f"| {label} | {m['per_s']:.1f} | {_fmt(m['per_s'] * TXN_RECORDS)} | "
-                      f"{_fmt(m['commit_p50_ms'])} | {_fmt(m['commit_p99_ms'])} |")
-        md += ["", f"RF=3 / RF=1: {t['ratio']:.2f}x"]
+                      f"{_fmt(m['commit_p50_ms'])} | {_fmt(m['commit_p99_ms'])} | {each} |")
+        md += ["", f"RF=3 / RF=1: Sluice {t['ratio']:.2f}x"
+               + (f", Kafka {median['kafka_rf3']['per_s'] / median['kafka_rf1']['per_s']:.2f}x"
+                  if {"kafka_rf1", "kafka_rf3"} <= set(median) else "")]
+        md += ["", "### One replication round trip", "",
+               f"{results['sizes']['round_trip_samples']} single records (linger.ms=0) per acks setting to "
+               "the one partition of a fresh RF=3 topic, from a producer with acks=1 and one with "
+               "acks=all taking turns, each record acknowledged before the next is sent; the round "
+               "trip is the acks=all p50 minus the acks=1 p50 (median over the repeats).", "",
+               "| cluster | acks=1 p50 ms | acks=all p50 ms | round trip ms |", "|---|---:|---:|---:|"]
+        for name, trip in t["round_trip"].items():
+            md.append(f"| {TXN_LABELS[name]} | {_fmt(trip['acks_1_p50_ms'])} | "
+                      f"{_fmt(trip['acks_all_p50_ms'])} | {_fmt(trip['round_trip_ms'])} |")
+        if t["kafka_jvms"]:
+            md += ["", "Kafka's JVMs (heap = -Xms = -Xmx), resident set after the runs: "
+                   + "; ".join(f"{TXN_LABELS[name]}: heap {jvm['heap']}, RSS "
+                               f"{', '.join(f'{r:.0f}' for r in jvm['rss_mib'])} MiB"
+                               for name, jvm in t["kafka_jvms"].items())
+                   + f" (machine: {results['machine']['memory_gib']} GiB)."]
     return "\n".join(md) + "\n"
 
 

@@ -370,3 +370,28 @@ def test_reassignment_benchmark_runs_every_section_and_reports(tmp_path):
     for heading in ("## Goals", "## 1. Moving a partition, unthrottled", "## 2. Moving it back, throttled",
                     "## 3. A producer beside the moves", "## 4. Retiring a broker"):
         assert heading in report, heading
+
+
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
+def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
+    """bench.coordinators' transactions section at its quick size (as `--quick --only
+    transactions --no-write`): Sluice RF=1 and RF=3 and Apache Kafka's one node and three
+    (unless Kafka cannot run, which the results then say) each commit transactions, each
+    cluster's replication round trip is measured, the three goals are evaluated (met or
+    not: never asserted), and the report has them."""
+    from bench import coordinators
+
+    results = coordinators.run(coordinators.QUICK, "quick", ("transactions",), log=lambda line: None)
+    t = results["transactions"]
+    kafka = {"kafka_rf1", "kafka_rf3"} - set(t["kafka_unavailable"])
+    assert set(t["median"]) == {"rf1", "rf3"} | kafka, t["kafka_unavailable"]
+    assert all(m["transactions"] > 0 and m["commit_p99_ms"] >= m["commit_p50_ms"] > 0 for m in t["median"].values())
+    assert set(t["round_trip"]) == {"rf3"} | (kafka & {"kafka_rf3"})
+    assert all(trip["acks_all_p50_ms"] > 0 and trip["acks_1_p50_ms"] > 0 for trip in t["round_trip"].values())
+    if "kafka_rf3" in kafka:
+        assert len(t["kafka_jvms"]["kafka_rf3"]["rss_mib"]) == 3
+    assert len(t["goals"]) == 3 and {g["met"] for g in t["goals"][:2]} <= {True, False}
+    report = coordinators.markdown_report(results)
+    for heading in ("## 2. Transactions", "### Goals", "### One replication round trip"):
+        assert heading in report, heading
+    assert all(f"| {label} |" in report for _, label, _ in coordinators.TXN_TARGETS)  # run or not
