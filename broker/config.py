@@ -312,6 +312,7 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    add_partitions_to_txn_retry_backoff_max_ms: int = 100
     # Connection limits (broker.server.Limits).
     max_connections: int = INT_MAX
     max_connections_per_ip: int = INT_MAX
@@ -541,6 +542,7 @@ _GROUP_KEYS = {
     "transaction.remove.expired.transaction.cleanup.interval.ms":
         ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, INT_MAX),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, INT_MAX),
+    "add.partitions.to.txn.retry.backoff.max.ms": ("add_partitions_to_txn_retry_backoff_max_ms", 0, INT_MAX),
 }
 
 # Cluster mode (ZooKeeper): key -> (BrokerConfig attribute, minimum, maximum), Kafka's

@@ -14,7 +14,9 @@
   returns while a partition's leader is paused (SIGSTOP) and its marker waits; until it
   is written the id's requests get CONCURRENT_TRANSACTIONS, and confluent-kafka's next
   transaction retries through that and commits once the leader resumes. The markers of
-  transactions ending meanwhile go to the paused broker together, in one request.
+  transactions ending meanwhile go to the paused broker together, in one request. With
+  add.partitions.to.txn.retry.backoff.max.ms longer than the pause, the next
+  AddPartitionsToTxn is held until the marker is written, and succeeds.
 - Consume -> transform -> produce with send_offsets_to_transaction, copying a topic
   while the transaction coordinator's broker dies (SIGKILL, by the fail point right
   after PrepareCommit is committed): the new coordinator completes the prepared
@@ -242,16 +244,28 @@ class RdkafkaLog(logging.Handler):
         return logger
 
 
-@pytest.fixture(scope="module")
-def two_brokers(tmp_path_factory, zookeeper):
+def held_markers_cluster(directory, zookeeper, **properties) -> Cluster:
     """Two brokers, `__transaction_state` one partition on one of them (the coordinator
     of every transactional id), the other to pause while it leads a partition whose
-    marker must wait; sessions long enough to outlast the pauses."""
-    properties = {**PROPERTIES, "zookeeper.session.timeout.ms": "60000", "metrics.port": "0",
-                  "transaction.state.log.num.partitions": "1",
-                  "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"}
-    with Cluster(tmp_path_factory.mktemp("held-markers"), zookeeper, brokers=2,
-                 properties=properties) as running:
+    marker must wait; sessions long enough to outlast the pauses; `properties` added."""
+    return Cluster(directory, zookeeper, brokers=2, properties={
+        **PROPERTIES, "zookeeper.session.timeout.ms": "60000", "metrics.port": "0",
+        "transaction.state.log.num.partitions": "1", "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1", **properties})
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory, zookeeper):
+    with held_markers_cluster(tmp_path_factory.mktemp("held-markers"), zookeeper) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def patient_brokers(tmp_path_factory, zookeeper):
+    """held_markers_cluster whose coordinator holds an AddPartitionsToTxn for the markers
+    of the id's previous transaction for up to a minute, longer than any pause here."""
+    with held_markers_cluster(tmp_path_factory.mktemp("patient"), zookeeper,
+                              **{"add.partitions.to.txn.retry.backoff.max.ms": "60000"}) as running:
         yield running
 
 
@@ -332,6 +346,44 @@ def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_f
     anomalies = count_anomalies("commit answered before its markers", first + second, set(),
                                 read_committed(cluster, topic, 2, len(first) + len(second)))
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
+
+
+def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(patient_brokers):
+    """The coordinator holds the next transaction's AddPartitionsToTxn while the previous
+    one's marker waits for a paused leader (add.partitions.to.txn.retry.backoff.max.ms),
+    and adds the partition once the marker and CompleteCommit are written, rather than
+    answering CONCURRENT_TRANSACTIONS at once: a client retries that 20 ms later, where
+    markers take a few milliseconds."""
+    cluster = patient_brokers
+    txn_id = unique("patient")
+    coordinator = coordinator_of(cluster, txn_id)
+    held = 1 - coordinator
+    topic, local = split_topic(cluster, coordinator)
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                            "linger.ms": 5})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic, value=b"first", partition=partition)
+    assert producer.flush(30) == 0
+    adder, observer = raw(cluster, coordinator), raw(cluster, coordinator)
+    cluster.pause(held)
+    try:
+        producer.commit_transaction(20)  # answered with the held marker not written
+        state = observer.describe(txn_id)
+        assert state.transaction_state == "PrepareCommit", state
+        adder.send_add(txn_id, state.producer_id, state.producer_epoch, {topic: [local]})
+        # answered after the coordinator read the AddPartitionsToTxn sent before it
+        assert observer.describe(txn_id).transaction_state == "PrepareCommit"
+    finally:
+        cluster.resume(held)
+    assert adder.added() == {(topic, local): ErrorCode.NONE}
+    after = observer.describe(txn_id)
+    assert after.transaction_state == "Ongoing" and [(t.topic, t.partitions) for t in after.topics] == [
+        (topic, [local])], after
+    assert observer.end(txn_id, state.producer_id, state.producer_epoch, False) == ErrorCode.NONE
+    adder.close()
+    observer.close()
 
 
 def answered(cluster: Cluster, broker_id: int, request: str) -> int:

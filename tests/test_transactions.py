@@ -99,11 +99,19 @@ class Raw:
         self.correlation = 0
 
     def call(self, api, version: int, **fields):
+        self.send(api, version, **fields)
+        return self.receive(api, version)
+
+    def send(self, api, version: int, **fields) -> None:
+        """Send a request without waiting for its answer (`receive`)."""
         self.correlation += 1
         payload = encode_request(RequestHeader(request_api_key=api.key, request_api_version=version,
                                                correlation_id=self.correlation, client_id="txn-test"),
                                  api.request(**fields))
         self.sock.sendall(_SIZE.pack(len(payload)) + payload)
+
+    def receive(self, api, version: int):
+        """The answer to the last request sent."""
         data = self._frame()
         assert data is not None, f"{api.name} v{version}: connection closed"
         header, body = decode_response(api.key, version, data)
@@ -155,11 +163,19 @@ class Raw:
         return body.error_code, body.producer_id, body.producer_epoch
 
     def add(self, txn_id: str, pid: int, epoch: int, partitions: dict, version: int = 3) -> dict:
+        self.send_add(txn_id, pid, epoch, partitions, version)
+        return self.added(version)
+
+    def send_add(self, txn_id: str, pid: int, epoch: int, partitions: dict, version: int = 3) -> None:
+        """AddPartitionsToTxn sent; `added` reads its answer."""
         topics = [ADD_PARTITIONS_TO_TXN.request.AddPartitionsToTxnTopic(name=t, partitions=ps)
                   for t, ps in partitions.items()]
-        body = self.call(ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id=txn_id,
-                         v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-                         v3_and_below_topics=topics)
+        self.send(ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id=txn_id,
+                  v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch, v3_and_below_topics=topics)
+
+    def added(self, version: int = 3) -> dict:
+        """The error code per partition of the AddPartitionsToTxn sent last."""
+        body = self.receive(ADD_PARTITIONS_TO_TXN, version)
         return {(t.name, r.partition_index): r.partition_error_code
                 for t in body.results_by_topic_v3_and_below for r in t.results_by_partition}
 

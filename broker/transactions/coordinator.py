@@ -44,8 +44,14 @@ InitProducerId and fencing, not with every transaction):
   (`broker.transactions.markers`), then logs CompleteCommit/CompleteAbort. Until then
   the id's AddPartitionsToTxn, AddOffsetsToTxn, InitProducerId and EndTxn (either
   result, every version: transactions version 1) get CONCURRENT_TRANSACTIONS, as in
-  Kafka. A retry of a completed EndTxn with the same result succeeds; the opposite
-  result, or EndTxn with no transaction, is INVALID_TXN_STATE.
+  Kafka. AddPartitionsToTxn and AddOffsetsToTxn first wait for the completion, up to
+  add.partitions.to.txn.retry.backoff.max.ms (100 ms), and go on once it is done: the
+  retry a client makes after CONCURRENT_TRANSACTIONS comes 20 ms later (librdkafka's and
+  Kafka's producers), where the completion takes a few milliseconds, so a producer that
+  begins its next transaction at once would wait that long every time (Kafka 4's
+  partition leaders retry a transaction's AddPartitionsToTxn on the server side for as
+  long, KAFKA-18654). A retry of a completed EndTxn with the same result succeeds; the
+  opposite result, or EndTxn with no transaction, is INVALID_TXN_STATE.
 - Transactions Ongoing for longer than their timeout are aborted by a background task
   (every transaction.abort.timed.out.transaction.cleanup.interval.ms) with a bumped
   epoch, so the abandoned producer is fenced. Transactions found in PrepareCommit or
@@ -118,6 +124,7 @@ class TransactionCoordinator:
         self.clock = broker.clock
         cfg = broker.config
         self.max_timeout_ms = cfg.transaction_max_timeout_ms
+        self.completion_wait_s = cfg.add_partitions_to_txn_retry_backoff_max_ms / 1000
         self.partitions = cfg.transaction_state_log_num_partitions
         self.expiration_ms = cfg.transactional_id_expiration_ms
         self.txns: dict[str, TxnMetadata] = {}
@@ -403,6 +410,11 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: set[tuple[str, int]]) -> None:
         meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
+        if meta.state in _COMPLETING and meta.completion is not None and not meta.completion.done():
+            # The previous transaction's markers are being written: wait for them a while
+            # (see the module's docstring), then look again, as a retry would.
+            await asyncio.wait([meta.completion], timeout=self.completion_wait_s)
+            meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
         self._check_not_pending(meta)
         if meta.state in _COMPLETING:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
