@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -70,13 +71,16 @@ class Sizes:
     warmup_seconds: float      # of committing before the kill
     txn_seconds: float         # per transactions run
     txn_repeats: int           # per target, taking turns
+    txn_warmup_seconds: float  # per target, of transactions before the first measured
     round_trip_samples: int    # single records per acks setting, per repeat and cluster
+    profile_seconds: float     # per target and profile run (two of them)
     step_timeout: float
 
 
-FULL = Sizes(kills=7, warmup_seconds=3.0, txn_seconds=10.0, txn_repeats=3, round_trip_samples=500,
-             step_timeout=300.0)
-QUICK = dataclasses.replace(FULL, kills=2, txn_seconds=3.0, txn_repeats=1, round_trip_samples=200)
+FULL = Sizes(kills=7, warmup_seconds=3.0, txn_seconds=10.0, txn_repeats=3, txn_warmup_seconds=3.0,
+             round_trip_samples=500, profile_seconds=3.0, step_timeout=300.0)
+QUICK = dataclasses.replace(FULL, kills=2, txn_seconds=3.0, txn_repeats=1, txn_warmup_seconds=1.0,
+                            round_trip_samples=200, profile_seconds=1.0)
 
 
 # -- 1. a group across a coordinator kill ------------------------------------------------
@@ -216,13 +220,16 @@ def bench_rebalance(zookeeper, workdir: str, sizes: Sizes, log) -> dict:
 
 # -- 2. transactions ------------------------------------------------------------------------
 
-def transactions_once(target, seconds: float) -> dict:
+def transactions_once(target, seconds: float, settings: dict | None = None, after_commit=None) -> dict:
+    """Transactions back to back for `seconds`; `settings` add to the producer's, and
+    `after_commit(transactional id)` runs after each commit (outside its latency)."""
     from confluent_kafka import Producer
 
     topic = f"txn-{uuid.uuid4().hex[:6]}"
     target.create_topics({topic: PARTITIONS})
-    producer = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": f"bench-{topic}",
-                         "linger.ms": 5, "log_level": 3})
+    transactional_id = f"bench-{topic}"
+    producer = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": transactional_id,
+                         "linger.ms": 5, "log_level": 3, **(settings or {})})
     producer.init_transactions(60)
     value = bytes(VALUE_SIZE)
     latencies = []
@@ -236,7 +243,10 @@ def transactions_once(target, seconds: float) -> dict:
         producer.commit_transaction(60)
         latencies.append(time.monotonic() - t0)
         count += 1
+        if after_commit is not None:
+            after_commit(transactional_id)
     elapsed = time.monotonic() - started
+    producer.poll(0)  # the log lines of the last commit, for a `logger` in `settings`
     target.delete_topic(topic)
     latencies.sort()
     return {"transactions": count, "seconds": elapsed, "per_s": count / elapsed,
@@ -274,6 +284,51 @@ def replication_round_trip(target, samples: int) -> dict:
             "samples": samples}
 
 
+_RESPONSE_RTT = re.compile(r"Received (\w+)Response \(v\d+, \d+ bytes, CorrId \d+, rtt ([\d.]+)ms\)")
+PROFILED_REQUESTS = ("AddPartitionsToTxn", "Produce", "EndTxn")
+
+
+def transaction_profile(target, seconds: float) -> dict:
+    """Where a transaction's time goes, in two runs of `seconds`: (1) transactions back to
+    back with librdkafka's protocol log, whose round trip (rtt) of every request of
+    PROFILED_REQUESTS gives its count per transaction and p50 (AddPartitionsToTxn more
+    than once a transaction: answered CONCURRENT_TRANSACTIONS, retried 20 ms later);
+    (2) after each commit, DescribeTransactions polled at the coordinator until the id is
+    CompleteCommit: the time from EndTxn's answer to the markers and CompleteCommit
+    written (to within one DescribeTransactions)."""
+    import logging
+
+    from wire.client import Client
+
+    rtts = {name: [] for name in PROFILED_REQUESTS}
+
+    class Rtts(logging.Handler):
+        def emit(self, record):
+            match = _RESPONSE_RTT.search(record.getMessage())
+            if match and match.group(1) in rtts:
+                rtts[match.group(1)].append(float(match.group(2)))
+
+    logger = logging.getLogger(f"bench.coordinators.rdkafka-{uuid.uuid4().hex[:6]}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Rtts())
+    logged = transactions_once(target, seconds, {"debug": "protocol", "logger": logger})
+    completions = []
+    with Client(target.bootstrap, call_timeout=60) as client:
+        def completed(transactional_id: str) -> None:
+            answered = time.monotonic()
+            wait_for(lambda: client.describe_transaction(transactional_id).state == "CompleteCommit", 60,
+                     f"{transactional_id}'s CompleteCommit", interval=0)
+            completions.append((time.monotonic() - answered) * 1000)
+
+        waited = transactions_once(target, seconds, after_commit=completed)
+    profile = {name: {"per_transaction": len(values) / logged["transactions"],
+                      "p50_ms": percentile(sorted(values), 0.5)} for name, values in rtts.items()}
+    return {**profile, "transactions": logged["transactions"],
+            "completion_p50_ms": percentile(sorted(completions), 0.5),
+            "completed_commit_p50_ms": waited["commit_p50_ms"]}
+
+
 def bench_transactions(zookeeper, workdir: str, sizes: Sizes, log) -> dict:
     from bench.kafka_broker import version
 
@@ -289,6 +344,8 @@ def bench_transactions(zookeeper, workdir: str, sizes: Sizes, log) -> dict:
                 else:
                     log(f"  {name}: Kafka unavailable: {unavailable[name]}")
         order = [name for name, _, _ in TXN_TARGETS if name in targets]
+        for name in order:  # the JVMs' code compiled, every coordinator's state topic made
+            transactions_once(targets[name], sizes.txn_warmup_seconds)
         runs = {name: [] for name in order}
         round_trips = {name: [] for name in order if name.endswith("rf3")}
         for repeat in range(sizes.txn_repeats):
@@ -302,12 +359,20 @@ def bench_transactions(zookeeper, workdir: str, sizes: Sizes, log) -> dict:
                     round_trips[name].append(trip)
                     log(f"  {name}: acks=1 p50 {_fmt(trip['acks_1_p50_ms'])} ms, acks=all p50 "
                         f"{_fmt(trip['acks_all_p50_ms'])} ms: one round trip {_fmt(trip['round_trip_ms'])} ms")
+        profiles = {}
+        for name in order:
+            profiles[name] = transaction_profile(targets[name], sizes.profile_seconds)
+            log(f"  {name} profile: " + ", ".join(
+                f"{request} {profiles[name][request]['per_transaction']:.2f}/transaction p50 "
+                f"{_fmt(profiles[name][request]['p50_ms'])} ms" for request in PROFILED_REQUESTS)
+                + f"; EndTxn answered -> CompleteCommit p50 {_fmt(profiles[name]['completion_p50_ms'])} ms")
         kafka_jvms = {name: {"rss_mib": targets[name].rss_mib(), "heap": targets[name].heap}
                       for name in order if name.startswith("kafka")}
         median = {name: sorted(r, key=lambda x: x["per_s"])[len(r) // 2] for name, r in runs.items()}
         round_trip = {name: sorted(r, key=lambda x: x["round_trip_ms"])[len(r) // 2]
                       for name, r in round_trips.items()}
         return {"runs": runs, "median": median, "round_trips": round_trips, "round_trip": round_trip,
+                "profiles": profiles,
                 "ratio": median["rf3"]["per_s"] / median["rf1"]["per_s"], "kafka_version": version(),
                 "kafka_unavailable": {k: v for k, v in unavailable.items() if v}, "kafka_jvms": kafka_jvms}
     finally:
@@ -441,6 +506,24 @@ def markdown_report(results: dict) -> str:
         for name, trip in t["round_trip"].items():
             md.append(f"| {TXN_LABELS[name]} | {_fmt(trip['acks_1_p50_ms'])} | "
                       f"{_fmt(trip['acks_all_p50_ms'])} | {_fmt(trip['round_trip_ms'])} |")
+        md += ["", "### Where a transaction's time goes", "",
+               "Two more runs per target after the measured ones, "
+               f"{results['sizes']['profile_seconds']:g} s each. Back to back with librdkafka's protocol "
+               "log: each request's count per transaction and its p50 round trip as the client saw it "
+               "(AddPartitionsToTxn more than once a transaction: answered CONCURRENT_TRANSACTIONS while "
+               "the previous transaction completed, retried by librdkafka 20 ms later; Sluice holds it "
+               "up to add.partitions.to.txn.retry.backoff.max.ms instead). Then each commit followed by "
+               "DescribeTransactions polled at the coordinator until CompleteCommit: the time from "
+               "EndTxn's answer to the markers and CompleteCommit written, and the commit p50 when "
+               "every transaction begins after the previous one completed.", "",
+               "| target | AddPartitionsToTxn per transaction | AddPartitionsToTxn p50 ms | Produce p50 ms "
+               "(6 per transaction) | EndTxn p50 ms | EndTxn answered -> CompleteCommit p50 ms | "
+               "commit p50 ms, each after the previous completed |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, p in t["profiles"].items():
+            md.append(f"| {TXN_LABELS[name]} | {p['AddPartitionsToTxn']['per_transaction']:.2f} | "
+                      f"{_fmt(p['AddPartitionsToTxn']['p50_ms'])} | {_fmt(p['Produce']['p50_ms'])} | "
+                      f"{_fmt(p['EndTxn']['p50_ms'])} | {_fmt(p['completion_p50_ms'])} | "
+                      f"{_fmt(p['completed_commit_p50_ms'])} |")
         if t["kafka_jvms"]:
             md += ["", "Kafka's JVMs (heap = -Xms = -Xmx), resident set after the runs: "
                    + "; ".join(f"{TXN_LABELS[name]}: heap {jvm['heap']}, RSS "

@@ -378,7 +378,8 @@ def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
     transactions --no-write`): Sluice RF=1 and RF=3 and Apache Kafka's one node and three
     (unless Kafka cannot run, which the results then say) each commit transactions, each
     cluster's replication round trip is measured, the three goals are evaluated (met or
-    not: never asserted), and the report has them."""
+    not: never asserted), a profile of each target says where a transaction's time goes,
+    and the report has them all."""
     from bench import coordinators
 
     results = coordinators.run(coordinators.QUICK, "quick", ("transactions",), log=lambda line: None)
@@ -390,8 +391,13 @@ def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
     assert all(trip["acks_all_p50_ms"] > 0 and trip["acks_1_p50_ms"] > 0 for trip in t["round_trip"].values())
     if "kafka_rf3" in kafka:
         assert len(t["kafka_jvms"]["kafka_rf3"]["rss_mib"]) == 3
+    assert set(t["profiles"]) == set(t["median"])
+    for profile in t["profiles"].values():
+        assert all(profile[request]["p50_ms"] > 0 for request in coordinators.PROFILED_REQUESTS), profile
+        assert profile["completion_p50_ms"] > 0, profile
     assert len(t["goals"]) == 3 and {g["met"] for g in t["goals"][:2]} <= {True, False}
     report = coordinators.markdown_report(results)
-    for heading in ("## 2. Transactions", "### Goals", "### One replication round trip"):
+    for heading in ("## 2. Transactions", "### Goals", "### One replication round trip",
+                    "### Where a transaction's time goes"):
         assert heading in report, heading
     assert all(f"| {label} |" in report for _, label, _ in coordinators.TXN_TARGETS)  # run or not
