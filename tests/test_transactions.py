@@ -1068,7 +1068,9 @@ def test_wire_client_describes_and_lists_transactions(broker):
         ongoing = [t for t in client.list_transactions(["Ongoing"]) if t.transactional_id == txn_id]
         assert [(t.producer_id, t.state) for t in ongoing] == [(pid, "Ongoing")]
         client.end_txn(txn_id, pid, epoch, commit=False)
-        assert client.describe_transaction(txn_id).state == "CompleteAbort"
+        # EndTxn is answered once PrepareAbort is written; the markers and CompleteAbort follow.
+        wait_for(lambda: client.describe_transaction(txn_id).state == "CompleteAbort", 30,
+                 "the abort to complete")
         assert txn_id not in {t.transactional_id for t in client.list_transactions(["Ongoing"])}
         assert txn_id in {t.transactional_id for t in client.list_transactions()}
         with pytest.raises(KafkaError) as missing:
