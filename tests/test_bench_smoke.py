@@ -291,7 +291,9 @@ def test_metrics_benchmark_scrapes_and_measures_the_overhead():
     overhead runs gets a rate and a CPU cost per request."""
     from bench import metrics
 
-    sizes = metrics.Sizes(partitions=150, groups=2, scrapes=5, requests=300, repeats=1, timeout=120.0)
+    # Enough requests that the broker's CPU, counted in clock ticks of 10 ms, is a tick or
+    # more: 300 (some 10 ms of CPU) measured 0 once.
+    sizes = metrics.Sizes(partitions=150, groups=2, scrapes=5, requests=3000, repeats=1, timeout=120.0)
     results = metrics.run(sizes, "tiny", log=lambda line: None)
     scrape = results["scrape"]
     assert scrape["partitions"] == 150 and scrape["p99_ms"] >= scrape["p50_ms"] > 0
