@@ -1,17 +1,25 @@
-"""Broker and topic configuration under Kafka's key names.
+"""Broker and topic configuration under Kafka's key names, declared once.
+
+Every key is one `ConfigKey` of a table, as Kafka's ConfigDef declares its keys: its type,
+default, bounds, update mode and one line of doc. `TOPIC_KEYS` holds the topic-level keys
+(`retention.ms`, `segment.bytes`, ...), each naming its broker-level default;
+`BROKER_KEYS` the broker's, the topic defaults among them. From the tables come the
+parsing and validation of `server.properties`, topic overrides and dynamic configs, the
+`LogConfig` and `BrokerConfig` attributes, and what DescribeConfigs reports.
 
 `BrokerConfig` is read from a `server.properties` file and command-line flags (flags
 win). Unknown keys are reported back as warnings; invalid values raise `ConfigError`
 with a message naming the key. `LogConfig` is the effective configuration of one
-topic's logs: the broker's defaults overridden by the topic's own settings, which use
-Kafka's topic-level key names (`retention.ms`, `segment.bytes`, ...).
+topic's logs: the broker's defaults overridden by the topic's own settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -57,6 +65,11 @@ def _double(key: str, text: str, minimum: float, maximum: float) -> float:
     return value
 
 
+def _items(text: str) -> list[str]:
+    """A LIST value's items: comma-separated, trimmed, the empty ones dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _bool(key: str, text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
@@ -72,7 +85,7 @@ def _timestamp_type(key: str, text: str) -> str:
 
 
 def _cleanup_policy(key: str, text: str) -> str:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    parts = _items(text)
     if not parts or any(p not in ("delete", "compact") for p in parts):
         raise ConfigError(f"{key}: {text!r} is not a list of delete/compact")
     return ",".join(parts)
@@ -123,98 +136,268 @@ def _compression_type(key: str, text: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class LogConfig:
-    """The configuration one partition log runs with."""
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
-    retention_bytes: int = -1
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    cleanup_policy: str = "delete"
-    compression_type: str = "producer"  # "producer": keep the producer's codec
-    min_insync_replicas: int = 1
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = 3_600_000  # Kafka 4's default: one hour ahead
-    segment_index_bytes: int = 10 * 1024 * 1024
-    # Log compaction (broker.storage.cleaner), for cleanup.policy compact.
-    min_cleanable_dirty_ratio: float = 0.5
-    delete_retention_ms: int = 86_400_000
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    # The controller's, not the log's: whether a replica out of the ISR may be elected
-    # when no ISR member is live (a cluster's; on one node there is no other replica).
-    unclean_leader_election_enable: bool = False
-    # The replicas whose replication the leader's and the follower's throttles limit
-    # (broker.replica: leader.replication.throttled.rate, follower.replication.throttled.rate).
-    leader_replication_throttled_replicas: ThrottledReplicas = ThrottledReplicas()
-    follower_replication_throttled_replicas: ThrottledReplicas = ThrottledReplicas()
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """One entry of `listeners` (or `advertised.listeners`): NAME://host:port, the name
+    upper-cased as Kafka normalises it; its security protocol comes from
+    `listener.security.protocol.map`."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _listeners(key: str, value: str) -> list[ListenerConfig]:
+    """A Kafka listeners list: NAME://host:port, ... (an IPv6 host in brackets); names
+    unique (case-insensitively, as Kafka upper-cases them)."""
+    listeners = []
+    for item in _items(value):
+        name, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not _LISTENER_NAME.fullmatch(name):
+            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
+        name = name.upper()
+        if any(l.name == name for l in listeners):
+            raise ConfigError(f"{key}: listener name {name} is given twice")
+        listeners.append(ListenerConfig(name, host.strip("[]"), _int(key, port, 0, 65535)))
+    if not listeners:
+        raise ConfigError(f"{key}: no listener in {value!r}")
+    return listeners
+
+
+def _protocol_map(key: str, value: str) -> dict[str, str]:
+    """listener.security.protocol.map: NAME:PROTOCOL, ..."""
+    mapping = {}
+    for item in _items(value):
+        name, sep, protocol = item.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not _LISTENER_NAME.fullmatch(name.strip()) or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"{key}: {item!r} is not NAME:PROTOCOL with a protocol among "
+                              f"{', '.join(SECURITY_PROTOCOLS)}")
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+# Security keys kept for broker.security (listener.name.<name>.* carries per-listener ones).
+_SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.")
+
+
+def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
+    """Kafka's "host:count,host:count" (an IPv6 host keeps its colons: the last one counts)."""
+    overrides = {}
+    for item in _items(value):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip():
+            raise ConfigError(f"{key}: {item!r} is not host:count")
+        overrides[host.strip().strip("[]")] = _int(key, count, 0)
+    return overrides
+
+
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(key: str, value: str) -> str | None:
+    """KIP-392's selector: Kafka's rack-aware one is the selector there is here."""
+    name = value.strip()
+    if name and name != RACK_AWARE_SELECTOR:
+        raise ConfigError(f"{key}: {name!r} is not available; the one selector here is {RACK_AWARE_SELECTOR}")
+    return name or None
+
+
+def _super_users(key: str, value: str) -> frozenset[str]:
+    """super.users: principals (Type:name) separated by semicolons."""
+    users = frozenset(user.strip() for user in value.split(";") if user.strip())
+    for user in sorted(users):
+        kind, sep, _ = user.partition(":")
+        if not sep or not kind:
+            raise ConfigError(f"{key}: {user!r} is not a principal (expected Type:name, e.g. User:admin)")
+    return users
+
+
+def _zookeeper_connect(key: str, value: str) -> str:
+    """Kafka's host:port[,host:port...][/chroot], checked so that kazoo never sees garbage."""
+    text = value.strip()
+    hosts, slash, chroot = text.partition("/")
+    if slash and (not chroot or chroot.endswith("/") or chroot.startswith("/") or "//" in chroot):
+        raise ConfigError(f"{key}: {value!r} has an invalid chroot (/path, no trailing '/')")
+    if not hosts:
+        raise ConfigError(f"{key}: {value!r} names no host:port")
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: {item!r} is not host:port")
+        _int(key, port, 0, 65535)
+    return text
+
+
+def _log_dirs(key: str, text: str) -> str:
+    """The one data directory (a Sluice broker keeps one log directory)."""
+    dirs = _items(text)
+    if len(dirs) != 1:
+        raise ConfigError(f"{key}: exactly one directory is supported, got {text!r}")
+    return dirs[0]
+
+
+def _text(key: str, text: str) -> str:
+    return text.strip()
+
+
+def _text_or_none(key: str, text: str) -> str | None:
+    """A string key whose empty value means unset."""
+    return text.strip() or None
+
+
+def _listener_name(key: str, text: str) -> str | None:
+    return text.strip().upper() or None
+
+
+def _security_protocol(key: str, text: str) -> str:
+    protocol = text.strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"{key}: {text!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    return protocol
+
+
+# Kafka's config types, by the ids DescribeConfigs v3+ reports.
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+TYPE_NAMES = {BOOLEAN: "boolean", STRING: "string", INT: "int", LONG: "long", DOUBLE: "double", LIST: "list"}
+INT_MIN, LONG_MIN = -INT_MAX - 1, -LONG_MAX - 1
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
+# Update modes, as Kafka's DynamicBrokerConfig classifies broker keys. Every dynamic key
+# here may be set for one broker or as the cluster default (Kafka's per-broker keys,
+# which may not be a cluster default, are all listener and TLS keys, not dynamic here).
+READ_ONLY, CLUSTER_WIDE = "read-only", "cluster-wide"
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One config key, declared once as Kafka's ConfigDef declares it: what parses and
+    checks its value, the BrokerConfig (or, for topic keys and their broker defaults,
+    LogConfig) attribute that holds it, and what DescribeConfigs and docs/configs.md say
+    of it."""
+
+    name: str
+    type: int
+    default: object  # the parsed value when the key is not set
+    doc: str  # one line for docs/configs.md
+    parse: Callable[[str, str], object]  # (key, text) -> value; raises ConfigError naming the key
+    valid: str = ""  # the values accepted, as docs/configs.md shows them ("": any of the type)
+    attr: str | None = ""  # "": the name with dots as underscores; None: none of its own
+    update_mode: str = READ_ONLY
+    dynamic_only: bool = False  # set only through AlterConfigs, never read from server.properties
+    synonym_of: str | None = None  # a broker key this one sets when that one is not set
+    broker_key: str | None = None  # a topic key's broker-level default
+    topic_key: str | None = None  # a broker key's topic key, of which it is the default
+    show: Callable | None = None  # BrokerConfig -> the value described, when not the attribute's
+
+    def __post_init__(self):
+        if self.attr == "":
+            object.__setattr__(self, "attr", self.name.replace(".", "_"))
 
     @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+    def dynamic(self) -> bool:
+        return self.update_mode != READ_ONLY
 
 
-# Topic-level key -> (LogConfig attribute, broker-level key or None, parser). Types and
-# minimums are Kafka 3.9's: INT keys are 32-bit, LONG keys 64-bit. Kafka 4 raised
-# segment.bytes' minimum to 1 MiB; 14 (one empty v0 record) is kept so that tests can use
-# tiny segments. The throttled replicas have no broker-level default, as in Kafka.
-TOPIC_CONFIGS = {
-    "segment.bytes": ("segment_bytes", "log.segment.bytes", lambda k, v: _int(k, v, 14)),
-    "segment.ms": ("segment_ms", "log.roll.ms", lambda k, v: _long(k, v, 1)),
-    "retention.ms": ("retention_ms", "log.retention.ms", lambda k, v: _long(k, v, -1)),
-    "retention.bytes": ("retention_bytes", "log.retention.bytes", _long),  # negative: no limit
-    "index.interval.bytes": ("index_interval_bytes", "log.index.interval.bytes",
-                             lambda k, v: _int(k, v, 0)),
-    "max.message.bytes": ("max_message_bytes", "message.max.bytes", lambda k, v: _int(k, v, 0)),
-    "message.timestamp.type": ("message_timestamp_type", "log.message.timestamp.type",
-                               _timestamp_type),
-    "flush.messages": ("flush_messages", "log.flush.interval.messages",
-                       lambda k, v: _long(k, v, 1)),
-    "flush.ms": ("flush_ms", "log.flush.interval.ms", lambda k, v: _long(k, v, 0)),
-    "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", _cleanup_policy),
-    "compression.type": ("compression_type", "compression.type", _compression_type),
-    "min.insync.replicas": ("min_insync_replicas", "min.insync.replicas", lambda k, v: _int(k, v, 1)),
-    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms",
-                                        "log.message.timestamp.before.max.ms", lambda k, v: _long(k, v, 0)),
-    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms",
-                                       "log.message.timestamp.after.max.ms", lambda k, v: _long(k, v, 0)),
-    "segment.index.bytes": ("segment_index_bytes", "log.index.size.max.bytes", lambda k, v: _int(k, v, 4)),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "log.cleaner.min.cleanable.ratio",
-                                  lambda k, v: _double(k, v, 0.0, 1.0)),
-    "delete.retention.ms": ("delete_retention_ms", "log.cleaner.delete.retention.ms",
-                            lambda k, v: _long(k, v, 0)),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", "log.cleaner.min.compaction.lag.ms",
-                              lambda k, v: _long(k, v, 0)),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms",
-                              lambda k, v: _long(k, v, 1)),
-    "unclean.leader.election.enable": ("unclean_leader_election_enable", "unclean.leader.election.enable",
-                                       _bool),
-    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", None,
-                                              _throttled_replicas),
-    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas", None,
-                                                _throttled_replicas),
-}
-# Broker keys that exist only dynamically (Kafka's DynamicConfig.Broker quotas), set
-# through AlterConfigs for a broker or the cluster default: key -> (BrokerConfig
-# attribute, parser). Not read from server.properties, as in Kafka.
-DYNAMIC_ONLY_BROKER_CONFIGS = {
-    "leader.replication.throttled.rate": ("leader_replication_throttled_rate", lambda k, v: _long(k, v, 0)),
-    "follower.replication.throttled.rate": ("follower_replication_throttled_rate", lambda k, v: _long(k, v, 0)),
-}
-# Kafka's broker keys this broker does not implement: never set (INVALID_CONFIG naming the
-# reason), and deleting them changes nothing (kafka-reassign-partitions deletes them).
-NOT_IMPLEMENTED_BROKER_CONFIGS = {
-    "replica.alter.log.dirs.io.max.bytes.per.second":
-        "a Sluice broker keeps one log directory: no replica moves between log directories",
-}
+def _bounds(minimum, maximum, lowest, highest) -> str:
+    """Kafka's way of writing a range: [1,...] or [0,...,65535]."""
+    if maximum != highest:
+        return f"[{minimum},...,{maximum}]"
+    return "" if minimum == lowest else f"[{minimum},...]"
+
+
+def _int_key(name: str, default, doc: str, minimum: int = INT_MIN, maximum: int = INT_MAX, **more) -> ConfigKey:
+    return ConfigKey(name, INT, default, doc, functools.partial(_int, minimum=minimum, maximum=maximum),
+                     _bounds(minimum, maximum, INT_MIN, INT_MAX), **more)
+
+
+def _long_key(name: str, default, doc: str, minimum: int = LONG_MIN, **more) -> ConfigKey:
+    return ConfigKey(name, LONG, default, doc, functools.partial(_long, minimum=minimum),
+                     _bounds(minimum, LONG_MAX, LONG_MIN, LONG_MAX), **more)
+
+
+def _double_key(name: str, default: float, doc: str, minimum: float, maximum: float, **more) -> ConfigKey:
+    return ConfigKey(name, DOUBLE, default, doc, functools.partial(_double, minimum=minimum, maximum=maximum),
+                     _bounds(minimum, maximum, None, DOUBLE_MAX), **more)
+
+
+def _bool_key(name: str, default: bool, doc: str, **more) -> ConfigKey:
+    return ConfigKey(name, BOOLEAN, default, doc, _bool, **more)
+
+
+def _coarse_key(name: str, of: str, unit_ms: int, default: int, minimum: int, doc: str) -> ConfigKey:
+    """An INT key in hours or minutes that sets a milliseconds key when that one is not
+    set (-1, no limit, stays -1)."""
+    def parse(key: str, text: str) -> int:
+        amount = _int(key, text, minimum)
+        return -1 if amount < 0 else amount * unit_ms
+    return ConfigKey(name, INT, default, doc, parse, _bounds(minimum, INT_MAX, INT_MIN, INT_MAX), attr=None,
+                     synonym_of=of)
+
+
+# Topic-level keys, each with its broker-level default (the throttled replicas have none,
+# as in Kafka). Types and minimums are Kafka 3.9's: INT keys are 32-bit, LONG keys 64-bit.
+# Kafka 4 raised segment.bytes' minimum to 1 MiB; 14 (one empty v0 record) is kept so that
+# tests can use tiny segments.
+TOPIC_KEYS = {key.name: key for key in (
+    _int_key("segment.bytes", 1 << 30, "the size at which a segment is rolled", 14,
+             broker_key="log.segment.bytes"),
+    _long_key("segment.ms", 7 * 24 * 3600 * 1000, "the age at which a segment is rolled", 1,
+              broker_key="log.roll.ms"),
+    _long_key("retention.ms", 7 * 24 * 3600 * 1000, "how long records are kept (-1: forever)", -1,
+              broker_key="log.retention.ms"),
+    _long_key("retention.bytes", -1, "the size a partition is trimmed to (negative: no limit)",
+              broker_key="log.retention.bytes"),
+    _int_key("index.interval.bytes", 4096, "the bytes between two offset index entries", 0,
+             broker_key="log.index.interval.bytes"),
+    _int_key("max.message.bytes", 1048588, "the largest record batch a produce may append", 0,
+             broker_key="message.max.bytes"),
+    ConfigKey("message.timestamp.type", STRING, "CreateTime", "the producer's timestamps or the append time",
+              _timestamp_type, "[CreateTime, LogAppendTime]", broker_key="log.message.timestamp.type"),
+    _long_key("flush.messages", LONG_MAX, "the records appended between two fsyncs", 1,
+              broker_key="log.flush.interval.messages"),
+    _long_key("flush.ms", LONG_MAX, "the time between two fsyncs", 0, broker_key="log.flush.interval.ms"),
+    ConfigKey("cleanup.policy", LIST, "delete", "delete old segments, compact keys, or both", _cleanup_policy,
+              "[delete, compact]", broker_key="log.cleanup.policy"),
+    ConfigKey("compression.type", STRING, "producer", "the codec batches are stored in (producer: as produced)",
+              _compression_type, f"[{', '.join(COMPRESSION_TYPES)}]", broker_key="compression.type"),
+    _int_key("min.insync.replicas", 1, "the in-sync replicas an acks=all produce needs", 1,
+             broker_key="min.insync.replicas"),
+    _long_key("message.timestamp.before.max.ms", LONG_MAX,
+              "how far behind the broker's clock a CreateTime batch may be", 0,
+              broker_key="log.message.timestamp.before.max.ms"),
+    _long_key("message.timestamp.after.max.ms", 3_600_000,
+              "how far ahead of the broker's clock a CreateTime batch may be", 0,
+              broker_key="log.message.timestamp.after.max.ms"),
+    _int_key("segment.index.bytes", 10 * 1024 * 1024, "the size of a segment's offset and time indexes", 4,
+             broker_key="log.index.size.max.bytes"),
+    _double_key("min.cleanable.dirty.ratio", 0.5, "the share of uncleaned log that makes a log cleanable",
+                0.0, 1.0, broker_key="log.cleaner.min.cleanable.ratio"),
+    _long_key("delete.retention.ms", 86_400_000, "how long a compacted topic keeps tombstones", 0,
+              broker_key="log.cleaner.delete.retention.ms"),
+    _long_key("min.compaction.lag.ms", 0, "the age below which a record is never compacted", 0,
+              broker_key="log.cleaner.min.compaction.lag.ms"),
+    _long_key("max.compaction.lag.ms", LONG_MAX, "the age above which a record's segment is compacted", 1,
+              broker_key="log.cleaner.max.compaction.lag.ms"),
+    _bool_key("unclean.leader.election.enable", False,
+              "whether a replica out of the ISR may lead when no ISR member is live",
+              broker_key="unclean.leader.election.enable"),
+    ConfigKey("leader.replication.throttled.replicas", LIST, ThrottledReplicas(),
+              "the replicas whose leader-side replication is throttled", _throttled_replicas,
+              "* or [partition]:[broker],..."),
+    ConfigKey("follower.replication.throttled.replicas", LIST, ThrottledReplicas(),
+              "the replicas whose follower-side replication is throttled", _throttled_replicas,
+              "* or [partition]:[broker],..."),
+)}
 # Kafka 4's other topic configs, which this broker does not implement: refused by name
-# (INVALID_CONFIG), never accepted and ignored. The README's "Topic configs" lists them.
+# (INVALID_CONFIG), never accepted and ignored.
 NOT_IMPLEMENTED_TOPIC_CONFIGS = {
     "compression.gzip.level": "codecs compress at their default levels",
     "compression.lz4.level": "codecs compress at their default levels",
@@ -235,130 +418,160 @@ NOT_IMPLEMENTED_TOPIC_CONFIGS = {
 }
 
 
-def check_topic_config_key(key: str) -> None:
-    """Raise ConfigError unless `key` is a topic config this broker implements."""
-    if key in NOT_IMPLEMENTED_TOPIC_CONFIGS:
-        raise ConfigError(f"topic config {key!r} is not implemented by this broker "
-                          f"({NOT_IMPLEMENTED_TOPIC_CONFIGS[key]})")
-    if key not in TOPIC_CONFIGS:
-        raise ConfigError(f"unknown topic config {key!r}")
+def _compact(log_config) -> bool:
+    return "compact" in log_config.cleanup_policy.split(",")
 
 
-def config_text(value) -> str:
-    """A parsed value as Kafka writes it: booleans in lower case."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+LogConfig = dataclasses.make_dataclass(
+    "LogConfig", [(key.attr, type(key.default), field(default=key.default)) for key in TOPIC_KEYS.values()],
+    frozen=True, namespace={"compact": property(_compact), "__module__": __name__,
+                            "__doc__": "The configuration one partition log runs with: one attribute a "
+                                       "topic key (TOPIC_KEYS)."})
 
 
-def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
-    """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
-    result = {}
-    for key, value in configs.items():
-        check_topic_config_key(key)
-        if value is None:
-            raise ConfigError(f"{key}: a value is required")
-        result[key] = config_text(TOPIC_CONFIGS[key][2](key, value))
-    return result
+def _listed(entries) -> str:
+    return ",".join(f"{name}://[{h}]:{p}" if ":" in h else f"{name}://{h}:{p}" for name, h, p in entries)
 
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-@dataclass(frozen=True)
-class ListenerConfig:
-    """One entry of `listeners` (or `advertised.listeners`): NAME://host:port, the name
-    upper-cased as Kafka normalises it; its security protocol comes from
-    `listener.security.protocol.map`."""
-
-    name: str
-    host: str
-    port: int
-    security_protocol: str = "PLAINTEXT"
+# Broker-level keys: the topic keys' defaults (dynamic), then the broker's own. Kafka's
+# defaults and bounds; the coordinators' internal topics and the cluster's keys matter
+# only where those run.
+BROKER_KEYS = {key.name: key for key in (
+    *(dataclasses.replace(key, name=key.broker_key, broker_key=None, topic_key=key.name,
+                          update_mode=CLUSTER_WIDE) for key in TOPIC_KEYS.values() if key.broker_key),
+    _coarse_key("log.retention.minutes", "log.retention.ms", 60_000, None, -1,
+                "retention.ms's default in minutes"),
+    _coarse_key("log.retention.hours", "log.retention.ms", 3_600_000, 7 * 24, -1, "retention.ms's default in hours"),
+    _coarse_key("log.roll.hours", "log.roll.ms", 3_600_000, 7 * 24, 1, "segment.ms's default in hours"),
+    _long_key("leader.replication.throttled.rate", LONG_MAX,
+              "bytes a second a leader sends its throttled replicas", 0, update_mode=CLUSTER_WIDE,
+              dynamic_only=True),
+    _long_key("follower.replication.throttled.rate", LONG_MAX,
+              "bytes a second a follower fetches for its throttled replicas", 0, update_mode=CLUSTER_WIDE,
+              dynamic_only=True),
+    _int_key("node.id", 0, "this broker's id", 0),
+    _int_key("broker.id", 0, "this broker's id (node.id's older name)", 0, attr="node_id"),
+    ConfigKey("listeners", STRING, None, "NAME://host:port,...: the listeners' addresses", _listeners,
+              attr=None, show=lambda c: _listed((l.name, l.host, l.port) for l in c.listeners)),
+    ConfigKey("advertised.listeners", STRING, None, "NAME://host:port,...: what clients are told to connect to",
+              _listeners, attr=None,
+              show=lambda c: _listed((l.name, *c.advertised_endpoint(l.name)) for l in c.listeners)),
+    ConfigKey("listener.security.protocol.map", STRING, {p: p for p in SECURITY_PROTOCOLS},
+              "NAME:PROTOCOL,...: each listener's security protocol", _protocol_map,
+              show=lambda c: ",".join(f"{n}:{p}" for n, p in c.listener_security_protocol_map.items())),
+    ConfigKey("inter.broker.listener.name", STRING, None, "the listener brokers reach each other on",
+              _listener_name, show=lambda c: c.inter_broker_listener.name),
+    ConfigKey("security.inter.broker.protocol", STRING, None,
+              "the inter-broker listener by its protocol (or inter.broker.listener.name)", _security_protocol,
+              f"[{', '.join(SECURITY_PROTOCOLS)}]", attr=None,
+              show=lambda c: c.inter_broker_listener.security_protocol),
+    ConfigKey("log.dirs", STRING, "", "the data directory, exactly one (or --data-dir)", _log_dirs,
+              attr="data_dir"),
+    ConfigKey("log.dir", STRING, "", "log.dirs' older name", _log_dirs, attr=None, synonym_of="log.dirs"),
+    _int_key("num.partitions", 1, "the partitions of a topic created without a count", 1),
+    _int_key("default.replication.factor", 1, "the replication factor of a topic created without one", 1),
+    _bool_key("auto.create.topics.enable", True, "whether a Metadata request creates the topics it names",
+              attr="auto_create_topics"),
+    _int_key("socket.request.max.bytes", 100 * 1024 * 1024, "the largest request accepted", 1),
+    _long_key("log.retention.check.interval.ms", 300_000, "how often retention is enforced", 1,
+              attr="retention_check_interval_ms"),
+    _int_key("producer.id.expiration.ms", 86_400_000, "how long an idle producer id's state is kept", 1),
+    _int_key("group.initial.rebalance.delay.ms", 3000, "how long a new group waits for more members", 0),
+    _int_key("group.min.session.timeout.ms", 6000, "the shortest session timeout a member may ask", 1),
+    _int_key("group.max.session.timeout.ms", 1_800_000, "the longest session timeout a member may ask", 1),
+    _int_key("offsets.topic.num.partitions", 50, "__consumer_offsets' partitions", 1),
+    _int_key("offsets.topic.segment.bytes", 100 * 1024 * 1024, "__consumer_offsets' segment size", 14),
+    _int_key("offsets.retention.minutes", 7 * 24 * 60, "how long an empty group's offsets are kept", 1),
+    _long_key("offsets.retention.check.interval.ms", 600_000, "how often expired offsets are removed", 1),
+    _int_key("offset.metadata.max.bytes", 4096, "the largest metadata a committed offset may carry", 0),
+    _long_key("replica.lag.time.max.ms", 30_000, "how long a follower may lag before it leaves the ISR", 1),
+    _int_key("transaction.max.timeout.ms", 900_000, "the longest transaction timeout a producer may ask", 1),
+    _int_key("transaction.state.log.num.partitions", 50, "__transaction_state's partitions", 1),
+    _int_key("transaction.state.log.segment.bytes", 100 * 1024 * 1024, "__transaction_state's segment size",
+             14),
+    _int_key("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000,
+             "how often timed-out transactions are aborted", 1),
+    _int_key("transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000,
+             "how often expired transactional ids are removed", 1),
+    _int_key("transactional.id.expiration.ms", 7 * 24 * 3600 * 1000,
+             "how long an idle transactional id is kept", 1),
+    _int_key("add.partitions.to.txn.retry.backoff.max.ms", 100,
+             "how long an AddPartitionsToTxn waits for the previous transaction's markers", 0),
+    _int_key("max.connections", INT_MAX, "the connections accepted at once", 0),
+    _int_key("max.connections.per.ip", INT_MAX, "the connections accepted at once from one address", 0),
+    ConfigKey("max.connections.per.ip.overrides", STRING, {}, "host:count,...: max.connections.per.ip by address",
+              _per_ip_overrides,
+              show=lambda c: ",".join(f"{ip}:{n}" for ip, n in sorted(c.max_connections_per_ip_overrides.items()))),
+    _long_key("connections.max.idle.ms", 600_000, "how long an idle connection is kept", 1),
+    _long_key("connections.max.reauth.ms", 0, "a SASL session's lifetime, within which the client "
+              "authenticates again (0: no limit; KIP-368)", 0),
+    _int_key("queued.max.requests", 500, "the requests read ahead of their answers on one connection", 1),
+    _int_key("max.incremental.fetch.session.cache.slots", 1000, "the incremental fetch sessions kept", 0),
+    _int_key("sasl.server.max.receive.size", 524288, "the largest SASL token accepted before authentication", 1),
+    _bool_key("log.cleaner.enable", True, "whether compacted topics are cleaned"),
+    _int_key("log.cleaner.threads", 1, "0: no cleaning; above 0, one cleaner runs", 0),
+    _long_key("log.cleaner.dedupe.buffer.size", 128 * 1024 * 1024, "the memory of the cleaner's offset map", 1),
+    _double_key("log.cleaner.io.buffer.load.factor", 0.9, "how full the offset map may get", 0.0, 1.0),
+    _double_key("log.cleaner.io.max.bytes.per.second", DOUBLE_MAX, "the cleaner's I/O rate (bytes a second)",
+                1.0, DOUBLE_MAX),
+    _long_key("log.cleaner.backoff.ms", 15_000, "how long the cleaner sleeps with nothing to clean", 0),
+    ConfigKey("zookeeper.connect", STRING, None, "host:port,...[/chroot]: set, the broker joins a cluster",
+              _zookeeper_connect),
+    _int_key("zookeeper.session.timeout.ms", 18_000, "how long a silent broker stays alive to the others", 1),
+    _int_key("zookeeper.connection.timeout.ms", None, "how long to wait for ZooKeeper (default: the session "
+             "timeout)", 1, show=lambda c: c.zookeeper_connection_timeout_ms or c.zookeeper_session_timeout_ms),
+    ConfigKey("broker.rack", STRING, None, "this broker's rack: replicas are spread over racks", _text_or_none),
+    ConfigKey("replica.selector.class", STRING, None, "Kafka's RackAwareReplicaSelector: consumers fetch from "
+              "a replica in their rack (KIP-392); unset, from the leader", _replica_selector,
+              f"[{RACK_AWARE_SELECTOR}]"),
+    _bool_key("auto.leader.rebalance.enable", True, "whether leadership moves back to preferred replicas"),
+    _long_key("leader.imbalance.check.interval.seconds", 300, "how often leader imbalance is checked", 1),
+    _int_key("leader.imbalance.per.broker.percentage", 10, "the imbalance that triggers a rebalance", 0),
+    _bool_key("controlled.shutdown.enable", True, "whether a stopping broker hands its leaderships over first"),
+    _int_key("controlled.shutdown.max.retries", 3, "the attempts at a controlled shutdown", 0),
+    _long_key("controlled.shutdown.retry.backoff.ms", 5000, "the wait between two attempts", 0),
+    _int_key("offsets.topic.replication.factor", 3, "__consumer_offsets' replication factor", 1, 32767),
+    _int_key("transaction.state.log.replication.factor", 3, "__transaction_state's replication factor", 1,
+             32767),
+    _int_key("transaction.state.log.min.isr", 2, "__transaction_state's min.insync.replicas", 1),
+    _int_key("replica.fetch.max.bytes", 1024 * 1024, "the bytes a follower asks per partition", 0),
+    _int_key("replica.fetch.response.max.bytes", 10 * 1024 * 1024, "the bytes a follower asks per fetch", 0),
+    _int_key("replica.fetch.wait.max.ms", 500, "how long a follower's fetch may wait at the leader", 0),
+    _int_key("replica.fetch.min.bytes", 1, "the bytes a follower's fetch waits for", 1),
+    _int_key("replica.fetch.backoff.ms", 1000, "the follower's wait after a failed fetch", 0),
+    _int_key("replica.socket.timeout.ms", 30_000, "the follower's socket timeout", 1),
+    _int_key("controller.socket.timeout.ms", 30_000, "the controller's socket timeout to brokers", 1),
+    ConfigKey("authorizer.class.name", STRING, "", "set (any class name), ACLs are enforced", _text),
+    ConfigKey("super.users", STRING, frozenset(), "Type:name;...: principals allowed everything", _super_users,
+              show=lambda c: ";".join(sorted(c.super_users))),
+    _bool_key("allow.everyone.if.no.acl.found", False, "whether a resource without ACLs is open to all"),
+    _int_key("metrics.port", None, "the Prometheus endpoint's port (unset: no endpoint)", 0, 65535),
+    ConfigKey("metrics.host", STRING, None, "the Prometheus endpoint's host (default: the first listener's)",
+              _text_or_none),
+)}
+# Kafka's broker keys this broker does not implement: never set (INVALID_CONFIG naming the
+# reason), and deleting them changes nothing (kafka-reassign-partitions deletes them).
+NOT_IMPLEMENTED_BROKER_CONFIGS = {
+    "replica.alter.log.dirs.io.max.bytes.per.second":
+        "a Sluice broker keeps one log directory: no replica moves between log directories",
+}
 
 
 @dataclass
-class BrokerConfig:
-    node_id: int = 0
+class _BrokerSettings:
+    """A broker's configuration: one attribute a key of BROKER_KEYS (added to this class
+    as BrokerConfig), and these, which are no one key's value: the listeners as resolved
+    from their keys and the flags, the ssl.*/sasl.* settings, the topic defaults, and the
+    keys set in server.properties."""
+
     # The first listener's address (what --host/--port set); `listeners` holds them all.
     host: str = "127.0.0.1"
     port: int = 9092
     listeners: list[ListenerConfig] = field(default_factory=list)
     advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
-    listener_security_protocol_map: dict[str, str] = field(
-        default_factory=lambda: {p: p for p in SECURITY_PROTOCOLS})
-    inter_broker_listener_name: str | None = None  # None: the first listener
     # ssl.*, sasl.* and listener.name.* settings, read by broker.security when it builds
     # the listeners (their values may be secrets: never logged or described).
     security_settings: dict[str, str] = field(default_factory=dict)
-    sasl_server_max_receive_size: int = 524288
-    data_dir: str = ""
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics: bool = True
-    socket_request_max_bytes: int = 100 * 1024 * 1024
-    retention_check_interval_ms: int = 300_000
-    producer_id_expiration_ms: int = 86_400_000
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
-    offsets_retention_minutes: int = 7 * 24 * 60
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4096
-    replica_lag_time_max_ms: int = 30_000
-    transaction_max_timeout_ms: int = 900_000
-    transaction_state_log_num_partitions: int = 50
-    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
-    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
-    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
-    add_partitions_to_txn_retry_backoff_max_ms: int = 100
-    # Connection limits (broker.server.Limits).
-    max_connections: int = INT_MAX
-    max_connections_per_ip: int = INT_MAX
-    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
-    connections_max_idle_ms: int = 600_000
-    connections_max_reauth_ms: int = 0  # 0: SASL sessions never expire (KIP-368)
-    queued_max_requests: int = 500
-    max_incremental_fetch_session_cache_slots: int = 1000
-    # The log cleaner (broker.storage.cleaner): one, as log.cleaner.threads=1.
-    log_cleaner_enable: bool = True
-    log_cleaner_threads: int = 1
-    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
-    log_cleaner_io_buffer_load_factor: float = 0.9
-    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Double.MAX_VALUE: no limit
-    log_cleaner_backoff_ms: int = 15_000
-    # Cluster mode (ZooKeeper): off while zookeeper_connect is None, the single node.
-    zookeeper_connect: str | None = None
-    zookeeper_session_timeout_ms: int = 18_000
-    zookeeper_connection_timeout_ms: int | None = None  # None: the session timeout
-    broker_rack: str | None = None
-    replica_selector_class: str | None = None  # KIP-392: RACK_AWARE_SELECTOR, or None (the leader serves)
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    controlled_shutdown_enable: bool = True
-    controlled_shutdown_max_retries: int = 3
-    controlled_shutdown_retry_backoff_ms: int = 5000
-    offsets_topic_replication_factor: int = 3
-    transaction_state_log_replication_factor: int = 3
-    transaction_state_log_min_isr: int = 2
-    replica_fetch_max_bytes: int = 1024 * 1024
-    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_min_bytes: int = 1
-    replica_fetch_backoff_ms: int = 1000
-    replica_socket_timeout_ms: int = 30_000
-    controller_socket_timeout_ms: int = 30_000
-    # Authorization (broker.security.acls): ACLs are enforced once authorizer.class.name is set.
-    authorizer_class_name: str = ""
-    super_users: frozenset[str] = frozenset()
-    allow_everyone_if_no_acl_found: bool = False
-    # Replication throttles (broker.quota), dynamic only: bytes a second, no limit by default.
-    leader_replication_throttled_rate: int = LONG_MAX
-    follower_replication_throttled_rate: int = LONG_MAX
-    metrics_port: int | None = None  # the Prometheus endpoint (broker.metrics): off while None
-    metrics_host: str | None = None  # None: the first listener's host
     log: LogConfig = field(default_factory=LogConfig)
     # Where each setting came from, for DescribeConfigs: key -> value as configured.
     static: dict[str, str] = field(default_factory=dict)
@@ -405,7 +618,7 @@ class BrokerConfig:
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         """The effective LogConfig of a topic with these (validated) overrides."""
-        changes = {TOPIC_CONFIGS[k][0]: TOPIC_CONFIGS[k][2](k, v) for k, v in overrides.items()}
+        changes = {TOPIC_KEYS[k].attr: TOPIC_KEYS[k].parse(k, v) for k, v in overrides.items()}
         return dataclasses.replace(self.log, **changes)
 
     def topic_overrides(self, configs: dict[str, str | None]) -> dict[str, str]:
@@ -444,48 +657,6 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
-_LISTENER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def _listeners(key: str, value: str) -> list[ListenerConfig]:
-    """A Kafka listeners list: NAME://host:port, ... (an IPv6 host in brackets); names
-    unique (case-insensitively, as Kafka upper-cases them)."""
-    listeners = []
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        name, sep, rest = item.partition("://")
-        host, colon, port = rest.rpartition(":")
-        if not sep or not colon or not _LISTENER_NAME.fullmatch(name):
-            raise ConfigError(f"{key}: {item!r} is not NAME://host:port")
-        name = name.upper()
-        if any(l.name == name for l in listeners):
-            raise ConfigError(f"{key}: listener name {name} is given twice")
-        listeners.append(ListenerConfig(name, host.strip("[]"), _int(key, port, 0, 65535)))
-    if not listeners:
-        raise ConfigError(f"{key}: no listener in {value!r}")
-    return listeners
-
-
-def _protocol_map(key: str, value: str) -> dict[str, str]:
-    """listener.security.protocol.map: NAME:PROTOCOL, ..."""
-    mapping = {}
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        name, sep, protocol = item.partition(":")
-        protocol = protocol.strip().upper()
-        if not sep or not _LISTENER_NAME.fullmatch(name.strip()) or protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"{key}: {item!r} is not NAME:PROTOCOL with a protocol among "
-                              f"{', '.join(SECURITY_PROTOCOLS)}")
-        mapping[name.strip().upper()] = protocol
-    return mapping
-
-
-# Security keys kept for broker.security (listener.name.<name>.* carries per-listener ones).
-_SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.")
-
-
 def _resolve_listeners(config: BrokerConfig, listeners: list[ListenerConfig] | None,
                        advertised: list[ListenerConfig] | None, security_inter_broker: str | None) -> None:
     """Give every listener its security protocol and check the listener settings against
@@ -521,138 +692,6 @@ def _resolve_listeners(config: BrokerConfig, listeners: list[ListenerConfig] | N
     config.host, config.port = resolved[0].host, resolved[0].port
 
 
-# Group and transaction coordinator settings: key -> (BrokerConfig attribute, minimum,
-# maximum: Kafka's type, INT or LONG).
-_GROUP_KEYS = {
-    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", 0, INT_MAX),
-    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", 1, INT_MAX),
-    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", 1, INT_MAX),
-    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", 1, INT_MAX),
-    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", 14, INT_MAX),
-    "offsets.retention.minutes": ("offsets_retention_minutes", 1, INT_MAX),
-    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", 1, LONG_MAX),
-    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", 0, INT_MAX),
-    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", 1, LONG_MAX),
-    # Transaction coordinator settings.
-    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", 1, INT_MAX),
-    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", 1, INT_MAX),
-    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", 14, INT_MAX),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
-        ("transaction_abort_timed_out_transaction_cleanup_interval_ms", 1, INT_MAX),
-    "transaction.remove.expired.transaction.cleanup.interval.ms":
-        ("transaction_remove_expired_transaction_cleanup_interval_ms", 1, INT_MAX),
-    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", 1, INT_MAX),
-    "add.partitions.to.txn.retry.backoff.max.ms": ("add_partitions_to_txn_retry_backoff_max_ms", 0, INT_MAX),
-}
-
-# Cluster mode (ZooKeeper): key -> (BrokerConfig attribute, minimum, maximum), Kafka's
-# defaults and bounds; none of them matters to the single node.
-_CLUSTER_INT_KEYS = {
-    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", 1, INT_MAX),
-    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", 1, INT_MAX),
-    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", 1, LONG_MAX),
-    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", 0, INT_MAX),
-    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", 0, INT_MAX),
-    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", 0, LONG_MAX),
-    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", 1, 32767),
-    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor", 1, 32767),
-    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", 1, INT_MAX),
-    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", 0, INT_MAX),
-    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", 0, INT_MAX),
-    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", 0, INT_MAX),
-    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", 1, INT_MAX),
-    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", 0, INT_MAX),
-    "replica.socket.timeout.ms": ("replica_socket_timeout_ms", 1, INT_MAX),
-    "controller.socket.timeout.ms": ("controller_socket_timeout_ms", 1, INT_MAX),
-}
-_CLUSTER_BOOL_KEYS = {
-    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
-    "controlled.shutdown.enable": "controlled_shutdown_enable",
-}
-
-# Connection limits: key -> (BrokerConfig attribute, minimum, maximum).
-_CONNECTION_KEYS = {
-    "max.connections": ("max_connections", 0, INT_MAX),
-    "max.connections.per.ip": ("max_connections_per_ip", 0, INT_MAX),
-    "connections.max.idle.ms": ("connections_max_idle_ms", 1, LONG_MAX),
-    "connections.max.reauth.ms": ("connections_max_reauth_ms", 0, LONG_MAX),
-    "queued.max.requests": ("queued_max_requests", 1, INT_MAX),
-    "max.incremental.fetch.session.cache.slots": ("max_incremental_fetch_session_cache_slots", 0, INT_MAX),
-    "sasl.server.max.receive.size": ("sasl_server_max_receive_size", 1, INT_MAX),
-}
-
-
-def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
-    """Kafka's "host:count,host:count" (an IPv6 host keeps its colons: the last one counts)."""
-    overrides = {}
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        if not sep or not host.strip():
-            raise ConfigError(f"{key}: {item!r} is not host:count")
-        overrides[host.strip().strip("[]")] = _int(key, count, 0)
-    return overrides
-
-
-RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-
-
-def _replica_selector(key: str, value: str) -> str | None:
-    """KIP-392's selector: Kafka's rack-aware one is the selector there is here."""
-    name = value.strip()
-    if name and name != RACK_AWARE_SELECTOR:
-        raise ConfigError(f"{key}: {name!r} is not available; the one selector here is {RACK_AWARE_SELECTOR}")
-    return name or None
-
-
-def _super_users(key: str, value: str) -> frozenset[str]:
-    """super.users: principals (Type:name) separated by semicolons."""
-    users = frozenset(user.strip() for user in value.split(";") if user.strip())
-    for user in sorted(users):
-        kind, sep, _ = user.partition(":")
-        if not sep or not kind:
-            raise ConfigError(f"{key}: {user!r} is not a principal (expected Type:name, e.g. User:admin)")
-    return users
-
-
-def _zookeeper_connect(key: str, value: str) -> str:
-    """Kafka's host:port[,host:port...][/chroot], checked so that kazoo never sees garbage."""
-    text = value.strip()
-    hosts, slash, chroot = text.partition("/")
-    if slash and (not chroot or chroot.endswith("/") or chroot.startswith("/") or "//" in chroot):
-        raise ConfigError(f"{key}: {value!r} has an invalid chroot (/path, no trailing '/')")
-    if not hosts:
-        raise ConfigError(f"{key}: {value!r} names no host:port")
-    for item in hosts.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host:
-            raise ConfigError(f"{key}: {item!r} is not host:port")
-        _int(key, port, 0, 65535)
-    return text
-
-
-# INT keys in coarser units: key -> (LogConfig attribute, milliseconds per unit, minimum).
-_COARSE_UNITS = {
-    "log.retention.minutes": ("retention_ms", 60_000, -1),
-    "log.retention.hours": ("retention_ms", 3_600_000, -1),
-    "log.roll.hours": ("segment_ms", 3_600_000, 1),
-}
-
-
-# The log cleaner's keys: key -> (BrokerConfig attribute, parser). Kafka's types and
-# defaults; one cleaner task runs on the event loop whatever log.cleaner.threads says
-# above 0 (0: none, as Kafka without cleaner threads).
-_CLEANER_KEYS = {
-    "log.cleaner.enable": ("log_cleaner_enable", _bool),
-    "log.cleaner.threads": ("log_cleaner_threads", lambda k, v: _int(k, v, 0)),
-    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", lambda k, v: _long(k, v, 1)),
-    "log.cleaner.io.buffer.load.factor": ("log_cleaner_io_buffer_load_factor",
-                                          lambda k, v: _double(k, v, 0.0, 1.0)),
-    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second",
-                                            lambda k, v: _double(k, v, 1.0, 1.7976931348623157e308)),
-    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", lambda k, v: _long(k, v, 0)),
-}
 # Bytes of Kafka's offset map per key: a 16-byte MD5 of the key and an 8-byte offset.
 CLEANER_BYTES_PER_KEY = 24
 
@@ -666,144 +705,95 @@ def _check_cleaner(config: BrokerConfig) -> None:
                           f"leaves no room for a single key ({CLEANER_BYTES_PER_KEY} bytes each)")
 
 
-def static_broker_values(config: BrokerConfig) -> dict[str, str]:
-    """Every broker-level key (other than the topic defaults) understood here, with its
-    effective value as Kafka would print it: what DescribeConfigs reports for the broker."""
-    host, port = config.advertised
-    def listed(entries):
-        return ",".join(f"{name}://[{h}]:{p}" if ":" in h else f"{name}://{h}:{p}" for name, h, p in entries)
+def check_topic_config_key(key: str) -> None:
+    """Raise ConfigError unless `key` is a topic config this broker implements."""
+    if key in NOT_IMPLEMENTED_TOPIC_CONFIGS:
+        raise ConfigError(f"topic config {key!r} is not implemented by this broker "
+                          f"({NOT_IMPLEMENTED_TOPIC_CONFIGS[key]})")
+    if key not in TOPIC_KEYS:
+        raise ConfigError(f"unknown topic config {key!r}")
 
-    values = {
-        "node.id": config.node_id, "broker.id": config.node_id,
-        "listeners": listed((l.name, l.host, l.port) for l in config.listeners),
-        "advertised.listeners": listed((l.name, *config.advertised_endpoint(l.name)) for l in config.listeners),
-        "listener.security.protocol.map": ",".join(f"{n}:{p}" for n, p in
-                                                   config.listener_security_protocol_map.items()),
-        "inter.broker.listener.name": config.inter_broker_listener.name,
-        "log.dirs": config.data_dir, "num.partitions": config.num_partitions,
-        "default.replication.factor": config.default_replication_factor,
-        "auto.create.topics.enable": str(config.auto_create_topics).lower(),
-        "socket.request.max.bytes": config.socket_request_max_bytes,
-        "log.retention.check.interval.ms": config.retention_check_interval_ms,
-        "producer.id.expiration.ms": config.producer_id_expiration_ms,
-        "max.connections.per.ip.overrides": ",".join(
-            f"{ip}:{count}" for ip, count in sorted(config.max_connections_per_ip_overrides.items())),
-        "zookeeper.connect": config.zookeeper_connect or "",
-        "broker.rack": config.broker_rack or "",
-        "replica.selector.class": config.replica_selector_class or "",
-    }
-    for key, (attr, _, _) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items():
-        values[key] = getattr(config, attr)
-    values["zookeeper.connection.timeout.ms"] = (config.zookeeper_connection_timeout_ms
-                                                 or config.zookeeper_session_timeout_ms)
-    for key, attr in _CLUSTER_BOOL_KEYS.items():
-        values[key] = getattr(config, attr)
-    for key, (attr, _) in _CLEANER_KEYS.items():
-        values[key] = getattr(config, attr)
-    return {key: config_text(value) for key, value in values.items()}
+
+def config_text(value) -> str:
+    """A parsed value as Kafka writes it: booleans in lower case, an unset value empty."""
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic-level overrides; returns them normalised. Raises ConfigError."""
+    result = {}
+    for key, value in configs.items():
+        check_topic_config_key(key)
+        if value is None:
+            raise ConfigError(f"{key}: a value is required")
+        result[key] = config_text(TOPIC_KEYS[key].parse(key, value))
+    return result
+
+
+def _broker_field(key: ConfigKey):
+    if isinstance(key.default, dict):  # each BrokerConfig its own
+        return field(default_factory=functools.partial(dict, key.default))
+    return field(default=key.default)
+
+
+# The BrokerConfig attributes the broker keys set (broker.id and node.id set one).
+_BROKER_FIELDS: dict[str, ConfigKey] = {}
+for _key in BROKER_KEYS.values():
+    if _key.attr is not None and _key.topic_key is None:
+        _BROKER_FIELDS.setdefault(_key.attr, _key)
+del _key
+BrokerConfig = dataclasses.make_dataclass(
+    "BrokerConfig", [(attr, Any, _broker_field(key)) for attr, key in _BROKER_FIELDS.items()],
+    bases=(_BrokerSettings,), namespace={"__module__": __name__, "__doc__": _BrokerSettings.__doc__})
+
+
+def broker_values(config: BrokerConfig) -> dict[str, str]:
+    """Every broker key but the topic defaults (described as their topic keys are) and the
+    synonyms, with its effective value as Kafka would print it: what DescribeConfigs
+    reports for the broker."""
+    return {key.name: config_text(key.show(config) if key.show else getattr(config, key.attr))
+            for key in BROKER_KEYS.values() if key.topic_key is None and key.synonym_of is None}
 
 
 def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[BrokerConfig, list[str]]:
     """A BrokerConfig from properties plus flag overrides; returns it and warnings."""
     config = BrokerConfig()
     warnings: list[str] = []
-    log_changes: dict[str, object] = {}
-    coarse: dict[str, int] = {}  # hours/minutes forms, applied after their _ms forms
-    listeners = advertised = security_inter_broker = None
-    broker_keys = {broker_key: (attr, parse) for attr, broker_key, parse in TOPIC_CONFIGS.values() if broker_key}
-    for key, value in props.items():
-        if key in broker_keys:
-            attr, parse = broker_keys[key]
-            log_changes[attr] = parse(key, value)
-        elif key in _COARSE_UNITS:
-            amount = _int(key, value, _COARSE_UNITS[key][2])
-            coarse[key] = -1 if amount < 0 else amount * _COARSE_UNITS[key][1]
-        elif key in ("broker.id", "node.id"):
-            config.node_id = _int(key, value, 0)
-        elif key == "listeners":
-            listeners = _listeners(key, value)
-        elif key == "advertised.listeners":
-            advertised = _listeners(key, value)
-        elif key == "listener.security.protocol.map":
-            config.listener_security_protocol_map = _protocol_map(key, value)
-        elif key == "inter.broker.listener.name":
-            config.inter_broker_listener_name = value.strip().upper() or None
-        elif key == "security.inter.broker.protocol":
-            protocol = value.strip().upper()
-            if protocol not in SECURITY_PROTOCOLS:
-                raise ConfigError(f"{key}: {value!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
-            security_inter_broker = protocol
-        elif key.startswith(_SECURITY_PREFIXES) and key not in _CONNECTION_KEYS:
-            config.security_settings[key] = value
-            continue  # values may be secrets: not kept among the static values described
-        elif key in ("log.dirs", "log.dir"):
-            dirs = [d.strip() for d in value.split(",") if d.strip()]
-            if len(dirs) != 1:
-                raise ConfigError(f"{key}: exactly one directory is supported, got {value!r}")
-            config.data_dir = dirs[0]
-        elif key == "num.partitions":
-            config.num_partitions = _int(key, value, 1)
-        elif key == "default.replication.factor":
-            config.default_replication_factor = _int(key, value, 1)
-        elif key == "auto.create.topics.enable":
-            config.auto_create_topics = _bool(key, value)
-        elif key == "socket.request.max.bytes":
-            config.socket_request_max_bytes = _int(key, value, 1)
-        elif key == "log.retention.check.interval.ms":
-            config.retention_check_interval_ms = _long(key, value, 1)
-        elif key == "producer.id.expiration.ms":
-            config.producer_id_expiration_ms = _int(key, value, 1)
-        elif key in _GROUP_KEYS:
-            attr, minimum, maximum = _GROUP_KEYS[key]
-            setattr(config, attr, _int(key, value, minimum, maximum))
-        elif key in _CONNECTION_KEYS:
-            attr, minimum, maximum = _CONNECTION_KEYS[key]
-            setattr(config, attr, _int(key, value, minimum, maximum))
-        elif key == "max.connections.per.ip.overrides":
-            config.max_connections_per_ip_overrides = _per_ip_overrides(key, value)
-        elif key == "zookeeper.connect":
-            config.zookeeper_connect = _zookeeper_connect(key, value)
-        elif key == "broker.rack":
-            config.broker_rack = value.strip() or None
-        elif key == "replica.selector.class":
-            config.replica_selector_class = _replica_selector(key, value)
-        elif key in _CLUSTER_INT_KEYS:
-            attr, minimum, maximum = _CLUSTER_INT_KEYS[key]
-            setattr(config, attr, _int(key, value, minimum, maximum))
-        elif key in _CLUSTER_BOOL_KEYS:
-            setattr(config, _CLUSTER_BOOL_KEYS[key], _bool(key, value))
-        elif key == "metrics.port":
-            config.metrics_port = _int(key, value, 0, 65535)
-        elif key == "metrics.host":
-            config.metrics_host = value.strip() or None
-        elif key in _CLEANER_KEYS:
-            attr, parse = _CLEANER_KEYS[key]
-            setattr(config, attr, parse(key, value))
-            if key == "log.cleaner.threads" and config.log_cleaner_threads > 1:
-                warnings.append(f"log.cleaner.threads={config.log_cleaner_threads}: one log cleaner runs")
-        elif key == "authorizer.class.name":  # any class name: Kafka's AclAuthorizer or StandardAuthorizer
-            config.authorizer_class_name = value.strip()
-        elif key == "super.users":
-            config.super_users = _super_users(key, value)
-        elif key == "allow.everyone.if.no.acl.found":
-            config.allow_everyone_if_no_acl_found = _bool(key, value)
-        elif key in DYNAMIC_ONLY_BROKER_CONFIGS:
+    parsed: dict[str, object] = {}
+    for key, text in props.items():
+        spec = BROKER_KEYS.get(key)
+        if spec is None and key.startswith(_SECURITY_PREFIXES):
+            config.security_settings[key] = text  # values may be secrets: never described
+        elif spec is None:
+            warnings.append(f"unknown config key {key!r} ignored")
+        elif spec.dynamic_only:
             warnings.append(f"{key} can only be set dynamically (AlterConfigs for a broker or the "
                             f"cluster default): ignored")
-            continue
         else:
-            warnings.append(f"unknown config key {key!r} ignored")
-            continue
-        config.static[key] = value
+            parsed[key] = spec.parse(key, text)
+            config.static[key] = text
+    for spec in BROKER_KEYS.values():  # a synonym counts where its key is not set; the first one wins
+        if spec.synonym_of is not None and spec.name in parsed:
+            parsed.setdefault(spec.synonym_of, parsed.pop(spec.name))
+    if parsed.get("log.cleaner.threads", 1) > 1:
+        warnings.append(f"log.cleaner.threads={parsed['log.cleaner.threads']}: one log cleaner runs")
+    log_changes = {}
+    for key, value in parsed.items():  # in the file's order: of broker.id and node.id the later wins
+        spec = BROKER_KEYS[key]
+        if spec.topic_key is not None:
+            log_changes[spec.attr] = value
+        elif spec.attr is not None:
+            setattr(config, spec.attr, value)
+    listeners = parsed.get("listeners")
     if listeners is not None:  # the first listener's address, unless the flags set it
         config.host, config.port = listeners[0].host, listeners[0].port
     for name, value in overrides.items():
         if value is not None:
             setattr(config, name, value)
-    _resolve_listeners(config, listeners, advertised, security_inter_broker)
-    for key, (attr, _, _) in _COARSE_UNITS.items():  # minutes before hours: the finer one wins
-        if key in coarse:
-            log_changes.setdefault(attr, coarse[key])
+    _resolve_listeners(config, listeners, parsed.get("advertised.listeners"),
+                       parsed.get("security.inter.broker.protocol"))
     config.log = dataclasses.replace(config.log, **log_changes)
     if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
         raise ConfigError("max.connections.per.ip: 0 is allowed only with "
@@ -814,3 +804,4 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
         raise ConfigError("no data directory: pass --data-dir or set log.dirs")
     _check_cleaner(config)
     return config, warnings
+

@@ -22,31 +22,24 @@ import json
 import logging
 import os
 
-from broker.config import (DYNAMIC_ONLY_BROKER_CONFIGS, BrokerConfig, ConfigError, TOPIC_CONFIGS,
-                           config_text)
+from broker.config import BROKER_KEYS, BrokerConfig, ConfigError, config_text
 from broker.storage.checkpoint import write_atomically
 
 log = logging.getLogger("sluice.configs")
 
 FILENAME = "dynamic-broker-configs.json"
 CLUSTER_DEFAULT = ""
-# Broker-level key -> topic-level key: the topic defaults.
-TOPIC_DEFAULT_KEYS = {broker_key: topic_key for topic_key, (_, broker_key, _) in TOPIC_CONFIGS.items()
-                      if broker_key}
-DYNAMIC_KEYS = frozenset(TOPIC_DEFAULT_KEYS) | frozenset(DYNAMIC_ONLY_BROKER_CONFIGS)
-
-
-def _parse(key: str, value: str):
-    if key in TOPIC_DEFAULT_KEYS:
-        return TOPIC_CONFIGS[TOPIC_DEFAULT_KEYS[key]][2](key, value)
-    return DYNAMIC_ONLY_BROKER_CONFIGS[key][1](key, value)
+# The broker keys that change at runtime (BROKER_KEYS' cluster-wide ones).
+DYNAMIC_KEYS = {key.name: key for key in BROKER_KEYS.values() if key.dynamic}
 
 
 class DynamicBrokerConfigs:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.static_log = config.log
-        self.static_values = {attr: getattr(config, attr) for attr, _ in DYNAMIC_ONLY_BROKER_CONFIGS.values()}
+        # The values of the dynamic keys that are not topic defaults, before any level.
+        self.static_values = {key.attr: getattr(config, key.attr) for key in DYNAMIC_KEYS.values()
+                              if key.topic_key is None}
         self.path = os.path.join(config.data_dir, FILENAME)
         # Level ("" or a broker id) -> broker key -> value; other brokers' levels are kept.
         self.levels: dict[str, dict[str, str]] = {}
@@ -84,7 +77,7 @@ class DynamicBrokerConfigs:
                 raise ConfigError(f"{key} cannot be updated dynamically")
             if value is None:
                 raise ConfigError(f"{key}: a value is required")
-            result[key] = config_text(_parse(key, value))
+            result[key] = config_text(DYNAMIC_KEYS[key].parse(key, value))
         return result
 
     def set_level(self, level: str, configs: dict[str, str]) -> None:
@@ -108,9 +101,10 @@ class DynamicBrokerConfigs:
 
     def _apply(self) -> None:
         effective = {**self.levels.get(CLUSTER_DEFAULT, {}), **self.levels.get(self.this_broker, {})}
-        self.config.log = dataclasses.replace(self.static_log, **{
-            TOPIC_CONFIGS[TOPIC_DEFAULT_KEYS[k]][0]: _parse(k, v) for k, v in effective.items()
-            if k in TOPIC_DEFAULT_KEYS})
-        for key, (attr, _) in DYNAMIC_ONLY_BROKER_CONFIGS.items():
-            value = _parse(key, effective[key]) if key in effective else self.static_values[attr]
+        log_changes, own = {}, dict(self.static_values)
+        for key, value in effective.items():
+            spec = DYNAMIC_KEYS[key]
+            (own if spec.topic_key is None else log_changes)[spec.attr] = spec.parse(key, value)
+        self.config.log = dataclasses.replace(self.static_log, **log_changes)
+        for attr, value in own.items():
             setattr(self.config, attr, value)

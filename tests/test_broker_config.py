@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, build_config, static_broker_values,
+from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, broker_values, build_config,
                            parse_topic_configs, read_properties)
 from broker.topics import CLEAN_SHUTDOWN
 from sluice.broker_process import BrokerProcess
@@ -92,6 +92,13 @@ log.cleanup.policy=delete
     assert set(config.static) >= {"node.id", "listeners", "log.segment.bytes", "message.max.bytes"}
 
 
+@pytest.mark.parametrize("text", ["log.dirs=/b\nlog.dir=/a", "log.dir=/a\nlog.dirs=/b"])
+def test_log_dirs_wins_over_log_dir(tmp_path, text):
+    """Kafka: log.dir is read only where log.dirs is not set, wherever it stands in the file."""
+    config, _ = config_from(tmp_path, text, data_dir=None)
+    assert config.data_dir == "/b"
+
+
 @pytest.mark.parametrize("text, expected", [
     ("log.retention.hours=2", 2 * 3_600_000),
     ("log.retention.minutes=30", 30 * 60_000),
@@ -158,7 +165,7 @@ def test_named_listeners_and_their_settings(tmp_path):
                                                   "ssl.key.password": "secret"}
     assert config.listener_settings("REPLICATION")["ssl.keystore.location"] == "/global.pem"
     assert "ssl.key.password" not in config.static  # a secret is never described
-    values = static_broker_values(config)
+    values = broker_values(config)
     assert values["listeners"] == "CLIENT://127.0.0.1:9092,REPLICATION://10.0.0.1:9093"
     assert values["advertised.listeners"] == "CLIENT://kafka.example:19092,REPLICATION://10.0.0.1:9093"
     assert "secret" not in str(values)

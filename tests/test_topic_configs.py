@@ -190,3 +190,37 @@ def test_config_types_are_kafkas(broker):
         "compression.type": STRING, "min.insync.replicas": INT, "num.partitions": INT,
         "auto.create.topics.enable": BOOLEAN, "listeners": STRING, "connections.max.idle.ms": LONG,
         "queued.max.requests": INT}
+
+
+def test_every_broker_key_is_described_with_kafkas_type(tmp_path):
+    """DescribeConfigs for the broker lists every key server.properties takes, the ACL and
+    inter-broker keys too, typed as Kafka types them (log.dir, log.retention.minutes|hours
+    and log.roll.hours aside: their keys stand for them, as log.retention.ms does)."""
+    from broker.config import BROKER_KEYS
+    from sluice.broker_process import BrokerProcess
+    from tests.test_broker_failures import connect, roundtrip
+    from wire.messages import DESCRIBE_CONFIGS
+
+    properties = tmp_path / "server.properties"
+    properties.write_text("super.users=User:ops;User:admin\nsecurity.inter.broker.protocol=PLAINTEXT\n")
+    Req = DESCRIBE_CONFIGS.request
+    body = Req(resources=[Req.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)],
+               include_synonyms=False, include_documentation=False)
+    with BrokerProcess(tmp_path / "data", config_file=str(properties)) as proc:
+        with connect(proc.port) as sock:
+            configs = {c.name: c for c in roundtrip(sock, DESCRIBE_CONFIGS, 4, body, 3).results[0].configs}
+    assert set(configs) == {key for key, spec in BROKER_KEYS.items() if spec.synonym_of is None}
+    BOOLEAN, STRING, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 4, 5
+    described = {key: (configs[key].value, configs[key].config_type, configs[key].config_source)
+                 for key in ("super.users", "security.inter.broker.protocol", "authorizer.class.name",
+                             "allow.everyone.if.no.acl.found", "listener.security.protocol.map",
+                             "inter.broker.listener.name")}
+    assert described == {
+        "super.users": ("User:admin;User:ops", STRING, STATIC_BROKER_CONFIG),
+        "security.inter.broker.protocol": ("PLAINTEXT", STRING, STATIC_BROKER_CONFIG),
+        "authorizer.class.name": ("", STRING, DEFAULT_CONFIG),
+        "allow.everyone.if.no.acl.found": ("false", BOOLEAN, DEFAULT_CONFIG),
+        "listener.security.protocol.map": ("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                           "SASL_SSL:SASL_SSL", STRING, DEFAULT_CONFIG),
+        "inter.broker.listener.name": ("PLAINTEXT", STRING, DEFAULT_CONFIG)}
+    assert all(configs[key].read_only for key in described)

@@ -33,11 +33,11 @@ from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
-from broker.config import (NOT_IMPLEMENTED_BROKER_CONFIGS, ConfigError, TOPIC_CONFIGS,
+from broker.config import (BROKER_KEYS, LIST, NOT_IMPLEMENTED_BROKER_CONFIGS, TOPIC_KEYS, ConfigError,
                            check_topic_config_key)
-from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS, TOPIC_DEFAULT_KEYS
+from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS
 from broker.errors import BrokerError
-from broker.handlers.configs import BROKER, LIST_KEYS, TOPIC
+from broker.handlers.configs import BROKER, TOPIC
 from broker.security.acls import DENIED, permitted
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -173,8 +173,8 @@ def _store(broker, kept, resource_type: int, name: str, configs: dict, validate_
 
 def _default_value(broker, resource_type: int, key: str) -> str:
     """The value a list key has without an override at this level: the broker's default."""
-    topic_key = key if resource_type == TOPIC else TOPIC_DEFAULT_KEYS[key]
-    return str(getattr(broker.config.log, TOPIC_CONFIGS[topic_key][0]))
+    topic_key = key if resource_type == TOPIC else BROKER_KEYS[key].topic_key
+    return str(getattr(broker.config.log, TOPIC_KEYS[topic_key].attr))
 
 
 def _incremental(broker, kept, resource) -> dict[str, str]:
@@ -195,8 +195,7 @@ def _incremental(broker, kept, resource) -> dict[str, str]:
         elif op == DELETE:
             configs.pop(key, None)
         elif op in (APPEND, SUBTRACT):
-            topic_key = key if resource.resource_type == TOPIC else TOPIC_DEFAULT_KEYS.get(key)
-            if topic_key not in LIST_KEYS:
+            if (TOPIC_KEYS if resource.resource_type == TOPIC else BROKER_KEYS)[key].type != LIST:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key}: APPEND and SUBTRACT are only "
                                   f"for list configs")
             current = configs.get(key) or _default_value(broker, resource.resource_type, key)

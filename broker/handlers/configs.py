@@ -20,10 +20,8 @@ from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import DESCRIBE_CONFIGS
 
-from broker.config import (_CLUSTER_BOOL_KEYS, _CLUSTER_INT_KEYS, _COARSE_UNITS, _CONNECTION_KEYS,
-                           _GROUP_KEYS, DYNAMIC_ONLY_BROKER_CONFIGS, INT_MAX, TOPIC_CONFIGS, config_text,
-                           static_broker_values)
-from broker.dynamic_configs import CLUSTER_DEFAULT, DYNAMIC_KEYS, TOPIC_DEFAULT_KEYS
+from broker.config import BROKER_KEYS, TOPIC_KEYS, broker_values, config_text
+from broker.dynamic_configs import CLUSTER_DEFAULT
 from broker.errors import BrokerError
 from broker.security.acls import DENIED, permitted
 
@@ -31,37 +29,6 @@ _Resp = DESCRIBE_CONFIGS.response
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
-_TYPE_BOOLEAN, _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_DOUBLE, _TYPE_LIST = 1, 2, 3, 5, 6, 7
-_TYPES = {"segment.bytes": _TYPE_INT, "index.interval.bytes": _TYPE_INT,
-          "max.message.bytes": _TYPE_INT, "cleanup.policy": _TYPE_LIST,
-          "message.timestamp.type": _TYPE_STRING, "compression.type": _TYPE_STRING,
-          "min.insync.replicas": _TYPE_INT, "segment.index.bytes": _TYPE_INT,
-          "min.cleanable.dirty.ratio": _TYPE_DOUBLE, "unclean.leader.election.enable": _TYPE_BOOLEAN,
-          "leader.replication.throttled.replicas": _TYPE_LIST,
-          "follower.replication.throttled.replicas": _TYPE_LIST}
-LIST_KEYS = frozenset(key for key, kind in _TYPES.items() if kind == _TYPE_LIST)
-# The broker's other keys, typed as Kafka types them.
-_STATIC_TYPES = {
-    "node.id": _TYPE_INT, "broker.id": _TYPE_INT, "listeners": _TYPE_STRING,
-    "advertised.listeners": _TYPE_STRING, "log.dirs": _TYPE_STRING, "num.partitions": _TYPE_INT,
-    "default.replication.factor": _TYPE_INT, "auto.create.topics.enable": _TYPE_BOOLEAN,
-    "socket.request.max.bytes": _TYPE_INT, "log.retention.check.interval.ms": _TYPE_LONG,
-    "producer.id.expiration.ms": _TYPE_INT, "max.connections.per.ip.overrides": _TYPE_STRING,
-    "zookeeper.connect": _TYPE_STRING, "broker.rack": _TYPE_STRING,
-    **{key: _TYPE_LONG if maximum > INT_MAX else _TYPE_INT
-       for key, (_, _, maximum) in {**_GROUP_KEYS, **_CONNECTION_KEYS, **_CLUSTER_INT_KEYS}.items()},
-    **{key: _TYPE_BOOLEAN for key in _CLUSTER_BOOL_KEYS},
-    "log.cleaner.enable": _TYPE_BOOLEAN, "log.cleaner.threads": _TYPE_INT,
-    "log.cleaner.dedupe.buffer.size": _TYPE_LONG, "log.cleaner.io.buffer.load.factor": _TYPE_DOUBLE,
-    "log.cleaner.io.max.bytes.per.second": _TYPE_DOUBLE, "log.cleaner.backoff.ms": _TYPE_LONG,
-}
-
-
-def config_type(key: str) -> int:
-    """A topic key's type, a broker default's (the type of its topic key), or a broker key's."""
-    if key in _STATIC_TYPES:
-        return _STATIC_TYPES[key]
-    return _TYPES.get(TOPIC_DEFAULT_KEYS.get(key, key), _TYPE_LONG)
 
 
 def _dynamic_source(broker, broker_key: str) -> int | None:
@@ -73,23 +40,23 @@ def _dynamic_source(broker, broker_key: str) -> int | None:
 
 def _broker_value(broker, key: str) -> tuple[str, int]:
     """A topic key's value and source without a topic override: the broker's default."""
-    attr, broker_key, _ = TOPIC_CONFIGS[key]
-    value = config_text(getattr(broker.config.log, attr))
-    if broker_key is None:  # no broker-level default: Kafka's
+    spec = TOPIC_KEYS[key]
+    value = config_text(getattr(broker.config.log, spec.attr))
+    if spec.broker_key is None:  # no broker-level default: Kafka's
         return value, DEFAULT_CONFIG
-    source = _dynamic_source(broker, broker_key)
+    source = _dynamic_source(broker, spec.broker_key)
     if source is not None:
         return value, source
-    static = broker.config.static
     # log.retention.ms may have been set as log.retention.minutes or .hours instead.
-    configured = broker_key in static or any(k in static for k, (a, _, _) in _COARSE_UNITS.items() if a == attr)
+    configured = any(k.name in broker.config.static for k in BROKER_KEYS.values()
+                     if spec.broker_key in (k.name, k.synonym_of))
     return value, STATIC_BROKER_CONFIG if configured else DEFAULT_CONFIG
 
 
 def topic_config_entries(broker, overrides: dict[str, str]):
     """(key, value, source) of every topic-level config of a topic with these overrides."""
     entries = []
-    for key in sorted(TOPIC_CONFIGS):
+    for key in sorted(TOPIC_KEYS):
         if key in overrides:
             entries.append((key, overrides[key], DYNAMIC_TOPIC_CONFIG))
         else:
@@ -98,36 +65,34 @@ def topic_config_entries(broker, overrides: dict[str, str]):
 
 
 def _broker_entries(broker):
-    entries = []
-    for broker_key, key in TOPIC_DEFAULT_KEYS.items():
-        value, source = _broker_value(broker, key)
-        entries.append((broker_key, value, source))
-    for key, (attr, _) in DYNAMIC_ONLY_BROKER_CONFIGS.items():
-        value = config_text(getattr(broker.config, attr))
-        entries.append((key, value, _dynamic_source(broker, key) or DEFAULT_CONFIG))
-    for key, value in static_broker_values(broker.config).items():
-        entries.append((key, value, STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG))
+    entries = [(key.name, *_broker_value(broker, key.topic_key)) for key in BROKER_KEYS.values()
+               if key.topic_key is not None]
+    for key, value in broker_values(broker.config).items():
+        source = _dynamic_source(broker, key) if BROKER_KEYS[key].dynamic else None
+        if source is None:
+            source = STATIC_BROKER_CONFIG if key in broker.config.static else DEFAULT_CONFIG
+        entries.append((key, value, source))
     return sorted(entries)
 
 
-def _describe(broker, entries, keys, include_synonyms: bool, version: int, dynamic_keys):
+def _describe(broker, entries, keys, include_synonyms: bool, table):
+    """`table`: TOPIC_KEYS (all alterable, per topic) or BROKER_KEYS."""
     configs = []
     for key, value, source in entries:
-        read_only = key not in dynamic_keys  # as Kafka: what cannot be altered at runtime
+        read_only = table is BROKER_KEYS and not table[key].dynamic  # as Kafka: what cannot change at runtime
         if keys is not None and key not in keys:
             continue
         synonyms = []
         if include_synonyms:
             synonyms.append(_Resp.DescribeConfigsSynonym(name=key, value=value, source=source))
-            if source == DYNAMIC_TOPIC_CONFIG and TOPIC_CONFIGS[key][1] is not None:
-                broker_key = TOPIC_CONFIGS[key][1]
+            if source == DYNAMIC_TOPIC_CONFIG and table[key].broker_key is not None:
                 broker_value, broker_source = _broker_value(broker, key)
-                synonyms.append(_Resp.DescribeConfigsSynonym(name=broker_key, value=broker_value,
+                synonyms.append(_Resp.DescribeConfigsSynonym(name=table[key].broker_key, value=broker_value,
                                                              source=broker_source))
         configs.append(_Resp.DescribeConfigsResourceResult(
             name=key, value=value, read_only=read_only, is_default=source == DEFAULT_CONFIG,
             config_source=source, is_sensitive=False, synonyms=synonyms,
-            config_type=config_type(key), documentation=None))
+            config_type=table[key].type, documentation=None))
     return configs
 
 
@@ -181,17 +146,16 @@ def _described(broker, header, request, topic_configs, denied):
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"topic {resource.resource_name!r} does not exist"
                 continue
-            entries, dynamic_keys = topic_config_entries(broker, overrides), TOPIC_CONFIGS
+            entries, table = topic_config_entries(broker, overrides), TOPIC_KEYS
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.node_id)):
                 out.error_code = ErrorCode.INVALID_REQUEST
                 out.error_message = f"this is broker {broker.node_id}, not {resource.resource_name!r}"
                 continue
-            entries, dynamic_keys = _broker_entries(broker), DYNAMIC_KEYS
+            entries, table = _broker_entries(broker), BROKER_KEYS
         else:
             out.error_code = ErrorCode.INVALID_REQUEST
             out.error_message = f"resource type {resource.resource_type} is not described here"
             continue
-        out.configs = _describe(broker, entries, keys, version >= 1 and request.include_synonyms, version,
-                                dynamic_keys)
+        out.configs = _describe(broker, entries, keys, version >= 1 and request.include_synonyms, table)
     return _Resp(results=results, throttle_time_ms=0)
