@@ -5,7 +5,8 @@ default, bounds, update mode and one line of doc. `TOPIC_KEYS` holds the topic-l
 (`retention.ms`, `segment.bytes`, ...), each naming its broker-level default;
 `BROKER_KEYS` the broker's, the topic defaults among them. From the tables come the
 parsing and validation of `server.properties`, topic overrides and dynamic configs, the
-`LogConfig` and `BrokerConfig` attributes, and what DescribeConfigs reports.
+`LogConfig` and `BrokerConfig` attributes, what DescribeConfigs reports, and
+docs/configs.md (`python -m broker.config --reference`).
 
 `BrokerConfig` is read from a `server.properties` file and command-line flags (flags
 win). Unknown keys are reported back as warnings; invalid values raise `ConfigError`
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -805,3 +807,52 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     _check_cleaner(config)
     return config, warnings
 
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def reference() -> str:
+    """docs/configs.md: the tables as markdown."""
+    defaults = broker_values(BrokerConfig())
+    lines = ["# Configs", "",
+             "Every key the broker understands, generated from the tables of `broker/config.py`",
+             "(`python -m broker.config --reference > docs/configs.md`; a test fails when they differ).",
+             "Values are checked as Kafka 3.9 checks them: INT keys are 32-bit, LONG keys 64-bit, numbers",
+             "as Java parses them. Update mode: read-only keys change with server.properties and a",
+             "restart; cluster-wide ones also at runtime (AlterConfigs, for one broker or the cluster",
+             "default).", "",
+             "## Broker configs", "",
+             _row("Key", "Type", "Default", "Valid values", "Update mode", "Description"),
+             _row(*["---"] * 6)]
+    for key in BROKER_KEYS.values():
+        doc = key.doc
+        if key.topic_key is not None:
+            doc = f"the default of topic config `{key.topic_key}`: {doc}"
+        elif key.synonym_of is not None:
+            doc = f"sets `{key.synonym_of}` when that is not set: {doc}"
+        mode = f"{key.update_mode} (dynamic only)" if key.dynamic_only else key.update_mode
+        default = defaults.get(key.name, config_text(key.default))
+        lines.append(_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "",
+                          key.valid, mode, doc))
+    lines += ["", "`ssl.*`, `sasl.*` and `listener.name.<name>.*`: the TLS and SASL settings of the listeners",
+              "(README: Security), never described.", "",
+              "## Topic configs", "",
+              _row("Key", "Type", "Default", "Valid values", "Broker default", "Description"),
+              _row(*["---"] * 6)]
+    for key in TOPIC_KEYS.values():
+        default = config_text(key.default)
+        lines.append(_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "", key.valid,
+                          f"`{key.broker_key}`" if key.broker_key else "", key.doc))
+    lines += ["", "## Not implemented", "",
+              "Refused with INVALID_CONFIG naming the key and why.", "",
+              _row("Key", "Why"), _row("---", "---")]
+    for name, why in {**NOT_IMPLEMENTED_BROKER_CONFIGS, **NOT_IMPLEMENTED_TOPIC_CONFIGS}.items():
+        lines.append(_row(f"`{name}`", why))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--reference"]:
+        sys.exit("usage: python -m broker.config --reference  (prints docs/configs.md)")
+    sys.stdout.write(reference())

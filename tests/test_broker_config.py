@@ -13,11 +13,12 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, broker_values, build_config,
-                           parse_topic_configs, read_properties)
+                           parse_topic_configs, read_properties, reference)
 from broker.topics import CLEAN_SHUTDOWN
 from sluice.broker_process import BrokerProcess
 from wire import client as wire_client
@@ -90,6 +91,12 @@ log.cleanup.policy=delete
                                    max_message_bytes=2_000_000, message_timestamp_type="LogAppendTime",
                                    flush_messages=1000, flush_ms=250, cleanup_policy="delete")
     assert set(config.static) >= {"node.id", "listeners", "log.segment.bytes", "message.max.bytes"}
+
+
+def test_the_configs_reference_is_the_table():
+    """docs/configs.md is generated from broker.config's tables: after changing a key,
+    `python -m broker.config --reference > docs/configs.md`."""
+    assert (Path(REPO) / "docs" / "configs.md").read_text() == reference()
 
 
 @pytest.mark.parametrize("text", ["log.dirs=/b\nlog.dir=/a", "log.dir=/a\nlog.dirs=/b"])
