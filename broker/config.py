@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
+INT_MIN, LONG_MIN = -INT_MAX - 1, -LONG_MAX - 1
 _JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -33,7 +34,7 @@ class ConfigError(ValueError):
     pass
 
 
-def _int(key: str, text: str, minimum: int = -INT_MAX - 1, maximum: int = INT_MAX) -> int:
+def _int(key: str, text: str, minimum: int = INT_MIN, maximum: int = INT_MAX) -> int:
     """An INT key's value, parsed as Kafka does (Java's parseInt after trim): an optional
     sign and ASCII digits. Python's int() would also take '1_000' and '１２'."""
     digits = text.strip(_JAVA_WHITESPACE)
@@ -47,7 +48,7 @@ def _int(key: str, text: str, minimum: int = -INT_MAX - 1, maximum: int = INT_MA
     return value
 
 
-def _long(key: str, text: str, minimum: int = -LONG_MAX - 1) -> int:
+def _long(key: str, text: str, minimum: int = LONG_MIN) -> int:
     """A LONG key's value: as `_int`, in 64 bits."""
     return _int(key, text, minimum, LONG_MAX)
 
@@ -270,7 +271,6 @@ def _security_protocol(key: str, text: str) -> str:
 # Kafka's config types, by the ids DescribeConfigs v3+ reports.
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 TYPE_NAMES = {BOOLEAN: "boolean", STRING: "string", INT: "int", LONG: "long", DOUBLE: "double", LIST: "list"}
-INT_MIN, LONG_MIN = -INT_MAX - 1, -LONG_MAX - 1
 DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
 # Update modes, as Kafka's DynamicBrokerConfig classifies broker keys. Every dynamic key
 # here may be set for one broker or as the cluster default (Kafka's per-broker keys,
