@@ -203,6 +203,18 @@ def _per_ip_overrides(key: str, value: str) -> dict[str, int]:
     return overrides
 
 
+_KAFKA_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?(-IV[0-9]+)?")
+
+
+def _kafka_version(key: str, value: str) -> str:
+    """A Kafka release (`2.8`, `0.10.2`) or metadata version (`3.0-IV1`), as Kafka 3.x's
+    message.format.version takes it."""
+    text = value.strip()
+    if not _KAFKA_VERSION.fullmatch(text):
+        raise ConfigError(f"{key}: {value!r} is not a Kafka version (e.g. 2.8 or 3.0-IV1)")
+    return text
+
+
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
@@ -397,6 +409,9 @@ TOPIC_KEYS = {key.name: key for key in (
     ConfigKey("follower.replication.throttled.replicas", LIST, ThrottledReplicas(),
               "the replicas whose follower-side replication is throttled", _throttled_replicas,
               "* or [partition]:[broker],..."),
+    ConfigKey("message.format.version", STRING, "3.0-IV1", "accepted and ignored, as Kafka 3.x ignores it: "
+              "batches are stored in format v2 (legacy produce is converted)", _kafka_version,
+              "a Kafka version, e.g. [0.10.2, 2.8, 3.0-IV1]", broker_key="log.message.format.version"),
 )}
 # Kafka 4's other topic configs, which this broker does not implement: refused by name
 # (INVALID_CONFIG), never accepted and ignored.
@@ -556,6 +571,11 @@ BROKER_KEYS = {key.name: key for key in (
 NOT_IMPLEMENTED_BROKER_CONFIGS = {
     "replica.alter.log.dirs.io.max.bytes.per.second":
         "a Sluice broker keeps one log directory: no replica moves between log directories",
+    **dict.fromkeys(("sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+                     "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",
+                     "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor"),
+                    "GSSAPI (Kerberos) is not offered: sasl.enabled.mechanisms takes PLAIN, SCRAM-SHA-256 "
+                    "and SCRAM-SHA-512"),
 }
 
 

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from broker.config import NOT_IMPLEMENTED_TOPIC_CONFIGS
-from wire.client import SET_CONFIG, TOPIC_RESOURCE, Client, NewTopic
+from wire.client import BROKER_RESOURCE, SET_CONFIG, TOPIC_RESOURCE, Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 
@@ -138,6 +138,36 @@ def test_unimplemented_topic_config_is_refused_by_name(broker_once, key):
         assert errors[(TOPIC_RESOURCE, "plain")].code == ErrorCode.INVALID_CONFIG
         assert key in str(errors[(TOPIC_RESOURCE, "plain")])
     assert f"`{key}`" in README.read_text(), f"README does not list {key}"
+
+
+def test_message_format_version_is_accepted_and_ignored(broker_once):
+    """As Kafka 3.x takes it (batches stay in format v2): CreateTopics, AlterConfigs and
+    IncrementalAlterConfigs set it and DescribeConfigs shows it; a value that is no Kafka
+    version is INVALID_CONFIG naming the key."""
+    key, topic = "message.format.version", "formatted"
+    resource = (TOPIC_RESOURCE, topic)
+    with Client(broker_once.bootstrap_servers) as client:
+        assert client.create_topics({topic: NewTopic(1, 1, {key: "0.10.2"})})[topic].error is None
+        assert client.describe_configs([resource])[resource][key].value == "0.10.2"
+        assert client.alter_configs({resource: {key: "2.8"}})[resource] is None
+        assert client.describe_configs([resource])[resource][key].value == "2.8"
+        assert client.incremental_alter_configs({resource: [(key, SET_CONFIG, "3.0-IV1")]})[resource] is None
+        assert client.describe_configs([resource])[resource][key].value == "3.0-IV1"
+        refused = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "banana")]})[resource]
+        assert refused.code == ErrorCode.INVALID_CONFIG and key in str(refused)
+        client.produce(topic, 0, [(None, b"v2 as ever")])
+        assert [r.value for r in client.fetch_records(topic, 0, 0).records] == [b"v2 as ever"]
+
+
+def test_kerberos_broker_configs_are_refused_with_the_reason(broker_once):
+    """Kafka lets kafka-configs change a broker's sasl.kerberos.* keys; GSSAPI is not
+    offered here, and the refusal says so (never an unknown key)."""
+    resource = (BROKER_RESOURCE, "0")
+    with Client(broker_once.bootstrap_servers) as client:
+        for key in ("sasl.kerberos.service.name", "sasl.kerberos.principal.to.local.rules"):
+            refused = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "kafka")]})[resource]
+            assert refused.code == ErrorCode.INVALID_CONFIG, (key, refused)
+            assert key in str(refused) and "GSSAPI" in str(refused), refused
 
 
 @pytest.fixture(scope="module")
