@@ -359,13 +359,7 @@ def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(patien
     coordinator = coordinator_of(cluster, txn_id)
     held = 1 - coordinator
     topic, local = split_topic(cluster, coordinator)
-    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
-                            "linger.ms": 5})
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    for partition in (0, 1):
-        producer.produce(topic, value=b"first", partition=partition)
-    assert producer.flush(30) == 0
+    producer = transaction_on_both_partitions(cluster, txn_id, topic, b"first")
     adder, observer = raw(cluster, coordinator), raw(cluster, coordinator)
     cluster.pause(held)
     try:
@@ -384,6 +378,19 @@ def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(patien
     assert observer.end(txn_id, state.producer_id, state.producer_epoch, False) == ErrorCode.NONE
     adder.close()
     observer.close()
+
+
+def transaction_on_both_partitions(cluster: Cluster, txn_id: str, topic: str, value: bytes):
+    """A confluent-kafka transactional producer with a transaction open and `value`
+    written (flushed) to partitions 0 and 1 of `topic`."""
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
+                            "linger.ms": 5})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+    return producer
 
 
 def answered(cluster: Cluster, broker_id: int, request: str) -> int:
@@ -446,13 +453,7 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
     coordinator = coordinator_of(cluster, txn_id)
     held = 1 - coordinator
     topic, _ = split_topic(cluster, coordinator)
-    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
-                            "linger.ms": 5})
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    for partition in (0, 1):
-        producer.produce(topic, value=b"held", partition=partition)
-    assert producer.flush(30) == 0
+    producer = transaction_on_both_partitions(cluster, txn_id, topic, b"held")
     outcome: queue.Queue = queue.Queue()
     retries = 2
     # Bootstrapped on the coordinator alone: the paused broker accepts connections and answers nothing.
