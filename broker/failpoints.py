@@ -29,8 +29,8 @@ POINTS = {
     "txn-mid-commit-markers":
         "the transaction coordinator wrote the first of a commit's several markers",
     "replica-deleted-before-registry":
-        "a cluster broker renamed and emptied the directory of one replica it deletes, and did "
-        "not rewrite topics.json yet",
+        "a cluster broker renamed the directory of one replica it deletes (its files being "
+        "unlinked in the background), and did not rewrite topics.json yet",
     "reassignment-before-completion":
         "the controller found every target replica of a partition reassignment in the ISR and "
         "wrote nothing of its completion yet",

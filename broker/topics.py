@@ -5,11 +5,14 @@ The registry is `topics.json` in the data directory, rewritten atomically on eve
 change; each partition's log lives in `<topic>-<partition>/`, as in Kafka. Recovery
 points, log start offsets and high watermarks go to Kafka-style checkpoint files.
 
-Deleting a topic frees its space before anything needs space (the disk may be full):
-each partition directory is renamed `<topic>-<partition>.<topic id>-delete`, as Kafka
-names it, and emptied; then the registry is written and those directories removed.
-Until then (a crash, or still no space for the registry) such a directory says the
-topic is deleted: a start finishes the deletion, so it never comes back. Deleting one
+Deleting a topic renames each partition directory `<topic>-<partition>.<topic id>-delete`,
+as Kafka names it (a rename needs no space: the disk may be full), and writes the
+registry; a thread of its own (`DirectoryRemover`) empties those directories, freeing
+their space, and removes each once the registry no longer lists what it held, as Kafka
+deletes logs in the background: unlinking a gigabyte takes some 0.3 s, which the event
+loop would stand still for. Until then (a crash, a stop, or still no space for the
+registry) such a directory says the topic is deleted: a start finishes the deletion,
+before the broker serves, so it never comes back. Deleting one
 replica of a topic whose other partitions stay (a cluster broker's) goes the same way,
 its directory renamed `<topic>-<partition>.<topic id>.replica-delete`: that says only
 this replica is deleted, and a start drops it alone from the registry.
@@ -24,6 +27,7 @@ import re
 import resource
 import shutil
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
@@ -69,6 +73,39 @@ def partition_budget() -> tuple[int, int]:
     return max(0, soft - FD_RESERVE - READ_CACHE_FILES), soft
 
 
+class DirectoryRemover:
+    """Empties and removes the directories of deleted logs in a thread of its own, one
+    at a time in the order asked, so that a directory is emptied before it is removed."""
+
+    def __init__(self):
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-remover")
+        self._last: Future | None = None
+
+    def empty(self, directory: str) -> None:
+        """Unlink the directory's files, freeing their space; the directory stays."""
+        self._last = self._executor.submit(_unlink_files, directory)
+
+    def remove(self, directory: str) -> None:
+        """Remove the directory with whatever is still in it."""
+        self._last = self._executor.submit(shutil.rmtree, directory, ignore_errors=True)
+
+    def wait(self) -> None:
+        """Return once everything asked so far is done."""
+        if self._last is not None:
+            self._last.result()
+
+    def close(self) -> None:
+        """Wait for the directory under way; those not begun are left to the next start
+        (their names say they are deleted)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _unlink_files(directory: str) -> None:
+    try:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+    except OSError as exc:  # the next start removes what is left
+        log.warning("cannot empty the deleted log directory %s: %s", directory, exc)
 
 
 @dataclass
@@ -129,8 +166,9 @@ class TopicManager:
         self.data_dir = config.data_dir
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
-        # Emptied directories of deleted topics, removed once the registry no longer lists them.
+        # Renamed directories of deleted logs, removed once the registry no longer lists them.
         self._deleted_dirs: list[str] = []
+        self._remover = DirectoryRemover()
 
     # -- startup and shutdown --------------------------------------------------------
     def load(self) -> bool:
@@ -159,6 +197,7 @@ class TopicManager:
             self.write_checkpoints()
         except OSError as exc:  # a full disk: the checkpoint job tries again
             log.warning("cannot write checkpoints at start-up: %s", exc)
+        self._remover.wait()  # the deletions a crash or a stop interrupted, finished before serving
         return clean
 
     def _finish_deletions(self, registry: dict) -> None:
@@ -197,6 +236,8 @@ class TopicManager:
             write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN), b"")
         except OSError as exc:
             log.warning("shutdown is not clean, the next start recovers the logs: %s", exc)
+        finally:
+            self._remover.close()
 
     def write_checkpoints(self) -> None:
         if self._deleted_dirs:
@@ -285,6 +326,7 @@ class TopicManager:
         renamed = f"{partition.log.directory}.{topic.topic_id.hex}{REPLICA_DELETED_SUFFIX}"
         try:
             partition.log.delete(renamed)
+            self._remover.empty(renamed)
             self._deleted_dirs.append(renamed)
             fail_point("replica-deleted-before-registry")
             self._write_registry()
@@ -338,6 +380,7 @@ class TopicManager:
         try:
             for partition, renamed_to in zip(topic.partitions.values(), renamed):
                 partition.log.delete(renamed_to)
+                self._remover.empty(renamed_to)
         except OSError as exc:
             if not any(os.path.exists(directory) for directory in renamed):
                 self._register(topic)  # nothing was renamed: the topic stays
@@ -472,5 +515,5 @@ class TopicManager:
         write_atomically(os.path.join(self.data_dir, REGISTRY),
                          json.dumps(registry, indent=1, sort_keys=True).encode())
         for directory in self._deleted_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
+            self._remover.remove(directory)
         self._deleted_dirs.clear()

@@ -827,11 +827,9 @@ class PartitionLog:
         self.producer_state.write_snapshot(self.log_end_offset)
 
     def delete(self, renamed_to: str) -> None:
-        """Move the log's directory to `renamed_to` (one rename, which needs no space),
-        then remove its files, freeing their space even on a full disk. The emptied
-        directory is left for the caller to remove."""
+        """Move the log's directory to `renamed_to` (one rename, which needs no space) and
+        let go of its files. Their removal is the caller's (TopicManager's, in the
+        background: unlinking a large segment takes long)."""
         os.rename(self.directory, renamed_to)
         for segment in self.segments:
             segment.delete()  # closes its files; their names are gone with the rename
-        for name in os.listdir(renamed_to):
-            os.unlink(os.path.join(renamed_to, name))
