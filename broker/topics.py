@@ -243,6 +243,8 @@ class TopicManager:
         if self._deleted_dirs:
             self._write_registry()  # the one a full disk refused when a topic was deleted
         logs = [partition.log for partition in self.all_partitions()]
+        for partition_log in logs:
+            partition_log.settle_rolled_syncs()
         for filename, attr in ((RECOVERY_POINTS, "recovery_point"),
                                (LOG_START_OFFSETS, "log_start_offset"),
                                (HIGH_WATERMARKS, "high_watermark")):

@@ -26,6 +26,7 @@ import pytest
 from broker.config import LogConfig
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.log import LEADER_EPOCH_CHECKPOINT, PartitionLog
+from sluice.polling import wait_for
 from tests.replicas import leading
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
@@ -118,8 +119,9 @@ def test_new_epoch_kept_in_memory_until_flushed_and_recovered_from_the_batches(t
     append(3)
     assert log.epochs.entries == [(0, 0), (3, 1)] and log.epochs.pending_from == 1
     assert log.recovery_point == 1
-    log.roll()  # the rolled segment is flushed: the recovery point moves once (3, 1) is written
-    assert log.epochs.pending_from is None and log.recovery_point == 3
+    log.roll()  # the rolled segment is flushed in a thread: then the recovery point moves, (3, 1) written
+    wait_for(lambda: log.settle_rolled_syncs() or log.recovery_point == 3, 10, "the rolled segment's fsync")
+    assert log.epochs.pending_from is None
     assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n0 0\n3 1\n"
     append(4)
     for segment in log.segments:  # a crash: (4, 3) never written

@@ -111,14 +111,14 @@ class _SparseIndex:
             self._load()
         return bisect_right(self._keys, key) - 1
 
-    def flush(self) -> None:
-        """Append the pending entries and fsync them (a segment flush makes its indexes
-        as durable as its data); after a failed write they stay pending."""
+    def flush(self, sync: bool = True) -> None:
+        """Append the pending entries and fsync them unless not `sync` (a segment flush
+        makes its indexes as durable as its data); after a failed write they stay pending."""
         if self._pending:
             # A copy: a view of `_pending` kept by the exception of a failed write would
             # stop it from growing.
             _append_whole(self.path, bytes(self._pending),
-                          len(self._keys) * self.entry.size - len(self._pending), sync=True)
+                          len(self._keys) * self.entry.size - len(self._pending), sync=sync)
             self._pending.clear()
 
     def reset(self) -> None:
@@ -332,10 +332,12 @@ class TransactionIndex:
             else:
                 self.delete()
 
-    def flush(self) -> None:
-        """Write the entries a failed write left behind and fsync the new ones."""
+    def flush(self, sync: bool = True) -> None:
+        """Write the entries a failed write left behind and fsync the new ones unless not `sync`."""
         if self._entries and self._synced < len(self._entries):
             self._write_unwritten()
+            if not sync:
+                return
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)

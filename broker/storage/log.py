@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
 from wire.error_codes import ErrorCode
@@ -68,6 +69,10 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
+# One thread fsyncs the segments that rolls sealed, in order, as Kafka flushes a rolled
+# segment in the background: the fsync of a gigabyte written moments before takes a
+# third of a second and more, which the event loop stood still for.
+_ROLLED_SEGMENT_SYNCS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rolled-segment-sync")
 
 
 def seal_for_swap(cleaned: LogSegment) -> None:
@@ -117,6 +122,9 @@ class PartitionLog:
         self._base_offsets: list[int] = []
         self._unflushed_messages = 0
         self._last_flush_ms = clock.wall_ms()
+        # The fsyncs of rolled segments under way, each with its segment and the offset
+        # up to which it lets the recovery point go once done (`settle_rolled_syncs`).
+        self._rolled: list[tuple[Future, LogSegment, int]] = []
         # Files created in the directory since its last fsync (the first flush after
         # start-up syncs it once): a flushed segment must not vanish with its name.
         self._directory_unsynced = True
@@ -308,6 +316,7 @@ class PartitionLog:
         self._base_offsets = [offset]
         self._directory_unsynced = True
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self._rolled.clear()
         self._write_epochs(self.epochs.clear)
 
     def _cut_segments_at(self, offset: int) -> None:
@@ -324,6 +333,7 @@ class PartitionLog:
             raise self._storage_error("truncate", exc) from None
         del self.segments[i + 1:]
         self._base_offsets = [s.base_offset for s in self.segments]
+        self._rolled = [rolled for rolled in self._rolled if rolled[2] <= offset]
 
     def _after_truncation(self) -> None:
         self._write_epochs(lambda: self.epochs.truncate_from_end(self.log_end_offset))
@@ -555,15 +565,15 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> None:
-        """Seal the active segment (flushed) and start a new one at the log end. Should a
-        write fail (BrokerError), the active segment stays the active one."""
+        """Seal the active segment and start a new one at the log end; the sealed one is
+        flushed by a thread of its own. Should a write fail (BrokerError), the active
+        segment stays the active one."""
         active = self.segments[-1]
         if active.size == 0:
             return
         base = self.log_end_offset
         try:
-            active.seal()  # flushed, its descriptor let go
-            self._advance_recovery_point(base)
+            active.seal(sync=False)  # written out, its descriptor let go
             self.producer_state.write_snapshot(base)
             segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
                                  self._clock.wall_ms())
@@ -576,6 +586,25 @@ class PartitionLog:
         self._directory_unsynced = True
         self.segments.append(segment)
         self._base_offsets.append(base)
+        self._rolled.append((_ROLLED_SEGMENT_SYNCS.submit(active.sync_files), active, base))
+
+    def settle_rolled_syncs(self) -> None:
+        """Let the recovery point go past the rolled segments whose fsync is done. One
+        that failed holds it (and those after it) until `flush` syncs it again."""
+        while self._rolled and self._rolled[0][0].done():
+            future, segment, base = self._rolled[0]
+            if future.exception() is not None:
+                _write_failures("cannot flush the rolled segment %s: %s", segment.path, future.exception())
+                return
+            del self._rolled[0]
+            self._advance_recovery_point(base)
+
+    def _sync_rolled(self) -> None:
+        """Wait for the rolled segments' fsyncs, one that failed done again here."""
+        for future, segment, _ in self._rolled:
+            if future.exception() is not None:
+                segment.sync_files()
+        self._rolled.clear()
 
     def flush_if_due(self) -> None:
         """fsync when `flush.messages` or `flush.ms` says so. By default never, as in
@@ -587,8 +616,9 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync the active segment (data, then indexes) and, when segments were
-        created since, the directory; older segments were flushed when rolled."""
+        created since, the directory; the rolled segments' fsyncs are waited for first."""
         try:
+            self._sync_rolled()
             self.segments[-1].flush()
             if self._directory_unsynced:
                 sync_directory(self.directory)
@@ -819,6 +849,7 @@ class PartitionLog:
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Flush and close everything, leaving a producer-state snapshot at the log end."""
+        self._sync_rolled()
         for segment in self.segments:
             segment.flush()
             segment.close()

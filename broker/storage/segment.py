@@ -170,23 +170,40 @@ class LogSegment:
         self._bytes_since_index_entry += header.size
         self.next_offset = header.last_offset + 1
 
-    def flush(self) -> None:
-        if self._file is not None:
+    def flush(self, sync: bool = True) -> None:
+        """Write out the indexes' pending entries and, unless not `sync`, fsync the
+        segment's files."""
+        if self._file is not None and sync:
             os.fsync(self._file.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        self.offset_index.flush(sync)
+        self.time_index.flush(sync)
+        self.txn_index.flush(sync)
 
-    def seal(self) -> None:
+    def seal(self, sync: bool = True) -> None:
         """The segment stops growing: the time index gets its true maximum, everything is
-        flushed and the append descriptor let go (reads go through the read cache), so
-        that only active segments hold a descriptor each."""
+        written out (and flushed, unless not `sync`: a roll leaves that to `sync_files`
+        in a thread) and the append descriptor let go (reads go through the read cache),
+        so that only active segments hold a descriptor each."""
         current = self.max_timestamp()
         last = self.time_index.max_timestamp()
         if current is not None and (last is None or current[0] > last[0]):
             self.time_index.append(*current)
-        self.flush()
+        self.flush(sync)
         self._file = None
+
+    def sync_files(self) -> None:
+        """fsync the files of a segment sealed without it, each opened by its name: a
+        file gone meanwhile (deleted, or replaced by the cleaner's, which syncs its own)
+        needs none. For a thread: it reads nothing of the segment but its files' names."""
+        for path in (self.path, self.offset_index.path, self.time_index.path, self.txn_index.path):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         self.seal()
