@@ -207,7 +207,7 @@ class Broker:
                        loop.create_task(self._every(self.config.retention_check_interval_ms / 1000,
                                                     self.enforce_retention)),
                        loop.create_task(self._every(_CHECKPOINT_INTERVAL_S,
-                                                    self.topics.write_checkpoints)),
+                                                    self.topics.write_checkpoints_in_thread)),
                        loop.create_task(self._every(_FLUSH_CHECK_INTERVAL_S, self._flush_due)),
                        loop.create_task(self._every(_SESSION_CHECK_INTERVAL_S,
                                                     self.groups.expire_sessions)),
@@ -275,7 +275,9 @@ class Broker:
         while True:
             await self.clock.sleep(seconds)
             try:
-                job()
+                outcome = job()
+                if inspect.isawaitable(outcome):
+                    await outcome
             except (OSError, BrokerError) as exc:  # e.g. a full disk: the next run tries again
                 write_failures("background job %s failed: %s", job.__name__, exc)
             except Exception:

@@ -20,12 +20,14 @@ this replica is deleted, and a start drops it alone from the registry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import resource
 import shutil
+import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -169,6 +171,9 @@ class TopicManager:
         # Renamed directories of deleted logs, removed once the registry no longer lists them.
         self._deleted_dirs: list[str] = []
         self._remover = DirectoryRemover()
+        # The checkpoint files' contents taken, and the number of the last written.
+        self._checkpoints_taken = self._checkpoints_written = 0
+        self._checkpoints_lock = threading.Lock()
 
     # -- startup and shutdown --------------------------------------------------------
     def load(self) -> bool:
@@ -240,16 +245,38 @@ class TopicManager:
             self._remover.close()
 
     def write_checkpoints(self) -> None:
+        """Write the checkpoint files (and the registry a full disk refused) now."""
+        self._write_checkpoint_files(*self._checkpoint_contents())
+
+    async def write_checkpoints_in_thread(self) -> None:
+        """`write_checkpoints`, the files written (each fsynced) by a worker thread, as
+        Kafka's scheduler writes them: an fsync waits for whatever else the disk is
+        doing (the gigabyte a moved replica just wrote), and the event loop stood still
+        meanwhile."""
+        await asyncio.to_thread(self._write_checkpoint_files, *self._checkpoint_contents())
+
+    def _checkpoint_contents(self) -> tuple[int, dict[str, dict]]:
+        """What each checkpoint file is to say now, numbered: a larger number is newer."""
         if self._deleted_dirs:
             self._write_registry()  # the one a full disk refused when a topic was deleted
         logs = [partition.log for partition in self.all_partitions()]
         for partition_log in logs:
             partition_log.settle_rolled_syncs()
-        for filename, attr in ((RECOVERY_POINTS, "recovery_point"),
-                               (LOG_START_OFFSETS, "log_start_offset"),
-                               (HIGH_WATERMARKS, "high_watermark")):
-            write_checkpoint(os.path.join(self.data_dir, filename),
-                             {(log.topic, log.partition): getattr(log, attr) for log in logs})
+        self._checkpoints_taken += 1
+        return self._checkpoints_taken, {
+            filename: {(log.topic, log.partition): getattr(log, attr) for log in logs}
+            for filename, attr in ((RECOVERY_POINTS, "recovery_point"), (LOG_START_OFFSETS, "log_start_offset"),
+                                   (HIGH_WATERMARKS, "high_watermark"))}
+
+    def _write_checkpoint_files(self, number: int, contents: dict[str, dict]) -> None:
+        """Write the checkpoint files, unless newer contents were written meanwhile (by
+        the event loop, while a thread waited to write these)."""
+        with self._checkpoints_lock:
+            if number < self._checkpoints_written:
+                return
+            for filename, offsets in contents.items():
+                write_checkpoint(os.path.join(self.data_dir, filename), offsets)
+            self._checkpoints_written = number
 
     # -- lookups ---------------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> Partition:

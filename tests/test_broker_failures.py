@@ -11,6 +11,8 @@
   holds no connection of the finished case, and no stored data has changed.
 - Hundreds of concurrent connections pipelining requests: all answered, in order.
 - acks=0 produce of a bad batch closes the connection, as in Kafka.
+- A checkpoint write that does not return (its file a named pipe nobody reads) leaves
+  the broker answering, and the next one is written once it fails.
 
 Everything is bounded in time and count; servers bind to 127.0.0.1 only.
 """
@@ -30,6 +32,7 @@ import time
 import pytest
 
 from sluice.broker_process import BrokerProcess
+from sluice.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER
@@ -979,3 +982,41 @@ def _read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 60.
         return stored
     finally:
         consumer.close()
+
+
+def waiting_for_a_reader(pid: int) -> bool:
+    """Whether a thread of the process waits in open() for a named pipe's reader."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/wchan") as wchan:
+                if wchan.read() == "wait_for_partner":
+                    return True
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return False
+
+
+def test_a_checkpoint_write_that_does_not_return_leaves_the_broker_answering(tmp_path):
+    """The broker writes its checkpoint files every few seconds, each fsynced: on a busy
+    disk (the gigabyte a moved replica just wrote going out) an fsync takes hundreds of
+    milliseconds, and the event loop stood still for them (bench.reassignment). A
+    named pipe in place of the recovery points' temporary file holds the write until
+    the test reads it."""
+    data = tmp_path / "data"
+    checkpoint = data / "recovery-point-offset-checkpoint"
+    pipe = data / "recovery-point-offset-checkpoint.tmp"
+    with BrokerProcess(data) as broker:
+        os.mkfifo(pipe)
+        try:
+            wait_for(lambda: waiting_for_a_reader(broker.proc.pid), 30,
+                     "the checkpoint job to open the named pipe")
+            with Client(broker.bootstrap_servers, call_timeout=10) as client:
+                assert client.create_topics({"answered": NewTopic(partitions=1)})["answered"].error is None
+        finally:
+            reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # the write goes on, and fails
+        try:
+            wait_for(lambda: not pipe.exists(), 30, "the failed write to remove the named pipe")
+            written = checkpoint.stat().st_mtime_ns
+            wait_for(lambda: checkpoint.stat().st_mtime_ns > written, 30, "the next checkpoint")
+        finally:
+            os.close(reader)
