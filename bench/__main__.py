@@ -3,12 +3,14 @@
 import sys
 
 from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, metrics,
-                   reassignment, security, spark_write)
+                   reassignment, security, spark_latency, spark_write)
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
 print()
 spark_write.main(["--quick"] if quick else [])  # the sink against confluent-kafka, and reads
+print()
+spark_latency.main(["--quick"] if quick else [])  # pipelines record by record against Spark's Kafka connector
 print()
 broker.main(["--quick"] if quick else [])
 print()

@@ -176,7 +176,8 @@ class Target:
 class SluiceTarget(Target):
     name = "sluice"
 
-    def __init__(self, workdir: str, sizes: Sizes):
+    def __init__(self, workdir: str, sizes: Sizes, properties: dict | None = None):
+        """`properties`: server.properties settings beyond those of the mock cluster."""
         from sluice.broker_process import BrokerProcess
 
         self.data_dir = os.path.join(workdir, f"sluice-{uuid.uuid4().hex[:6]}")
@@ -184,6 +185,7 @@ class SluiceTarget(Target):
         config = os.path.join(self.data_dir, "server.properties")
         with open(config, "w") as f:  # as the mock cluster behaves
             f.write("num.partitions=4\nauto.create.topics.enable=true\n")
+            f.writelines(f"{key}={value}\n" for key, value in (properties or {}).items())
         self.process = BrokerProcess(os.path.join(self.data_dir, "data"), config_file=config)
         self.timeout = sizes.step_timeout
         self.client = None

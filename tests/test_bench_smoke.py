@@ -403,3 +403,32 @@ def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
                     "### Where a transaction's time goes"):
         assert heading in report, heading
     assert all(f"| {label} |" in report for _, label, _ in coordinators.TXN_TARGETS)  # run or not
+
+
+@pytest.mark.long  # a benchmark run end to end: `make test-long`
+def test_spark_latency_benchmark_runs_every_case_on_the_sluice_broker(spark_kafka):
+    """bench.spark_latency as `--quick --only sluice,breakdown --no-write` runs it, on the
+    shared session: every pipeline at every rate and trigger gives latencies, micro-batch
+    stages and the Sluice broker's requests per batch, the goals are evaluated (met or not:
+    never asserted), and the report is made."""
+    from bench import spark_latency
+
+    results = spark_latency.run(spark_latency.QUICK, "quick", ("sluice", "breakdown"), log=lambda line: None,
+                                spark=spark_kafka)
+    assert not results["unavailable"], results["unavailable"]
+    cases = [(c["pipeline"], c["rate"], c["trigger"]) for c in results["cases"]]
+    assert sorted(cases) == sorted(
+        [(p, r, t) for p in spark_latency.PIPELINES for r in spark_latency.RATES for t in spark_latency.TRIGGERS]
+        + [(p, r, spark_latency.BREAKDOWN_TRIGGER) for p in spark_latency.BREAKDOWN for r in spark_latency.RATES])
+    for case in results["cases"]:
+        assert case["broker"] == "sluice" and case["measured"] > 0, case
+        assert case["p50_ms"] <= case["p99_ms"] <= case["max_ms"], case
+        assert case["batches"] > 0 and case["batch_ms_median"] > 0, case
+        assert set(case["stage_ms_median"]) == set(spark_latency.STAGES)
+        assert case["requests_per_batch"]["Produce"]["requests"] > 0, case
+    assert len(results["goals"]) == 2 * 2 * 2 and {g["met"] for g in results["goals"]} <= {True, False}
+
+    report = spark_latency.markdown_report(results)
+    for heading in ("## Goals", "## End-to-end latency", "## Where a micro-batch's time goes",
+                    "## Requests the Sluice broker answered per micro-batch", "## Method"):
+        assert heading in report, heading
