@@ -87,7 +87,7 @@ class Sizes:
 
 
 FULL = Sizes(warmup_seconds=10.0, window_seconds=30.0, drain_seconds=60.0, step_timeout=300.0)
-QUICK = dataclasses.replace(FULL, warmup_seconds=3.0, window_seconds=5.0, drain_seconds=30.0)
+QUICK = dataclasses.replace(FULL, warmup_seconds=5.0, window_seconds=5.0, drain_seconds=30.0)
 
 
 def epoch_ms() -> float:

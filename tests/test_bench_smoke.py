@@ -406,6 +406,7 @@ def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
 
 
 @pytest.mark.long  # a benchmark run end to end: `make test-long`
+@pytest.mark.timeout(900)  # 19 queries of 5 s warm-up and 5 s measured: about 5 minutes on two loaded cores
 def test_spark_latency_benchmark_runs_every_case_on_the_sluice_broker(spark_kafka):
     """bench.spark_latency as `--quick --only sluice,breakdown --no-write` runs it, on the
     shared session: every pipeline at every rate and trigger gives latencies, micro-batch
