@@ -283,7 +283,8 @@ class Data(_Schema):
 def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> tuple:
     cls = schema.struct_classes[spec.element_type]
     regular: list[tuple[str, Callable, Callable, str | None]] = []  # + struct code if fixed-width
-    tagged: dict[int, tuple[str, Callable, Callable, Callable]] = {}
+    # tag -> (name, read, write, the default: a tagged field equal to it is not written)
+    tagged: dict[int, tuple[str, Callable, Callable, object]] = {}
     absent: list[tuple[str, Callable]] = []
     for f, factory in zip(spec.fields, cls._factories):
         if version not in f.versions:
@@ -292,7 +293,7 @@ def _compile_struct(schema: _Schema, spec: F, version: int, flexible: bool) -> t
         field_flexible = flexible and (f.flexible is None or version in f.flexible)
         read, write = _compile_field(schema, f, version, field_flexible)
         if flexible and version in f.tagged:
-            tagged[f.tag] = (f.name, read, write, factory)
+            tagged[f.tag] = (f.name, read, write, factory())  # built once: only compared with
             absent.append((f.name, factory))  # set to default unless the tag is present
         else:
             regular.append((f.name, read, write, None if f.is_array else _FIXED.get(f.type)))
@@ -410,9 +411,9 @@ def _read_tags(r: Reader, obj, tagged: dict) -> dict | None:
 def _write_tags(w: Writer, obj, tagged: dict, tag_order: list) -> None:
     present: list[tuple[int, bytes]] = []
     for tag in tag_order:
-        name, _, write, factory = tagged[tag]
+        name, _, write, default = tagged[tag]
         value = getattr(obj, name)
-        if _same(value, factory()):
+        if _same(value, default):
             continue
         sub = Writer()
         write(sub, value)
