@@ -80,6 +80,56 @@ def produce_confluent(bootstrap: str, topic: str, rows: int) -> float:
     return elapsed
 
 
+def stage_times(spark) -> dict[int, dict]:
+    """Every stage Spark has run so far, from its status store (what its UI shows): id ->
+    submission time (epoch ms), wall ms to completion, task count and the tasks' summed run
+    time."""
+    jvm = spark.sparkContext._jvm
+    empty = jvm.java.util.ArrayList()
+    stages = spark.sparkContext._jsc.sc().statusStore().stageList(
+        empty, False, False, spark.sparkContext._gateway.new_array(jvm.double, 0), empty).iterator()
+    times = {}
+    while stages.hasNext():
+        stage = stages.next()
+        submitted, completed = stage.submissionTime(), stage.completionTime()
+        if submitted.isDefined() and completed.isDefined():
+            start = submitted.get().getTime()
+            times[stage.stageId()] = {"submitted": start, "wall_ms": completed.get().getTime() - start,
+                                      "tasks": stage.numTasks(), "task_run_ms": stage.executorRunTime()}
+    return times
+
+
+def batch_breakdown(progress: list[dict], stages: list[dict], started: float, ended: float) -> dict:
+    """Where a streaming query's time went: from start() to its first trigger (the query's
+    start: checkpoint, the Python source and sink runners), each micro-batch's stages as
+    Spark's progress times them, with its addBatch split into the write stage (the tasks:
+    reading, Arrow conversion, the sink's task writes) and the rest (planning the read's
+    partitions, the sink's commit on the driver), and from the last trigger's end to the
+    query's end. `started` and `ended` are epoch seconds around start() and its end;
+    `stages` are the stages the query ran (`stage_times`)."""
+    batches = []
+    trigger_end = started * 1000
+    for p in progress:
+        begin = _epoch_ms(p["timestamp"])
+        trigger_end = begin + p["durationMs"].get("triggerExecution", 0)
+        own = [s for s in stages if begin <= s["submitted"] <= trigger_end]
+        batch = {"rows": p["numInputRows"], "duration_ms": p["durationMs"]}
+        if own:
+            stage_ms = sum(s["wall_ms"] for s in own)
+            batch.update(write_stage_ms=stage_ms, tasks=sum(s["tasks"] for s in own),
+                         task_run_ms=sum(s["task_run_ms"] for s in own),
+                         add_batch_outside_stage_ms=p["durationMs"].get("addBatch", 0) - stage_ms)
+        batches.append(batch)
+    first = _epoch_ms(progress[0]["timestamp"]) if progress else ended * 1000
+    return {"start_ms": first - started * 1000, "end_ms": ended * 1000 - trigger_end,
+            "wall_ms": (ended - started) * 1000, "batches": batches}
+
+
+def _epoch_ms(timestamp: str) -> float:
+    """A progress's trigger start (ISO 8601, UTC) in epoch milliseconds."""
+    return datetime.datetime.fromisoformat(timestamp).timestamp() * 1000
+
+
 def code_state() -> dict:
     """The commit measured, and which files under the measured code differed from it."""
     def git(*args):
@@ -136,7 +186,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
         spark = session()
     data_dir = tempfile.mkdtemp(prefix="sluice-bench-write-")
     seconds = {key: [] for key, _ in WRITERS}
-    streaming_batches = []  # Spark's progress of the last streaming copy
+    streaming = {}  # where the last streaming copy's time went (batch_breakdown)
     try:
         with BrokerProcess(os.path.join(data_dir, "data")) as broker, \
                 Client(broker.bootstrap_servers) as client:
@@ -154,7 +204,10 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
                 (df.write.mode("append").format("sluice").option("kafka.bootstrap.servers", bootstrap)
                  .option("topic", topic).option("deliveryGuarantee", guarantee).save())
 
-            def stream_copy(source: str, topic: str) -> None:
+            def stream_copy(source: str, topic: str) -> float:
+                """Seconds from start() to the query's end."""
+                before = stage_times(spark)
+                started = time.time()
                 query = (spark.readStream.format("sluice").option("kafka.bootstrap.servers", bootstrap)
                          .option("subscribe", source).option("startingOffsets", "earliest").load()
                          .select("key", "value").writeStream.format("sluice")
@@ -164,10 +217,12 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
                 if not query.awaitTermination(STEP_TIMEOUT):
                     query.stop()
                     raise TimeoutError(f"streaming copy into {topic}: not done after {STEP_TIMEOUT:g} s")
+                ended = time.time()
                 if query.exception():
                     raise RuntimeError(f"streaming copy into {topic}: {query.exception()}")
-                streaming_batches[:] = [{"rows": p["numInputRows"], "duration_ms": p["durationMs"]}
-                                        for p in query.recentProgress]
+                stages = [times for stage, times in stage_times(spark).items() if stage not in before]
+                streaming.update(batch_breakdown(query.recentProgress, stages, started, ended))
+                return ended - started
 
             def timed(fn, *args) -> float:
                 t0 = time.perf_counter()
@@ -194,7 +249,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
                 sinks = [("sink_exactly_once", "eos", "exactly_once"), ("sink_at_least_once", "alo", "at_least_once")]
                 for key, prefix, guarantee in sinks[::1 if repeat % 2 == 0 else -1]:  # each first in turn
                     runs[key] = timed(sink_write, df, new_topic(f"{prefix}-{repeat}"), guarantee)
-                runs["streaming_exactly_once"] = timed(stream_copy, source, new_topic(f"stream-{repeat}"))
+                runs["streaming_exactly_once"] = stream_copy(source, new_topic(f"stream-{repeat}"))
                 for (key, label), topic in zip(WRITERS, (source, f"eos-{repeat}", f"alo-{repeat}",
                                                          f"stream-{repeat}")):
                     written = count(topic)
@@ -206,7 +261,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
         results["write"] = {key: {"label": label, "rows_per_s": rows / min(seconds[key]),
                                   "mb_per_s": rows * VALUE_SIZE / min(seconds[key]) / 1e6,
                                   "all_seconds": seconds[key]} for key, label in WRITERS}
-        results["write"]["streaming_exactly_once"]["last_run_batches"] = streaming_batches
+        results["write"]["streaming_exactly_once"]["last_run"] = streaming
         confluent = results["write"]["confluent"]["rows_per_s"]
         for entry in results["write"].values():
             entry["vs_confluent"] = entry["rows_per_s"] / confluent
@@ -246,7 +301,9 @@ NOTES = [
     "exactly_once the transactions and their commit by the driver.",
     "Streaming availableNow: the wall time from start() to the end of the query, copying the "
     "rows confluent-kafka wrote (8 partitions, so 8 tasks) into a new topic in one micro-batch: "
-    "a read and an exactly-once write, with the query's start-up and checkpointing.",
+    "a read and an exactly-once write, with the query's start-up and checkpointing. Its "
+    "breakdown comes from Spark's progress (durationMs) and Spark's record of the query's "
+    "stages (submission to completion, the tasks' summed run time).",
     "A small write of each kind runs first and is not measured (the first transactions create "
     "__transaction_state, Spark starts its Python workers).",
     "Reads: bench.spark_read as it runs on its own (its own broker process and topic, noop "
@@ -289,11 +346,27 @@ def markdown_report(results: dict) -> str:
         runs = ", ".join(f"{s:.2f}" for s in entry["all_seconds"])
         md.append(f"| {entry['label']} | {_fmt(entry['rows_per_s'])} | {entry['mb_per_s']:.1f} | "
                   f"{entry['vs_confluent']:.2f}x | {runs} |")
-    batches = results["write"]["streaming_exactly_once"].get("last_run_batches")
-    if batches:
-        md += ["", "Streaming copy, last run, per micro-batch (Spark's durationMs, ms): " + "; ".join(
-            f"{b['rows']:,} rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(b["duration_ms"].items()))
-            for b in batches) + "."]
+    streaming = results["write"]["streaming_exactly_once"].get("last_run")
+    if streaming:
+        md += ["", "## Streaming copy: where the last run's time went", "",
+               "| stage | ms |", "|---|---:|",
+               f"| start() to the first trigger (checkpoint, the Python source and sink runners) | "
+               f"{streaming['start_ms']:,.0f} |"]
+        for number, b in enumerate(streaming["batches"]):
+            label = f"micro-batch {number} ({b['rows']:,} rows)"
+            for name in ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", "commitOffsets"):
+                if name in b["duration_ms"]:
+                    md.append(f"| {label}: {name} | {b['duration_ms'][name]:,} |")
+                if name == "addBatch" and "write_stage_ms" in b:
+                    md += [f"| {label}: addBatch's write stage ({b['tasks']} tasks reading, converting to "
+                           f"Arrow and writing; their run times sum to {b['task_run_ms']:,} ms) | "
+                           f"{b['write_stage_ms']:,} |",
+                           f"| {label}: addBatch outside that stage (planning the read's partitions, the "
+                           f"sink's commit on the driver) | {b['add_batch_outside_stage_ms']:,} |"]
+            md.append(f"| {label}: the whole trigger (triggerExecution) | "
+                      f"{b['duration_ms'].get('triggerExecution', 0):,} |")
+        md += [f"| the last trigger's end to the query's end | {streaming['end_ms']:,.0f} |",
+               f"| start() to the end (the figure in the writes table) | {streaming['wall_ms']:,.0f} |"]
     read = results.get("read")
     if read:
         met = "met" if read["targets_met"] else "NOT met"

@@ -39,7 +39,9 @@ def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
     for entry in results["write"].values():
         assert entry["rows_per_s"] > 0 and len(entry["all_seconds"]) == 1, entry
     assert results["write"]["confluent"]["vs_confluent"] == 1
-    assert [b["rows"] for b in results["write"]["streaming_exactly_once"]["last_run_batches"]] == [400]
+    streaming = results["write"]["streaming_exactly_once"]["last_run"]
+    assert [b["rows"] for b in streaming["batches"]] == [400]
+    assert streaming["batches"][0]["tasks"] == 8 and streaming["start_ms"] > 0, streaming
     assert results["target"]["met"] in (True, False) and results["target"]["ratio"] > 0
     assert results["read"]["rows"] == 16_000 and results["read"]["sluice_rows_per_s"] > 0
     assert results["code"]["commit"]
@@ -48,6 +50,7 @@ def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Target" in report and "## Writes" in report and "## Reads (bench.spark_read)" in report
+    assert "## Streaming copy: where the last run's time went" in report and "write stage (8 tasks" in report
     assert report.count("| sink, batch") == 2
 
 
