@@ -482,6 +482,20 @@ def test_plain_token():
         exchange.step(b"")
 
 
+def test_scramp_is_imported_by_a_scram_login_only():
+    """Every Python worker of a Spark query imports the client; scramp (with asn1crypto)
+    was a tenth of that import's time, and only SCRAM logins need it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", (
+        "import sys; import spark_connector.sink, spark_connector.source; "
+        "print('scramp' in sys.modules); "
+        "from wire.client.security import ScramExchange; ScramExchange('SCRAM-SHA-256', 'alice', 'pw'); "
+        "print('scramp' in sys.modules)")], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stderr
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_scram_against_scramps_server_and_a_forged_server_signature(mechanism):
     """The client side against scramp's real server: the exchange completes; a server

@@ -40,8 +40,6 @@ from __future__ import annotations
 import ssl
 from typing import Mapping
 
-import scramp
-
 from wire.client.errors import AuthenticationFailed, SecurityConfigError
 from wire.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas_config
 
@@ -289,7 +287,12 @@ class ScramExchange:
     """SASL SCRAM-SHA-256/512: client-first, client-final, then the broker's signature."""
 
     def __init__(self, mechanism: str, username: str, password: str):
+        # Imported here, as only SCRAM logins need it: scramp (with asn1crypto) is a tenth
+        # of the client's import time, which every Python worker of a Spark query pays.
+        import scramp
+
         self.mechanism = mechanism
+        self._refused = scramp.ScramException
         try:
             self._client = scramp.ScramClient([mechanism], username, password)
         except scramp.ScramException:  # its message may quote the password's characters
@@ -310,13 +313,13 @@ class ScramExchange:
             try:
                 self._client.set_server_first(message)
                 return self._client.get_client_final().encode()
-            except scramp.ScramException:
+            except self._refused:
                 raise AuthenticationFailed(f"SASL {self.mechanism}: the broker's first message is not a "
                                            f"valid SCRAM server-first message for this client") from None
         if self._round == 2:
             try:
                 self._client.set_server_final(message)
-            except scramp.ScramException:
+            except self._refused:
                 raise AuthenticationFailed(
                     f"SASL {self.mechanism}: the broker's final message does not carry the expected server "
                     f"signature, so it did not prove it knows the credentials") from None
