@@ -37,6 +37,7 @@ from spark_connector.errors import message_first
 from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
 from wire._columns import murmur2_positive
 from wire.client import Client, ClientError, NewTopic
+from wire.client.sync import Call
 from wire.errors import ErrorCode, KafkaError
 from wire.internal_topics import SINK_INTENTS_TOPIC
 from wire.records import (CONTROL_COMMIT, build_batch, build_batch_columns, decode_batch,
@@ -172,7 +173,11 @@ class _Pending:
 
 class _TaskWriter:
     """Turns a task's Arrow batches into record batches, per topic-partition, encoded
-    from columns (no Python object per record beyond the key and value bytes)."""
+    from columns (no Python object per record beyond the key and value bytes). As a Kafka
+    producer does, it adds the new partitions of each Arrow batch to the transaction in
+    one AddPartitionsToTxn, and keeps one produce request in flight per partition (the
+    next batch is encoded while the broker appends the last), which keeps each
+    partition's batches in order."""
 
     def __init__(self, client: Client, options: SinkOptions, transaction: tuple | None):
         self.client = client
@@ -181,6 +186,7 @@ class _TaskWriter:
         self.partitioner = _Partitioner()
         self.pending: dict[tuple[str, int], _Pending] = {}
         self.sequences: dict[tuple[str, int], int] = {}
+        self.in_flight: dict[tuple[str, int], tuple[Call, int]] = {}  # (produce, its record count)
         self.last_offsets: dict[tuple[str, int], int] = {}
         self.rows = 0
 
@@ -222,6 +228,8 @@ class _TaskWriter:
         rows_of: dict[tuple[str, int], list[int]] = {}
         for i, target in enumerate(zip(topics, partitions)):
             rows_of.setdefault(target, []).append(i)
+        if self.transaction is not None:
+            self._add_to_transaction([tp for tp in rows_of if tp not in self.sequences])
         for tp, rows in rows_of.items():
             # Running byte counts of the group's rows, to cut it where a batch is full.
             sizes = list(accumulate((0 if values[i] is None else len(values[i])) +
@@ -247,28 +255,54 @@ class _TaskWriter:
         self.rows += n
 
     def flush(self) -> None:
+        """Send what is pending and wait for every produce request in flight."""
         for tp in list(self.pending):
             self._send(tp)
+        for tp in list(self.in_flight):
+            self._landed(tp)
+
+    def drain(self) -> None:
+        """Wait for the requests in flight, whatever their outcome: a transaction is
+        aborted only once none of its records can still arrive."""
+        for call, _ in self.in_flight.values():
+            with contextlib.suppress(Exception):
+                call.result()
+        self.in_flight.clear()
+
+    def _add_to_transaction(self, partitions: list[tuple[str, int]]) -> None:
+        if not partitions:
+            return
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        self.client.add_partitions_to_txn(*self.transaction, by_topic)
+        self.sequences.update((tp, 0) for tp in partitions)
 
     def _send(self, tp: tuple[str, int]) -> None:
         rows = self.pending.pop(tp)
         topic, partition = tp
         codec = CODECS.index(self.options.compression)
+        if tp in self.in_flight:  # the partition's last batch first: one in flight keeps them in order
+            self._landed(tp)
         if self.transaction is None:  # at least once: the client's idempotent producer
             headers = rows.headers if rows.headers is not None else [()] * len(rows.keys)
-            self.client.produce(topic, partition, list(zip(rows.keys, rows.values, headers, rows.timestamps)),
-                                compression=codec)
-            return
-        txn_id, pid, epoch = self.transaction
-        if tp not in self.sequences:
-            self.client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [partition]})
-            self.sequences[tp] = 0
-        batch = build_batch_columns(rows.keys, rows.values, rows.headers, rows.timestamps,
-                                    compression=codec, producer_id=pid, producer_epoch=epoch,
-                                    base_sequence=self.sequences[tp], transactional=True)
-        result = self.client.produce_batch(topic, partition, batch, transactional_id=txn_id)
-        self.sequences[tp] += len(rows.keys)
-        self.last_offsets[tp] = result.base_offset + len(rows.keys) - 1
+            call = self.client.start("produce", topic, partition,
+                                     list(zip(rows.keys, rows.values, headers, rows.timestamps)),
+                                     compression=codec)
+        else:
+            txn_id, pid, epoch = self.transaction
+            batch = build_batch_columns(rows.keys, rows.values, rows.headers, rows.timestamps,
+                                        compression=codec, producer_id=pid, producer_epoch=epoch,
+                                        base_sequence=self.sequences[tp], transactional=True)
+            call = self.client.start("produce_batch", topic, partition, batch, transactional_id=txn_id)
+            self.sequences[tp] += len(rows.keys)
+        self.in_flight[tp] = (call, len(rows.keys))
+
+    def _landed(self, tp: tuple[str, int]) -> None:
+        """Wait for the partition's produce request in flight; where its records landed."""
+        call, count = self.in_flight.pop(tp)
+        result = call.result()
+        self.last_offsets[tp] = result.base_offset + count - 1
 
     def written(self) -> Txn | None:
         """The open transaction, with one partition it wrote; None if it wrote nothing."""
@@ -325,6 +359,7 @@ def _write_slot(options: SinkOptions, client: Client, iterator, txn_id: str) -> 
             writer.write(batch)
         writer.flush()
     except BaseException:
+        writer.drain()
         with contextlib.suppress(Exception):  # else the sweep or the timeout aborts it
             client.end_txn(txn_id, pid, epoch, commit=False)
         raise

@@ -50,7 +50,7 @@ from broker.groups.offsets_log import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for
-from tests.test_metrics import metrics_port, scrape
+from tests.test_metrics import requests_answered
 from tests.test_transactions import Raw
 from wire.client import PREFERRED_ELECTION, Client
 from wire.error_codes import ErrorCode
@@ -396,9 +396,7 @@ def transaction_on_both_partitions(cluster: Cluster, txn_id: str, topic: str, va
 def answered(cluster: Cluster, broker_id: int, request: str) -> int:
     """How many requests of an API (Kafka's name) the broker has answered, all versions
     (its metrics endpoint)."""
-    samples = scrape(metrics_port(cluster.processes[broker_id]))
-    return int(sum(count for labels, count in samples.get("kafka_network_requestmetrics_requests_total", {}).items()
-                   if dict(labels)["request"] == request))
+    return requests_answered(cluster.processes[broker_id], request)
 
 
 def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(two_brokers):

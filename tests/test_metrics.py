@@ -56,6 +56,13 @@ def scrape(port: int) -> dict[str, dict[frozenset, float]]:
     return samples
 
 
+def requests_answered(process: BrokerProcess, request: str) -> int:
+    """How many requests of an API (Kafka's name) the broker has answered, all versions."""
+    samples = scrape(metrics_port(process))
+    return int(sum(count for labels, count in samples.get("kafka_network_requestmetrics_requests_total", {}).items()
+                   if dict(labels)["request"] == request))
+
+
 def value(samples, name: str, **labels) -> float | None:
     return samples.get(name, {}).get(frozenset(labels.items()))
 

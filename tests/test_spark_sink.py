@@ -51,6 +51,7 @@ from spark_connector.options import EXACTLY_ONCE, SinkOptions  # noqa: E402
 from spark_connector.sink import (Intent, SluiceSinkError, SluiceStreamWriter, TaskCommit, _task_txn_id,  # noqa: E402
                                   _write_slot, last_intent as sink_last_intent)
 from sluice.broker_process import BrokerProcess  # noqa: E402
+from tests.test_metrics import BROKER_PROPERTIES, requests_answered, start_broker  # noqa: E402
 from wire.client import LATEST, READ_COMMITTED, TOPIC_RESOURCE, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
@@ -820,3 +821,33 @@ def test_a_driver_behind_aborting_its_batch_leaves_the_open_transactions_of_the_
     out = Output(kafka, output, 2)
     assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(6))
     assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
+
+
+def test_a_write_task_adds_an_arrow_batchs_partitions_to_its_transaction_in_one_request(tmp_path):
+    """As a Kafka producer: the 8 partitions the first Arrow batch's rows go to join the
+    task's transaction in one AddPartitionsToTxn, and a second batch to the same
+    partitions sends none (one per partition was 8 round trips to the coordinator per
+    task). Each partition gets two record batches, produced one in flight per partition:
+    every row lands once, in each partition in the order written."""
+    broker = start_broker(tmp_path / "broker", BROKER_PROPERTIES)
+    try:
+        bootstrap = broker.bootstrap_servers
+        output = unique("one-add-partitions-out")
+        create_topics(bootstrap, 8, output)
+        ids = [f"{i:06d}" for i in range(48_000)]  # about 6,000 rows, two record batches, per partition
+        halves = [pa.record_batch({"key": [f"key-{i}".encode() for i in half],
+                                   "value": [f"id={i};".encode() for i in half]})
+                  for half in (ids[:24_000], ids[24_000:])]
+        before = requests_answered(broker, "AddPartitionsToTxn")
+        with Client(bootstrap) as client:
+            writer = _write_slot(sink_options(bootstrap, output), client, iter(halves), "sluice-one-add-0")
+            assert requests_answered(broker, "AddPartitionsToTxn") - before == 1
+            txn = writer.written()
+            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+        out = Output(bootstrap, output, 8)
+        assert Output.ids(out.committed) == collections.Counter(ids) and not out.open and not out.aborted
+        for partition in range(8):
+            written = [r[0] for r in sorted((r for r in out.committed if r[1] == partition), key=lambda r: r[7])]
+            assert written == sorted(written) and len(written) > 5000, (partition, len(written))
+    finally:
+        broker.stop()

@@ -12,7 +12,7 @@ from typing import Sequence
 from wire.client.client import AsyncClient
 from wire.client.model import ClusterMetadata
 
-__all__ = ["Client"]
+__all__ = ["Call", "Client"]
 
 
 def _blocking(name: str):
@@ -20,9 +20,24 @@ def _blocking(name: str):
 
     @functools.wraps(method)
     def call(self: Client, *args, **kwargs):
-        return self._wait(getattr(self._client, name)(*args, **kwargs), name)
+        return self.start(name, *args, **kwargs).result()
 
     return call
+
+
+class Call:
+    """A call in flight (`Client.start`): `result()` waits for it as the blocking method
+    would, at most the client's `call_timeout`, and returns or raises what it does."""
+
+    def __init__(self, future: concurrent.futures.Future, name: str, timeout: float):
+        self._future, self._name, self._timeout = future, name, timeout
+
+    def result(self):
+        done, _ = concurrent.futures.wait([self._future], self._timeout)
+        if not done:
+            self._future.cancel()
+            raise TimeoutError(f"{self._name} did not finish within {self._timeout:g} s")
+        return self._future.result()
 
 
 class Client:
@@ -48,23 +63,24 @@ class Client:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def _wait(self, coroutine, name: str):
+    def start(self, name: str, *args, **kwargs) -> Call:
+        """Begin the `AsyncClient` method `name` without waiting for it, so that several
+        requests can be in flight at once (e.g. produce requests to different
+        partitions); `result()` of the returned call waits for it."""
+        return self._start(getattr(self._client, name)(*args, **kwargs), name)
+
+    def _start(self, coroutine, name: str) -> Call:
         if self._loop.is_closed():
             coroutine.close()
             raise RuntimeError("the client is closed")
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        done, _ = concurrent.futures.wait([future], self.call_timeout)
-        if not done:
-            future.cancel()
-            raise TimeoutError(f"{name} did not finish within {self.call_timeout:g} s")
-        return future.result()
+        return Call(asyncio.run_coroutine_threadsafe(coroutine, self._loop), name, self.call_timeout)
 
     def close(self) -> None:
         """Close the connections, then stop the loop and its thread."""
         if self._loop.is_closed():
             return
         try:
-            self._wait(self._client.close(), "close")
+            self._start(self._client.close(), "close").result()
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(self.call_timeout)
