@@ -435,12 +435,18 @@ def _settle(client: Client, txn: Txn) -> str:
                           f"(producer {txn.producer_id}, epoch {txn.producer_epoch}) committed")
 
 
-def _closed_by(client: Client, txn: Txn) -> str | None:
-    """None while the transaction is open at its epoch; else "fenced" when another
-    producer of its id has initialised since, or "aborted" (the broker's timeout, which
-    bumps the epoch once)."""
+def _closed_by(client: Client, txns: list[Txn]) -> dict[Txn, str | None]:
+    """For each transaction: None while it is open at its epoch; else "fenced" when
+    another producer of its id has initialised since, or "aborted" (the broker's timeout,
+    which bumps the epoch once). The coordinators are asked all at once."""
+    described = [(txn, client.start("describe_transaction", txn.transactional_id)) for txn in txns]
+    return {txn: _closed_as(txn, call) for txn, call in described}
+
+
+def _closed_as(txn: Txn, described: Call) -> str | None:
+    """`_closed_by` for one transaction, from its DescribeTransactions call."""
     try:
-        state = client.describe_transaction(txn.transactional_id)
+        state = described.result()
     except KafkaError:
         return _ABORTED
     if state.producer_id != txn.producer_id:
@@ -729,7 +735,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
     def _check_open(self, client: Client, query: str, batch_id: int, txns: list[Txn]) -> None:
         """Before deciding: every transaction must still be open, or the batch would be
         decided with rows the broker already threw away."""
-        why = {t: _closed_by(client, t) for t in txns}
+        why = _closed_by(client, txns)
         closed = [t for t in txns if why[t] is not None]
         fenced = [t.transactional_id for t in closed if why[t] == "fenced"]
         if closed:
@@ -807,7 +813,7 @@ class SluiceBatchWriter(DataSourceArrowWriter):
         if not txns:
             return
         with _naming_servers(self.options, "commit"), _client(self.options) as client:
-            closed = [t for t in txns if _closed_by(client, t) is not None]
+            closed = [t for t, why in _closed_by(client, txns).items() if why is not None]
             if closed:
                 _abort_quietly(client, txns)
                 raise SluiceSinkError(
