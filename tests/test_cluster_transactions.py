@@ -483,6 +483,18 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
 
 # -- consume -> transform -> produce across a coordinator failover ------------------------
 
+def reported(anomalies, reads: dict, headline: str):
+    """`anomalies` with the offset anomalies of `reads` added, printed after `headline`
+    with an example of each offset anomaly."""
+    examples: list[str] = []
+    anomalies.update(offset_anomalies(reads, examples))
+    print(headline + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
+    for example in examples:
+        print(f"  {example}")
+    return anomalies
+
+
+
 COPY_PARTITIONS = 3
 COPY_CLEAN = {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0, NON_MONOTONIC: 0, INCONSISTENT: 0}
 SEND_OFFSETS_TIMEOUT_S = 60
@@ -683,16 +695,11 @@ class Copier:
             anomalies["duplicated"] += sum(n - 1 for n in counts.values() if n > 1)
             anomalies["aborted reads"] += sum(1 for value in read if int(value.rsplit(b"#", 1)[1]) in self.aborted)
             anomalies["unexpected"] += sum(n for v, n in counts.items() if v not in set(inputs))
-        examples: list[str] = []
-        anomalies.update(offset_anomalies(reads, examples))
-        print(f"{test}{'' if seed is None else f' seed={seed}'}: {len(inputs)} in, "
-              f"{'/'.join(str(len(r)) for r in reads.values())} out ({', '.join(reads)}), "
-              f"{len(self.committed)} transactions committed, {len(self.aborted)} aborted, "
-              f"client errors {dict(self.failures)}; "
-              + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
-        for example in examples:
-            print(f"  {example}")
-        return anomalies
+        return reported(anomalies, reads,
+                        f"{test}{'' if seed is None else f' seed={seed}'}: {len(inputs)} in, "
+                        f"{'/'.join(str(len(r)) for r in reads.values())} out ({', '.join(reads)}), "
+                        f"{len(self.committed)} transactions committed, {len(self.aborted)} aborted, "
+                        f"client errors {dict(self.failures)}; ")
 
 
 def feed(cluster: Cluster, topic: str, count: int) -> list[bytes]:
@@ -916,16 +923,11 @@ def transaction_anomalies(test: str, rounds: list[TxnRound], reads: dict, seed: 
                                           if outcomes[name] == "aborted" for value in vs)
         anomalies["partial transactions"] += sum(1 for name, n in seen.items() if n < len(values[name]))
         anomalies["unexpected"] += sum(n for value, n in counts.items() if value not in owner)
-    examples: list[str] = []
-    anomalies.update(offset_anomalies(reads, examples))
-    print(f"{test} seed={seed}: {len(values)} transactions "
-          f"({', '.join(f'{n} {o}' for o, n in sorted(collections.Counter(outcomes.values()).items()))}), "
-          f"read {'/'.join(str(len(r)) for r in reads.values())} ({', '.join(reads)}), client errors "
-          f"{dict(sum((r.failures for r in rounds), collections.Counter()))}; "
-          + ", ".join(f"{name} {n}" for name, n in anomalies.items()))
-    for example in examples:
-        print(f"  {example}")
-    return anomalies
+    return reported(anomalies, reads,
+                    f"{test} seed={seed}: {len(values)} transactions "
+                    f"({', '.join(f'{n} {o}' for o, n in sorted(collections.Counter(outcomes.values()).items()))}), "
+                    f"read {'/'.join(str(len(r)) for r in reads.values())} ({', '.join(reads)}), client errors "
+                    f"{dict(sum((r.failures for r in rounds), collections.Counter()))}; ")
 
 
 def restart_as_coordinator(cluster: Cluster, broker_id: int, monkeypatch, fail_point: str) -> None:
