@@ -311,7 +311,7 @@ def test_topics_before_the_controller_are_initialised_at_its_failover(connect):
                                  controller_epoch=controller.epoch)
         for broker in cluster.brokers.values():
             await until(lambda: broker.told("t", 0, leader=2), "LeaderAndIsr")
-            assert broker.bodies(LEADER_AND_ISR)[0].type == 1  # every partition it hosts
+            assert broker.bodies(LEADER_AND_ISR)[0].type == 2  # FULL (Kafka's value): every partition it hosts
 
     run(connect, scenario)
 
@@ -367,7 +367,7 @@ def test_offline_partitions_with_and_without_unclean_election(connect):
         await until(lambda: broker.told("unclean", 0, leader=2, leader_epoch=3),
                     "the unclean leader's LeaderAndIsr")
         await until(lambda: broker.knows("clean", 0, leader=-1), "the offline partition's metadata")
-        assert broker.bodies(LEADER_AND_ISR)[-1].type == 1  # all it hosts, on its start
+        assert broker.bodies(LEADER_AND_ISR)[-1].type == 2  # FULL (Kafka's value): all it hosts, on its start
         assert cluster.state("clean", 0).value == LeaderAndIsr(-1, 2, (1,), cluster.controllers[0][0].epoch)
 
         await cluster.brokers[1].register()  # the last in-sync replica is back
