@@ -85,7 +85,7 @@ final class Transactions {
                     producer.abortTransaction();
                     obs.put("sent_offset_aborted_txn", next);
                 }
-                step(obs, (txn == 0 ? "committed" : "aborted") + "_described", () -> describe(admin, transactionalId));
+                step(obs, (txn == 0 ? "committed" : "aborted") + "_described", () -> describeEnded(admin, transactionalId));
             }
             // A second producer with the same transactional id fences this one.
             try (KafkaProducer<String, String> successor = producer(props(
@@ -189,6 +189,18 @@ final class Transactions {
         partitions.sort(null);
         out.put("partitions", partitions);
         return out;
+    }
+
+    /** The description once the markers are written: EndTxn is answered as soon as the
+     *  decision (PrepareCommit/PrepareAbort) is, as Kafka answers it; polled up to 30 s. */
+    static Map<String, Object> describeEnded(Admin admin, String transactionalId) throws Exception {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (true) {
+            Map<String, Object> described = describe(admin, transactionalId);
+            String state = (String) described.get("state");
+            if (!state.startsWith("PREPARE_") || System.nanoTime() > deadline) return described;
+            Thread.sleep(20);
+        }
     }
 
     static String listed(Admin admin, String transactionalId) throws Exception {
