@@ -367,6 +367,8 @@ TOPIC_KEYS = {key.name: key for key in (
               broker_key="log.roll.ms"),
     _long_key("retention.ms", 7 * 24 * 3600 * 1000, "how long records are kept (-1: forever)", -1,
               broker_key="log.retention.ms"),
+    _long_key("file.delete.delay.ms", 60_000, "how long a segment's files stay, renamed `.deleted`, once it "
+              "leaves the log", 0, broker_key="log.segment.delete.delay.ms"),
     _long_key("retention.bytes", -1, "the size a partition is trimmed to (negative: no limit)",
               broker_key="log.retention.bytes"),
     _int_key("index.interval.bytes", 4096, "the bytes between two offset index entries", 0,
@@ -420,7 +422,6 @@ NOT_IMPLEMENTED_TOPIC_CONFIGS = {
     "compression.lz4.level": "codecs compress at their default levels",
     "compression.zstd.level": "codecs compress at their default levels",
     "segment.jitter.ms": "segments roll at segment.ms exactly",
-    "file.delete.delay.ms": "segments are deleted at once, not after a delay",
     "preallocate": "segment files are not preallocated",
     "max.decompressed.message.bytes": "the decompressed size of a batch has a fixed bound",
     "message.downconversion.enable": "only record batches v2 are served; nothing is down-converted",

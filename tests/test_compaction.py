@@ -353,16 +353,16 @@ def test_an_interrupted_swap_completes_at_start_up(tmp_path, monkeypatch):
     assert cleaner.clean()  # small segments now: the next cleaning groups several
     sent += fill_keys(log, 40, 4, start_value=100)
     deleted = []
-    real_delete = LogSegment.delete
+    real_delete = LogSegment.delete_later
 
-    def delete_then_stop(segment):
+    def delete_then_stop(segment, delay_ms, clock):
         if segment.path.endswith(".log"):
             if deleted:
                 raise KeyboardInterrupt("stopped mid-swap")
             deleted.append(segment.base_offset)
-        real_delete(segment)
+        real_delete(segment, delay_ms, clock)
 
-    monkeypatch.setattr(LogSegment, "delete", delete_then_stop)
+    monkeypatch.setattr(LogSegment, "delete_later", delete_then_stop)
     with pytest.raises(KeyboardInterrupt):
         cleaner.clean()
     monkeypatch.undo()

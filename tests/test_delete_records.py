@@ -9,6 +9,7 @@
 - Errors librdkafka does not let through (unknown partitions, internal topics) are
   checked with raw requests at every version.
 - The new log start offset survives a SIGKILL of the broker right after the answer.
+- The segments it lets go of stay renamed `.deleted` for `file.delete.delay.ms`.
 
 Servers bind to 127.0.0.1 only; every wait is bounded.
 """
@@ -19,7 +20,10 @@ import os
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewTopic)
+
+from sluice.polling import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,3 +111,51 @@ def test_delete_records_errors_per_partition(broker, version):
                        ("t", 0, ErrorCode.OFFSET_OUT_OF_RANGE, -1),
                        ("__consumer_offsets", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, -1),
                        ("missing", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]
+
+
+def deleted_files(directory: str) -> set[str]:
+    return {name for name in os.listdir(directory) if name.endswith(".deleted")}
+
+
+def test_segments_let_go_of_stay_for_file_delete_delay_ms(broker):
+    """file.delete.delay.ms as Kafka honours it: the segments DeleteRecords lets go of are
+    renamed `.deleted` at once and removed after the delay their topic had then; it is set
+    through CreateTopics, AlterConfigs and IncrementalAlterConfigs (deleted: the broker's
+    `log.segment.delete.delay.ms`, 60 s); what a stop leaves, the next start removes."""
+    bootstrap = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    key, hour = "file.delete.delay.ms", "3600000"
+    admin.create_topics([NewTopic("delayed", 1, 1, config={"segment.bytes": "200", key: hour})])["delayed"].result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(20):
+        producer.produce("delayed", b"record-%02d" % i, key=b"k")
+        producer.flush(10)  # one batch each: many small segments
+    directory = os.path.join(broker.data_dir, "delayed-0")
+    bases_before = {name[:-4] for name in os.listdir(directory) if name.endswith(".log")}
+
+    assert delete(admin, "delayed", 0, 8) == 8
+    waiting = deleted_files(directory)
+    let_go = {name[:-len(".log.deleted")] for name in waiting if name.endswith(".log.deleted")}
+    assert let_go and let_go < bases_before
+    assert not any(os.path.exists(os.path.join(directory, base + ".log")) for base in let_go)
+    assert {name.split(".", 1)[1] for name in waiting} >= {"log.deleted", "index.deleted", "timeindex.deleted"}
+
+    resource = ConfigResource("topic", "delayed", set_config={"segment.bytes": "200", key: "0"})
+    admin.alter_configs([resource])[resource].result(15)
+    assert delete(admin, "delayed", 0, 14) == 14
+    # The later segments go at once; the earlier ones keep the hour they were given.
+    wait_for(lambda: deleted_files(directory) == waiting, 15, "only the hour's .deleted files left")
+    assert len({name[:-4] for name in os.listdir(directory) if name.endswith(".log")}) < len(bases_before - let_go)
+
+    resource = ConfigResource("topic", "delayed", incremental_configs=[
+        ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    described = admin.describe_configs([ConfigResource("topic", "delayed")])
+    entry = next(iter(described.values())).result(15)[key]
+    assert (entry.value, entry.source) == ("60000", ConfigSource.DEFAULT_CONFIG.value)
+
+    broker.stop()
+    assert deleted_files(directory) == waiting
+    broker.start()
+    assert deleted_files(directory) == set()
+    assert watermarks(bootstrap, "delayed", 0) == (14, 20)

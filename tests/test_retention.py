@@ -22,6 +22,7 @@ from broker.config import LogConfig
 from broker.errors import BrokerError
 from sluice.broker_process import BrokerProcess
 from sluice.polling import wait_for
+from tests.manual_clock import ManualClock
 from tests.test_storage import (BASE_TS, abandon, append, check_consistent, check_duplicates,
                                 make_batch, open_log, produce_sequence)
 
@@ -86,6 +87,35 @@ def test_retention_with_the_real_clock(tmp_path):
     assert log.enforce_retention(int(time.time() * 1000)) > 0
     assert all(now - s.max_timestamp()[0] <= HOUR for s in log.segments if s.size)
     log.close()
+
+
+def test_deleted_segments_are_removed_after_file_delete_delay_ms_on_the_logs_clock(tmp_path):
+    """Retention renames a segment's files `.deleted` at once; they are removed once
+    `file.delete.delay.ms` has passed on the log's clock (one thread removes every log's,
+    in the order they fall due), not before."""
+    clock = ManualClock()
+    waiting = open_log(tmp_path / "waiting", LogConfig(segment_bytes=600, retention_ms=HOUR,
+                                                       file_delete_delay_ms=60_000), clock=clock)
+    at_once = open_log(tmp_path / "at-once", LogConfig(segment_bytes=600, retention_ms=HOUR,
+                                                       file_delete_delay_ms=0), clock=clock)
+    for log in (waiting, at_once):
+        for i in range(10):
+            append(log, make_batch(3, NOW - 2 * HOUR, tag=i))
+        for i in range(10):
+            append(log, make_batch(3, NOW, tag=i))
+        assert log.enforce_retention(now=NOW) > 0
+    renamed = {name for name in os.listdir(tmp_path / "waiting") if name.endswith(".deleted")}
+    assert any(name.endswith(".log.deleted") for name in renamed)
+    # Due before the waiting log's files: once these are gone, those were passed over.
+    wait_for(lambda: not any(n.endswith(".deleted") for n in os.listdir(tmp_path / "at-once")), 15,
+             "the files deleted with no delay removed")
+    assert {name for name in os.listdir(tmp_path / "waiting") if name.endswith(".deleted")} == renamed
+    clock.stall(60)
+    wait_for(lambda: not any(n.endswith(".deleted") for n in os.listdir(tmp_path / "waiting")), 15,
+             "the files removed once the delay passed on the log's clock")
+    for log in (waiting, at_once):
+        check_consistent(log)
+        log.close()
 
 
 @pytest.mark.parametrize("reopen", ["clean", "unclean"])

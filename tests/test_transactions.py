@@ -1006,11 +1006,11 @@ def test_partition_log_transactions(tmp_path):
     assert recovered.last_stable_offset == open_at
     assert reopened.append_marker_as_leader(9, 3, 0, commit=False) == open_at + 1
     assert recovered.last_stable_offset == recovered.high_watermark
-    # Deleting segments deletes their transaction indexes.
-    first = recovered.segments[0]
-    assert os.path.exists(first.txn_index.path)
+    # Deleting segments deletes their transaction indexes (renamed to be removed later).
+    txn_index = recovered.segments[0].txn_index.path
+    assert os.path.exists(txn_index)
     recovered.delete_records_before(recovered.segments[2].base_offset)
-    assert not os.path.exists(first.txn_index.path)
+    assert not os.path.exists(txn_index) and os.path.exists(txn_index + ".deleted")
     # Markers are control records read_committed clients skip.
     values = []
     for segment in recovered.segments:

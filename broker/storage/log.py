@@ -45,6 +45,7 @@ from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import LogConfig
 from broker.errors import BrokerError
 from broker.storage.checkpoint import sync_directory
+from broker.storage.deleted_segments import remove_leftovers
 from broker.storage.index import AbortedTxn, OffsetIndex, TimeIndex
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
@@ -151,6 +152,7 @@ class PartitionLog:
     def _load(self, recovery_point: int | None) -> int | None:
         """Open the segments, re-validating those recovery must; returns the base offset of
         the first one re-validated (None when none was)."""
+        remove_leftovers(self.directory, os.listdir(self.directory))
         self._finish_cleaner_swaps()
         bases = sorted(int(name[:-len(_LOG_SUFFIX)]) for name in os.listdir(self.directory)
                        if name.endswith(_LOG_SUFFIX) and name[:-len(_LOG_SUFFIX)].isdigit())
@@ -302,8 +304,7 @@ class PartitionLog:
         log ends below the leader's log start (the records it lacks were deleted there).
         The empty first segment's file keeps the new start across a restart."""
         try:
-            for segment in self.segments:
-                segment.delete()
+            self._let_go(self.segments)
             self.producer_state.clear()
             segment = LogSegment(self.directory, offset, self.config.index_interval_bytes,
                                  self._clock.wall_ms())
@@ -319,6 +320,11 @@ class PartitionLog:
         self._rolled.clear()
         self._write_epochs(self.epochs.clear)
 
+    def _let_go(self, segments: list[LogSegment]) -> None:
+        """Segments leaving the log: renamed at once, removed `file.delete.delay.ms` later."""
+        for segment in segments:
+            segment.delete_later(self.config.file_delete_delay_ms, self._clock)
+
     def _cut_segments_at(self, offset: int) -> None:
         """Cut the segment holding `offset` there and delete every later one: the one way
         the log's tail goes, for recovery's torn or invalid tail and for `truncate_to`."""
@@ -327,8 +333,7 @@ class PartitionLog:
         try:
             if self.segments[i].next_offset > offset:
                 self.segments[i].truncate_to(offset)
-            for later in self.segments[i + 1:]:
-                later.delete()
+            self._let_go(self.segments[i + 1:])
         except OSError as exc:
             raise self._storage_error("truncate", exc) from None
         del self.segments[i + 1:]
@@ -633,14 +638,13 @@ class PartitionLog:
         """Swap the log cleaner's segment in for the consecutive sealed segments `old` it
         was cleaned from, in Kafka's order: `cleaned` is whole, synced and named `.swap`
         already (`seal_for_swap`: from there a crash completes the swap at start-up); it
-        is put in their place in one step of the event loop, their files deleted (a fetch
-        holding a descriptor of one still reads its bytes), then given its final names."""
+        is put in their place in one step of the event loop, their files renamed to be
+        deleted later (`_let_go`), then given its final names."""
         first = self.segments.index(old[0])
         cleaned.next_offset = old[-1].next_offset
         self.segments[first:first + len(old)] = [cleaned]
         self._base_offsets = [s.base_offset for s in self.segments]
-        for segment in old:
-            segment.delete()
+        self._let_go(old)
         cleaned.change_suffix(SWAP_SUFFIX, "")
         self._directory_unsynced = True
 
@@ -827,8 +831,7 @@ class PartitionLog:
         # Never delete past the high watermark: consumers must be able to read it.
         while deletable and self.segments[deletable].base_offset > self.high_watermark:
             deletable -= 1
-        for segment in self.segments[:deletable]:
-            segment.delete()
+        self._let_go(self.segments[:deletable])
         del self.segments[:deletable]
         self._base_offsets = [s.base_offset for s in self.segments]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
@@ -841,8 +844,11 @@ class PartitionLog:
             raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
                               f"offset {offset} is beyond the high watermark {self.high_watermark}")
         self.log_start_offset = max(self.log_start_offset, offset)
-        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self.segments.pop(0).delete()
+        below = 0
+        while below + 1 < len(self.segments) and self.segments[below + 1].base_offset <= self.log_start_offset:
+            below += 1
+        self._let_go(self.segments[:below])
+        del self.segments[:below]
         self._base_offsets = [s.base_offset for s in self.segments]
         self._write_epochs(lambda: self.epochs.truncate_from_start(self.log_start_offset))
 

@@ -15,6 +15,8 @@ from collections import OrderedDict
 from wire.primitives import DecodeError
 from wire.records import HEADER_SIZE, BatchHeader, has_valid_crc, parse_header
 
+from broker.clock import Clock
+from broker.storage.deleted_segments import DELETED_SEGMENTS, DELETED_SUFFIX
 from broker.storage.index import OffsetIndex, TimeIndex, TransactionIndex
 
 _NAME_DIGITS = 20
@@ -220,6 +222,22 @@ class LogSegment:
                 os.replace(holder.path, renamed)
             READ_CACHE.discard(holder.path)
             holder.path = renamed
+
+    def delete_later(self, delay_ms: int, clock: Clock) -> None:
+        """Let go of the segment as Kafka's asynchronous delete does: its files renamed
+        `.deleted`, the `.log` first (recovery then drops the indexes left, should a stop
+        come between), and unlinked `delay_ms` later (broker.storage.deleted_segments)."""
+        self._file = None
+        renamed = []
+        for holder in (self, self.offset_index, self.time_index, self.txn_index):
+            READ_CACHE.discard(holder.path)
+            try:
+                os.replace(holder.path, holder.path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                continue  # an index never written (a transaction index without aborts)
+            holder.path += DELETED_SUFFIX
+            renamed.append(holder.path)
+        DELETED_SEGMENTS.schedule(renamed, delay_ms, clock)
 
     def delete(self) -> None:
         self._file = None
