@@ -90,6 +90,7 @@ def _build(broker, request, version, wanted, denied):
     anywhere = replica_id < 0 and version >= 11
     client_rack = request.rack_id if anywhere and broker.config.replica_selector_class else ""
     racks = None  # broker id -> rack, read at the first partition that needs it
+    quota_room = None  # the leader throttle's headroom, read at the first throttled partition
     total = throttled_bytes = 0
     withheld = False
     settled = False
@@ -144,7 +145,9 @@ def _build(broker, request, version, wanted, denied):
                     throttled = partition.config.leader_replication_throttled_replicas.covers(
                         partition.index, broker.node_id)
                     if throttled and replica_id not in partition.isr:
-                        room = broker.leader_replication_quota.headroom() - throttled_bytes
+                        if quota_room is None:
+                            quota_room = broker.leader_replication_quota.headroom()
+                        room = quota_room - throttled_bytes
                         if room >= 0:
                             allowed = min(limit, int(room))
                             region = partition.read_as_follower(wanted.fetch_offset, allowed,
