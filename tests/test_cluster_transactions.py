@@ -279,6 +279,17 @@ def split_topic(cluster: Cluster, coordinator: int) -> tuple[str, int]:
     return topic, next(p for p, leader in leaders.items() if leader == coordinator)
 
 
+def held_marker_scene(cluster: Cluster, prefix: str) -> tuple[str, int, int, str, int]:
+    """(transactional id, its coordinator, the other broker, a split_topic, its partition
+    led by the coordinator): pausing the other broker holds the marker of the partition it
+    leads, and it holds no __transaction_state partition of the id."""
+    txn_id = unique(prefix)
+    coordinator = coordinator_of(cluster, txn_id)
+    held = 1 - coordinator
+    topic, local = split_topic(cluster, coordinator)
+    return txn_id, coordinator, held, topic, local
+
+
 def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_for_them(two_brokers):
     """EndTxn is answered once PrepareCommit is committed, as Kafka answers it: with the
     leader of one of the transaction's partitions paused (SIGSTOP), so that its marker
@@ -288,10 +299,7 @@ def test_end_txn_is_answered_before_the_markers_and_the_next_transaction_waits_f
     next transaction retries through it, writes nothing meanwhile and commits once the
     leader resumes; a read_committed reader sees both transactions whole."""
     cluster = two_brokers
-    txn_id = unique("held")
-    coordinator = coordinator_of(cluster, txn_id)
-    held = 1 - coordinator  # leads the partition whose marker waits; holds no __transaction_state
-    topic, local = split_topic(cluster, coordinator)
+    txn_id, coordinator, held, topic, local = held_marker_scene(cluster, "held")
     log = RdkafkaLog()
     producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": txn_id,
                             "linger.ms": 5, "debug": "eos", "logger": log.logger(f"rdkafka-{txn_id}")})
@@ -355,10 +363,7 @@ def test_add_partitions_waits_for_the_markers_of_the_previous_transaction(patien
     answering CONCURRENT_TRANSACTIONS at once: a client retries that 20 ms later, where
     markers take a few milliseconds."""
     cluster = patient_brokers
-    txn_id = unique("patient")
-    coordinator = coordinator_of(cluster, txn_id)
-    held = 1 - coordinator
-    topic, local = split_topic(cluster, coordinator)
+    txn_id, coordinator, held, topic, local = held_marker_scene(cluster, "patient")
     producer = transaction_on_both_partitions(cluster, txn_id, topic, b"first")
     adder, observer = raw(cluster, coordinator), raw(cluster, coordinator)
     cluster.pause(held)
@@ -447,10 +452,7 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
     and gets the next epoch once the leader resumes. The coordinator that answers so is
     the right one: the client does not look it up again between the retries."""
     cluster = two_brokers
-    txn_id = unique("waited")
-    coordinator = coordinator_of(cluster, txn_id)
-    held = 1 - coordinator
-    topic, _ = split_topic(cluster, coordinator)
+    txn_id, coordinator, held, topic, _ = held_marker_scene(cluster, "waited")
     producer = transaction_on_both_partitions(cluster, txn_id, topic, b"held")
     outcome: queue.Queue = queue.Queue()
     retries = 2

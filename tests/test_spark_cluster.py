@@ -28,6 +28,8 @@ import time
 import pytest
 
 pytest.importorskip("pyspark")
+# A standalone cluster and its executors' JVMs take half a minute a run: `make test-long`.
+pytestmark = pytest.mark.long
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from sluice.polling import wait_for  # noqa: E402

@@ -791,11 +791,17 @@ def test_a_driver_behind_does_not_fence_the_driver_ahead_in_the_middle_of_its_ap
     ahead.commit(ahead_6, 6)
     ahead.commit(task_commits(kafka, output, query, "run-ahead", 2), 7)
     assert interrupted == [7]
+    assert_ahead_decided(kafka, output, query, 7, 4)
+
+
+def assert_ahead_decided(kafka: str, output: str, query: str, batch: int, rows: int) -> None:
+    """Driver `run-ahead` decided `batch` last, its first `rows` rows are committed, and
+    `run-behind`'s rows 100 and 101 were aborted, with no transaction left open."""
     with Client(kafka) as client:
         recorded = sink_last_intent(client, query)
-    assert (recorded.batch, recorded.run) == (7, "run-ahead")
+    assert (recorded.batch, recorded.run) == (batch, "run-ahead")
     out = Output(kafka, output, 2)
-    assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(4))
+    assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(rows))
     assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
 
 
@@ -815,12 +821,7 @@ def test_a_driver_behind_aborting_its_batch_leaves_the_open_transactions_of_the_
         behind.commit(behind_6, 6)
     behind.abort(behind_6, 6)
     ahead.commit(ahead_8, 8)
-    with Client(kafka) as client:
-        recorded = sink_last_intent(client, query)
-    assert (recorded.batch, recorded.run) == (8, "run-ahead")
-    out = Output(kafka, output, 2)
-    assert Output.ids(out.committed) == collections.Counter(f"{i:06d}" for i in range(6))
-    assert (len(out.open), sorted(r[0] for r in out.aborted)) == (0, ["000100", "000101"])
+    assert_ahead_decided(kafka, output, query, 8, 6)
 
 
 def test_a_write_task_adds_an_arrow_batchs_partitions_to_its_transaction_in_one_request(tmp_path):

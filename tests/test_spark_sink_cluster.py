@@ -156,6 +156,7 @@ def count_anomalies(cluster: Cluster, test: str, output: str, expected: dict, se
     return counts
 
 
+@pytest.mark.long  # three brokers and two driver runs, 40 s: `make test-long`
 def test_sink_is_exactly_once_across_a_broker_and_a_driver_kill(tmp_path, zookeeper, request):
     """The coordinator of the driver's transactional id is SIGKILLed once the query has
     committed its first micro-batch, and restarted; the driver is SIGKILLed in the middle
