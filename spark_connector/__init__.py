@@ -1,13 +1,13 @@
 """Sluice for PySpark: `format("sluice")` reads and writes Kafka topics, batch or streaming.
 
-    import spark_connector
-    spark_connector.register(spark)
     df = (spark.readStream.format("sluice")
           .option("kafka.bootstrap.servers", "localhost:9092")
           .option("subscribe", "events").load())
 
-Options and the row schema follow Spark's built-in Kafka source and sink, so switching
-is a change of format name; see `spark_connector.options`, `spark_connector.source` and
+PySpark finds the format by itself where Sluice is installed (`pyspark_sluice`);
+`register(spark)` also adds the save and output modes of Spark's Kafka sink (see
+`spark_connector.modes`). Options and the row schema follow Spark's built-in Kafka
+source and sink, so switching is a change of format name; see `spark_connector.options`, `spark_connector.source` and
 `spark_connector.sink` (exactly-once writes by default). Options that have no effect
 are logged as warnings by the `spark_connector` logger, in the Python worker that reads
 them: on the driver's stderr, or in `spark.tvf.python_worker_logs()` when

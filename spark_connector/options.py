@@ -221,7 +221,11 @@ def _duration_ms(options: dict, name: str, default: str) -> int:
 def _servers(options: dict) -> str:
     servers = options.get("kafka.bootstrap.servers", "").strip()
     if not servers:
-        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])")
+        raise SluiceOptionError("option 'kafka.bootstrap.servers' is required (host:port[,host:port])" + (
+            "; no option reached the connector at all, as when a table made by CREATE TABLE ... USING "
+            "sluice is read or written (PySpark 4.3 gives a Python data source a table's OPTIONS only "
+            "when creating it): use CREATE TEMPORARY VIEW ... USING sluice OPTIONS (...) instead"
+            if not options else ""))
     for address in servers.split(","):
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():

@@ -19,7 +19,9 @@ CONFIG_JSON keys:
   attempt 0 is killed); "race": attempt 0 waits (at most S seconds) until another
   attempt of the task has reached its first row, then goes on at once, while every later
   attempt waits 5 s there (attempt 0 finishes first, with a copy running beside it);
-- `conf`: more Spark configuration.
+- `conf`: more Spark configuration;
+- `register`: false to leave `format("sluice")` to PySpark's lookup of the installed
+  `pyspark_sluice` module instead of calling `spark_connector.register`.
 Exit codes: 0 done, 3 not done within `lifetime` seconds, 4 the query failed.
 """
 
@@ -70,8 +72,6 @@ def main(config: dict) -> int:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import spark_connector
-
     if "remote" in config:
         builder = SparkSession.builder.remote(config["remote"])
     else:
@@ -98,7 +98,9 @@ def main(config: dict) -> int:
         spark.sparkContext.setLogLevel("WARN")
         print(f"application {spark.sparkContext.applicationId}", flush=True)
     print(f"session {type(spark).__module__}.{type(spark).__name__}", flush=True)
-    spark_connector.register(spark)
+    if config.get("register", True):
+        import spark_connector
+        spark_connector.register(spark)
     print(f"session ready after {time.monotonic() - started:.1f} s", flush=True)
 
     mark = marker_udf(config["markers"], config.get("pause", 0), config.get("slow"))

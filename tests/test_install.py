@@ -4,13 +4,15 @@ checkout and installed into a fresh virtual environment, `pip install sluice` al
 Offline and fast: the dependencies come from `.cache/wheelhouse/`, wheels repacked once
 from the distributions installed in the virtual environment running the tests (the exact
 pinned versions `make test` installed), and `pip install --no-index` takes them from
-there only. The fresh environment sees nothing else (no --system-site-packages), so a
+there only; the wheel is built with this environment's setuptools (the test extra pins
+it), not one pip would download. The fresh environment sees nothing else (no --system-site-packages), so a
 dependency missing from pyproject.toml fails here as it would for a user.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import importlib.metadata
@@ -24,7 +26,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
 from packaging.requirements import Requirement
 
 from sluice.polling import wait_for
@@ -103,7 +104,7 @@ def _repacked_wheel(dist: importlib.metadata.Distribution) -> pathlib.Path:
                     content = b"#!python\n" + content.split(b"\n", 1)[1]
             else:
                 arcname = f"{data}/data/{source.relative_to(prefix)}"
-            wheel.writestr(arcname, content)
+            wheel.writestr(zipfile.ZipInfo.from_file(source, arcname), content)  # keeps the mode
             digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
             record.append((arcname, f"sha256={digest}", len(content)))
         lines = io.StringIO()
@@ -182,6 +183,27 @@ assert not loaded, loaded
 """
 
 
+@contextlib.contextmanager
+def _running_broker(bin_dir: pathlib.Path, tmp_path: pathlib.Path):
+    """The installed `sluice broker` on a free loopback port; yields its address and checks,
+    once stopped (SIGTERM), that it exited cleanly."""
+    port = free_port()
+    log = tmp_path / "broker.log"
+    with open(log, "w") as output:
+        broker = subprocess.Popen([bin_dir / "sluice", "broker", "--data-dir", tmp_path / "data",
+                                   "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path,
+                                  stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _accepts(port) or broker.poll() is not None, timeout=60,
+                 what="the installed broker to listen")
+        assert broker.poll() is None, log.read_text()
+        yield f"127.0.0.1:{port}"
+    finally:
+        broker.terminate()
+        broker.wait(timeout=30)
+    assert broker.returncode == 0, log.read_text()
+
+
 def _accepts(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -199,22 +221,8 @@ def test_the_broker_cli_and_client_install_without_spark(tmp_path):
     assert "usage: sluice COMMAND" in _checked([bin_dir / "sluice", "--help"], cwd=tmp_path)
     assert "--data-dir" in _checked([bin_dir / "sluice", "broker", "--help"], cwd=tmp_path)
 
-    port = free_port()
-    log = tmp_path / "broker.log"
-    with open(log, "w") as output:
-        broker = subprocess.Popen([bin_dir / "sluice", "broker", "--data-dir", tmp_path / "data",
-                                   "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path,
-                                  stdout=output, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: _accepts(port) or broker.poll() is not None, timeout=60,
-                 what="the installed broker to listen")
-        assert broker.poll() is None, log.read_text()
-        assert _checked([python, "-c", PRODUCE_AND_CONSUME, f"127.0.0.1:{port}"],
-                        cwd=tmp_path).strip() == "['from a fresh venv']"
-    finally:
-        broker.terminate()
-        broker.wait(timeout=30)
-    assert broker.returncode == 0, log.read_text()
+    with _running_broker(bin_dir, tmp_path) as servers:
+        assert _checked([python, "-c", PRODUCE_AND_CONSUME, servers], cwd=tmp_path).strip() == "['from a fresh venv']"
 
 
 def test_a_failed_build_of_the_c_extension_says_why_in_one_line(tmp_path):
@@ -224,3 +232,62 @@ def test_a_failed_build_of_the_c_extension_says_why_in_one_line(tmp_path):
     assert ("sluice: cannot build its C extension wire._columns (command '/bin/false' failed with exit code 1): "
             "it needs a C compiler and the Python headers (on Debian: apt install gcc python3-dev)"
             ) in built.stdout + built.stderr
+
+
+# A Spark job of a user who installed 'sluice[spark]': format("sluice") and SQL's USING
+# sluice with no register() call; argv: bootstrap servers.
+SPARK_JOB = """
+import sys
+from pyspark.sql import SparkSession
+from pyspark.errors import AnalysisException
+
+servers = sys.argv[1]
+spark = SparkSession.builder.getOrCreate()
+rows = spark.createDataFrame([("k1", "one"), ("k2", "two")], "key string, value string")
+rows.write.format("sluice").mode("append").option("kafka.bootstrap.servers", servers).option("topic", "job").save()
+read = spark.read.format("sluice").option("kafka.bootstrap.servers", servers).option("subscribe", "job").load()
+print("read:", sorted(row.value for row in read.selectExpr("CAST(value AS STRING) AS value").collect()))
+
+spark.sql(f"CREATE TEMPORARY VIEW job_view USING sluice OPTIONS ('kafka.bootstrap.servers' '{servers}', "
+          "'subscribe' 'job', 'topic' 'job')")
+spark.sql("INSERT INTO job_view BY NAME SELECT CAST('k3' AS BINARY) AS key, CAST('three' AS BINARY) AS value")
+print("view:", sorted(row.value for row in spark.sql("SELECT CAST(value AS STRING) AS value FROM job_view").collect()))
+
+spark.sql(f"CREATE TABLE job_table USING sluice OPTIONS ('kafka.bootstrap.servers' '{servers}', 'subscribe' 'job')")
+try:
+    spark.sql("SELECT * FROM job_table").collect()
+except AnalysisException as exc:
+    print("table:", "use CREATE TEMPORARY VIEW ... USING sluice" in str(exc))
+
+# What register() adds: the default save mode (ErrorIfExists) taken as Append.
+def save_in_default_mode():
+    rows.write.format("sluice").option("kafka.bootstrap.servers", servers).option("topic", "job").save()
+try:
+    save_in_default_mode()
+except AnalysisException as exc:
+    print("default mode:", exc.getCondition())
+import spark_connector
+spark_connector.register(spark)
+save_in_default_mode()
+print("registered default mode:", spark.read.format("sluice").option("kafka.bootstrap.servers", servers)
+      .option("subscribe", "job").load().count())
+spark.stop()
+"""
+
+
+def test_spark_installs_as_an_extra_and_finds_format_sluice_with_no_register_call(tmp_path):
+    bin_dir = _install(tmp_path, {"spark"})
+    located = _checked([bin_dir / "python", "-c", "import pyspark_sluice; print(pyspark_sluice.__file__)"], cwd=tmp_path)
+    assert located.startswith(str(tmp_path / "venv")), located
+    (tmp_path / "job.py").write_text(SPARK_JOB)
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("SPARK_", "PYSPARK_")) and key != "PYTHONPATH"}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(bin_dir / "python"),
+               PYSPARK_DRIVER_PYTHON=str(bin_dir / "python"))
+    with _running_broker(bin_dir, tmp_path) as servers:
+        output = _checked([bin_dir / "spark-submit", "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+                           "--conf", "spark.ui.showConsoleProgress=false", "job.py", servers], cwd=tmp_path, env=env)
+    lines = [line for line in output.splitlines() if line.startswith(("read:", "view:", "table:", "default mode:", "registered"))]
+    assert lines == ["read: ['one', 'two']", "view: ['one', 'three', 'two']", "table: True",
+                     "default mode: UNSUPPORTED_DATA_SOURCE_SAVE_MODE", "registered default mode: 5"], output

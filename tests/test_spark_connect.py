@@ -5,7 +5,8 @@ pyspark package's `bin/spark-submit` (tests/spark_cluster.py), its gRPC service 
 127.0.0.1. The client is tests/spark_cluster_job.py in a process of its own (a Connect
 session beside the pytest process's classic one is not what a user runs): it registers
 the data source through the Connect session (`spark_connector.register(spark)`, i.e.
-`spark.dataSource.register`, which ships the class to the server) and streams
+`spark.dataSource.register`, which ships the class to the server), or leaves it to the
+server's lookup of the `pyspark_sluice` module its Python workers import, and streams
 Kafka -> Spark -> Kafka with `format("sluice")` both ways, exactly once by default. The
 source, the sink and the query's Python UDF run in the server's Python workers. Each
 input record must be in the output exactly once, committed, nothing left open.
@@ -44,13 +45,15 @@ def connect_server(tmp_path):
         server.close()
 
 
-def test_stream_through_spark_connect_exactly_once(kafka, connect_server, tmp_path):
+@pytest.mark.parametrize("register", [True, False], ids=["registered", "found-by-pyspark"])
+def test_stream_through_spark_connect_exactly_once(kafka, connect_server, tmp_path, register):
     partitions, count = 3, 900
     source, output = unique("connect-in"), unique("connect-out")
     create_topics(kafka, partitions, source, output)
     expected = produce_input(kafka, source, partitions, count)
     markers = Markers(tmp_path / "markers")
-    config = job_config(kafka, tmp_path, source, output, markers, remote=connect_server.url, max_offsets=300)
+    config = job_config(kafka, tmp_path, source, output, markers, remote=connect_server.url, max_offsets=300,
+                        register=register)
     client = Driver(tmp_path, config, connect_server.env, name="connect-client")
     started = time.monotonic()
     try:
