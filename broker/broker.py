@@ -21,6 +21,7 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
+from broker.client_quotas import ClientQuotas
 from broker.clock import SYSTEM_CLOCK, Clock, StallWatch
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
@@ -127,7 +128,7 @@ class Broker:
             self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
         else:
             self.served_apis = handlers.SERVED_APIS
-            self._handlers = handlers.HANDLERS
+            self._handlers = {**handlers.HANDLERS, **handlers.SINGLE_NODE_HANDLERS}
             self.cluster = self.zk = self.replicas = self.admin = None
             self.topics = TopicManager(config, self.delayed, clock)
             self.metadata = LocalMetadata(
@@ -141,6 +142,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
+        self.client_quotas = ClientQuotas(config.data_dir)
         self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
         self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
         self.acls = None  # where the authorizer's ACLs are kept
@@ -177,6 +179,7 @@ class Broker:
             await self.scram.use_zookeeper(self.cluster.zk)
         else:
             self.scram.load()
+            self.client_quotas.load()
         if self.acls is not None:
             await self.acls.start()
         self.metadata.cluster_id = self._load_cluster_id()

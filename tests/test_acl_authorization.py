@@ -33,10 +33,11 @@ from tests.test_acls import (ADMIN, ALICE_PASSWORD, ANONYMOUS, acl, admin_client
 from tests.test_broker_failures import connect, fetch_body, produce_body, records_of, roundtrip
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.error_codes import ErrorCode
-from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS,
-                           CONTROLLED_SHUTDOWN, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_GROUPS, DELETE_RECORDS,
-                           DELETE_TOPICS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
-                           DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, DESCRIBE_USER_SCRAM_CREDENTIALS, ELECT_LEADERS,
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS,
+                           ALTER_USER_SCRAM_CREDENTIALS, CONTROLLED_SHUTDOWN, CREATE_PARTITIONS, CREATE_TOPICS,
+                           DELETE_GROUPS, DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER,
+                           DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS,
+                           DESCRIBE_USER_SCRAM_CREDENTIALS, ELECT_LEADERS,
                            END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT, INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID,
                            JOIN_GROUP, LEADER_AND_ISR, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
                            METADATA, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
@@ -429,6 +430,15 @@ REFUSED = {
     "AlterUserScramCredentials": (ALTER_USER_SCRAM_CREDENTIALS, 0, lambda: ALTER_USER_SCRAM_CREDENTIALS.request(
         deletions=[ALTER_USER_SCRAM_CREDENTIALS.request.ScramCredentialDeletion(name="alice", mechanism=1)],
         upsertions=[]), lambda r: [(x.user, x.error_code) for x in r.results], [("alice", CLUSTER_DENIED)]),
+    "DescribeClientQuotas": (DESCRIBE_CLIENT_QUOTAS, 1, lambda: DESCRIBE_CLIENT_QUOTAS.request(components=[],
+                                                                                              strict=False),
+                             lambda r: (r.error_code, r.entries), (CLUSTER_DENIED, None)),
+    "AlterClientQuotas": (ALTER_CLIENT_QUOTAS, 1, lambda: ALTER_CLIENT_QUOTAS.request(entries=[
+        ALTER_CLIENT_QUOTAS.request.EntryData(entity=[ALTER_CLIENT_QUOTAS.request.EntityData(
+            entity_type="user", entity_name="alice")], ops=[ALTER_CLIENT_QUOTAS.request.OpData(
+                key="producer_byte_rate", value=1024.0, remove=False)])], validate_only=False),
+                          lambda r: [(x.entity[0].entity_name, x.error_code) for x in r.entries],
+                          [("alice", CLUSTER_DENIED)]),
 }
 
 

@@ -26,6 +26,8 @@ API_NAMES = [
     # Security: ACLs and SCRAM credentials.
     "DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
+    # Client quotas (Kafka 3.9's definitions: the reference folder lacks them).
+    "DescribeClientQuotas", "AlterClientQuotas",
     # Inter-broker and election APIs of a ZooKeeper-era cluster (controller to brokers, a
     # leader's ISR change, a broker's controlled shutdown). A schema here is not an API
     # served: the broker serves, and ApiVersions lists, only broker.handlers.HANDLERS.

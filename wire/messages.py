@@ -1216,6 +1216,60 @@ OFFSET_DELETE = Api(47, 'OffsetDelete', '0', flexible='none',
     ),
 )
 
+DESCRIBE_CLIENT_QUOTAS = Api(48, 'DescribeClientQuotas', '0-1', flexible='1+',
+    request=(
+        F('components', '[]ComponentData', '0+', fields=(
+            F('entity_type', 'string', '0+'),
+            F('match_type', 'int8', '0+'),
+            F('match', 'string', '0+', nullable='0+'),
+        )),
+        F('strict', 'bool', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+'),
+        F('entries', '[]EntryData', '0+', nullable='0+', fields=(
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+            F('values', '[]ValueData', '0+', fields=(
+                F('key', 'string', '0+'),
+                F('value', 'float64', '0+'),
+            )),
+        )),
+    ),
+)
+
+ALTER_CLIENT_QUOTAS = Api(49, 'AlterClientQuotas', '0-1', flexible='1+',
+    request=(
+        F('entries', '[]EntryData', '0+', fields=(
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+            F('ops', '[]OpData', '0+', fields=(
+                F('key', 'string', '0+'),
+                F('value', 'float64', '0+'),
+                F('remove', 'bool', '0+'),
+            )),
+        )),
+        F('validate_only', 'bool', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('entries', '[]EntryData', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+'),
+            F('entity', '[]EntityData', '0+', fields=(
+                F('entity_type', 'string', '0+'),
+                F('entity_name', 'string', '0+', nullable='0+'),
+            )),
+        )),
+    ),
+)
+
 DESCRIBE_USER_SCRAM_CREDENTIALS = Api(50, 'DescribeUserScramCredentials', '0', flexible='0+',
     request=(
         F('users', '[]UserName', '0+', nullable='0+', fields=(
@@ -1521,6 +1575,8 @@ APIS = {api.key: api for api in (
     ALTER_PARTITION_REASSIGNMENTS,
     LIST_PARTITION_REASSIGNMENTS,
     OFFSET_DELETE,
+    DESCRIBE_CLIENT_QUOTAS,
+    ALTER_CLIENT_QUOTAS,
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     ALTER_USER_SCRAM_CREDENTIALS,
     ALTER_PARTITION,

@@ -22,11 +22,12 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, SASL_HANDSHAKE,
                            SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
-                           DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS)
+                           DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS)
 
-from broker.handlers import (acls, alter_configs, api_versions, cluster, configs, delete_records, elect_leaders, fetch,
-                             groups, inter_broker, list_offsets, metadata, offset_for_leader_epoch,
-                             offsets, produce, reassignments, sasl, scram, topics_admin, transactions)
+from broker.handlers import (acls, alter_configs, api_versions, client_quotas, cluster, configs, delete_records,
+                             elect_leaders, fetch, groups, inter_broker, list_offsets, metadata,
+                             offset_for_leader_epoch, offsets, produce, reassignments, sasl, scram, topics_admin,
+                             transactions)
 
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
@@ -74,6 +75,12 @@ HANDLERS = {
     DELETE_ACLS.key: acls.delete_acls,
 }
 
+# The single node's only, until a cluster keeps them in ZooKeeper: client quotas.
+SINGLE_NODE_HANDLERS = {
+    DESCRIBE_CLIENT_QUOTAS.key: client_quotas.describe_client_quotas,
+    ALTER_CLIENT_QUOTAS.key: client_quotas.alter_client_quotas,
+}
+
 # What a connection on a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset((API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key))
 
@@ -89,14 +96,14 @@ CLUSTER_HANDLERS = {
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
-MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
+MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *SINGLE_NODE_HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 
-MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDLERS)}
+MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *SINGLE_NODE_HANDLERS, *CLUSTER_HANDLERS)}
 
 # The APIs whose requests the broker decodes: the single node's, and a cluster broker's.
 # wire.messages also has schemas neither serves: a request at one of those is refused
 # unread, as one at an API key nobody knows.
-SERVED_APIS = {key: APIS[key] for key in sorted(HANDLERS)}
+SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **SINGLE_NODE_HANDLERS})}
 CLUSTER_SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **CLUSTER_HANDLERS})}

@@ -36,19 +36,19 @@ from wire.client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIM
                                ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
                                GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
                                OffsetAndTimestamp, OngoingReassignment, PartitionInfo, ProduceResult,
-                               ProducerRecord, TopicInfo, TransactionDescription)
+                               ProducerRecord, QuotaEntity, TopicInfo, TransactionDescription)
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
-from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
+from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
                            ALTER_USER_SCRAM_CREDENTIALS, APIS, LIST_PARTITION_REASSIGNMENTS,
                            CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS,
                            DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS,
-                           DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_USER_SCRAM_CREDENTIALS,
-                           DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, FIND_COORDINATOR,
+                           DESCRIBE_CLIENT_QUOTAS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
+                           DESCRIBE_USER_SCRAM_CREDENTIALS, DESCRIBE_TRANSACTIONS, ELECT_LEADERS, FETCH, FIND_COORDINATOR,
                            INCREMENTAL_ALTER_CONFIGS,
                            INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS, METADATA,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE)
@@ -1346,6 +1346,55 @@ class AsyncClient:
             return results
 
         return await self._retrying(attempt, self._forget_controller)
+
+    # -- client quotas -----------------------------------------------------------------
+    async def describe_client_quotas(self, components: Iterable[tuple[str, int, str | None]] = (), *,
+                                     strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The quotas of the entities matching every filter component (entity type, match
+        type of wire.quota_types, name for an exact match else None); with `strict`, of
+        entities with no other entity type. A QuotaEntity is its sorted (entity type, name
+        or None for the default) pairs. An error refusing the filter is raised."""
+        Request = DESCRIBE_CLIENT_QUOTAS.request
+        body = Request(components=[Request.ComponentData(entity_type=t, match_type=m, match=n)
+                                   for t, m, n in components], strict=strict)
+
+        async def attempt() -> dict[QuotaEntity, dict[str, float]]:
+            connection = await self._any_connection()
+            response = await connection.request(
+                DESCRIBE_CLIENT_QUOTAS, connection.version(DESCRIBE_CLIENT_QUOTAS), body)
+            check(response.error_code, "describe client quotas", response.error_message)
+            return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                    {v.key: v.value for v in entry.values} for entry in response.entries or ()}
+
+        return await self._retrying(attempt)
+
+    async def alter_client_quotas(self, alterations: Mapping[QuotaEntity, Mapping[str, float | None]], *,
+                                  validate_only: bool = False) -> dict[QuotaEntity, KafkaError | None]:
+        """Set each entity's quotas (key -> value) and remove those given None, one
+        AlterClientQuotas to any broker; each entity's error (None: done) is returned, not
+        raised."""
+        Request = ALTER_CLIENT_QUOTAS.request
+        entities = {tuple(sorted(entity)): ops for entity, ops in alterations.items()}
+        body = Request(validate_only=validate_only, entries=[Request.EntryData(
+            entity=[Request.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+            ops=[Request.OpData(key=key, value=0.0 if value is None else float(value), remove=value is None)
+                 for key, value in ops.items()]) for entity, ops in entities.items()])
+
+        async def attempt() -> dict[QuotaEntity, KafkaError | None]:
+            connection = await self._any_connection()
+            response = await connection.request(
+                ALTER_CLIENT_QUOTAS, connection.version(ALTER_CLIENT_QUOTAS), body)
+            results = {}
+            for answer in response.entries:
+                entity = tuple(sorted((e.entity_type, e.entity_name) for e in answer.entity))
+                results[entity] = KafkaError(answer.error_code, f"alter client quotas of {entity}",
+                                             answer.error_message) if answer.error_code else None
+            missing = [entity for entity in entities if entity not in results]
+            if missing:
+                raise ProtocolViolation(f"alter client quotas: no result for {missing}")
+            return results
+
+        return await self._retrying(attempt)
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -37,6 +37,10 @@ MAX_TIMESTAMP = -3  # the offset of the record with the largest timestamp (ListO
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
+# A client quota entity (Describe/AlterClientQuotas): its (entity type, name) pairs
+# sorted, a name of None for the type's default (types and match kinds: wire.quota_types).
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
 # DescribeConfigs resource types (Kafka's ConfigResource.Type) ...
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4

@@ -125,3 +125,5 @@ class Client:
     delete_acls = _blocking("delete_acls")
     describe_user_scram_credentials = _blocking("describe_user_scram_credentials")
     alter_user_scram_credentials = _blocking("alter_user_scram_credentials")
+    describe_client_quotas = _blocking("describe_client_quotas")
+    alter_client_quotas = _blocking("alter_client_quotas")

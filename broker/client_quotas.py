@@ -1,0 +1,227 @@
+"""Client quotas (KIP-13, KIP-55): what each user, client id and (user, client id) may
+use, as Kafka keeps, validates, describes and resolves them.
+
+An entity is a set of (entity type, name) pairs (wire.quota_types): `user`, `client-id`,
+or both; a name of None is the type's `<default>`. Its quotas, by Kafka's keys: producer_byte_rate and
+consumer_byte_rate (bytes a second, whole numbers), request_percentage and
+controller_mutation_rate (numbers); each greater than 0. AlterClientQuotas' checks are
+those of Kafka's ClientQuotaControlManager (INVALID_REQUEST with its messages); Kafka's
+`ip` entity (connection_creation_rate) is refused, as Sluice has no connection-rate
+quota. DescribeClientQuotas filters as Kafka's ClientQuotasImage: per entity type an
+exact name, the default, or any name given, and with `strict` nothing but those types.
+
+The single node keeps them in `client-quotas.json` in the data dir (`{"version": 1,
+"entities": [{"entity": {"user": "alice", "client-id": null}, "quotas":
+{"producer_byte_rate": 1048576}}]}`), written atomically.
+
+Resolution, Kafka's DefaultQuotaCallback (per quota key): the first of
+  /config/users/<user>/clients/<client-id>, /config/users/<user>/clients/<default>,
+  /config/users/<user>, /config/users/<default>/clients/<client-id>,
+  /config/users/<default>/clients/<default>, /config/users/<default>,
+  /config/clients/<client-id>, /config/clients/<default>
+that sets the key; none: unlimited. The match also says who shares the measured rate
+(Kafka's quota metric tags): a (user, client-id) row each (user, client id), a user row
+every client id of the user, a client-id row every user of the client id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from broker.storage.checkpoint import write_atomically
+from wire.error_codes import ErrorCode
+from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER
+
+FILENAME = "client-quotas.json"
+PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
+REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE = "request_percentage", "controller_mutation_rate"
+# Kafka's quota keys and whether each is a whole number (a LONG, not a DOUBLE, in QuotaConfig)
+KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False,
+        CONTROLLER_MUTATION_RATE: False}
+_LONG_MAX = float(2 ** 63 - 1)
+
+Entity = frozenset  # of (entity type, name or None for the default)
+
+
+class QuotaError(Exception):
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _invalid(message: str) -> QuotaError:
+    return QuotaError(ErrorCode.INVALID_REQUEST, message)
+
+
+def precedence(user: str, client_id: str) -> list[tuple[Entity, tuple[str, str]]]:
+    """Kafka's order of the entities whose quotas apply to (user, client id), each with
+    the (user, client id) of the rate it shares (Kafka's metric tags; "" for any)."""
+    both, by_user, by_client = (user, client_id), (user, ""), ("", client_id)
+    return [(frozenset({(USER, user), (CLIENT_ID, client_id)}), both),
+            (frozenset({(USER, user), (CLIENT_ID, None)}), both),
+            (frozenset({(USER, user)}), by_user),
+            (frozenset({(USER, None), (CLIENT_ID, client_id)}), both),
+            (frozenset({(USER, None), (CLIENT_ID, None)}), both),
+            (frozenset({(USER, None)}), by_user),
+            (frozenset({(CLIENT_ID, client_id)}), by_client),
+            (frozenset({(CLIENT_ID, None)}), by_client)]
+
+
+class ClientQuotas:
+    def __init__(self, data_dir: str):
+        self.path = os.path.join(data_dir, FILENAME)
+        self.entities: dict[Entity, dict[str, float]] = {}
+
+    def load(self) -> None:
+        """Read the file; an invalid one stops the start (RuntimeError), as an invalid
+        credentials file does: dropping quotas silently would lift them."""
+        try:
+            with open(self.path, "rb") as f:
+                document = json.loads(f.read())
+            entities = {}
+            for item in document["entities"]:
+                entity = frozenset(item["entity"].items())
+                quotas = {key: float(value) for key, value in item["quotas"].items()}
+                for key, value in quotas.items():
+                    _check_value(key, value)
+                _check_entity(entity)
+                entities[entity] = quotas
+        except FileNotFoundError:
+            return
+        except (ValueError, KeyError, TypeError, AttributeError, QuotaError) as exc:
+            raise RuntimeError(f"{self.path} is invalid ({type(exc).__name__}: {exc}); refusing to start") from None
+        self.entities = entities
+
+    def resolve(self, user: str, client_id: str, key: str) -> tuple[tuple[str, str], float | None]:
+        """The (user, client id) whose rate counts for this connection's `key`, and the
+        quota (None: unlimited), by Kafka's precedence."""
+        for entity, shared in precedence(user, client_id):
+            value = self.entities.get(entity, {}).get(key)
+            if value is not None:
+                return shared, value
+        return ("", client_id), None
+
+    def describe(self, components: list[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
+        """The entities matching the filter (entity type, match type, match) and their
+        quotas; QuotaError for a filter Kafka refuses."""
+        exact: dict[str, str | None] = {}
+        specified: set[str] = set()
+        for entity_type, match_type, match in components:
+            if not entity_type:
+                raise _invalid("Invalid empty entity type.")
+            if entity_type in exact or entity_type in specified:
+                raise _invalid(f"Entity type {entity_type} cannot appear more than once in the filter.")
+            if entity_type not in (USER, CLIENT_ID, IP):
+                raise QuotaError(ErrorCode.UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}")
+            if match_type == MATCH_EXACT:
+                if match is None:
+                    raise _invalid("Request specified MATCH_TYPE_EXACT, but set match string to null.")
+                exact[entity_type] = match
+            elif match_type == MATCH_DEFAULT:
+                if match is not None:
+                    raise _invalid("Request specified MATCH_TYPE_DEFAULT, but also specified a match string.")
+                exact[entity_type] = None
+            elif match_type == MATCH_SPECIFIED:
+                if match is not None:
+                    raise _invalid("Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.")
+                specified.add(entity_type)
+            else:
+                raise _invalid(f"Unknown match type {match_type}")
+        if IP in exact or IP in specified:
+            if {USER, CLIENT_ID} & (set(exact) | specified):
+                raise _invalid("Invalid entity filter component combination. IP filter component should "
+                               "not be used with user or clientId filter component.")
+        found = []
+        for entity, quotas in self.entities.items():
+            names = dict(entity)
+            if strict and len(names) != len(exact) + len(specified):
+                continue
+            if all(t in names and names[t] == n for t, n in exact.items()) and specified <= names.keys():
+                found.append((entity, dict(quotas)))
+        return found
+
+    def alter(self, entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
+              validate_only: bool) -> list[tuple[ErrorCode, str | None]]:
+        """Apply each entry (entity pairs, ops (key, value, remove)) that passes Kafka's
+        checks, in one write; the result of each entry, in order. Nothing is stored with
+        `validate_only`, or for an entry that fails."""
+        entities = dict(self.entities)
+        results = []
+        for pairs, ops in entries:
+            try:
+                entity = _validated_entity(pairs)
+                quotas = dict(entities.get(entity, {}))
+                for key, value, remove in ops:
+                    if remove:
+                        quotas.pop(key, None)
+                        continue
+                    if key not in KEYS:
+                        raise _invalid(f"Invalid configuration key {key}")
+                    _check_value(key, value)
+                    quotas[key] = value
+            except QuotaError as exc:
+                results.append((exc.code, str(exc)))
+                continue
+            if quotas:
+                entities[entity] = quotas
+            else:
+                entities.pop(entity, None)
+            results.append((ErrorCode.NONE, None))
+        if not validate_only and entities != self.entities:
+            self._write(entities)
+            self.entities = entities
+        return results
+
+    def _write(self, entities: dict[Entity, dict[str, float]]) -> None:
+        items = sorted(entities.items(), key=lambda item: sorted((t, n or "") for t, n in item[0]))
+        document = {"version": 1, "entities": [
+            {"entity": dict(sorted(entity)), "quotas": {k: _stored(k, v) for k, v in sorted(quotas.items())}}
+            for entity, quotas in items]}
+        write_atomically(self.path, json.dumps(document, indent=1).encode())
+
+
+def _stored(key: str, value: float):
+    return int(value) if KEYS[key] else value
+
+
+def _validated_entity(pairs: list[tuple[str, str | None]]) -> Entity:
+    """Kafka's ClientQuotaControlManager.validateEntity and its combinations."""
+    if not pairs:
+        raise _invalid("Invalid empty client quota entity")
+    names: dict[str, str | None] = {}
+    for entity_type, name in pairs:
+        if entity_type in names:
+            raise _invalid(f"Invalid client quota entity, duplicate entity entry {entity_type}")
+        if entity_type not in (USER, CLIENT_ID, IP):
+            raise _invalid(f"Unhandled client quota entity type: {entity_type}")
+        if name is not None and not name:
+            raise _invalid(f"Empty {entity_type} not supported")
+        names[entity_type] = name
+    entity = frozenset(names.items())
+    _check_entity(entity)
+    return entity
+
+
+def _check_entity(entity: Entity) -> None:
+    types = {t for t, _ in entity}
+    if IP in types:
+        if types != {IP}:
+            raise _invalid("Invalid quota entity combination, IP entity should not be combined with "
+                           "User or ClientId")
+        raise _invalid("ip quotas (connection_creation_rate) are not supported by Sluice")
+    if not types or not types <= {USER, CLIENT_ID}:
+        raise _invalid("Invalid client quota entity")
+
+
+def _check_value(key: str, value: float) -> None:
+    """Kafka's ClientQuotaControlManager.validateQuotaKeyValue."""
+    if key not in KEYS:
+        raise _invalid(f"Invalid configuration key {key}")
+    if not value > 0.0:  # NaN too
+        raise _invalid(f"Quota {key} must be greater than 0")
+    if KEYS[key]:
+        if value > _LONG_MAX:
+            raise _invalid(f"Proposed value for {key} is too large for a LONG.")
+        if abs(value % 1.0) > 1e-6:
+            raise _invalid(f"{key} cannot be a fractional value.")
