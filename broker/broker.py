@@ -21,7 +21,7 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
-from broker.client_quotas import ClientQuotas
+from broker.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager, ClientQuotas
 from broker.clock import SYSTEM_CLOCK, Clock, StallWatch
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
@@ -43,7 +43,7 @@ from broker.security.acl_store import LocalAcls, ZkAcls
 from broker.security.acls import Authorizer
 from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
-from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater
+from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater, Throttled
 from broker.storage.checkpoint import write_atomically
 from broker.storage.cleaner import LogCleaner
 from broker.throttled_log import ThrottledLog
@@ -143,6 +143,10 @@ class Broker:
         self.transactions = TransactionCoordinator(self)
         self.scram = ScramCredentials(config.data_dir)
         self.client_quotas = ClientQuotas(config.data_dir)
+        # What producers send and consumers fetch, each within its client quota.
+        self.produce_quotas, self.fetch_quotas = (
+            ClientQuotaManager(self.client_quotas, key, clock, config.quota_window_num,
+                               config.quota_window_size_seconds) for key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE))
         self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
         self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
         self.acls = None  # where the authorizer's ACLs are kept
@@ -311,7 +315,7 @@ class Broker:
     def handle_frame(self, frame: bytearray, session):
         """The response chunks to one request frame (None: no response), or an
         awaitable of them when the handler must wait (in a `ResponseLater` when the
-        request has taken effect)."""
+        request has taken effect); in a `Throttled` for a client over its quota."""
         if session.sasl_raw:  # a SASL token after a v0 handshake, not a request
             return raw_token(self, session, frame)
         started = perf_counter()
@@ -354,7 +358,9 @@ class Broker:
         return chunks
 
     @staticmethod
-    def _encode(header, response) -> list | None:
+    def _encode(header, response) -> list | Throttled | None:
+        if isinstance(response, Throttled):
+            return Throttled(Broker._encode(header, response.answer), response.seconds)
         if response is None:
             return None
         return encode_response_writer(header.request_api_key, header.request_api_version,

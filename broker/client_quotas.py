@@ -1,5 +1,7 @@
 """Client quotas (KIP-13, KIP-55): what each user, client id and (user, client id) may
-use, as Kafka keeps, validates, describes and resolves them.
+use, as Kafka keeps, validates, describes and resolves them; producer_byte_rate and
+consumer_byte_rate are enforced by a ClientQuotaManager each (broker.handlers.produce
+and fetch throttle with it).
 
 An entity is a set of (entity type, name) pairs (wire.quota_types): `user`, `client-id`,
 or both; a name of None is the type's `<default>`. Its quotas, by Kafka's keys: producer_byte_rate and
@@ -29,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 
+from broker.clock import Clock
+from broker.quota import Quota
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
 from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER
@@ -54,6 +58,11 @@ def _invalid(message: str) -> QuotaError:
     return QuotaError(ErrorCode.INVALID_REQUEST, message)
 
 
+def throttle_ms(seconds: float) -> int:
+    """A throttle time as responses carry it (throttle_time_ms, an int32), rounded as Kafka."""
+    return min(round(seconds * 1000), 2 ** 31 - 1)
+
+
 def precedence(user: str, client_id: str) -> list[tuple[Entity, tuple[str, str]]]:
     """Kafka's order of the entities whose quotas apply to (user, client id), each with
     the (user, client id) of the rate it shares (Kafka's metric tags; "" for any)."""
@@ -68,10 +77,70 @@ def precedence(user: str, client_id: str) -> list[tuple[Entity, tuple[str, str]]
             (frozenset({(CLIENT_ID, None)}), by_client)]
 
 
+class ClientQuotaManager:
+    """One quota key's enforcement, as Kafka's ClientQuotaManager: the bytes of each
+    (user, client id) are recorded in the rate its quota's entity shares (a Quota
+    measuring as Kafka's Rate, over `quota.window.num` windows of
+    `quota.window.size.seconds`), and past the quota the client is throttled for
+    Kafka's throttle time. Clients without a quota are not measured."""
+
+    _PRUNE_AT = 1024  # rates kept before idle ones are dropped
+
+    def __init__(self, quotas: ClientQuotas, key: str, clock: Clock, samples: int, window_s: float):
+        self._quotas = quotas
+        self._key = key
+        self._clock = clock
+        self._samples = samples
+        self._window_s = window_s
+        self._rates: dict[tuple[str, str], Quota] = {}
+        self._bounds: dict[tuple[str, str], float] = {}  # each rate's quota, as last resolved
+        self._prune_at = self._PRUNE_AT
+
+    def record(self, user: str, client_id: str, amount: float) -> float:
+        """Record `amount` for the client: the seconds it is throttled for (0: none)."""
+        rate = self._rate(user, client_id)
+        if rate is None:
+            return 0.0
+        rate.record(amount)
+        return rate.throttle_time()
+
+    def unrecord(self, user: str, client_id: str, amount: float) -> None:
+        """Take back what `record` counted (a throttled fetch answers no records)."""
+        rate = self._rate(user, client_id)
+        if rate is not None:
+            rate.record(-amount)
+
+    def most_at_once(self, user: str, client_id: str) -> float | None:
+        """What the client may take at once without being throttled, from an idle rate
+        (Kafka's getMaxValueInQuotaWindow: the quota over all windows but one); None:
+        no quota."""
+        _, bound = self._quotas.resolve(user, client_id, self._key)
+        return None if bound is None else bound * (self._samples - 1) * self._window_s
+
+    def _rate(self, user: str, client_id: str) -> Quota | None:
+        shared, bound = self._quotas.resolve(user, client_id, self._key)
+        if bound is None:
+            return None
+        self._bounds[shared] = bound
+        rate = self._rates.get(shared)
+        if rate is None:
+            if len(self._rates) >= self._prune_at:
+                for idle in [k for k, r in self._rates.items() if r.idle()]:
+                    del self._rates[idle], self._bounds[idle]
+                self._prune_at = max(self._PRUNE_AT, 2 * len(self._rates))
+            rate = self._rates[shared] = Quota(self._clock, lambda: self._bounds[shared], self._samples,
+                                               self._window_s, full_windows=True)
+        return rate
+
+
 class ClientQuotas:
+    _RESOLVED_MAX = 10_000  # resolutions remembered (client ids are the clients' choice)
+
     def __init__(self, data_dir: str):
         self.path = os.path.join(data_dir, FILENAME)
         self.entities: dict[Entity, dict[str, float]] = {}
+        # (user, client id, key) -> resolve's answer, as long as the entities stay the same
+        self._resolved: dict[tuple[str, str, str], tuple[tuple[str, str], float | None]] = {}
 
     def load(self) -> None:
         """Read the file; an invalid one stops the start (RuntimeError), as an invalid
@@ -92,15 +161,23 @@ class ClientQuotas:
         except (ValueError, KeyError, TypeError, AttributeError, QuotaError) as exc:
             raise RuntimeError(f"{self.path} is invalid ({type(exc).__name__}: {exc}); refusing to start") from None
         self.entities = entities
+        self._resolved.clear()
 
     def resolve(self, user: str, client_id: str, key: str) -> tuple[tuple[str, str], float | None]:
         """The (user, client id) whose rate counts for this connection's `key`, and the
         quota (None: unlimited), by Kafka's precedence."""
-        for entity, shared in precedence(user, client_id):
-            value = self.entities.get(entity, {}).get(key)
-            if value is not None:
-                return shared, value
-        return ("", client_id), None
+        resolved = self._resolved.get((user, client_id, key))
+        if resolved is None:
+            resolved = ("", client_id), None
+            for entity, shared in precedence(user, client_id) if self.entities else ():
+                value = self.entities.get(entity, {}).get(key)
+                if value is not None:
+                    resolved = shared, value
+                    break
+            if len(self._resolved) >= self._RESOLVED_MAX:
+                self._resolved.clear()
+            self._resolved[(user, client_id, key)] = resolved
+        return resolved
 
     def describe(self, components: list[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
         """The entities matching the filter (entity type, match type, match) and their
@@ -171,6 +248,7 @@ class ClientQuotas:
         if not validate_only and entities != self.entities:
             self._write(entities)
             self.entities = entities
+            self._resolved.clear()
         return results
 
     def _write(self, entities: dict[Entity, dict[str, float]]) -> None:

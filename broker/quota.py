@@ -1,13 +1,18 @@
 """A bound on a rate (bytes a second), measured as Kafka measures its quotas: the
 replication throttles (`leader.replication.throttled.rate`,
-`follower.replication.throttled.rate`) and the log cleaner's I/O
-(`log.cleaner.io.max.bytes.per.second`) use it, and client quotas can.
+`follower.replication.throttled.rate`), the log cleaner's I/O
+(`log.cleaner.io.max.bytes.per.second`) and the client quotas (broker.client_quotas)
+use it.
 
 What is recorded goes into sampled windows (Kafka's replication quotas: 11 of 1 s): a
 window starts with the first record after the previous one ended, and windows that
 began `samples` × `window_s` ago or earlier are forgotten. The rate is what the windows
 hold over the time since the oldest began, counted as one window at least (Kafka's
-SimpleRate), so an idle quota allows a window's worth at once. The clock is the broker's.
+SimpleRate), so an idle quota allows a window's worth at once. Client quotas measure
+with Kafka's Rate instead (`full_windows`): that time counts as `samples` - 1 whole
+windows at least plus the part of the current one, so a client new to its quota may
+send that many windows' worth at once, and is held back until they are forgotten; its
+throttle time is Kafka's, (rate - bound) / bound × that time. The clock is the broker's.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from broker.clock import Clock
 
 
 class Quota:
-    def __init__(self, clock: Clock, bound: Callable[[], float], samples: int = 11, window_s: float = 1.0):
+    def __init__(self, clock: Clock, bound: Callable[[], float], samples: int = 11, window_s: float = 1.0,
+                 full_windows: bool = False):
         """`bound()`: the rate allowed now (read at each check: a dynamic config)."""
         self._clock = clock
         self._bound = bound
         self._samples = samples
         self._window_s = window_s
+        self._full_windows = full_windows
         self._windows: deque[list[float]] = deque()  # [start, amount], the oldest first
 
     def record(self, amount: float) -> None:
@@ -50,21 +57,37 @@ class Quota:
         total = sum(amount for _, amount in self._windows)
         return total, now - self._windows[0][0] if self._windows else 0.0
 
+    def _span(self, elapsed: float) -> float:
+        """The time the windows' amount is divided by: Kafka's SimpleRate or Rate."""
+        if self._full_windows:
+            short = self._samples - 1 - int(elapsed // self._window_s)
+            return elapsed + max(short, 0) * self._window_s
+        return max(elapsed, self._window_s)
+
+    def idle(self) -> bool:
+        """Nothing recorded within the windows."""
+        self._forget(self._clock.monotonic())
+        return not self._windows
+
     def rate(self) -> float:
         total, elapsed = self._measured()
-        return total / max(elapsed, self._window_s)
+        return total / self._span(elapsed)
 
     def headroom(self) -> float:
         """How much may be recorded now with the rate staying within the bound; negative
         once past it (Kafka's quota violation)."""
         total, elapsed = self._measured()
-        return self._bound() * max(elapsed, self._window_s) - total
+        return self._bound() * self._span(elapsed) - total
 
     def throttle_time(self) -> float:
-        """Seconds until the rate is back within the bound with nothing more recorded
-        (0: it is); Kafka's throttle time."""
+        """0 while the rate is within the bound; past it, Kafka's throttle time: with
+        SimpleRate the seconds until the rate is back within the bound with nothing more
+        recorded, with Rate (rate - bound) / bound × its span."""
         total, elapsed = self._measured()
         bound = self._bound()
-        if total <= bound * max(elapsed, self._window_s):
+        span = self._span(elapsed)
+        if total <= bound * span:
             return 0.0
-        return total / bound - elapsed if bound > 0 else math.inf
+        if bound <= 0:
+            return math.inf
+        return total / bound - (span if self._full_windows else elapsed)

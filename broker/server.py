@@ -33,6 +33,10 @@ when its client leaves or ends its input, freeing the connection at once.
 Response chunks that are file regions go out with sendfile (zero copy) when large,
 with pread when small.
 
+Throttling (KIP-219): a handler's answer to a client over its quota (`Throttled`) is
+sent, then the connection reads and answers nothing more for the throttle time, so that
+a client ignoring the response's throttle_time_ms is held back all the same.
+
 Limits (Kafka's config names and defaults):
 - max.connections (2147483647): at the limit the server stops accepting; new clients
   wait in the listen backlog until a connection closes, as Kafka's acceptor waits.
@@ -160,6 +164,23 @@ class ResponseLater:
         self.awaitable = awaitable
 
 
+class Throttled:
+    """A handler's answer to a client over its quota: `answer` (a response, or None for
+    none) is sent, then the connection is muted for `seconds` (KIP-219: respond first,
+    then mute)."""
+
+    __slots__ = ("answer", "seconds")
+
+    def __init__(self, answer, seconds: float):
+        self.answer = answer
+        self.seconds = seconds
+
+    @classmethod
+    def when(cls, answer, seconds: float):
+        """`answer`, throttled if `seconds` > 0."""
+        return cls(answer, seconds) if seconds > 0 else answer
+
+
 class _FdFile:
     """What loop.sendfile needs of a file: its descriptor, and for asyncio's fallback (when
     os.sendfile fails before sending anything) positioned reads."""
@@ -212,6 +233,8 @@ class Connection(asyncio.BufferedProtocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
+        self._muted_until = 0.0          # the event loop's time the throttle time ends (Throttled)
+        self._unmute: asyncio.TimerHandle | None = None
         self._eof = False
         self._closed = False
 
@@ -325,6 +348,8 @@ class Connection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._writable.set()
         self._stop_waiting()
+        if self._unmute is not None:
+            self._unmute.cancel()
         if self._task is None:  # else the task drops them as it ends
             self._drop_replies()
 
@@ -339,19 +364,38 @@ class Connection(asyncio.BufferedProtocol):
     def update_reading(self) -> None:
         """Pause reading while this connection holds a few unanswered frames or a
         megabyte of them, or holds any while the broker holds queued.max.requests;
-        resume at half of each."""
+        resume at half of each. A muted connection (Throttled) reads nothing."""
         if self._closed:
             return
         queued = len(self._frames) + len(self._replies)
         if not self._reading_paused:
             if (queued >= _MAX_QUEUED or self._queued_bytes >= _MAX_QUEUED_BYTES
-                    or (queued and self.server.intake_full)):
+                    or (queued and self.server.intake_full) or self._unmute is not None):
                 self._reading_paused = True
                 self.transport.pause_reading()
         elif (queued < _MAX_QUEUED // 2 and self._queued_bytes < _MAX_QUEUED_BYTES // 2
-              and not (queued and self.server.intake_full)):
+              and not (queued and self.server.intake_full) and self._unmute is None):
             self._reading_paused = False
             self.transport.resume_reading()
+
+    def _mute(self, seconds: float) -> None:
+        """Read and answer nothing for `seconds` (or until an earlier mute ends, if later)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if seconds <= 0 or self._closed or until <= self._muted_until:
+            return
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._muted_until = until
+        self._unmute = loop.call_at(until, self._unmuted)
+        self.update_reading()
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        self.last_active = time.monotonic()
+        self.update_reading()
+        if not self._blocking:
+            self._answer()
 
     def idle(self, now: float, idle_seconds: float) -> bool:
         """For idle_seconds nothing read, no response finished or taken by the client,
@@ -361,11 +405,15 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- answering -------------------------------------------------------------------
     def _answer(self) -> None:
-        """Answer queued requests in order until one blocks the rest, then write."""
+        """Answer queued requests in order until one blocks the rest or the connection
+        is muted, then write."""
         while (self._frames and not self._blocking and not self._closed
-               and self._writable.is_set()):
+               and self._writable.is_set() and self._unmute is None):
             try:
                 result = self.handler(self._take(), self.session)
+                if isinstance(result, Throttled):
+                    self._mute(result.seconds)
+                    result = result.answer
                 if isinstance(result, ResponseLater):
                     self._reply_later(result.awaitable, blocking=False)
                 elif inspect.isawaitable(result):
@@ -449,6 +497,9 @@ class Connection(asyncio.BufferedProtocol):
                         chunks = await entry
                     finally:
                         self._waiting = False
+                    if isinstance(chunks, Throttled):
+                        self._mute(chunks.seconds)
+                        chunks = chunks.answer
                 if chunks is not None and not self._closed:
                     await self._send(chunks)
                 self._replies.popleft()

@@ -52,9 +52,9 @@ MAX_RSS_GROWTH_KB = 100 * 1024
 
 # -- raw frames ----------------------------------------------------------------------
 
-def frame(api, version: int, body, correlation_id: int) -> bytes:
+def frame(api, version: int, body, correlation_id: int, client_id: str = _CLIENT_ID) -> bytes:
     payload = encode_request(RequestHeader(request_api_key=api.key, request_api_version=version,
-                                           correlation_id=correlation_id, client_id=_CLIENT_ID), body)
+                                           correlation_id=correlation_id, client_id=client_id), body)
     return _SIZE.pack(len(payload)) + payload
 
 

@@ -2,7 +2,8 @@
 1 s, at least one window counted), its headroom and throttle time, and the rate it holds
 over every 10 s window of a long run when fetches go by its headroom: reads of at most
 the headroom (a batch at least), or of a whole partition limit whenever the bound is not
-passed, as Kafka's replication throttles read.
+passed, as Kafka's replication throttles read; and Kafka's Rate, which client quotas
+measure with, on Kafka's own example.
 """
 
 from __future__ import annotations
@@ -40,6 +41,33 @@ def test_an_idle_quota_allows_one_window_then_measures_over_its_windows():
         assert (quota.rate(), quota.headroom()) == (200 / 6.0, 1000.0 * 6.0 - 200)
         await clock.advance(5.0)
         assert (quota.rate(), quota.headroom()) == (0.0, 1000.0)
+
+    run(steps)
+
+
+def test_kafkas_rate_counts_all_windows_but_one_and_throttles_as_kafka():
+    """Client quotas (full_windows): Kafka's own example (ClientQuotaManagerTest's
+    testQuotaViolation): 400 B a second for 10 s against 500 B/s, then 2300 B half a
+    second later: 6300 B over 10.5 s, throttled (600 - 500) / 500 × 10.5 s = 2.1 s; the
+    burst holds the rate over the bound until its window is forgotten. A new quota
+    allows 10 windows' worth at once."""
+    clock = ManualClock()
+    quota = Quota(clock, lambda: 500.0, full_windows=True)
+
+    async def steps():
+        assert quota.headroom() == 5000.0
+        for _ in range(10):
+            quota.record(400)
+            assert quota.throttle_time() == 0.0
+            await clock.advance(1.0)
+        await clock.advance(0.5)
+        quota.record(2300)
+        assert abs(quota.throttle_time() - 2.1) < 1e-9 and abs(quota.rate() - 600.0) < 1e-9
+        await clock.advance(2.1)
+        for _ in range(10):
+            quota.record(400)
+            await clock.advance(1.0)
+        assert quota.throttle_time() == 0.0
 
     run(steps)
 

@@ -44,6 +44,11 @@
   first data, so that every throttled replica moves on (Kafka reads a whole partition
   limit there, which holds the rate only over longer windows). Every byte of a listed partition sent
   to a follower counts, in sync or not, as in Kafka.
+- Client quotas (broker.client_quotas), as Kafka's KafkaApis: a consumer's fetch (not a
+  follower's) reads at most what its consumer_byte_rate allows at once (the quota over
+  all its windows but one); the record bytes of its answer count against the rate, and
+  past it the answer is throttle_time_ms and no partitions (those bytes taken back, the
+  fetch session left as it was) and the connection is muted that long.
 - Authorization (broker.security.acls), as Kafka's KafkaApis, checked once per request
   (an incremental fetch's session partitions included): a consumer needs READ on each
   topic, a follower (replica id >= 0) CLUSTER_ACTION on the cluster; otherwise the
@@ -57,10 +62,12 @@ from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH
 from wire.primitives import ZERO_UUID
+from broker.client_quotas import throttle_ms
 from broker.errors import BrokerError
 from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH
 from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import permitted, refused
+from broker.server import Throttled
 
 
 MIN_VERSION = 4
@@ -75,13 +82,12 @@ def _replica_id(request, version: int) -> int:
     return request.replica_id
 
 
-def _build(broker, request, version, wanted, denied):
+def _build(broker, request, version, wanted, denied, budget):
     """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
-    in order) but for the topic refs `denied`: ((topic ref, PartitionData) answered,
-    bytes, partition keys, whether a partition's answer is already final: an error or a
-    diverging epoch, which waiting cannot change, bytes of leader-throttled replicas,
-    whether a throttled replica got nothing for the rate)."""
-    budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
+    in order) but for the topic refs `denied`, within `budget` bytes: ((topic ref,
+    PartitionData) answered, bytes, partition keys, whether a partition's answer is
+    already final: an error or a diverging epoch, which waiting cannot change, bytes of
+    leader-throttled replicas, whether a throttled replica got nothing for the rate)."""
     committed = request.isolation_level == READ_COMMITTED
     replica_id = _replica_id(request, version)
     by_id = version >= 13
@@ -207,12 +213,13 @@ class _Fetch:
     """One Fetch request: the partitions it reads (the session's for an incremental one)
     and the session it answers for: continued, to be opened with the answer, or none."""
 
-    __slots__ = ("request", "version", "listener", "wanted", "session", "opens", "denied")
+    __slots__ = ("request", "version", "listener", "wanted", "session", "opens", "denied", "client")
 
-    def __init__(self, broker, request, version, listener):
+    def __init__(self, broker, request, version, listener, client):
         self.request = request
         self.version = version
         self.listener = listener
+        self.client = client  # a consumer's (principal name, client id); None for a follower
         self.session = None
         self.opens = False
         by_id = version >= 13
@@ -243,6 +250,30 @@ class _Fetch:
         denied_names = refused(broker, session, Operation.READ, ResourceType.TOPIC, names.values())
         self.denied = frozenset(ref for ref, name in names.items() if name in denied_names)
 
+    def budget(self, broker) -> int:
+        """The bytes this fetch may read: its max_bytes (v3+), for a consumer with a
+        consumer_byte_rate at most what its quota allows at once (as Kafka caps it)."""
+        budget = self.request.max_bytes if self.version >= 3 else 0x7FFFFFFF
+        if self.client is not None:
+            most = broker.fetch_quotas.most_at_once(*self.client)
+            if most is not None:
+                budget = min(budget, int(most))
+        return budget
+
+    def over_quota(self, broker, total: int):
+        """Count a consumer's `total` bytes against its consumer_byte_rate: past it, the
+        response Kafka gives (throttle_time_ms and no partitions; the records not
+        counted, the session not moved on), else None."""
+        if self.client is None:
+            return None
+        throttle = broker.fetch_quotas.record(*self.client, total)
+        if not throttle:
+            return None
+        broker.fetch_quotas.unrecord(*self.client, total)
+        session_id = self.session.id if self.session is not None else 0
+        return Throttled(_Resp(error_code=0, session_id=session_id, responses=[],
+                               throttle_time_ms=throttle_ms(throttle)), throttle)
+
     def answer(self, broker, answered):
         by_id = self.version >= 13
         session = self.session
@@ -269,8 +300,9 @@ class _Fetch:
 def handle(broker, header, request, session):
     """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
+    client = None if _replica_id(request, version) >= 0 else (session.principal.name, header.client_id or "")
     try:
-        fetch = _Fetch(broker, request, version, session.listener)
+        fetch = _Fetch(broker, request, version, session.listener, client)
     except BrokerError as exc:  # the session named is gone or out of step
         return _Resp(error_code=exc.code, session_id=0, responses=[])
     fetch.refuse(broker, session)
@@ -288,12 +320,12 @@ def _answer_if_ready(broker, fetch, deadline):
     follower's max wait)."""
     request = fetch.request
     answered, total, keys, settled, throttled, withheld = _build(broker, request, fetch.version,
-                                                                 fetch.wanted, fetch.denied)
+                                                                 fetch.wanted, fetch.denied, fetch.budget(broker))
     now = broker.clock.monotonic()
     if total >= request.min_bytes or settled or deadline <= now or not keys:
         if throttled:
             broker.leader_replication_quota.record(throttled)
-        return fetch.answer(broker, answered), None, 0.0
+        return fetch.over_quota(broker, total) or fetch.answer(broker, answered), None, 0.0
     wait = deadline - now
     rate_back = broker.leader_replication_quota.throttle_time() if withheld else 0.0
     if rate_back > 0:  # 0: this fetch's own reads used the room, answered with them

@@ -57,6 +57,10 @@
   which is the error message too.
 - v2+ returns log_append_time_ms (-1 for CreateTime topics); v5+ log_start_offset;
   v8+ record_errors and error_message.
+- Client quotas (broker.client_quotas): the request's record bytes count against the
+  principal's and client id's producer_byte_rate, acknowledged or not (as Kafka records
+  every produce); past it the response carries throttle_time_ms and the connection is
+  muted that long (an acks=0 produce, answered by nothing, is muted the same).
 - Authorization (broker.security.acls), as Kafka's KafkaApis: WRITE on each topic, else
   TOPIC_AUTHORIZATION_FAILED for its partitions; a request with a transactional id also
   WRITE on it, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.
@@ -74,10 +78,11 @@ from wire.primitives import DecodeError, EncodeError
 from wire.records import (MAGIC, build_batch_columns, decode_batch, has_valid_crc, iter_batches, parse_header,
                           recompress_batch)
 
+from broker.client_quotas import throttle_ms
 from broker.errors import BrokerError
 from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import DENIED, permitted, refused
-from broker.server import CloseConnection, ResponseLater
+from broker.server import CloseConnection, ResponseLater, Throttled
 from broker.storage.log import MAX_DECOMPRESSED_BATCH
 from broker.topics import INTERNAL_TOPICS
 
@@ -309,17 +314,21 @@ def handle(broker, header, request, session):
                 failed = failed or f"{topic_data.name}-{data.index}: {exc}"
             partitions.append(result)
         responses.append(_Resp.TopicProduceResponse(name=topic_data.name, partition_responses=partitions))
+    throttle = broker.produce_quotas.record(session.principal.name, header.client_id or "", sum(
+        len(data.records) for topic_data in request.topic_data for data in topic_data.partition_data
+        if data.records is not None))
     if acks == 0:
         if failed:
             raise CloseConnection(f"acks=0 produce failed: {failed}")
-        return None
-    response = _Resp(responses=responses, throttle_time_ms=0)
+        return Throttled.when(None, throttle)
+    response = _Resp(responses=responses, throttle_time_ms=throttle_ms(throttle))
     waiting = _still_waiting(waiting)
     if not waiting:
-        return _with_leaders(broker, header.request_api_version, session.listener, response)
+        return Throttled.when(_with_leaders(broker, header.request_api_version, session.listener, response),
+                              throttle)
     deadline = broker.clock.monotonic() + max(request.timeout_ms, 0) / 1000
     return ResponseLater(_wait_for_replicas(broker, waiting, deadline, request.timeout_ms, response,
-                                            header.request_api_version, session.listener))
+                                            header.request_api_version, session.listener, throttle))
 
 
 def _with_leaders(broker, version: int, listener: str | None, response):
@@ -352,7 +361,7 @@ def _still_waiting(waiting: list) -> list:
 
 
 async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms: int, response,
-                             version: int, listener: str | None):
+                             version: int, listener: str | None, throttle: float):
     while True:
         # Checked before each wait, the first included: the high watermark may have moved
         # between the append and this task's start, waking nobody.
@@ -365,4 +374,4 @@ async def _wait_for_replicas(broker, waiting: list, deadline: float, timeout_ms:
         result.error_code = ErrorCode.REQUEST_TIMED_OUT
         result.error_message = (f"the high watermark of {partition.topic}-{partition.index} did not "
                                 f"reach {required} within timeout_ms {timeout_ms}")
-    return _with_leaders(broker, version, listener, response)
+    return Throttled.when(_with_leaders(broker, version, listener, response), throttle)

@@ -1,0 +1,272 @@
+"""Client quotas enforced (issue 37): producer_byte_rate and consumer_byte_rate on a real
+broker process, with real clients.
+
+- A confluent-kafka producer limited to 1 MiB/s (its client id's quota) acknowledged
+  within ±10% of that over 8 s, told of throttling through its throttle_cb, while an
+  unlimited producer on the same broker gets throttle time 0 throughout.
+- A raw-protocol producer that ignores throttle_time_ms, pipelining its requests, is
+  held back the same: the broker reads nothing from it while it is throttled.
+- A confluent-kafka consumer limited to 1 MiB/s fetches within ±10% of it over 8 s, its
+  throttle_cb told; an unlimited consumer is not throttled.
+- The quota that applies follows Kafka's precedence: one case per row of its table, with
+  the rate each shares, at the resolution level; on the broker, a user's quota over a
+  client id's for the same connection.
+
+The broker measures over quota.window.num=2 windows of 1 s. Over Kafka's default 11,
+a client new to its quota may send 10 windows' worth at once and is then held back
+until they are forgotten (Kafka's Rate: tests/test_quota.py), so its rate is only
+within ±10% over much more than 10 s; with 2 it is over every 8 s.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from broker.client_quotas import ClientQuotas
+from sluice.broker_process import BrokerProcess
+from tests.test_broker_failures import connect, frame, recv_frame
+from wire.client import Client
+from wire.messages import PRODUCE
+from wire.protocol import decode_response
+from wire.quota_types import CLIENT_ID, USER
+from wire.records import build_batch
+
+pytestmark = pytest.mark.timeout(180)
+
+MIB = 1 << 20
+QUOTA = MIB  # bytes a second
+MEASURED_S = 8.0
+WARM_UP_S = 1.5  # the first window's burst: what an idle quota allows at once
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("quota-enforcement")
+    config = base / "server.properties"
+    config.write_text("quota.window.num=2\ngroup.initial.rebalance.delay.ms=0\n")
+    with BrokerProcess(base / "data", config_file=str(config)) as proc:
+        yield proc
+    output = "".join(proc.output)
+    assert "Traceback" not in output, output[-5000:]
+
+
+@pytest.fixture
+def admin(quota_broker):
+    with Client(quota_broker.bootstrap_servers) as client:
+        yield client
+        everything = client.describe_client_quotas()
+        client.alter_client_quotas({entity: {key: None for key in quotas} for entity, quotas in everything.items()})
+
+
+def _topic(admin) -> str:
+    from wire.client import NewTopic
+
+    name = f"quota-{uuid.uuid4().hex[:8]}"
+    admin.create_topics({name: NewTopic(1, 1)})
+    return name
+
+
+def _rate_over(events: list[tuple[float, int]], start: float, seconds: float) -> float:
+    """Bytes a second of the (time, bytes) events within [start, start + seconds)."""
+    return sum(n for t, n in events if start <= t < start + seconds) / seconds
+
+
+def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, acked: list, throttles: list):
+    """A confluent-kafka producer sending 10 KiB values as fast as it is let until
+    `until`: (time, bytes) of each acknowledged value into `acked`, each throttle_cb's
+    time in `throttles`."""
+    from confluent_kafka import Producer
+
+    def delivered(err, msg):
+        if err is None:
+            acked.append((time.monotonic(), len(msg.value())))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                         "batch.size": 65536, "queue.buffering.max.kbytes": 512, "acks": 1,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    value = os.urandom(10 * 1024)
+    while time.monotonic() < until:
+        try:
+            producer.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        producer.poll(0)
+    producer.purge()
+    producer.flush(10)
+
+
+def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
+    assert admin.alter_client_quotas({((CLIENT_ID, "limited-producer"),): {"producer_byte_rate": QUOTA}}) == {
+        ((CLIENT_ID, "limited-producer"),): None}
+    limited_topic, free_topic = _topic(admin), _topic(admin)
+    start = time.monotonic()
+    until = start + WARM_UP_S + MEASURED_S
+    limited, limited_throttles, free, free_throttles = [], [], [], []
+    threads = [threading.Thread(target=_produce_flat_out, args=(
+        quota_broker.bootstrap_servers, topic, client_id, until, acked, throttles))
+        for topic, client_id, acked, throttles in ((limited_topic, "limited-producer", limited, limited_throttles),
+                                                   (free_topic, "free-producer", free, free_throttles))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    rate = _rate_over(limited, start + WARM_UP_S, MEASURED_S)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota"
+    assert limited_throttles and max(limited_throttles) > 0
+    assert free and not any(free_throttles), free_throttles
+
+
+def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin):
+    """Requests pipelined without a pause: the broker answers one, then reads nothing more
+    from the connection for its throttle time."""
+    topic = _topic(admin)
+    admin.alter_client_quotas({((CLIENT_ID, "raw-producer"),): {"producer_byte_rate": QUOTA}})
+    batch = build_batch([(None, os.urandom(1000), (), int(time.time() * 1000)) for _ in range(64)])
+    request = PRODUCE.request(acks=1, timeout_ms=10_000, transactional_id=None, topic_data=[
+        PRODUCE.request.TopicProduceData(name=topic, partition_data=[
+            PRODUCE.request.PartitionProduceData(index=0, records=batch)])])
+    sock = connect(quota_broker.port)
+    sock.settimeout(None)
+    start = time.monotonic()
+    until = start + WARM_UP_S + MEASURED_S
+    sent = 0
+
+    def send():  # blocks while the broker reads nothing; ends when the socket is shut
+        nonlocal sent
+        try:
+            while time.monotonic() < until:
+                sock.sendall(frame(PRODUCE, 9, request, sent, client_id="raw-producer"))
+                sent += 1
+        except OSError:
+            pass
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    answered, throttle_times = [], []
+    while time.monotonic() < until:
+        if not select.select([sock], [], [], 0.5)[0]:
+            continue
+        _, response = decode_response(PRODUCE.key, 9, recv_frame(sock))
+        assert response.responses[0].partition_responses[0].error_code == 0
+        answered.append((time.monotonic(), len(batch)))
+        throttle_times.append(response.throttle_time_ms)
+    sock.shutdown(socket.SHUT_RDWR)
+    sender.join(10)
+    sock.close()
+    rate = _rate_over(answered, start + WARM_UP_S, MEASURED_S)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota ({sent} sent)"
+    assert max(throttle_times) > 0
+
+
+def _fill(bootstrap: str, topic: str, megabytes: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 65536})
+    value = os.urandom(10 * 1024)
+    for _ in range(megabytes * 100):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def _consume_flat_out(bootstrap: str, topic: str, client_id: str, until: float, fetched: list, throttles: list):
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 65536,
+                         "fetch.max.bytes": 65536, "message.max.bytes": 65536, "queued.max.messages.kbytes": 256,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        while time.monotonic() < until:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                fetched.append((time.monotonic(), len(message.value())))
+    finally:
+        consumer.close()
+
+
+def test_a_limited_consumer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
+    topic = _topic(admin)
+    _fill(quota_broker.bootstrap_servers, topic, 16)
+    admin.alter_client_quotas({((CLIENT_ID, "limited-consumer"),): {"consumer_byte_rate": QUOTA}})
+    start = time.monotonic()
+    until = start + WARM_UP_S + MEASURED_S
+    limited, limited_throttles, free, free_throttles = [], [], [], []
+    threads = [threading.Thread(target=_consume_flat_out, args=(
+        quota_broker.bootstrap_servers, topic, client_id, until, fetched, throttles))
+        for client_id, fetched, throttles in (("limited-consumer", limited, limited_throttles),
+                                              ("free-consumer", free, free_throttles))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    rate = _rate_over(limited, start + WARM_UP_S, MEASURED_S)
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota"
+    assert limited_throttles and max(limited_throttles) > 0
+    assert free and not any(free_throttles), free_throttles
+
+
+# -- precedence ---------------------------------------------------------------------------------
+
+U, C = "alice", "app"
+ROWS = [  # Kafka's order, the most specific first: (entity, the (user, client id) that share its rate)
+    (((USER, U), (CLIENT_ID, C)), (U, C)),          # /config/users/<user>/clients/<client-id>
+    (((USER, U), (CLIENT_ID, None)), (U, C)),       # /config/users/<user>/clients/<default>
+    (((USER, U),), (U, "")),                        # /config/users/<user>
+    (((USER, None), (CLIENT_ID, C)), (U, C)),       # /config/users/<default>/clients/<client-id>
+    (((USER, None), (CLIENT_ID, None)), (U, C)),    # /config/users/<default>/clients/<default>
+    (((USER, None),), (U, "")),                     # /config/users/<default>
+    (((CLIENT_ID, C),), ("", C)),                   # /config/clients/<client-id>
+    (((CLIENT_ID, None),), ("", C)),                # /config/clients/<default>
+]
+
+
+@pytest.mark.parametrize("row", range(len(ROWS)), ids=lambda row: f"row{row + 1}")
+def test_precedence_row_wins_over_every_row_below_it(tmp_path, row):
+    """Each row's entity set along with every less specific one: that row's quota
+    applies, shared as Kafka's metric tags say; the rows above it only for other keys."""
+    quotas = ClientQuotas(str(tmp_path))
+    entries = [(list(entity), [("producer_byte_rate", 1000.0 * (i + 1), False)])
+               for i, (entity, _) in enumerate(ROWS) if i >= row]
+    entries += [(list(entity), [("consumer_byte_rate", 7.0, False)]) for entity, _ in ROWS[:row]]
+    assert all(code == 0 for code, _ in quotas.alter(entries, validate_only=False))
+    assert quotas.resolve(U, C, "producer_byte_rate") == (ROWS[row][1], 1000.0 * (row + 1))
+    assert quotas.resolve("bob", "other", "request_percentage") == (("", "other"), None)
+
+
+def test_a_user_without_a_quota_of_a_type_is_unlimited_for_it(tmp_path):
+    quotas = ClientQuotas(str(tmp_path))
+    quotas.alter([([(USER, U)], [("consumer_byte_rate", 10.0, False)])], validate_only=False)
+    assert quotas.resolve(U, C, "producer_byte_rate")[1] is None
+    assert quotas.resolve(U, C, "consumer_byte_rate") == ((U, ""), 10.0)
+    assert quotas.resolve("bob", C, "consumer_byte_rate")[1] is None
+
+
+def test_the_principals_quota_wins_over_its_client_ids_on_the_broker(quota_broker, admin):
+    """PLAINTEXT: the principal is ANONYMOUS. Its user quota (row 3) is tiny and the
+    client id's (row 7) unlimited in effect: the produce is throttled."""
+    topic = _topic(admin)
+    admin.alter_client_quotas({((USER, "ANONYMOUS"),): {"producer_byte_rate": 1000},
+                               ((CLIENT_ID, "precedence"),): {"producer_byte_rate": 1 << 40}})
+    batch = build_batch([(None, os.urandom(20_000), (), int(time.time() * 1000))])
+    request = PRODUCE.request(acks=1, timeout_ms=10_000, transactional_id=None, topic_data=[
+        PRODUCE.request.TopicProduceData(name=topic, partition_data=[
+            PRODUCE.request.PartitionProduceData(index=0, records=batch)])])
+    with connect(quota_broker.port) as sock:
+        sock.sendall(frame(PRODUCE, 9, request, 1, client_id="precedence"))
+        _, response = decode_response(PRODUCE.key, 9, recv_frame(sock))
+    # 20 kB against 1000 B/s over 2 windows: about 18 s of throttle time.
+    assert 15_000 <= response.throttle_time_ms <= 21_000, response.throttle_time_ms
