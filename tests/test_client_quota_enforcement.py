@@ -11,6 +11,8 @@ broker process, with real clients.
 - The quota that applies follows Kafka's precedence: one case per row of its table, with
   the rate each shares, at the resolution level; on the broker, a user's quota over a
   client id's for the same connection.
+- The user is the authenticated principal: alice over SASL PLAIN is throttled by her
+  quota (confluent-kafka's throttle_cb says so), the same client id as ANONYMOUS is not.
 
 The broker measures over quota.window.num=2 windows of 1 s. Over Kafka's default 11,
 a client new to its quota may send 10 windows' worth at once and is then held back
@@ -270,3 +272,31 @@ def test_the_principals_quota_wins_over_its_client_ids_on_the_broker(quota_broke
         _, response = decode_response(PRODUCE.key, 9, recv_frame(sock))
     # 20 kB against 1000 B/s over 2 windows: about 18 s of throttle time.
     assert 15_000 <= response.throttle_time_ms <= 21_000, response.throttle_time_ms
+
+
+def test_the_user_is_the_authenticated_principal(tmp_path):
+    """alice over SASL PLAIN is throttled by her user quota; the same client id over
+    PLAINTEXT (User:ANONYMOUS) is not. confluent-kafka reports the throttle time."""
+    from confluent_kafka import Producer
+
+    from tests.test_acls import client_settings, start_broker
+
+    broker = start_broker(tmp_path, "allow.everyone.if.no.acl.found=true\n")
+    try:
+        with Client(broker.bootstrap("PLAINTEXT")) as admin:
+            topic = _topic(admin)
+            admin.alter_client_quotas({((USER, "alice"),): {"producer_byte_rate": 1000}})
+        throttles = {}
+        for user in ("alice", None):
+            seen = throttles[user] = []
+            producer = Producer({**client_settings(broker, user), "client.id": "same-client",
+                                 "throttle_cb": lambda event, seen=seen: seen.append(event.throttle_time)})
+            producer.produce(topic, os.urandom(20_000))
+            assert producer.flush(30) == 0
+            deadline = time.monotonic() + 10
+            while user == "alice" and not seen and time.monotonic() < deadline:
+                producer.poll(0.1)
+        assert throttles["alice"] and throttles["alice"][0] > 5, throttles
+        assert not any(throttles[None]), throttles
+    finally:
+        broker.stop()
