@@ -4,7 +4,8 @@ A handler is `handler(broker, header, request, session) -> body | None` (None: n
 response, as for acks=0 produce); `session` is the connection's (broker.security.session:
 client host, listener, principal). A request that must wait (a long-poll Fetch, a group
 join) returns an awaitable of the body instead, so that everything else is answered
-without a trip through the event loop.
+without a trip through the event loop. An answer to a client over its quota (Produce,
+Fetch) comes in a `broker.server.Throttled`, which mutes the connection after it.
 
 Authorization: every handler checks what Kafka's KafkaApis checks, through
 broker.security.acls (nothing when no authorizer is configured); each module's docstring
