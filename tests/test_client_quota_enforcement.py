@@ -11,6 +11,10 @@ broker process, with real clients.
 - The quota that applies follows Kafka's precedence: one case per row of its table, with
   the rate each shares, at the resolution level; on the broker, a user's quota over a
   client id's for the same connection.
+- The clients of an entity share its rate (Kafka's metric tags): a user quota is one
+  rate for the user's client ids, a (user, default client) quota one per client id; a
+  throttled fetch's bytes are taken back; a consumer's fetch is capped at what its quota
+  allows at once.
 - The user is the authenticated principal: alice over SASL PLAIN is throttled by her
   quota (confluent-kafka's throttle_cb says so), the same client id as ANONYMOUS is not.
 
@@ -255,6 +259,30 @@ def test_a_user_without_a_quota_of_a_type_is_unlimited_for_it(tmp_path):
     assert quotas.resolve(U, C, "producer_byte_rate")[1] is None
     assert quotas.resolve(U, C, "consumer_byte_rate") == ((U, ""), 10.0)
     assert quotas.resolve("bob", C, "consumer_byte_rate")[1] is None
+
+
+def test_the_clients_of_an_entity_share_its_rate(tmp_path):
+    """As Kafka's metric tags: a user quota is one rate for all the user's client ids, a
+    (user, default client) quota one rate per client id; a throttled fetch's bytes taken
+    back; a consumer's fetch capped at the quota over all windows but one."""
+    from broker.client_quotas import ClientQuotaManager
+    from tests.manual_clock import ManualClock
+
+    clock = ManualClock()  # never advanced: every record falls at one instant
+    quotas = ClientQuotas(str(tmp_path))
+    quotas.alter([([(USER, "alice")], [("producer_byte_rate", 100.0, False), ("consumer_byte_rate", 100.0, False)]),
+                  ([(USER, "bob"), (CLIENT_ID, None)], [("producer_byte_rate", 100.0, False)])], validate_only=False)
+    produce = ClientQuotaManager(quotas, "producer_byte_rate", clock, 11, 1.0)
+    fetch = ClientQuotaManager(quotas, "consumer_byte_rate", clock, 11, 1.0)
+    assert produce.record("alice", "one", 1000) == 0.0  # 10 windows' worth at once
+    assert produce.record("alice", "two", 100) > 0  # the same rate
+    assert produce.record("bob", "one", 1000) == 0.0
+    assert produce.record("bob", "two", 1000) == 0.0  # a rate of its own
+    assert produce.record("carol", "one", 10 ** 9) == 0.0  # no quota: not measured
+    assert fetch.most_at_once("alice", "x") == 1000.0 and fetch.most_at_once("bob", "x") is None
+    assert fetch.record("alice", "x", 1500) > 0
+    fetch.unrecord("alice", "x", 1500)
+    assert fetch.record("alice", "x", 1000) == 0.0
 
 
 def test_the_principals_quota_wins_over_its_client_ids_on_the_broker(quota_broker, admin):
