@@ -155,6 +155,8 @@ def check_schema(schema, definition: dict, errors: list[str]) -> None:
 @pytest.mark.parametrize("api", sorted(APIS.values(), key=lambda a: a.key), ids=lambda a: a.name)
 def test_api_matches_kafka(api: Api):
     assert APIS[api.key] is api
+    if api.name in _generator().OUTSIDE_REFERENCE and not (MESSAGES_DIR / f"{api.name}Request.json").exists():
+        pytest.skip(f"{api.name}: the reference lacks its definition (tools/gen_messages.py, OUTSIDE_REFERENCE)")
     request, response = load(f"{api.name}Request"), load(f"{api.name}Response")
     assert request["type"] == "request" and response["type"] == "response"
     assert api.key == request["apiKey"] == response["apiKey"]
@@ -222,8 +224,8 @@ def _generator():
 
 @needs_reference
 def test_regenerated_messages_match_committed_file():
-    generated = _generator().generate(MESSAGES_DIR)
     committed = (REPO / "wire" / "messages.py").read_text()
+    generated = _generator().generate(MESSAGES_DIR, committed=committed)
     assert generated == committed, \
         "wire/messages.py differs from what tools/gen_messages.py generates; regenerate it"
 

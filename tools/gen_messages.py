@@ -3,7 +3,8 @@
 Only structural facts are carried over: names (turned into snake_case), types, version
 ranges, nullable versions, tags and defaults; error codes with their names. Usage:
 
-    python tools/gen_messages.py [PATH/TO/kafka-protocol]   # default: ../shared/kafka-protocol
+    python tools/gen_messages.py [PATH/TO/kafka-protocol [MORE/MESSAGE/DIRS ...]]
+    # default: ../shared/kafka-protocol; a definition is taken from the first directory holding it
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ API_NAMES = [
     # Security: ACLs and SCRAM credentials.
     "DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
-    # Client quotas (Kafka 3.9's definitions: the reference folder lacks them).
+    # Client quotas (OUTSIDE_REFERENCE).
     "DescribeClientQuotas", "AlterClientQuotas",
     # Inter-broker and election APIs of a ZooKeeper-era cluster (controller to brokers, a
     # leader's ISR change, a broker's controlled shutdown). A schema here is not an API
@@ -36,6 +37,10 @@ API_NAMES = [
     # Partition reassignments, carried out by the controller.
     "AlterPartitionReassignments", "ListPartitionReassignments",
 ]
+# APIs whose definitions ../shared/kafka-protocol lacks: generated from Kafka 3.9's,
+# found in an apache/kafka checkout (clients/src/main/resources/common/message) given as a
+# further directory; without it, their tables are kept as wire/messages.py has them.
+OUTSIDE_REFERENCE = {"DescribeClientQuotas", "AlterClientQuotas"}
 DATA_NAMES = [
     "RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription",
     "ConsumerProtocolAssignment", "GroupMetadataKey", "GroupMetadataValue", "OffsetCommitKey",
@@ -115,7 +120,21 @@ def emit_fields(definition: dict, indent: int, out: list[str]) -> None:
         emit_field(field, common, indent, out)
 
 
-def generate(source: Path) -> str:
+def _find(name: str, sources: tuple[Path, ...]) -> Path | None:
+    return next((source / name for source in sources if (source / name).is_file()), None)
+
+
+def _committed_api(name: str, committed: str) -> tuple[int, str]:
+    """(API key, table) of `name` as `committed` (wire/messages.py's text) has it."""
+    found = re.search(rf"^{constant(name)} = Api\((\d+), .*?^\)$", committed, flags=re.M | re.S)
+    if found is None:
+        raise FileNotFoundError(f"no definition of {name} in the given directories, nor in wire/messages.py")
+    return int(found.group(1)), found.group(0)
+
+
+def generate(*sources: Path, committed: str = "") -> str:
+    """wire/messages.py from the definitions in `sources`; an API of OUTSIDE_REFERENCE
+    that none holds keeps its table from `committed`."""
     out = [
         '"""Kafka message schemas: names, types and versions of every field.',
         "",
@@ -128,11 +147,20 @@ def generate(source: Path) -> str:
     ]
     apis = []
     for name in API_NAMES:
-        req, resp = load(source / f"{name}Request.json"), load(source / f"{name}Response.json")
+        request, response = _find(f"{name}Request.json", sources), _find(f"{name}Response.json", sources)
+        if request is None and name in OUTSIDE_REFERENCE:
+            key, table = _committed_api(name, committed)
+            apis.append((key, name, table, None))
+            continue
+        req, resp = load(request), load(response)
         assert req["validVersions"] == resp["validVersions"], name
         apis.append((req["apiKey"], name, req, resp))
     apis.sort()
     for key, name, req, resp in apis:
+        if resp is None:  # kept as committed
+            out.extend(req.splitlines())
+            out.append("")
+            continue
         out.append(f"{constant(name)} = Api({key}, {name!r}, {req['validVersions']!r}, "
                    f"flexible={req['flexibleVersions']!r},")
         out.append("    request=(")
@@ -144,7 +172,7 @@ def generate(source: Path) -> str:
         out.append(")")
         out.append("")
     for name in DATA_NAMES:
-        data = load(source / f"{name}.json")
+        data = load(_find(f"{name}.json", sources))
         out.append(f"{constant(name)} = Data({name!r}, {data['validVersions']!r}, "
                    f"flexible={data['flexibleVersions']!r}, fields=(")
         emit_fields(data, 4, out)
@@ -177,5 +205,6 @@ def generate_error_codes(source: Path) -> str:
 if __name__ == "__main__":
     repo = Path(__file__).resolve().parent.parent
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else repo.parent / "shared" / "kafka-protocol"
-    (repo / "wire" / "messages.py").write_text(generate(source / "messages"))
+    messages = repo / "wire" / "messages.py"
+    messages.write_text(generate(source / "messages", *map(Path, sys.argv[2:]), committed=messages.read_text()))
     (repo / "wire" / "error_codes.py").write_text(generate_error_codes(source / "error-codes.json"))
