@@ -32,9 +32,10 @@ chaos: $(STAMP)
 # The long runs kept out of `make test` (run before resolving): the exactly-once sink
 # where transactions time out, fail half way or are fenced, over 1,000 micro-batches with
 # its transactional ids still bounded, and through SIGKILLs of its driver at every point;
-# the sink across a broker and a driver kill on a cluster; the source and sink on a Spark
-# standalone cluster (an executor killed, speculative attempts); and the broker, sink and
-# comparison benchmarks run end to end at tiny sizes.
+# the source across a driver SIGKILL; the sink across a broker and a driver kill on a
+# cluster; the source and sink on a Spark standalone cluster (an executor killed,
+# speculative attempts); `pip install 'sluice[spark]'` into a fresh environment; and the
+# broker, sink and comparison benchmarks run end to end at tiny sizes.
 test-long: $(STAMP)
 	SLUICE_SINK_BATCHES=1000 $(PY) -m pytest -q -s -m long
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 from packaging.requirements import Requirement
 
 from sluice.polling import wait_for
@@ -275,6 +276,7 @@ spark.stop()
 """
 
 
+@pytest.mark.long  # pyspark installed into a fresh environment and a spark-submit run, half a minute: `make test-long`
 def test_spark_installs_as_an_extra_and_finds_format_sluice_with_no_register_call(tmp_path):
     bin_dir = _install(tmp_path, {"spark"})
     located = _checked([bin_dir / "python", "-c", "import pyspark_sluice; print(pyspark_sluice.__file__)"], cwd=tmp_path)

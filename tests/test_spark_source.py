@@ -250,6 +250,7 @@ def _numbered(directory: str) -> list[int]:
     return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
 
 
+@pytest.mark.long  # a driver killed and run again, half a minute: `make test-long`
 def test_sigkill_driver_mid_query_then_restart_is_exactly_once(spark, kafka, tmp_path):
     topic = create_topic(kafka, unique("sigkill"), partitions=4)
     expected = produce(kafka, topic, make_records({p: 120 for p in range(4)}))
