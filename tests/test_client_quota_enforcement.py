@@ -109,17 +109,16 @@ def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, 
     producer.flush(10)
 
 
-def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
-    assert admin.alter_client_quotas({((CLIENT_ID, "limited-producer"),): {"producer_byte_rate": QUOTA}}) == {
-        ((CLIENT_ID, "limited-producer"),): None}
-    limited_topic, free_topic = _topic(admin), _topic(admin)
+def _limited_beside_free(work, broker, limited_client: tuple[str, str], free_client: tuple[str, str]) -> None:
+    """`work(bootstrap, topic, client id, until, [(time, bytes)], [throttle ms])` flat out for
+    two clients at once, each (client id, topic): the limited one keeps to QUOTA over
+    MEASURED_S after the warm-up, throttled; the free one is never throttled."""
     start = time.monotonic()
     until = start + WARM_UP_S + MEASURED_S
-    limited, limited_throttles, free, free_throttles = [], [], [], []
-    threads = [threading.Thread(target=_produce_flat_out, args=(
-        quota_broker.bootstrap_servers, topic, client_id, until, acked, throttles))
-        for topic, client_id, acked, throttles in ((limited_topic, "limited-producer", limited, limited_throttles),
-                                                   (free_topic, "free-producer", free, free_throttles))]
+    (limited, limited_throttles), (free, free_throttles) = ([], []), ([], [])
+    threads = [threading.Thread(target=work, args=(broker.bootstrap_servers, topic, client_id, until, done, throttles))
+               for (client_id, topic), done, throttles in ((limited_client, limited, limited_throttles),
+                                                           (free_client, free, free_throttles))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -128,6 +127,13 @@ def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throt
     assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota"
     assert limited_throttles and max(limited_throttles) > 0
     assert free and not any(free_throttles), free_throttles
+
+
+def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
+    assert admin.alter_client_quotas({((CLIENT_ID, "limited-producer"),): {"producer_byte_rate": QUOTA}}) == {
+        ((CLIENT_ID, "limited-producer"),): None}
+    _limited_beside_free(_produce_flat_out, quota_broker, ("limited-producer", _topic(admin)),
+                         ("free-producer", _topic(admin)))
 
 
 def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin):
@@ -208,21 +214,7 @@ def test_a_limited_consumer_keeps_to_its_quota_and_an_unlimited_one_is_not_throt
     topic = _topic(admin)
     _fill(quota_broker.bootstrap_servers, topic, 16)
     admin.alter_client_quotas({((CLIENT_ID, "limited-consumer"),): {"consumer_byte_rate": QUOTA}})
-    start = time.monotonic()
-    until = start + WARM_UP_S + MEASURED_S
-    limited, limited_throttles, free, free_throttles = [], [], [], []
-    threads = [threading.Thread(target=_consume_flat_out, args=(
-        quota_broker.bootstrap_servers, topic, client_id, until, fetched, throttles))
-        for client_id, fetched, throttles in (("limited-consumer", limited, limited_throttles),
-                                              ("free-consumer", free, free_throttles))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    rate = _rate_over(limited, start + WARM_UP_S, MEASURED_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota"
-    assert limited_throttles and max(limited_throttles) > 0
-    assert free and not any(free_throttles), free_throttles
+    _limited_beside_free(_consume_flat_out, quota_broker, ("limited-consumer", topic), ("free-consumer", topic))
 
 
 # -- precedence ---------------------------------------------------------------------------------
