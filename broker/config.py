@@ -831,7 +831,8 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     return config, warnings
 
 
-def _row(*cells) -> str:
+def markdown_row(*cells) -> str:
+    """A row of a Markdown table, for the reference pages generated from the code."""
     return "| " + " | ".join(cells) + " |"
 
 
@@ -846,8 +847,8 @@ def reference() -> str:
              "restart; cluster-wide ones also at runtime (AlterConfigs, for one broker or the cluster",
              "default).", "",
              "## Broker configs", "",
-             _row("Key", "Type", "Default", "Valid values", "Update mode", "Description"),
-             _row(*["---"] * 6)]
+             markdown_row("Key", "Type", "Default", "Valid values", "Update mode", "Description"),
+             markdown_row(*["---"] * 6)]
     for key in BROKER_KEYS.values():
         doc = key.doc
         if key.topic_key is not None:
@@ -856,22 +857,22 @@ def reference() -> str:
             doc = f"sets `{key.synonym_of}` when that is not set: {doc}"
         mode = f"{key.update_mode} (dynamic only)" if key.dynamic_only else key.update_mode
         default = defaults.get(key.name, config_text(key.default))
-        lines.append(_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "",
+        lines.append(markdown_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "",
                           key.valid, mode, doc))
     lines += ["", "`ssl.*`, `sasl.*` and `listener.name.<name>.*`: the TLS and SASL settings of the listeners",
               "(README: Security), never described.", "",
               "## Topic configs", "",
-              _row("Key", "Type", "Default", "Valid values", "Broker default", "Description"),
-              _row(*["---"] * 6)]
+              markdown_row("Key", "Type", "Default", "Valid values", "Broker default", "Description"),
+              markdown_row(*["---"] * 6)]
     for key in TOPIC_KEYS.values():
         default = config_text(key.default)
-        lines.append(_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "", key.valid,
+        lines.append(markdown_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "", key.valid,
                           f"`{key.broker_key}`" if key.broker_key else "", key.doc))
     lines += ["", "## Not implemented", "",
               "Refused with INVALID_CONFIG naming the key and why.", "",
-              _row("Key", "Why"), _row("---", "---")]
+              markdown_row("Key", "Why"), markdown_row("---", "---")]
     for name, why in {**NOT_IMPLEMENTED_BROKER_CONFIGS, **NOT_IMPLEMENTED_TOPIC_CONFIGS}.items():
-        lines.append(_row(f"`{name}`", why))
+        lines.append(markdown_row(f"`{name}`", why))
     return "\n".join(lines) + "\n"
 
 
