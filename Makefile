@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long chaos stress bench
+.PHONY: demo test test-long chaos stress bench docs
 
 # -qq: pip prints errors only (a failed build still shows in full). At -q it also relays
 # setuptools' warnings about pyproject.toml (ext-modules "experimental", the license
@@ -57,6 +57,10 @@ STRESS_STARTUP ?= tests/test_cluster.py::test_registrations_just_before_during_a
 stress: $(STAMP)
 	$(PY) tools/stress.py --runs $(STRESS_RUNS) $(STRESS_TESTS)
 	$(PY) tools/stress.py --runs $(STRESS_STARTUP_RUNS) $(STRESS_STARTUP)
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict as `make test` builds it.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
 
 # make bench BENCH_ARGS=--quick for the short run
 bench: $(STAMP)

@@ -860,7 +860,7 @@ def reference() -> str:
         lines.append(markdown_row(f"`{key.name}`", TYPE_NAMES[key.type], f"`{default}`" if default else "",
                           key.valid, mode, doc))
     lines += ["", "`ssl.*`, `sasl.*` and `listener.name.<name>.*`: the TLS and SASL settings of the listeners",
-              "(README: Security), never described.", "",
+              "([Security](security.md)), never described.", "",
               "## Topic configs", "",
               markdown_row("Key", "Type", "Default", "Valid values", "Broker default", "Description"),
               markdown_row(*["---"] * 6)]

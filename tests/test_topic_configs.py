@@ -9,7 +9,7 @@ behaviour, the ones not implemented are refused by name, never accepted and igno
 - unclean.leader.election.enable: accepted and described (BOOLEAN) as Kafka accepts it
   on any broker; one node has no other replica, so it never elects anything there.
 - Every config of NOT_IMPLEMENTED_TOPIC_CONFIGS is INVALID_CONFIG naming it, at
-  CreateTopics and IncrementalAlterConfigs, and the README lists it.
+  CreateTopics and IncrementalAlterConfigs, and docs/broker.md (Topic configs) lists it.
 
 Servers bind to 127.0.0.1 only; every wait is bounded.
 """
@@ -28,7 +28,7 @@ from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 
 pytestmark = pytest.mark.timeout(60)
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+BROKER_DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "broker.md"
 
 
 def produce_error(client: Client, topic: str, *, acks: int = -1, timestamp: int | None = None):
@@ -137,7 +137,7 @@ def test_unimplemented_topic_config_is_refused_by_name(broker_once, key):
         errors = client.incremental_alter_configs({(TOPIC_RESOURCE, "plain"): [(key, SET_CONFIG, "1")]})
         assert errors[(TOPIC_RESOURCE, "plain")].code == ErrorCode.INVALID_CONFIG
         assert key in str(errors[(TOPIC_RESOURCE, "plain")])
-    assert f"`{key}`" in README.read_text(), f"README does not list {key}"
+    assert f"`{key}`" in BROKER_DOCS.read_text(), f"docs/broker.md does not list {key}"
 
 
 def test_message_format_version_is_accepted_and_ignored(broker_once):
