@@ -11,6 +11,7 @@ that `sluice reassign` plans its moves with.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 USAGE = """usage: sluice COMMAND [ARGS]
@@ -30,44 +31,31 @@ commands:
 """
 
 
+# Each command's module, with its `parser()` and `main(argv)`, imported only when it runs.
+COMMANDS = {
+    "broker": "broker.cli",
+    "cluster": "sluice.cluster",
+    "topics": "sluice.topics",
+    "groups": "sluice.groups",
+    "configs": "sluice.configs",
+    "leader-election": "sluice.leader_election",
+    "reassign": "sluice.reassign",
+    "acls": "sluice.acls",
+    "users": "sluice.users",
+    "console": "sluice.console.command",
+}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "broker":
-        from broker.cli import main as broker_main
-        return broker_main(rest)
-    if command == "cluster":
-        from sluice.cluster import main as cluster_main
-        return cluster_main(rest)
-    if command == "topics":
-        from sluice.topics import main as topics_main
-        return topics_main(rest)
-    if command == "groups":
-        from sluice.groups import main as groups_main
-        return groups_main(rest)
-    if command == "configs":
-        from sluice.configs import main as configs_main
-        return configs_main(rest)
-    if command == "leader-election":
-        from sluice.leader_election import main as leader_election_main
-        return leader_election_main(rest)
-    if command == "reassign":
-        from sluice.reassign import main as reassign_main
-        return reassign_main(rest)
-    if command == "acls":
-        from sluice.acls import main as acls_main
-        return acls_main(rest)
-    if command == "users":
-        from sluice.users import main as users_main
-        return users_main(rest)
-    if command == "console":
-        from sluice.console import main as console_main
-        return console_main(rest)
-    print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
-    return 2
+    if command not in COMMANDS:
+        print(f"sluice: unknown command {command!r}\n{USAGE}", file=sys.stderr, end="")
+        return 2
+    return importlib.import_module(COMMANDS[command]).main(rest)
 
 
 if __name__ == "__main__":
