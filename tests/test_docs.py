@@ -32,6 +32,12 @@ def test_the_site_builds_strictly(tmp_path):
     assert (tmp_path / "apis" / "index.html").exists()
 
 
+def test_the_readme_links_to_files_that_exist():
+    """The README is read outside the site (on the repository's page), so mkdocs does not check it."""
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    assert links and not [link for link in links if not (REPO / link).exists()]
+
+
 def test_the_apis_page_is_the_api_versions_answer():
     """docs/apis.md is generated from the single node's and a cluster broker's ApiVersions
     answers: after serving another API or version, `python -m broker.handlers --reference > docs/apis.md`."""
