@@ -11,11 +11,13 @@ STAMP  := $(VENV)/.installed
 # -qq: pip prints errors only (a failed build still shows in full). At -q it also relays
 # setuptools' warnings about pyproject.toml (ext-modules "experimental", the license
 # table "deprecated"), which a user of `make demo` has nothing to do about.
-$(STAMP): pyproject.toml
-	@echo "Installing Sluice and its dependencies into $(VENV) (again only when pyproject.toml changes)"
+# editable_mode=compat: the checkout on the path, where PySpark's lookup of pyspark_*
+# modules finds pyspark_sluice (format("sluice") with no register call).
+$(STAMP): pyproject.toml setup.py Makefile
+	@echo "Installing Sluice and its dependencies into $(VENV) (again only when its install files change)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -qq --disable-pip-version-check --upgrade pip
-	@$(PY) -m pip install -qq --disable-pip-version-check -e '.[test]'
+	@$(PY) -m pip install -qq --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
