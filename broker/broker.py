@@ -128,7 +128,7 @@ class Broker:
             self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
         else:
             self.served_apis = handlers.SERVED_APIS
-            self._handlers = {**handlers.HANDLERS, **handlers.SINGLE_NODE_HANDLERS}
+            self._handlers = handlers.HANDLERS
             self.cluster = self.zk = self.replicas = self.admin = None
             self.topics = TopicManager(config, self.delayed, clock)
             self.metadata = LocalMetadata(
@@ -181,6 +181,7 @@ class Broker:
             await self.cluster.connect()  # ZooKeeper first: it says which cluster this is
             await self.cluster.read_broker_configs()  # the topic defaults the logs open with
             await self.scram.use_zookeeper(self.cluster.zk)
+            await self.client_quotas.use_zookeeper(self.cluster.zk)
         else:
             self.scram.load()
             self.client_quotas.load()

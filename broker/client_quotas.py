@@ -14,7 +14,12 @@ exact name, the default, or any name given, and with `strict` nothing but those 
 
 The single node keeps them in `client-quotas.json` in the data dir (`{"version": 1,
 "entities": [{"entity": {"user": "alice", "client-id": null}, "quotas":
-{"producer_byte_rate": 1048576}}]}`), written atomically.
+{"producer_byte_rate": 1048576}}]}`), written atomically. A cluster keeps them where
+Kafka's ZooKeeper mode does (once `use_zookeeper` is called): /config/users/<user>,
+/config/users/<user>/clients/<client-id>, /config/clients/<client-id> (`<default>` for
+the default, names sanitized as Kafka's), `{"version":1,"config":{"producer_byte_rate":
+"1048576","request_percentage":"50.0"}}`, each change noted under /config/changes so that
+every broker re-reads that entity (`refresh`).
 
 Resolution, Kafka's DefaultQuotaCallback (per quota key): the first of
   /config/users/<user>/clients/<client-id>, /config/users/<user>/clients/<default>,
@@ -28,10 +33,13 @@ every client id of the user, a client-id row every user of the client id.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 
 from broker.clock import Clock
+from broker.cluster.zk_layout import config_entity_parts, config_entity_path
 from broker.quota import Quota
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
@@ -44,6 +52,9 @@ REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE = "request_percentage", "controller
 KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False,
         CONTROLLER_MUTATION_RATE: False}
 _LONG_MAX = float(2 ** 63 - 1)
+_CONFIG_KINDS = {USER: "users", CLIENT_ID: "clients"}  # /config/<kind>/<name>, the user's first
+
+log = logging.getLogger("sluice.quotas")
 
 Entity = frozenset  # of (entity type, name or None for the default)
 
@@ -139,6 +150,7 @@ class ClientQuotas:
     def __init__(self, data_dir: str):
         self.path = os.path.join(data_dir, FILENAME)
         self.entities: dict[Entity, dict[str, float]] = {}
+        self._zk = None
         # (user, client id, key) -> resolve's answer, as long as the entities stay the same
         self._resolved: dict[tuple[str, str, str], tuple[tuple[str, str], float | None]] = {}
 
@@ -160,6 +172,33 @@ class ClientQuotas:
             return
         except (ValueError, KeyError, TypeError, AttributeError, QuotaError) as exc:
             raise RuntimeError(f"{self.path} is invalid ({type(exc).__name__}: {exc}); refusing to start") from None
+        self._set(entities)
+
+    async def use_zookeeper(self, zk) -> None:
+        """From now on the quotas are in ZooKeeper's /config/users and /config/clients:
+        read them all."""
+        self._zk = zk
+        entities = {}
+        for entity_path, config in (await asyncio.to_thread(zk.entity_configs)).items():
+            entity = _entity_of(entity_path)
+            if entity is not None and (quotas := _parsed(entity_path, config)):
+                entities[entity] = quotas
+        self._set(entities)
+
+    async def refresh(self, entity_path: str) -> None:
+        """Re-read one entity after a /config/changes notification named it."""
+        entity = _entity_of(entity_path)
+        if entity is None:
+            return
+        quotas = _parsed(entity_path, await asyncio.to_thread(self._zk.entity_config, entity_path))
+        entities = dict(self.entities)
+        if quotas:
+            entities[entity] = quotas
+        else:
+            entities.pop(entity, None)
+        self._set(entities)
+
+    def _set(self, entities: dict[Entity, dict[str, float]]) -> None:
         self.entities = entities
         self._resolved.clear()
 
@@ -218,13 +257,14 @@ class ClientQuotas:
                 found.append((entity, dict(quotas)))
         return found
 
-    def alter(self, entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
-              validate_only: bool) -> list[tuple[ErrorCode, str | None]]:
+    async def alter(self, entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
+                    validate_only: bool) -> list[tuple[ErrorCode, str | None]]:
         """Apply each entry (entity pairs, ops (key, value, remove)) that passes Kafka's
-        checks, in one write; the result of each entry, in order. Nothing is stored with
-        `validate_only`, or for an entry that fails."""
+        checks, in one write of the file (single node) or one of each entity's znode; the
+        result of each entry, in order. Nothing is stored with `validate_only`, or for an
+        entry that fails."""
         entities = dict(self.entities)
-        results = []
+        results, altered = [], []
         for pairs, ops in entries:
             try:
                 entity = _validated_entity(pairs)
@@ -244,11 +284,23 @@ class ClientQuotas:
                 entities[entity] = quotas
             else:
                 entities.pop(entity, None)
+            altered.append((len(results), entity))
             results.append((ErrorCode.NONE, None))
-        if not validate_only and entities != self.entities:
+        if validate_only or entities == self.entities:
+            return results
+        if self._zk is None:
             self._write(entities)
-            self.entities = entities
-            self._resolved.clear()
+            self._set(entities)
+            return results
+        for index, entity in altered:
+            old, new = self.entities.get(entity, {}), entities.get(entity, {})
+            changes = {key: _stored_text(key, new[key]) if key in new else None for key in {*old, *new}}
+            try:
+                await asyncio.to_thread(self._zk.change_entity_config, _entity_path(entity), changes)
+            except Exception as exc:  # ZooKeeper unreachable, or a concurrent change
+                results[index] = (ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot store the quotas: {exc}")
+                continue
+            self._set({**{e: q for e, q in self.entities.items() if e != entity}, **({entity: new} if new else {})})
         return results
 
     def _write(self, entities: dict[Entity, dict[str, float]]) -> None:
@@ -261,6 +313,43 @@ class ClientQuotas:
 
 def _stored(key: str, value: float):
     return int(value) if KEYS[key] else value
+
+
+def _stored_text(key: str, value: float) -> str:
+    """A quota as Kafka's ZkAdminManager writes it in ZooKeeper: a LONG's digits, a DOUBLE's
+    decimal ("50.0")."""
+    return str(_stored(key, value))
+
+
+def _entity_path(entity: Entity) -> str:
+    names = dict(entity)
+    return config_entity_path(*((kind, names[t]) for t, kind in _CONFIG_KINDS.items() if t in names))
+
+
+def _entity_of(entity_path: str) -> Entity | None:
+    """The client quota entity of a /config entity path; None for any other (a topic's)."""
+    try:
+        parts = config_entity_parts(entity_path)
+    except ValueError:
+        return None
+    kinds = {kind: t for t, kind in _CONFIG_KINDS.items()}
+    if [kind for kind, _ in parts] not in (["users"], ["clients"], ["users", "clients"]):
+        return None
+    return frozenset((kinds[kind], name) for kind, name in parts)
+
+
+def _parsed(entity_path: str, config: dict[str, str]) -> dict[str, float]:
+    """The quotas of an entity's config (a user's SCRAM credentials left aside); one that
+    is not a valid quota is left out, logged."""
+    quotas = {}
+    for key, text in config.items():
+        if key in KEYS:
+            try:
+                _check_value(key, float(text))
+                quotas[key] = float(text)
+            except (ValueError, QuotaError) as exc:
+                log.warning("/config/%s: leaving out %s=%r (%s)", entity_path, key, text, exc)
+    return quotas
 
 
 def _validated_entity(pairs: list[tuple[str, str | None]]) -> Entity:

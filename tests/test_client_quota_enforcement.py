@@ -26,6 +26,7 @@ within ±10% over much more than 10 s; with 2 it is over every 8 s.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import socket
@@ -240,14 +241,14 @@ def test_precedence_row_wins_over_every_row_below_it(tmp_path, row):
     entries = [(list(entity), [("producer_byte_rate", 1000.0 * (i + 1), False)])
                for i, (entity, _) in enumerate(ROWS) if i >= row]
     entries += [(list(entity), [("consumer_byte_rate", 7.0, False)]) for entity, _ in ROWS[:row]]
-    assert all(code == 0 for code, _ in quotas.alter(entries, validate_only=False))
+    assert all(code == 0 for code, _ in asyncio.run(quotas.alter(entries, validate_only=False)))
     assert quotas.resolve(U, C, "producer_byte_rate") == (ROWS[row][1], 1000.0 * (row + 1))
     assert quotas.resolve("bob", "other", "request_percentage") == (("", "other"), None)
 
 
 def test_a_user_without_a_quota_of_a_type_is_unlimited_for_it(tmp_path):
     quotas = ClientQuotas(str(tmp_path))
-    quotas.alter([([(USER, U)], [("consumer_byte_rate", 10.0, False)])], validate_only=False)
+    asyncio.run(quotas.alter([([(USER, U)], [("consumer_byte_rate", 10.0, False)])], validate_only=False))
     assert quotas.resolve(U, C, "producer_byte_rate")[1] is None
     assert quotas.resolve(U, C, "consumer_byte_rate") == ((U, ""), 10.0)
     assert quotas.resolve("bob", C, "consumer_byte_rate")[1] is None
@@ -262,8 +263,10 @@ def test_the_clients_of_an_entity_share_its_rate(tmp_path):
 
     clock = ManualClock()  # never advanced: every record falls at one instant
     quotas = ClientQuotas(str(tmp_path))
-    quotas.alter([([(USER, "alice")], [("producer_byte_rate", 100.0, False), ("consumer_byte_rate", 100.0, False)]),
-                  ([(USER, "bob"), (CLIENT_ID, None)], [("producer_byte_rate", 100.0, False)])], validate_only=False)
+    asyncio.run(quotas.alter([([(USER, "alice")], [("producer_byte_rate", 100.0, False),
+                                                   ("consumer_byte_rate", 100.0, False)]),
+                              ([(USER, "bob"), (CLIENT_ID, None)], [("producer_byte_rate", 100.0, False)])],
+                             validate_only=False))
     produce = ClientQuotaManager(quotas, "producer_byte_rate", clock, 11, 1.0)
     fetch = ClientQuotaManager(quotas, "consumer_byte_rate", clock, 11, 1.0)
     assert produce.record("alice", "one", 1000) == 0.0  # 10 windows' worth at once

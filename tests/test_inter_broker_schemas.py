@@ -513,7 +513,7 @@ def test_none_is_served_listed_or_negotiated():
         assert api.key not in handlers.HANDLERS
         assert api.key not in handlers.SERVED_APIS
         assert api.key not in CLIENT_VERSIONS or api in ASKED_BY_CLIENTS
-    assert sorted(handlers.SERVED_APIS) == sorted({**handlers.HANDLERS, **handlers.SINGLE_NODE_HANDLERS})
+    assert sorted(handlers.SERVED_APIS) == sorted(handlers.HANDLERS)
     assert sorted(handlers.CLUSTER_SERVED_APIS) == sorted({**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS})
     assert {LEADER_AND_ISR.key, STOP_REPLICA.key, UPDATE_METADATA.key, CONTROLLED_SHUTDOWN.key,
             ALTER_PARTITION_REASSIGNMENTS.key, LIST_PARTITION_REASSIGNMENTS.key} == set(handlers.CLUSTER_HANDLERS)
@@ -551,7 +551,7 @@ def test_api_versions_lists_only_the_served_apis(embedded):
         response = roundtrip(sock, API_VERSIONS, 3, api_versions_body(), 1)
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert listed == {key: (handlers.MIN_VERSIONS[key], handlers.MAX_VERSIONS[key])
-                      for key in {**handlers.HANDLERS, **handlers.SINGLE_NODE_HANDLERS}}
+                      for key in handlers.HANDLERS}
     assert not listed.keys() & {api.key for api in NOT_SERVED}
     with Client(embedded.bootstrap_servers) as client:
         negotiated = client.negotiated_versions()

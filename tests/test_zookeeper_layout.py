@@ -303,6 +303,33 @@ def test_writes_are_conditional_on_the_version_read(open_store):
     assert store.partition_state("t", 5) is None
 
 
+def test_entity_configs_keep_each_others_keys_and_go_when_empty(open_store, raw, chroot):
+    """A user's SCRAM credentials and quotas share /config/users/<user>: a change of some
+    keys keeps the others. An emptied (user, client id) takes the `clients` and user
+    znodes it leaves empty with it, as Kafka's AdminZkClient; names are sanitized."""
+    store = open_store()
+    assert layout.config_entity_path(("users", "a/b~c d*"), ("clients", None)) == \
+        "users/a%2Fb%7Ec%20d%2A/clients/<default>"
+    assert layout.config_entity_parts("users/a%2Fb%7Ec%20d%2A/clients/<default>") == (
+        ("users", "a/b~c d*"), ("clients", None))
+    store.change_entity_config("users/alice", {"SCRAM-SHA-256": "salt=..."})
+    store.change_entity_config("users/alice", {"producer_byte_rate": "1024"})
+    store.change_entity_config("users/alice/clients/c1", {"consumer_byte_rate": "2048"})
+    assert store.entity_configs() == {
+        "users/alice": {"SCRAM-SHA-256": "salt=...", "producer_byte_rate": "1024"},
+        "users/alice/clients/c1": {"consumer_byte_rate": "2048"}}
+    store.change_entity_config("users/alice", {"SCRAM-SHA-256": None, "producer_byte_rate": None})
+    assert json.loads(raw.get(chroot + "/config/users/alice")[0]) == {"version": 1, "config": {}}  # a parent
+    store.change_entity_config("users/alice/clients/c1", {"consumer_byte_rate": None})
+    assert raw.exists(chroot + "/config/users/alice") is None
+    store.change_entity_config("users/bob/clients/<default>", {"consumer_byte_rate": "1"})
+    assert raw.get(chroot + "/config/users/bob")[0] == b""  # made as a parent, as Kafka makes it
+    assert store.entity_configs() == {"users/bob/clients/<default>": {"consumer_byte_rate": "1"}}
+    assert [change.entity_path for _, change, _ in store.config_changes(-1)] == [
+        "users/alice", "users/alice", "users/alice/clients/c1", "users/alice", "users/alice/clients/c1",
+        "users/bob/clients/<default>"]
+
+
 def test_one_controller_at_a_time_each_with_a_higher_epoch(open_store, raw, chroot):
     first, second = open_store(), open_store()
     assert first.controller_id() is None and first.controller_epoch() is None

@@ -41,7 +41,7 @@ from wire.error_codes import ErrorCode
 
 from broker.cluster import placement
 from broker.cluster.metadata import COORDINATOR_TOPICS
-from broker.cluster.zk_layout import DEFAULT_BROKER_ENTITY, TopicAssignment
+from broker.cluster.zk_layout import DEFAULT_ENTITY, TopicAssignment
 from broker.cluster.zk_store import StaleVersion
 from broker.config import ConfigError
 from broker.errors import BrokerError
@@ -75,7 +75,7 @@ def _live_brokers(store) -> dict[int, str | None]:
 
 def broker_entity(level: str) -> str:
     """The /config/brokers entity of a dynamic config level ("": the cluster default)."""
-    return level or DEFAULT_BROKER_ENTITY
+    return level or DEFAULT_ENTITY
 
 
 class ClusterTopicAdmin:

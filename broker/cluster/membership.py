@@ -50,6 +50,7 @@ import base64
 import collections
 import logging
 import uuid
+from urllib.parse import unquote
 
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
@@ -59,7 +60,7 @@ from wire.messages import CONTROLLED_SHUTDOWN
 
 from broker.cluster.admin import broker_entity
 from broker.cluster.metadata import BrokerEndpoint
-from broker.cluster.zk_layout import CONFIG_CHANGES, DEFAULT_BROKER_ENTITY, BrokerRegistration, Listener
+from broker.cluster.zk_layout import CONFIG_CHANGES, DEFAULT_ENTITY, BrokerRegistration, Listener
 from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.config import ConfigError
 from broker.dynamic_configs import CLUSTER_DEFAULT
@@ -196,8 +197,8 @@ class ClusterMembership:
         self._loop.call_soon_threadsafe(self._spawn, self._apply_config_changes())
 
     async def _apply_config_changes(self) -> None:
-        """Apply the topic config changes noted since the last ones applied, one pass at a
-        time; notifications older than Kafka's 15 minutes are purged on the way."""
+        """Apply the config changes (topics, brokers, users' credentials and client quotas)
+        noted since the last ones applied, one pass at a time; notifications older than Kafka's 15 minutes are purged on the way."""
         async with self._config_lock:
             try:
                 changes = await asyncio.to_thread(self.zk.config_changes, self._config_seen)
@@ -208,10 +209,12 @@ class ClusterMembership:
                             self._apply_topic_configs(name, await asyncio.to_thread(self.zk.topic_config, name))
                         if self.controller is not None:
                             self.controller.topic_configs_changed(name)
-                    elif kind == "users":
-                        await self._broker.scram.refresh(name)
-                    elif kind == "brokers" and name in (DEFAULT_BROKER_ENTITY, str(self._config.node_id)):
-                        await self._apply_broker_configs(CLUSTER_DEFAULT if name == DEFAULT_BROKER_ENTITY else name)
+                    elif kind in ("users", "clients"):
+                        await self._broker.client_quotas.refresh(change.entity_path)
+                        if kind == "users" and "/" not in name and name != DEFAULT_ENTITY:
+                            await self._broker.scram.refresh(unquote(name))
+                    elif kind == "brokers" and name in (DEFAULT_ENTITY, str(self._config.node_id)):
+                        await self._apply_broker_configs(CLUSTER_DEFAULT if name == DEFAULT_ENTITY else name)
                     self._config_seen = sequence
                     if self._broker.clock.wall_ms() - created_ms > _CONFIG_CHANGE_EXPIRY_MS:
                         await asyncio.to_thread(self.zk.delete_config_change, sequence)

@@ -18,7 +18,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -28,7 +28,9 @@ BROKER_TOPICS = "/brokers/topics"
 BROKER_SEQID = "/brokers/seqid"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG = "/config"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -38,7 +40,7 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # What a broker makes sure exists when it starts, as Kafka's brokers do; `/controller_epoch`
 # comes with the first controller and `/cluster/id` with the first broker.
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONFIG_BROKERS,
-                    CONFIG_USERS, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, PRODUCER_ID_BLOCK)
+                    CONFIG_USERS, CONFIG_CLIENTS, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, PRODUCER_ID_BLOCK)
 
 # Sequential znodes: ZooKeeper appends a 10-digit counter to these prefixes.
 CONFIG_CHANGE_PREFIX = CONFIG_CHANGES + "/config_change_"
@@ -76,7 +78,9 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
 
 
-DEFAULT_BROKER_ENTITY = "<default>"  # /config/brokers/<default>: the cluster default of broker configs
+# An entity's `<default>` (/config/brokers/<default>: every broker; /config/users/<default>:
+# every user), never sanitized
+DEFAULT_ENTITY = "<default>"
 
 
 def broker_config_path(entity: str) -> str:
@@ -84,10 +88,25 @@ def broker_config_path(entity: str) -> str:
     return f"{CONFIG_BROKERS}/{entity}"
 
 
-def user_config_path(user: str) -> str:
-    """/config/users/<user>: a user's SCRAM credentials, the name URL-encoded (a user name
-    may hold '/')."""
-    return f"{CONFIG_USERS}/{quote(user, safe='')}"
+def sanitized(name: str | None) -> str:
+    """An entity name as Kafka's Sanitizer puts it in a znode path (URL-encoded, so that a
+    name may hold '/'); None: the `<default>` entity."""
+    return DEFAULT_ENTITY if name is None else quote(name, safe="").replace("~", "%7E")
+
+
+def config_entity_path(*parts: tuple[str, str | None]) -> str:
+    """The path below /config of an entity's config, as its change notifications name it:
+    ("users", "alice"), ("clients", None) -> "users/alice/clients/<default>"."""
+    return "/".join(f"{kind}/{sanitized(name)}" for kind, name in parts)
+
+
+def config_entity_parts(entity_path: str) -> tuple[tuple[str, str | None], ...]:
+    """`config_entity_path`'s parts back; ValueError for a path not made of (kind, name) pairs."""
+    pieces = entity_path.split("/")
+    if len(pieces) % 2 or not all(pieces):
+        raise ValueError(f"{entity_path!r} is not a config entity path")
+    return tuple((kind, None if name == DEFAULT_ENTITY else unquote(name))
+                 for kind, name in zip(pieces[::2], pieces[1::2]))
 
 
 def delete_topic_path(topic: str) -> str:
@@ -409,7 +428,9 @@ class LeaderAndIsr:
 
 @dataclass(frozen=True)
 class EntityConfig:
-    """/config/topics/<topic>, /config/brokers/<id>: the overrides, values as strings."""
+    """/config/topics/<topic>, /config/brokers/<id>, /config/users/<user>[/clients/<id>],
+    /config/clients/<id>: the overrides (SCRAM credentials, quotas), values as strings.
+    A znode Kafka made as the parent of another one has no data: no config."""
 
     config: Mapping[str, str]
 
@@ -418,7 +439,7 @@ class EntityConfig:
 
     @classmethod
     def from_json(cls, path: str, data: bytes) -> "EntityConfig":
-        return cls(_str_map(path, _object(path, data), "config"))
+        return cls(_str_map(path, _object(path, data), "config") if data else {})
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, NamedTuple
-from urllib.parse import unquote
+from typing import Callable, Mapping, NamedTuple
 
 from kazoo.protocol.states import KazooState, WatchedEvent
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, RolledBackError,
+from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
                               RuntimeInconsistency)
 
 from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
-                                      CONFIG_CHANGES, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
+                                      CONFIG, CONFIG_CHANGES, CONFIG_CLIENTS, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
                                       INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
                                       REASSIGN_PARTITIONS, BrokerRegistration, ClusterId,
@@ -31,7 +30,7 @@ from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS
                                       EntityConfig, IsrChange, LeaderAndIsr, PartitionReassignment,
                                       ProducerIdBlock, TopicAssignment,
                                       broker_config_path, broker_path, delete_topic_path, partition_state_path,
-                                      topic_config_path, topic_path, user_config_path)
+                                      topic_config_path, topic_path)
 
 # kazoo's default reconnection backs off towards an hour between attempts; a broker must
 # be back within a second of ZooKeeper.
@@ -358,40 +357,74 @@ class ZkStore:
         except (BadVersionError, NodeExistsError):
             raise StaleVersion(f"{path} changed while it was being written") from None
 
-    def user_configs(self) -> dict[str, dict[str, str]]:
-        """Every /config/users/<user>: user name -> its config (SCRAM credentials)."""
-        users = {}
-        for name in self.client.get_children(CONFIG_USERS):
-            user = unquote(name)
-            found = self._get(user_config_path(user), EntityConfig)
-            if found is not None:
-                users[user] = dict(found.value.config)
-        return users
+    def entity_configs(self) -> dict[str, dict[str, str]]:
+        """The config of every user, (user, client id) and client id: entity path
+        (zk_layout.config_entity_path) -> its config; znodes without one left out."""
+        found = {}
+        users = [f"users/{name}" for name in self.children(CONFIG_USERS)]
+        for entity_path in (*users, *(f"{user}/clients/{name}" for user in users
+                                       for name in self.children(f"{CONFIG}/{user}/clients")),
+                            *(f"clients/{name}" for name in self.children(CONFIG_CLIENTS))):
+            config = self.entity_config(entity_path)
+            if config:
+                found[entity_path] = config
+        return found
 
-    def user_config(self, user: str) -> dict[str, str]:
-        found = self._get(user_config_path(user), EntityConfig)
+    def entity_config(self, entity_path: str) -> dict[str, str]:
+        """/config/<entity_path>'s config: none when the znode is absent."""
+        found = self._get(f"{CONFIG}/{entity_path}", EntityConfig)
         return dict(found.value.config) if found else {}
 
-    def set_user_config(self, user: str, configs: dict[str, str]) -> None:
-        """Replace /config/users/<user> (removed when empty) and note the change under
-        /config/changes, in one multi-op, as Kafka's AdminZkClient does for users."""
-        path = user_config_path(user)
-        stat = self.client.exists(path)
+    def change_entity_config(self, entity_path: str, changes: Mapping[str, str | None]) -> None:
+        """Set the keys `changes` names in /config/<entity_path> (a None removes one),
+        keeping its other keys (a user's SCRAM credentials and quotas share a znode), and
+        note the change under /config/changes, in one multi-op. As Kafka's AdminZkClient, a
+        user's or client id's znode left with no config and no children is deleted, with
+        the `clients` and user znodes above it that it leaves empty; parents are made
+        without data. StaleVersion when another writer changed the znode meanwhile."""
+        path = f"{CONFIG}/{entity_path}"
+        found = self._get(path, EntityConfig)
+        config = dict(found.value.config) if found else {}
+        for key, value in changes.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        if found is None and config:
+            self.client.ensure_path(path.rpartition("/")[0])
+        deleted = self._emptied(path, found.zk_version) if found is not None and not config else []
 
         def writes(transaction):
-            if stat is None:
-                if configs:
-                    transaction.create(path, EntityConfig(configs).to_json())
-            elif configs:
-                transaction.set_data(path, EntityConfig(configs).to_json(), stat.version)
+            if found is None:
+                if config:
+                    transaction.create(path, EntityConfig(config).to_json())
+            elif deleted:
+                for emptied, zk_version in deleted:
+                    transaction.delete(emptied, zk_version)
             else:
-                transaction.delete(path, stat.version)
-            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(f"users/{user}").to_json(), sequence=True)
+                transaction.set_data(path, EntityConfig(config).to_json(), found.zk_version)
+            transaction.create(CONFIG_CHANGE_PREFIX, ConfigChange(entity_path).to_json(), sequence=True)
 
         try:
             self._commit(writes, None)
-        except (BadVersionError, NodeExistsError, NoNodeError):
+        except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
             raise StaleVersion(f"{path} changed while it was being written") from None
+
+    def _emptied(self, path: str, zk_version: int) -> list[tuple[str, int]]:
+        """The znodes (and versions) to delete with `path`, whose config goes: none when it
+        has children; for a (user, client id), also its `clients` znode when it was the
+        only one there, and the user's when that has no config and no other child."""
+        if self.children(path):
+            return []
+        deleted = [(path, zk_version)]
+        clients, _, client = path.rpartition("/")
+        user, _, kind = clients.rpartition("/")
+        if kind == "clients" and user.startswith(CONFIG_USERS + "/") and self.children(clients) == [client]:
+            deleted.append((clients, -1))
+            found = self._get(user, EntityConfig)
+            if found is not None and not found.value.config and self.children(user) == ["clients"]:
+                deleted.append((user, found.zk_version))
+        return deleted
 
     def config_changes(self, after: int) -> list[tuple[int, ConfigChange, int]]:
         """(sequence number, change, creation time in ms) of the /config/changes

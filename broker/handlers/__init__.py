@@ -74,10 +74,6 @@ HANDLERS = {
     DESCRIBE_ACLS.key: acls.describe_acls,
     CREATE_ACLS.key: acls.create_acls,
     DELETE_ACLS.key: acls.delete_acls,
-}
-
-# The single node's only, until a cluster keeps them in ZooKeeper: client quotas.
-SINGLE_NODE_HANDLERS = {
     DESCRIBE_CLIENT_QUOTAS.key: client_quotas.describe_client_quotas,
     ALTER_CLIENT_QUOTAS.key: client_quotas.alter_client_quotas,
 }
@@ -97,14 +93,14 @@ CLUSTER_HANDLERS = {
 }
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
-MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *SINGLE_NODE_HANDLERS, *CLUSTER_HANDLERS)}
+MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 
-MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *SINGLE_NODE_HANDLERS, *CLUSTER_HANDLERS)}
+MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 
 # The APIs whose requests the broker decodes: the single node's, and a cluster broker's.
 # wire.messages also has schemas neither serves: a request at one of those is refused
 # unread, as one at an API key nobody knows.
-SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **SINGLE_NODE_HANDLERS})}
+SERVED_APIS = {key: APIS[key] for key in sorted(HANDLERS)}
 CLUSTER_SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **CLUSTER_HANDLERS})}

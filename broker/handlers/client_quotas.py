@@ -1,6 +1,7 @@
 """DescribeClientQuotas (48, v0–1) and AlterClientQuotas (49, v0–1).
 
-The checks, filters and storage are broker.client_quotas'. Describe answers a filter
+The checks, filters and storage (a file, or ZooKeeper in a cluster) are
+broker.client_quotas'. Describe answers a filter
 Kafka refuses with its error and message at the top level (entries null); Alter answers
 each entry with its own result, `validate_only` storing nothing.
 Authorization (broker.security.acls), as Kafka's KafkaApis: Describe needs
@@ -35,10 +36,10 @@ def describe_client_quotas(broker, header, request, session):
     return Resp(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, entries=entries)
 
 
-def alter_client_quotas(broker, header, request, session):
+async def alter_client_quotas(broker, header, request, session):
     Resp = ALTER_CLIENT_QUOTAS.response
     if permitted(broker, session, Operation.ALTER_CONFIGS, ResourceType.CLUSTER):
-        results = broker.client_quotas.alter(
+        results = await broker.client_quotas.alter(
             [([(e.entity_type, e.entity_name) for e in entry.entity],
               [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries],
             request.validate_only)

@@ -6,7 +6,8 @@ iterations=<n>`. The single node keeps them in `scram-credentials.json` in the d
 (`{"version": 1, "users": {"alice": {"SCRAM-SHA-256": "<text form>"}}}`), written
 atomically; a cluster in ZooKeeper's `/config/users/<user>` (`{"version":1,"config":
 {"SCRAM-SHA-256":"<text form>"}}`), each change noted under /config/changes as
-`users/<user>` so that every broker re-reads that user.
+`users/<user>` so that every broker re-reads that user (the znode's other keys, the
+user's client quotas, are left as they are).
 
 AlterUserScramCredentials sends a salt and a salted password (the client ran Hi()); the
 keys are derived from it here: stored key = H(HMAC(salted password, "Client Key")),
@@ -31,6 +32,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from broker.cluster.zk_layout import config_entity_path, config_entity_parts
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
 
@@ -110,12 +112,15 @@ class ScramCredentials:
     async def use_zookeeper(self, zk) -> None:
         """From now on the credentials are /config/users/<user>: read them all."""
         self._zk = zk
-        users = await asyncio.to_thread(zk.user_configs)
-        self.users = {user: entries for user, config in users.items() if (entries := _parse_config(user, config))}
+        configs = await asyncio.to_thread(zk.entity_configs)
+        users = {parts[0][1]: config for entity_path, config in configs.items()
+                 if len(parts := config_entity_parts(entity_path)) == 1 and parts[0][0] == "users"}
+        self.users = {user: entries for user, config in users.items()
+                      if user is not None and (entries := _parse_config(user, config))}
 
     async def refresh(self, user: str) -> None:
         """Re-read one user after a /config/changes notification named it."""
-        entries = _parse_config(user, await asyncio.to_thread(self._zk.user_config, user))
+        entries = _parse_config(user, await asyncio.to_thread(self._zk.entity_config, _entity_path(user)))
         if entries:
             self.users[user] = entries
         else:
@@ -140,8 +145,8 @@ class ScramCredentials:
             return results
         for user, entries in changed.items():
             try:
-                await asyncio.to_thread(self._zk.set_user_config, user,
-                                        {m: c.to_text() for m, c in entries.items()})
+                await asyncio.to_thread(self._zk.change_entity_config, _entity_path(user),
+                                        {m: entries[m].to_text() if m in entries else None for m in _HASHES})
             except Exception as exc:  # ZooKeeper unreachable, or a concurrent change
                 results[user] = (ErrorCode.UNKNOWN_SERVER_ERROR, f"cannot store the credentials: {exc}")
                 continue
@@ -215,6 +220,10 @@ def _parse_config(user: str, config: dict[str, str]) -> dict[str, ScramCredentia
     except ValueError as exc:
         log.warning("the SCRAM credentials of user %r in ZooKeeper are invalid (%s): ignored", user, exc)
         return {}
+
+
+def _entity_path(user: str) -> str:
+    return config_entity_path(("users", user))
 
 
 def _mechanism(code: int) -> str:

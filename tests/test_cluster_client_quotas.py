@@ -1,0 +1,85 @@
+"""Client quotas in a cluster (issue 37): kept in ZooKeeper where Kafka's ZooKeeper mode
+keeps them, in force on every broker, across restarts.
+
+A quota set through broker 0 is in /config/clients/<client-id> and
+/config/users/<user>/clients/<client-id> with Kafka's JSON (values as strings) and a
+/config/changes notification naming the entity; a producer to a partition led by broker 2
+is throttled there within seconds, and still after broker 2 restarts. A quota removed
+takes its znode and the parents it leaves empty with it, as Kafka's AdminZkClient does,
+and broker 2 stops throttling.
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from tests.cluster import FAST_FAILOVER, Cluster
+from tests.test_broker_failures import connect, frame, recv_frame
+from wire.client import Client
+from wire.messages import PRODUCE
+from wire.protocol import decode_response
+from wire.quota_types import CLIENT_ID, USER
+from wire.records import build_batch
+
+pytestmark = pytest.mark.timeout(240)
+
+BATCH = build_batch([(None, os.urandom(1000), (), int(time.time() * 1000)) for _ in range(64)])
+CAPPED, PAIRED = ((CLIENT_ID, "capped"),), ((CLIENT_ID, "paired"), (USER, "ANONYMOUS"))
+
+
+def _throttle_ms(port: int, topic: str, partition: int, client_id: str) -> int:
+    """One Produce of 64 KB on a new connection: its response's throttle_time_ms."""
+    request = PRODUCE.request(acks=1, timeout_ms=10_000, transactional_id=None, topic_data=[
+        PRODUCE.request.TopicProduceData(name=topic, partition_data=[
+            PRODUCE.request.PartitionProduceData(index=partition, records=BATCH)])])
+    sock = connect(port)
+    try:
+        sock.sendall(frame(PRODUCE, 9, request, 1, client_id=client_id))
+        _, response = decode_response(PRODUCE.key, 9, recv_frame(sock))
+    finally:
+        sock.close()
+    assert response.responses[0].partition_responses[0].error_code == 0
+    return response.throttle_time_ms
+
+
+def _znode(zk, path: str):
+    data, _ = zk.get(path)
+    return json.loads(data)
+
+
+def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_broker(tmp_path, zookeeper, zk):
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=FAST_FAILOVER) as cluster:
+        cluster.create_topic("quoted", partitions=3, replication_factor=1)
+        partition = next(p for p in range(3) if cluster.leader_of("quoted", p) == 2)
+        port = cluster.processes[2].port
+        assert _throttle_ms(port, "quoted", partition, "capped") == 0
+        with Client(cluster.address(0)) as admin:
+            assert admin.alter_client_quotas({CAPPED: {"producer_byte_rate": 1024},
+                                              PAIRED: {"producer_byte_rate": 2048}}) == {CAPPED: None, PAIRED: None}
+        root = f"{cluster.chroot}/config"
+        assert _znode(zk, f"{root}/clients/capped") == {"version": 1, "config": {"producer_byte_rate": "1024"}}
+        assert _znode(zk, f"{root}/users/ANONYMOUS/clients/paired") == {
+            "version": 1, "config": {"producer_byte_rate": "2048"}}
+        changes = [_znode(zk, f"{root}/changes/{name}") for name in sorted(zk.get_children(f"{root}/changes"))]
+        assert {"version": 2, "entity_path": "clients/capped"} in changes
+        assert {"version": 2, "entity_path": "users/ANONYMOUS/clients/paired"} in changes
+
+        for client_id in ("capped", "paired"):
+            cluster.wait(lambda: _throttle_ms(port, "quoted", partition, client_id) > 0, 5,
+                         f"broker 2 to throttle {client_id}")
+        assert _throttle_ms(port, "quoted", partition, "unlimited") == 0
+
+        with Client(cluster.address(1)) as admin:
+            assert admin.alter_client_quotas({PAIRED: {"producer_byte_rate": None}}) == {PAIRED: None}
+            assert admin.describe_client_quotas() == {CAPPED: {"producer_byte_rate": 1024.0}}
+        assert zk.exists(f"{root}/users/ANONYMOUS") is None  # emptied: gone with its parents
+        cluster.wait(lambda: _throttle_ms(port, "quoted", partition, "paired") == 0, 5,
+                     "broker 2 to stop throttling paired")
+
+        cluster.restart(2)
+        cluster.wait_for_leaders("quoted")
+        assert _throttle_ms(port, "quoted", partition, "capped") > 0
+        with Client(cluster.address(2)) as admin:
+            assert admin.describe_client_quotas() == {CAPPED: {"producer_byte_rate": 1024.0}}
