@@ -21,7 +21,8 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
-from broker.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager, ClientQuotas
+from broker.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager, ClientQuotas,
+                                   ControllerMutationQuotaManager)
 from broker.clock import SYSTEM_CLOCK, Clock, StallWatch
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
@@ -147,6 +148,9 @@ class Broker:
         self.produce_quotas, self.fetch_quotas = (
             ClientQuotaManager(self.client_quotas, key, clock, config.quota_window_num,
                                config.quota_window_size_seconds) for key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE))
+        # The partitions created and deleted by CreateTopics, CreatePartitions, DeleteTopics.
+        self.mutation_quotas = ControllerMutationQuotaManager(
+            self.client_quotas, clock, config.controller_quota_window_num, config.controller_quota_window_size_seconds)
         self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
         self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
         self.acls = None  # where the authorizer's ACLs are kept

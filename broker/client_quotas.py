@@ -1,7 +1,8 @@
 """Client quotas (KIP-13, KIP-55): what each user, client id and (user, client id) may
 use, as Kafka keeps, validates, describes and resolves them; producer_byte_rate and
 consumer_byte_rate are enforced by a ClientQuotaManager each (broker.handlers.produce
-and fetch throttle with it).
+and fetch throttle with it), controller_mutation_rate by a ControllerMutationQuotaManager
+(broker.handlers.topics_admin).
 
 An entity is a set of (entity type, name) pairs (wire.quota_types): `user`, `client-id`,
 or both; a name of None is the type's `<default>`. Its quotas, by Kafka's keys: producer_byte_rate and
@@ -38,9 +39,12 @@ import json
 import logging
 import os
 
-from broker.clock import Clock
+from typing import Callable
+
+from broker.clock import SYSTEM_CLOCK, Clock
 from broker.cluster.zk_layout import config_entity_parts, config_entity_path
-from broker.quota import Quota
+from broker.errors import BrokerError
+from broker.quota import Quota, TokenBucket
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
 from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER
@@ -139,9 +143,67 @@ class ClientQuotaManager:
                 for idle in [k for k, r in self._rates.items() if r.idle()]:
                     del self._rates[idle], self._bounds[idle]
                 self._prune_at = max(self._PRUNE_AT, 2 * len(self._rates))
-            rate = self._rates[shared] = Quota(self._clock, lambda: self._bounds[shared], self._samples,
-                                               self._window_s, full_windows=True)
+            rate = self._rates[shared] = self._new_rate(lambda: self._bounds[shared])
         return rate
+
+    def _new_rate(self, bound: Callable[[], float]):
+        return Quota(self._clock, bound, self._samples, self._window_s, full_windows=True)
+
+
+class ControllerMutationQuota:
+    """One CreateTopics, CreatePartitions or DeleteTopics request's partitions created or
+    deleted, as Kafka's Strict- and PermissiveControllerMutationQuota (KIP-599). Strict: a
+    mutation is refused (THROTTLING_QUOTA_EXCEEDED, Kafka's message) while the client's
+    bucket is below 0, and admitted otherwise, even if it takes the bucket below 0;
+    permissive: every mutation is admitted. Either way `throttle_time` is then what the
+    answer carries and the connection is muted for: strict, since a refusal; permissive,
+    since a mutation took the bucket below 0 (less the time gone since, as Kafka's)."""
+
+    def __init__(self, bucket: TokenBucket | None, strict: bool, clock: Clock):
+        self._bucket = bucket  # None: no quota
+        self._strict = strict
+        self._clock = clock
+        self._throttle = self._throttled_at = 0.0
+
+    def record(self, partitions: int) -> None:
+        """Count the partitions about to be created or deleted: BrokerError if refused."""
+        if self._bucket is None:
+            return
+        if self._strict:
+            throttle = self._bucket.throttle_time()
+            if throttle > 0:
+                self._throttled(throttle)
+                raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+            self._bucket.record(partitions)
+        else:
+            self._bucket.record(partitions)
+            throttle = self._bucket.throttle_time()
+            if throttle > 0:
+                self._throttled(throttle)
+
+    def _throttled(self, seconds: float) -> None:
+        self._throttle, self._throttled_at = seconds, self._clock.monotonic()
+
+    def throttle_time(self) -> float:
+        return max(0.0, self._throttle - (self._clock.monotonic() - self._throttled_at))
+
+
+UNBOUNDED = ControllerMutationQuota(None, False, SYSTEM_CLOCK)  # what the broker's own creations record in
+
+
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """controller_mutation_rate's enforcement: each (user, client id)'s quota entity shares
+    one TokenBucket, as Kafka's ControllerMutationQuotaManager."""
+
+    def __init__(self, quotas: ClientQuotas, clock: Clock, samples: int, window_s: float):
+        super().__init__(quotas, CONTROLLER_MUTATION_RATE, clock, samples, window_s)
+
+    def _new_rate(self, bound: Callable[[], float]):
+        return TokenBucket(self._clock, bound, self._samples, self._window_s)
+
+    def for_request(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:
+        """The quota a request records its mutations in: strict for the versions that say so."""
+        return ControllerMutationQuota(self._rate(user, client_id), strict, self._clock)
 
 
 class ClientQuotas:

@@ -527,6 +527,9 @@ BROKER_KEYS = {key.name: key for key in (
     _int_key("max.incremental.fetch.session.cache.slots", 1000, "the incremental fetch sessions kept", 0),
     _int_key("quota.window.num", 11, "the windows a client quota's rate is measured over", 1),
     _int_key("quota.window.size.seconds", 1, "the length of each of them", 1),
+    _int_key("controller.quota.window.num", 11, "controller_mutation_rate: the windows' worth of "
+             "mutations a client's bucket holds", 1),
+    _int_key("controller.quota.window.size.seconds", 1, "the length of each of them", 1),
     _int_key("sasl.server.max.receive.size", 524288, "the largest SASL token accepted before authentication", 1),
     _bool_key("log.cleaner.enable", True, "whether compacted topics are cleaned"),
     _int_key("log.cleaner.threads", 1, "0: no cleaning; above 0, one cleaner runs", 0),

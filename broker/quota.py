@@ -13,6 +13,11 @@ with Kafka's Rate instead (`full_windows`): that time counts as `samples` - 1 wh
 windows at least plus the part of the current one, so a client new to its quota may
 send that many windows' worth at once, and is held back until they are forgotten; its
 throttle time is Kafka's, (rate - bound) / bound × that time. The clock is the broker's.
+
+Controller mutations (KIP-599) are bounded by Kafka's TokenBucket instead: it holds
+`samples` × `window_s` seconds' worth of the bound at most, starts full, refills at the
+bound, and what is recorded is taken out of it, which may leave it below 0; the throttle
+time is then the time it takes to refill to 0.
 """
 
 from __future__ import annotations
@@ -91,3 +96,37 @@ class Quota:
         if bound <= 0:
             return math.inf
         return total / bound - (span if self._full_windows else elapsed)
+
+
+class TokenBucket:
+    def __init__(self, clock: Clock, bound: Callable[[], float], samples: int, window_s: float):
+        """`bound()`: the rate allowed now (a quota, read at each use)."""
+        self._clock = clock
+        self._bound = bound
+        self._burst_s = samples * window_s
+        self._tokens: float | None = None  # None: never used, full
+        self._refilled = 0.0
+
+    def _refill(self) -> tuple[float, float]:
+        """(the bound, the most the bucket holds), the bucket refilled up to now."""
+        now, bound = self._clock.monotonic(), self._bound()
+        burst = bound * self._burst_s
+        self._tokens = burst if self._tokens is None else min(burst, self._tokens + bound * (now - self._refilled))
+        self._refilled = now
+        return bound, burst
+
+    def record(self, amount: float) -> None:
+        _, burst = self._refill()
+        self._tokens = min(burst, self._tokens - amount)
+
+    def idle(self) -> bool:
+        """Full again: as if nothing had been recorded."""
+        _, burst = self._refill()
+        return self._tokens >= burst
+
+    def throttle_time(self) -> float:
+        """0 while tokens are left; below 0, the seconds until it is back at 0."""
+        bound, _ = self._refill()
+        if self._tokens >= 0:
+            return 0.0
+        return math.inf if bound <= 0 else -self._tokens / bound

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
+from broker.client_quotas import UNBOUNDED, ControllerMutationQuota
 from broker.clock import Clock
 from broker.config import BrokerConfig, ConfigError, parse_topic_configs
 from broker.errors import BrokerError
@@ -365,9 +366,10 @@ class TopicManager:
 
     # -- changes ---------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict[str, str | None],
-               validate_only: bool = False) -> Topic:
+               validate_only: bool = False, mutations: ControllerMutationQuota = UNBOUNDED) -> Topic:
         """The new topic; with `validate_only`, the topic it would be (no logs, the zero
-        id, registered nowhere), its configs for the CreateTopics answer."""
+        id, registered nowhere), its configs for the CreateTopics answer. The partitions
+        are recorded in `mutations` once the checks passed."""
         validate_topic_name(name)
         if name in self.topics:
             raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -385,6 +387,7 @@ class TopicManager:
         self._check_budget(name, partitions)
         if validate_only:
             return Topic(name, uuid.UUID(int=0), overrides)
+        mutations.record(partitions)
         topic = Topic(name, uuid.uuid4(), overrides)
         log_config = self.config.log_config(overrides)
         self._open_new_logs(topic, log_config, partitions)
@@ -397,10 +400,11 @@ class TopicManager:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name!r}: {exc}") from None
         return topic
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, mutations: ControllerMutationQuota = UNBOUNDED) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        mutations.record(len(topic.partitions))
         del self.topics[name]
         del self.by_id[topic.topic_id]
         renamed = [f"{partition.log.directory}.{topic.topic_id.hex}{DELETED_SUFFIX}"
@@ -422,7 +426,8 @@ class TopicManager:
             log.warning("deleted topic %s; the registry and checkpoints are written once the "
                         "disk has space (%s)", name, exc)
 
-    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    def add_partitions(self, name: str, count: int, validate_only: bool = False,
+                       mutations: ControllerMutationQuota = UNBOUNDED) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -435,6 +440,7 @@ class TopicManager:
         self._check_budget(name, count - current)
         if validate_only:
             return
+        mutations.record(count - current)
         for p in range(current, count):
             shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)  # leftovers of a deleted topic
         self._open_new_logs(topic, self.config.log_config(topic.configs), count)

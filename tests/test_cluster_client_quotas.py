@@ -6,7 +6,8 @@ A quota set through broker 0 is in /config/clients/<client-id> and
 /config/changes notification naming the entity; a producer to a partition led by broker 2
 is throttled there within seconds, and still after broker 2 restarts. A quota removed
 takes its znode and the parents it leaves empty with it, as Kafka's AdminZkClient does,
-and broker 2 stops throttling.
+and broker 2 stops throttling. Broker 2 refuses a client's topics past its
+controller_mutation_rate.
 """
 
 import json
@@ -18,7 +19,8 @@ import pytest
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_failures import connect, frame, recv_frame
 from wire.client import Client
-from wire.messages import PRODUCE
+from wire.error_codes import ErrorCode
+from wire.messages import CREATE_TOPICS, PRODUCE
 from wire.protocol import decode_response
 from wire.quota_types import CLIENT_ID, USER
 from wire.records import build_batch
@@ -78,8 +80,23 @@ def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_br
         cluster.wait(lambda: _throttle_ms(port, "quoted", partition, "paired") == 0, 5,
                      "broker 2 to stop throttling paired")
 
+        # controller_mutation_rate, through broker 2's admin path: 11 windows' worth at once
+        creator = ((CLIENT_ID, "creator"),)
+        with Client(cluster.address(0)) as admin:
+            admin.alter_client_quotas({creator: {"controller_mutation_rate": 1}})
+        with Client(cluster.address(2)) as admin:
+            cluster.wait(lambda: creator in admin.describe_client_quotas(), 5, "broker 2 to know creator's quota")
+        creation = CREATE_TOPICS.request(timeout_ms=30_000, topics=[CREATE_TOPICS.request.CreatableTopic(
+            name=f"made{i}", num_partitions=6, replication_factor=1, assignments=[], configs=[]) for i in range(3)])
+        with connect(port) as sock:
+            sock.sendall(frame(CREATE_TOPICS, 7, creation, 1, client_id="creator"))
+            created = decode_response(CREATE_TOPICS.key, 7, recv_frame(sock))[1]
+        # the topics are created concurrently: any one of them is the one past the quota
+        assert sorted(t.error_code for t in created.topics) == [0, 0, ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+        assert created.throttle_time_ms > 0
+
         cluster.restart(2)
         cluster.wait_for_leaders("quoted")
         assert _throttle_ms(port, "quoted", partition, "capped") > 0
         with Client(cluster.address(2)) as admin:
-            assert admin.describe_client_quotas() == {CAPPED: {"producer_byte_rate": 1024.0}}
+            assert admin.describe_client_quotas()[CAPPED] == {"producer_byte_rate": 1024.0}

@@ -39,6 +39,7 @@ import uuid
 from kazoo.exceptions import KazooException
 from wire.error_codes import ErrorCode
 
+from broker.client_quotas import UNBOUNDED, ControllerMutationQuota
 from broker.cluster import placement
 from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.cluster.zk_layout import DEFAULT_ENTITY, TopicAssignment
@@ -96,9 +97,11 @@ class ClusterTopicAdmin:
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            assignments: list[tuple[int, list[int]]] | None,
                            configs: dict[str, str | None], validate_only: bool,
-                           timeout_ms: int) -> tuple[uuid.UUID, int, int, dict[str, str]]:
+                           timeout_ms: int, mutations: ControllerMutationQuota = UNBOUNDED
+                           ) -> tuple[uuid.UUID, int, int, dict[str, str]]:
         """(topic id, partitions, replication factor, overrides) of the created topic
-        (the zero id when only validating)."""
+        (the zero id when only validating); the partitions are recorded in `mutations`
+        once the checks passed."""
         validate_topic_name(name)
         overrides = self._overrides(configs)
         if not assignments and not 1 <= partitions <= MAX_PARTITIONS:
@@ -120,6 +123,7 @@ class ClusterTopicAdmin:
         count, factor = len(assignment), len(assignment[0])
         if validate_only:
             return uuid.UUID(int=0), count, factor, overrides
+        mutations.record(count)
         topic_id = uuid.uuid4()
         created = await _zk(store.create_topic_with_configs, name,
                             TopicAssignment(topic_id, assignment), overrides)
@@ -159,7 +163,7 @@ class ClusterTopicAdmin:
 
     async def create_partitions(self, name: str, count: int,
                                 assignments: list[list[int]] | None, validate_only: bool,
-                                timeout_ms: int) -> None:
+                                timeout_ms: int, mutations: ControllerMutationQuota = UNBOUNDED) -> None:
         if count > MAX_PARTITIONS:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"at most {MAX_PARTITIONS} partitions")
         store = self._store
@@ -175,6 +179,7 @@ class ClusterTopicAdmin:
         added = placement.add_partitions(brokers, existing, count, assignments=assignments)
         if validate_only:
             return
+        mutations.record(len(added))
         grown = TopicAssignment(current.topic_id, {**current.partitions, **added},
                                 current.adding_replicas, current.removing_replicas)
         try:
@@ -187,12 +192,14 @@ class ClusterTopicAdmin:
                          f"partitions of {name!r} were added; their leaders were not known "
                          f"within {timeout_ms} ms")
 
-    async def delete_topic(self, name: str, timeout_ms: int) -> uuid.UUID:
+    async def delete_topic(self, name: str, timeout_ms: int,
+                           mutations: ControllerMutationQuota = UNBOUNDED) -> uuid.UUID:
         """The deleted topic's id."""
         store = self._store
         found = await _zk(store.topic_assignment, name)
         if found is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        mutations.record(len(found.value.partitions))
         await _zk(store.request_topic_deletion, name)
         await self._wait(lambda: self._broker.metadata.topic(name) is None, timeout_ms,
                          f"topic {name!r} is being deleted; it was not gone within {timeout_ms} ms")

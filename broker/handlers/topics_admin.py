@@ -9,6 +9,12 @@
 - DeleteTopics: by name (v0–5) or by name or id (v6+).
 - CreatePartitions: the count may only grow.
 - The internal topics can be neither deleted nor given partitions: INVALID_TOPIC_EXCEPTION.
+- controller_mutation_rate (broker.client_quotas, KIP-599): the partitions each topic
+  creates or deletes are recorded once it passed every check, just before the change (not
+  when only validating). From CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 a
+  topic is refused with THROTTLING_QUOTA_EXCEEDED while the client is over its quota;
+  older versions are let through. Either way the response carries the throttle time and
+  the connection is muted that long.
 - In a cluster each change is written to ZooKeeper (`broker.cluster.admin`) and answered
   once this broker's metadata shows it, or REQUEST_TIMED_OUT after the request's
   `timeout_ms`; -1 replication factor is default.replication.factor, and replicas are
@@ -33,10 +39,28 @@ from wire.error_codes import ErrorCode
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from wire.primitives import ZERO_UUID
 
+from broker.client_quotas import ControllerMutationQuota, throttle_ms
 from broker.errors import BrokerError
 from broker.handlers.configs import topic_config_entries
 from broker.security.acls import DENIED, permitted, refused
+from broker.server import Throttled
 from broker.topics import INTERNAL_TOPICS
+
+# The versions from which a request over its controller_mutation_rate is refused
+# (THROTTLING_QUOTA_EXCEEDED), not only delayed: Kafka's strict mode (KIP-599).
+_STRICT_SINCE = {CREATE_TOPICS.key: 6, CREATE_PARTITIONS.key: 3, DELETE_TOPICS.key: 5}
+
+
+def _mutation_quota(broker, header, session) -> ControllerMutationQuota:
+    return broker.mutation_quotas.for_request(session.principal.name, header.client_id or "",
+                                              header.request_api_version >= _STRICT_SINCE[header.request_api_key])
+
+
+def _answer(response, mutations: ControllerMutationQuota):
+    """The response with the throttle time its mutations earned, the connection muted that long."""
+    seconds = mutations.throttle_time()
+    response.throttle_time_ms = throttle_ms(seconds)
+    return Throttled.when(response, seconds)
 
 
 def _check_replicas(broker, replication_factor: int, assignments) -> None:
@@ -62,8 +86,9 @@ def _hide_configs(out) -> None:
 
 
 def create_topics(broker, header, request, session):
+    mutations = _mutation_quota(broker, header, session)
     if broker.admin is not None:
-        return _create_topics_in_cluster(broker, request, session)
+        return _create_topics_in_cluster(broker, request, session, mutations)
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
     denied, hidden = _check_creation(broker, session, counts)
@@ -88,7 +113,7 @@ def create_topics(broker, header, request, session):
                 partitions = broker.config.num_partitions
             configs = {c.name: c.value for c in wanted.configs}
             topic = broker.topics.create(wanted.name, partitions, configs,
-                                         validate_only=request.validate_only)
+                                         validate_only=request.validate_only, mutations=mutations)
             out.num_partitions, out.replication_factor = partitions, 1
             out.topic_id = topic.topic_id  # the zero id when only validating
             # validate_only too: Kafka answers the would-be topic's configs, and the Java
@@ -100,10 +125,10 @@ def create_topics(broker, header, request, session):
                 _hide_configs(out)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
-    return Resp(topics=results, throttle_time_ms=0)
+    return _answer(Resp(topics=results, throttle_time_ms=0), mutations)
 
 
-async def _create_topics_in_cluster(broker, request, session):
+async def _create_topics_in_cluster(broker, request, session, mutations):
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
     denied, hidden = _check_creation(broker, session, counts)
@@ -127,7 +152,7 @@ async def _create_topics_in_cluster(broker, request, session):
             assignments = [(a.partition_index, list(a.broker_ids)) for a in wanted.assignments or ()]
             topic_id, out.num_partitions, out.replication_factor, overrides = await broker.admin.create_topic(
                 wanted.name, partitions, factor, assignments, {c.name: c.value for c in wanted.configs},
-                request.validate_only, request.timeout_ms)
+                request.validate_only, request.timeout_ms, mutations)
             out.topic_id = topic_id
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
@@ -139,7 +164,7 @@ async def _create_topics_in_cluster(broker, request, session):
         return out
 
     results = await asyncio.gather(*(create(wanted) for wanted in request.topics))
-    return Resp(topics=list(results), throttle_time_ms=0)
+    return _answer(Resp(topics=list(results), throttle_time_ms=0), mutations)
 
 
 def _check_deletion(broker, session, out, by_id: bool) -> None:
@@ -164,8 +189,9 @@ def delete_topics(broker, header, request, session):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    mutations = _mutation_quota(broker, header, session)
     if broker.admin is not None:
-        return _delete_topics_in_cluster(broker, request, wanted, session)
+        return _delete_topics_in_cluster(broker, request, wanted, session, mutations)
     results = []
     for name, topic_id in wanted:
         out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
@@ -182,13 +208,13 @@ def delete_topics(broker, header, request, session):
             if topic is not None:
                 out.topic_id = topic.topic_id
             _refuse_internal(name, "deleted")
-            broker.topics.delete(name)
+            broker.topics.delete(name, mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
-    return Resp(responses=results, throttle_time_ms=0)
+    return _answer(Resp(responses=results, throttle_time_ms=0), mutations)
 
 
-async def _delete_topics_in_cluster(broker, request, wanted, session):
+async def _delete_topics_in_cluster(broker, request, wanted, session, mutations):
     Resp = DELETE_TOPICS.response
 
     async def delete(name, topic_id):
@@ -202,18 +228,19 @@ async def _delete_topics_in_cluster(broker, request, wanted, session):
                 name = out.name = topic.name
             _check_deletion(broker, session, out, by_id)
             _refuse_internal(name, "deleted")
-            out.topic_id = await broker.admin.delete_topic(name, request.timeout_ms)
+            out.topic_id = await broker.admin.delete_topic(name, request.timeout_ms, mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
         return out
 
     results = await asyncio.gather(*(delete(name, topic_id) for name, topic_id in wanted))
-    return Resp(responses=list(results), throttle_time_ms=0)
+    return _answer(Resp(responses=list(results), throttle_time_ms=0), mutations)
 
 
 def create_partitions(broker, header, request, session):
+    mutations = _mutation_quota(broker, header, session)
     if broker.admin is not None:
-        return _create_partitions_in_cluster(broker, request, session)
+        return _create_partitions_in_cluster(broker, request, session, mutations)
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -227,13 +254,14 @@ def create_partitions(broker, header, request, session):
                 raise BrokerError(*DENIED[ResourceType.TOPIC])
             _refuse_internal(wanted.name, "given partitions")
             _check_replicas(broker, 1, wanted.assignments)
-            broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only)
+            broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only,
+                                         mutations=mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
-    return Resp(results=results, throttle_time_ms=0)
+    return _answer(Resp(results=results, throttle_time_ms=0), mutations)
 
 
-async def _create_partitions_in_cluster(broker, request, session):
+async def _create_partitions_in_cluster(broker, request, session, mutations):
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
 
@@ -247,10 +275,10 @@ async def _create_partitions_in_cluster(broker, request, session):
             _refuse_internal(wanted.name, "given partitions")
             assignments = [list(a.broker_ids) for a in wanted.assignments] if wanted.assignments else None
             await broker.admin.create_partitions(wanted.name, wanted.count, assignments,
-                                                 request.validate_only, request.timeout_ms)
+                                                 request.validate_only, request.timeout_ms, mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
         return out
 
     results = await asyncio.gather(*(grow(wanted) for wanted in request.topics))
-    return Resp(results=list(results), throttle_time_ms=0)
+    return _answer(Resp(results=list(results), throttle_time_ms=0), mutations)
