@@ -21,8 +21,8 @@ from wire.primitives import DecodeError
 from wire.protocol import UnsupportedRequest, decode_request, encode_response_writer
 
 from broker import handlers
-from broker.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager, ClientQuotas,
-                                   ControllerMutationQuotaManager)
+from broker.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, ClientQuotaManager,
+                                   ClientQuotas, ControllerMutationQuotaManager, throttle_ms)
 from broker.clock import SYSTEM_CLOCK, Clock, StallWatch
 from broker.config import BrokerConfig
 from broker.dynamic_configs import DynamicBrokerConfigs
@@ -148,6 +148,11 @@ class Broker:
         self.produce_quotas, self.fetch_quotas = (
             ClientQuotaManager(self.client_quotas, key, clock, config.quota_window_num,
                                config.quota_window_size_seconds) for key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE))
+        # The time spent handling each client's requests (request_percentage: Kafka bounds
+        # its throttle time to one window).
+        self.request_quotas = ClientQuotaManager(
+            self.client_quotas, REQUEST_PERCENTAGE, clock, config.quota_window_num, config.quota_window_size_seconds,
+            max_throttle_s=config.quota_window_size_seconds)
         # The partitions created and deleted by CreateTopics, CreatePartitions, DeleteTopics.
         self.mutation_quotas = ControllerMutationQuotaManager(
             self.client_quotas, clock, config.controller_quota_window_num, config.controller_quota_window_size_seconds)
@@ -353,25 +358,41 @@ class Broker:
             response = handler(self, header, body, session)
         except AuthenticationFailed as exc:
             raise CloseConnection(str(exc), last_response=self._encode(header, exc.response)) from None
+        throttle = self._request_time(header, body, session, started)
         if isinstance(response, ResponseLater):
-            return ResponseLater(_EncodedLater(self._encode_when_done(header, response.awaitable, started),
+            return ResponseLater(_EncodedLater(self._encode_when_done(header, response.awaitable, started, throttle),
                                                response.awaitable))
         if inspect.isawaitable(response):
-            return _EncodedLater(self._encode_when_done(header, response, started), response)
-        chunks = self._encode(header, response)
+            return _EncodedLater(self._encode_when_done(header, response, started, throttle), response)
+        chunks = self._encode(header, response, throttle)
         self.metrics.request_done(header.request_api_key, header.request_api_version, started)
         return chunks
 
-    @staticmethod
-    def _encode(header, response) -> list | Throttled | None:
-        if isinstance(response, Throttled):
-            return Throttled(Broker._encode(header, response.answer), response.seconds)
-        if response is None:
-            return None
-        return encode_response_writer(header.request_api_key, header.request_api_version,
-                                      header.correlation_id, response).getchunks()
+    def _request_time(self, header, body, session, started: float) -> float:
+        """Record the time the request took to handle (until its handler returned, or
+        handed over what it waits for) against its client's request_percentage, in
+        Kafka's unit (percent of one second): the seconds it is throttled for."""
+        if handlers.exempt_from_request_quota(header, body):
+            return 0.0
+        return self.request_quotas.record(session.principal.name, header.client_id or "",
+                                          (perf_counter() - started) * 100.0)
 
-    async def _encode_when_done(self, header, response, started: float) -> list | None:
+    @staticmethod
+    def _encode(header, response, request_throttle: float = 0.0) -> list | Throttled | None:
+        """The response's chunks, in a Throttled for the longer of the handler's throttle
+        and `request_throttle` (request_percentage's), which the response then carries."""
+        seconds = request_throttle
+        if isinstance(response, Throttled):
+            seconds, response = max(seconds, response.seconds), response.answer
+        chunks = None
+        if response is not None:
+            if seconds > 0 and hasattr(response, "throttle_time_ms"):
+                response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle_ms(seconds))
+            chunks = encode_response_writer(header.request_api_key, header.request_api_version,
+                                            header.correlation_id, response).getchunks()
+        return Throttled.when(chunks, seconds)
+
+    async def _encode_when_done(self, header, response, started: float, request_throttle: float) -> list | None:
         """The response once the handler's wait ends, timed from the request's decoding;
         meanwhile a Produce or Fetch counts in its purgatory."""
         api_key = header.request_api_key
@@ -379,7 +400,7 @@ class Broker:
         if api_key in PURGATORIES:
             waiting[api_key] += 1
         try:
-            chunks = self._encode(header, await response)
+            chunks = self._encode(header, await response, request_throttle)
         finally:
             if api_key in PURGATORIES:
                 waiting[api_key] -= 1

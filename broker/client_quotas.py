@@ -1,7 +1,8 @@
 """Client quotas (KIP-13, KIP-55): what each user, client id and (user, client id) may
 use, as Kafka keeps, validates, describes and resolves them; producer_byte_rate and
 consumer_byte_rate are enforced by a ClientQuotaManager each (broker.handlers.produce
-and fetch throttle with it), controller_mutation_rate by a ControllerMutationQuotaManager
+and fetch throttle with it), request_percentage by one the broker records each request's
+handling time in, controller_mutation_rate by a ControllerMutationQuotaManager
 (broker.handlers.topics_admin).
 
 An entity is a set of (entity type, name) pairs (wire.quota_types): `user`, `client-id`,
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 
 from typing import Callable
@@ -101,7 +103,11 @@ class ClientQuotaManager:
 
     _PRUNE_AT = 1024  # rates kept before idle ones are dropped
 
-    def __init__(self, quotas: ClientQuotas, key: str, clock: Clock, samples: int, window_s: float):
+    def __init__(self, quotas: ClientQuotas, key: str, clock: Clock, samples: int, window_s: float,
+                 max_throttle_s: float = math.inf):
+        """`max_throttle_s`: the longest throttle time given (Kafka bounds request_percentage's
+        to one window)."""
+        self._max_throttle_s = max_throttle_s
         self._quotas = quotas
         self._key = key
         self._clock = clock
@@ -117,7 +123,7 @@ class ClientQuotaManager:
         if rate is None:
             return 0.0
         rate.record(amount)
-        return rate.throttle_time()
+        return min(rate.throttle_time(), self._max_throttle_s)
 
     def unrecord(self, user: str, client_id: str, amount: float) -> None:
         """Take back what `record` counted (a throttled fetch answers no records)."""

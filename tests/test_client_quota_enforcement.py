@@ -1,5 +1,5 @@
-"""Client quotas enforced (issue 37): producer_byte_rate and consumer_byte_rate on a real
-broker process, with real clients.
+"""Client quotas enforced (issue 37): producer_byte_rate, consumer_byte_rate and
+request_percentage on a real broker process, with real clients.
 
 - A confluent-kafka producer limited to 1 MiB/s (its client id's quota) acknowledged
   within ±10% of that over 8 s, told of throttling through its throttle_cb, while an
@@ -8,6 +8,8 @@ broker process, with real clients.
   held back the same: the broker reads nothing from it while it is throttled.
 - A confluent-kafka consumer limited to 1 MiB/s fetches within ±10% of it over 8 s, its
   throttle_cb told; an unlimited consumer is not throttled.
+- A client sending many tiny requests past its request_percentage is throttled and its
+  rate drops far below that of an unlimited client, which is not throttled.
 - The quota that applies follows Kafka's precedence: one case per row of its table, with
   the rate each shares, at the resolution level; on the broker, a user's quota over a
   client id's for the same connection.
@@ -40,7 +42,7 @@ from broker.client_quotas import ClientQuotas
 from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, frame, recv_frame
 from wire.client import Client
-from wire.messages import PRODUCE
+from wire.messages import API_VERSIONS, PRODUCE
 from wire.protocol import decode_response
 from wire.quota_types import CLIENT_ID, USER
 from wire.records import build_batch
@@ -216,6 +218,32 @@ def test_a_limited_consumer_keeps_to_its_quota_and_an_unlimited_one_is_not_throt
     _fill(quota_broker.bootstrap_servers, topic, 16)
     admin.alter_client_quotas({((CLIENT_ID, "limited-consumer"),): {"consumer_byte_rate": QUOTA}})
     _limited_beside_free(_consume_flat_out, quota_broker, ("limited-consumer", topic), ("free-consumer", topic))
+
+
+def _ask_flat_out(port: int, client_id: str, seconds: float) -> tuple[int, list[int]]:
+    """ApiVersions on one connection, one after the other, for `seconds`: (requests
+    answered, their throttle times)."""
+    request = API_VERSIONS.request(client_software_name="quota-test", client_software_version="1")
+    throttles = []
+    with connect(port) as sock:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            sock.sendall(frame(API_VERSIONS, 3, request, len(throttles), client_id=client_id))
+            throttles.append(decode_response(API_VERSIONS.key, 3, recv_frame(sock))[1].throttle_time_ms)
+    return len(throttles), throttles
+
+
+def test_request_percentage_throttles_a_busy_client_and_not_the_others(quota_broker, admin):
+    """A client asking ApiVersions as fast as it is answered, limited to 0.5% of a
+    handler's time (5 ms a second): it is told to back off, its throttle time bounded to
+    one window as Kafka's, and answered far less often than an unlimited client."""
+    assert admin.alter_client_quotas({((CLIENT_ID, "busy"),): {"request_percentage": 0.5}}) == {
+        ((CLIENT_ID, "busy"),): None}
+    busy, busy_throttles = _ask_flat_out(quota_broker.port, "busy", 3.0)
+    free, free_throttles = _ask_flat_out(quota_broker.port, "free", 3.0)
+    assert 0 < max(busy_throttles) <= 1000  # quota.window.size.seconds
+    assert not any(free_throttles)
+    assert busy * 4 < free, (busy, free)
 
 
 # -- precedence ---------------------------------------------------------------------------------

@@ -92,6 +92,16 @@ CLUSTER_HANDLERS = {
     LIST_PARTITION_REASSIGNMENTS.key: reassignments.list_partition_reassignments,
 }
 
+
+
+def exempt_from_request_quota(header, request) -> bool:
+    """Requests whose time counts against no request_percentage, as Kafka's: the
+    controller's and a follower's fetches."""
+    api_key = header.request_api_key
+    return api_key in CLUSTER_HANDLERS or (api_key == FETCH.key and
+                                           fetch.fetching_replica(request, header.request_api_version) >= 0)
+
+
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
 MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION

@@ -76,7 +76,7 @@ READ_COMMITTED = 1
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def _replica_id(request, version: int) -> int:
+def fetching_replica(request, version: int) -> int:
     if version >= 15:
         return request.replica_state.replica_id if request.replica_state is not None else -1
     return request.replica_id
@@ -89,7 +89,7 @@ def _build(broker, request, version, wanted, denied, budget):
     already final: an error or a diverging epoch, which waiting cannot change, bytes of
     leader-throttled replicas, whether a throttled replica got nothing for the rate)."""
     committed = request.isolation_level == READ_COMMITTED
-    replica_id = _replica_id(request, version)
+    replica_id = fetching_replica(request, version)
     by_id = version >= 13
     # KIP-392: a consumer giving its client metadata (v11+) may read from any replica,
     # and the leader may point one with a rack at a replica in its rack.
@@ -239,7 +239,7 @@ class _Fetch:
         if broker.authorizer is None:
             return
         refs = {ref for ref, _ in self.wanted}
-        if _replica_id(self.request, self.version) >= 0:
+        if fetching_replica(self.request, self.version) >= 0:
             if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
                 self.denied = frozenset(refs)
             return
@@ -281,11 +281,11 @@ class _Fetch:
             answered = session.select(answered)
         elif self.opens:
             self.opens = False
-            session = broker.fetch_sessions.open(by_id, _replica_id(self.request, self.version) >= 0,
+            session = broker.fetch_sessions.open(by_id, fetching_replica(self.request, self.version) >= 0,
                                                  self.wanted)
             if session is not None:
                 session.select(answered)  # remembered as sent: a full answer sends them all
-        broker.metrics.fetched(answered, by_id, _replica_id(self.request, self.version))
+        broker.metrics.fetched(answered, by_id, fetching_replica(self.request, self.version))
         response = _Resp(error_code=0, session_id=session.id if session is not None else 0,
                          responses=_grouped(answered, by_id), throttle_time_ms=0)
         if self.version >= 16:
@@ -300,7 +300,7 @@ class _Fetch:
 def handle(broker, header, request, session):
     """The response now, or (when it must wait for data) an awaitable of it."""
     version = header.request_api_version
-    client = None if _replica_id(request, version) >= 0 else (session.principal.name, header.client_id or "")
+    client = None if fetching_replica(request, version) >= 0 else (session.principal.name, header.client_id or "")
     try:
         fetch = _Fetch(broker, request, version, session.listener, client)
     except BrokerError as exc:  # the session named is gone or out of step
