@@ -21,7 +21,7 @@ commands:
   cluster   start, stop and check a development cluster: ZooKeeper and N brokers (sluice cluster --help)
   topics    create, list, describe, alter and delete topics (sluice topics --help)
   groups    list, describe and delete consumer groups, reset their offsets (sluice groups --help)
-  configs   describe and change topic and broker configs (sluice configs --help)
+  configs   describe and change topic and broker configs and client quotas (sluice configs --help)
   leader-election
             elect preferred (or unclean) leaders now (sluice leader-election --help)
   reassign  move partitions' replicas between brokers, as kafka-reassign-partitions (sluice reassign --help)

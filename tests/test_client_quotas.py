@@ -201,3 +201,49 @@ def test_kafka_configs_alters_and_describes_quotas(quota_broker, client):
          "--delete-config", "consumer_byte_rate")
     assert client.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
         ALICE: {"producer_byte_rate": 1048576.0}}
+
+
+def test_sluice_configs_alters_and_describes_quotas_as_kafka_configs(quota_broker, client):
+    """`sluice configs` in kafka-configs.sh's shape: users, clients, the two combined,
+    defaults; Kafka's output lines; bad input is one line and a non-zero exit."""
+    from tests.test_cli import ok, sluice
+
+    configs = ["configs", "--bootstrap-server", quota_broker.bootstrap_servers]
+    alice_app = ["--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "app"]
+    assert ok(*configs, "--entity-type", "users", "--entity-name", "alice", "--alter", "--add-config",
+              "producer_byte_rate=1048576,consumer_byte_rate=2097152") == \
+        "Completed updating config for user-principal 'alice'.\n"
+    ok(*configs, *alice_app, "--alter", "--add-config", "request_percentage=40.5")
+    ok(*configs, "--entity-type", "users", "--entity-default", "--entity-type", "clients", "--entity-default",
+       "--alter", "--add-config", "controller_mutation_rate=10")
+    ok(*configs, "--entity-type", "clients", "--entity-default", "--alter", "--add-config", "consumer_byte_rate=1024")
+    assert client.describe_client_quotas() == {
+        ALICE: {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0},
+        ALICE_APP: {"request_percentage": 40.5},
+        ((CLIENT_ID, None), (USER, None)): {"controller_mutation_rate": 10.0},
+        DEFAULT_CLIENT: {"consumer_byte_rate": 1024.0}}
+    assert ok(*configs, "--entity-type", "users", "--entity-name", "alice", "--describe") == (
+        "Quota configs for user-principal 'alice' are consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0\n")
+    assert ok(*configs, *alice_app, "--describe") == (
+        "Quota configs for user-principal 'alice', client-id 'app' are request_percentage=40.5\n")
+    assert json.loads(ok(*configs, "--entity-type", "clients", "--describe", "--output", "json")) == {
+        "entities": [{"entity": {"client-id": None}, "quotas": {"consumer_byte_rate": 1024}}]}
+
+    ok(*configs, "--entity-type", "users", "--entity-name", "alice", "--alter", "--delete-config", "consumer_byte_rate")
+    assert client.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
+        ALICE: {"producer_byte_rate": 1048576.0}}
+    for args, message in [
+            (["--entity-type", "users", "--entity-name", "alice", "--alter", "--delete-config", "consumer_byte_rate"],
+             "sluice: Invalid config(s): consumer_byte_rate\n"),
+            (["--entity-type", "clients", "--entity-name", "c", "--alter", "--add-config", "producer_byte_rate=fast"],
+             "sluice: Cannot parse quota configuration value for producer_byte_rate: fast\n"),
+            (["--entity-type", "clients", "--entity-name", "c", "--alter", "--add-config", "producer_byte_rate=-1"],
+             "Quota producer_byte_rate must be greater than 0"),
+            (["--entity-type", "clients", "--entity-name", "c", "--alter", "--add-config", "bogus=1"],
+             "Invalid configuration key bogus")]:
+        result = sluice(*configs, *args)
+        assert result.returncode == 1 and result.stdout == "", (args, result)
+        assert message in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
+    result = sluice(*configs, "--entity-type", "users", "--entity-type", "topics", "--describe")
+    assert result.returncode == 2 and "client quotas are of users, clients" in result.stderr
+    assert client.describe_client_quotas([(CLIENT_ID, MATCH_EXACT, "c")]) == {}
