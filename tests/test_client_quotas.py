@@ -12,7 +12,8 @@ Python Kafka client has them) and Kafka's own kafka-configs (ConfigCommand, kafk
   twice, ip with user).
 - A restart keeps them (client-quotas.json).
 - kafka-configs --alter --add-config / --delete-config and --describe for users,
-  clients, a user's client and the defaults.
+  clients, a user's client and the defaults; `sluice configs` the same, in Kafka's words,
+  bad input one line on stderr.
 """
 
 from __future__ import annotations
