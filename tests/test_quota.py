@@ -3,7 +3,8 @@
 over every 10 s window of a long run when fetches go by its headroom: reads of at most
 the headroom (a batch at least), or of a whole partition limit whenever the bound is not
 passed, as Kafka's replication throttles read; and Kafka's Rate, which client quotas
-measure with, on Kafka's own example.
+measure with, on Kafka's own example. broker.quota.TokenBucket, controller_mutation_rate's,
+as Kafka's: full at first, below 0 after a burst, refilled at its bound.
 """
 
 from __future__ import annotations
@@ -114,3 +115,21 @@ def test_whole_fetches_while_below_the_bound_hold_the_rate_in_every_10_s_window(
     rate = 10_000_000.0
     windows = moved_per_window(rate, lambda headroom: MB, interval=0.05)
     assert all(abs(moved - rate * 10) <= rate * 10 * 0.1 for moved in windows), windows
+
+
+def test_a_token_bucket_starts_full_may_go_below_zero_and_refills_at_its_bound():
+    """Kafka's TokenBucket (controller_mutation_rate): 2 windows of 1 s at 1 a second hold
+    2; recording 5 leaves -3, 3 s from 0; it refills at the bound up to 2 again."""
+    from broker.quota import TokenBucket
+
+    clock = ManualClock()
+    bucket = TokenBucket(clock, lambda: 1.0, 2, 1.0)
+    assert bucket.idle() and bucket.throttle_time() == 0.0
+    bucket.record(2)
+    assert bucket.throttle_time() == 0.0 and not bucket.idle()
+    bucket.record(3)
+    assert bucket.throttle_time() == 3.0
+    clock.stall(2.5)
+    assert bucket.throttle_time() == 0.5
+    clock.stall(10.0)
+    assert bucket.idle() and bucket.throttle_time() == 0.0
