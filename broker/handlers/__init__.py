@@ -95,11 +95,11 @@ CLUSTER_HANDLERS = {
 
 
 def exempt_from_request_quota(header, request) -> bool:
-    """Requests whose time counts against no request_percentage, as Kafka's: the
-    controller's and a follower's fetches."""
+    """Requests whose time counts against no request_percentage, as Kafka's (its cluster
+    actions): the controller's, a transaction coordinator's markers and a follower's fetches."""
     api_key = header.request_api_key
-    return api_key in CLUSTER_HANDLERS or (api_key == FETCH.key and
-                                           fetch.fetching_replica(request, header.request_api_version) >= 0)
+    return api_key in CLUSTER_HANDLERS or api_key == WRITE_TXN_MARKERS.key or (
+        api_key == FETCH.key and fetch.fetching_replica(request, header.request_api_version) >= 0)
 
 
 # Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
