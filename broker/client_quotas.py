@@ -65,14 +65,8 @@ log = logging.getLogger("sluice.quotas")
 Entity = frozenset  # of (entity type, name or None for the default)
 
 
-class QuotaError(Exception):
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-def _invalid(message: str) -> QuotaError:
-    return QuotaError(ErrorCode.INVALID_REQUEST, message)
+def _invalid(message: str) -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_REQUEST, message)
 
 
 def throttle_ms(seconds: float) -> int:
@@ -238,7 +232,7 @@ class ClientQuotas:
                 entities[entity] = quotas
         except FileNotFoundError:
             return
-        except (ValueError, KeyError, TypeError, AttributeError, QuotaError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, BrokerError) as exc:
             raise RuntimeError(f"{self.path} is invalid ({type(exc).__name__}: {exc}); refusing to start") from None
         self._set(entities)
 
@@ -288,7 +282,7 @@ class ClientQuotas:
 
     def describe(self, components: list[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
         """The entities matching the filter (entity type, match type, match) and their
-        quotas; QuotaError for a filter Kafka refuses."""
+        quotas; BrokerError for a filter Kafka refuses."""
         exact: dict[str, str | None] = {}
         specified: set[str] = set()
         for entity_type, match_type, match in components:
@@ -297,7 +291,7 @@ class ClientQuotas:
             if entity_type in exact or entity_type in specified:
                 raise _invalid(f"Entity type {entity_type} cannot appear more than once in the filter.")
             if entity_type not in (USER, CLIENT_ID, IP):
-                raise QuotaError(ErrorCode.UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}")
+                raise BrokerError(ErrorCode.UNSUPPORTED_VERSION, f"Unsupported entity type {entity_type}")
             if match_type == MATCH_EXACT:
                 if match is None:
                     raise _invalid("Request specified MATCH_TYPE_EXACT, but set match string to null.")
@@ -345,7 +339,7 @@ class ClientQuotas:
                         raise _invalid(f"Invalid configuration key {key}")
                     _check_value(key, value)
                     quotas[key] = value
-            except QuotaError as exc:
+            except BrokerError as exc:
                 results.append((exc.code, str(exc)))
                 continue
             if quotas:
@@ -415,7 +409,7 @@ def _parsed(entity_path: str, config: dict[str, str]) -> dict[str, float]:
             try:
                 _check_value(key, float(text))
                 quotas[key] = float(text)
-            except (ValueError, QuotaError) as exc:
+            except (ValueError, BrokerError) as exc:
                 log.warning("/config/%s: leaving out %s=%r (%s)", entity_path, key, text, exc)
     return quotas
 

@@ -2,11 +2,12 @@
 request_percentage on a real broker process, with real clients.
 
 - A confluent-kafka producer limited to 1 MiB/s (its client id's quota) acknowledged
-  within ±10% of that over 8 s, told of throttling through its throttle_cb, while an
+  within 10% below that over 8 s and 10% plus the one window's worth Kafka's Rate lets
+  through at once (an eighth) above it, told of throttling through its throttle_cb, while an
   unlimited producer on the same broker gets throttle time 0 throughout.
 - A raw-protocol producer that ignores throttle_time_ms, pipelining its requests, is
   held back the same: the broker reads nothing from it while it is throttled.
-- A confluent-kafka consumer limited to 1 MiB/s fetches within ±10% of it over 8 s, its
+- A confluent-kafka consumer limited to 1 MiB/s fetches within the same bounds, its
   throttle_cb told; an unlimited consumer is not throttled.
 - A client sending many tiny requests past its request_percentage is throttled and its
   rate drops far below that of an unlimited client, which is not throttled.
@@ -23,7 +24,8 @@ request_percentage on a real broker process, with real clients.
 The broker measures over quota.window.num=2 windows of 1 s. Over Kafka's default 11,
 a client new to its quota may send 10 windows' worth at once and is then held back
 until they are forgotten (Kafka's Rate: tests/test_quota.py), so its rate is only
-within ±10% over much more than 10 s; with 2 it is over every 8 s.
+within ±10% over much more than 10 s; with 2 it is over 8 s, but for the one
+window's worth (an eighth) it may take at once after being held back.
 """
 
 from __future__ import annotations
@@ -53,13 +55,19 @@ MIB = 1 << 20
 QUOTA = MIB  # bytes a second
 MEASURED_S = 8.0
 WARM_UP_S = 1.5  # the first window's burst: what an idle quota allows at once
+WINDOWS, WINDOW_S = 2, 1.0  # the broker's quota.window.num and quota.window.size.seconds
+# Kafka's Rate measures over the windows, so a client held back until its rate is within
+# the quota again may take the windows' worth but one at once: over a span of
+# MEASURED_S, (WINDOWS - 1) * WINDOW_S seconds' worth more than the quota at most.
+MOST = 1.1 + (WINDOWS - 1) * WINDOW_S / MEASURED_S
 
 
 @pytest.fixture(scope="module")
 def quota_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("quota-enforcement")
     config = base / "server.properties"
-    config.write_text("quota.window.num=2\ngroup.initial.rebalance.delay.ms=0\n")
+    config.write_text(f"quota.window.num={WINDOWS}\nquota.window.size.seconds={WINDOW_S:g}\n"
+                      "group.initial.rebalance.delay.ms=0\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         yield proc
     output = "".join(proc.output)
@@ -127,7 +135,7 @@ def _limited_beside_free(work, broker, limited_client: tuple[str, str], free_cli
     for thread in threads:
         thread.join(60)
     rate = _rate_over(limited, start + WARM_UP_S, MEASURED_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota"
+    assert 0.9 * QUOTA <= rate <= MOST * QUOTA, f"{rate / QUOTA:.3f} of the quota"
     assert limited_throttles and max(limited_throttles) > 0
     assert free and not any(free_throttles), free_throttles
 
@@ -177,7 +185,7 @@ def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker,
     sender.join(10)
     sock.close()
     rate = _rate_over(answered, start + WARM_UP_S, MEASURED_S)
-    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate / QUOTA:.3f} of the quota ({sent} sent)"
+    assert 0.9 * QUOTA <= rate <= MOST * QUOTA, f"{rate / QUOTA:.3f} of the quota ({sent} sent)"
     assert max(throttle_times) > 0
 
 
@@ -201,7 +209,7 @@ def _consume_flat_out(bootstrap: str, topic: str, client_id: str, until: float, 
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
                          "enable.auto.commit": False, "max.partition.fetch.bytes": 65536,
-                         "fetch.max.bytes": 65536, "message.max.bytes": 65536, "queued.max.messages.kbytes": 256,
+                         "fetch.max.bytes": 65536, "message.max.bytes": 65536, "queued.max.messages.kbytes": 64,
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:

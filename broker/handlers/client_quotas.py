@@ -15,7 +15,7 @@ from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 
-from broker.client_quotas import QuotaError
+from broker.errors import BrokerError
 from broker.security.acls import DENIED, permitted
 
 
@@ -27,7 +27,7 @@ def describe_client_quotas(broker, header, request, session):
     try:
         found = broker.client_quotas.describe(
             [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
-    except QuotaError as exc:
+    except BrokerError as exc:
         return Resp(throttle_time_ms=0, error_code=exc.code, error_message=str(exc), entries=None)
     entries = [Resp.EntryData(
         entity=[Resp.EntityData(entity_type=t, entity_name=n) for t, n in sorted(entity)],
