@@ -201,7 +201,7 @@ class Broker:
         if self.cleaner is not None:
             self.cleaner.load()
         if self.cluster is None:
-            self.groups.load()
+            await self.groups.load()
             await self.transactions.load()  # after the groups: completing transactions commits their offsets
         else:
             await self.cluster.remove_stray_replicas()
@@ -313,12 +313,12 @@ class Broker:
             partition.flush_if_due()
 
     def coordinated_partitions(self, topic: str):
-        """The coordinator's view of its topic's partitions (`broker.coordinated`) for
+        """The coordinator's view of its topic's partitions (`broker.coordinator_runtime`) for
         `__consumer_offsets` and `__transaction_state`; None for any other topic."""
         if topic == offsets_log.TOPIC:
-            return self.groups.coordinated
+            return self.groups.runtime.coordinated
         if topic == txn_log.TOPIC:
-            return self.transactions.coordinated
+            return self.transactions.runtime.coordinated
         return None
 
     # -- requests ----------------------------------------------------------------------

@@ -55,7 +55,7 @@ class StallWatch:
     the whole machine, a call that blocks the loop. Nobody could be heard meanwhile, yet
     the clock ran on: what times out on it (a group member's session, a rebalance) must
     not count that time, and a coordinator must make sure it still leads before acting
-    again, since its ZooKeeper session may have expired meanwhile (broker.coordinated).
+    again, since its ZooKeeper session may have expired meanwhile (broker.coordinator_runtime).
 
     Once started, `check()` runs every few hundred milliseconds (a broker upkeep task)
     and wherever the broker must not act on what it knew before a stall; a gap of more

@@ -383,7 +383,7 @@ class BrokerCollector:
         members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group",
                                     labels=["consumergroup"])
         topics = broker.topics.topics
-        coordinated = set(broker.groups.coordinated.coordinated())
+        coordinated = set(broker.groups.runtime.coordinated.coordinated())
         for group_id, group in sorted(broker.groups.groups.items()):
             if group.state == DEAD or group.partition not in coordinated:
                 continue

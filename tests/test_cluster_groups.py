@@ -176,7 +176,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
 
         index = groups.partition_for(moving)
         partition = topics.partition(OFFSETS_TOPIC, index)
-        groups.coordinated.resigned(index)  # a LeaderAndIsr made this broker a follower
+        groups.runtime.coordinated.resigned(index)  # a LeaderAndIsr made this broker a follower
         with pytest.raises(BrokerError) as refused:
             await second
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
@@ -190,7 +190,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         assert [g.group_id for g in groups.listed()] == [staying]
 
         partition.make_leader(partition.leader_epoch + 1, [0], [0])
-        groups.coordinated.elected(partition)
+        groups.runtime.coordinated.elected(partition)
         await asyncio.sleep(0)  # the load runs up to its first yield
         assert code_of(lambda: groups.committed(moving)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         assert code_of(groups.listed) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -219,7 +219,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
             await groups.commit(moving, first.generation, first.member_id, None,
                                 {("t", 0): CommittedOffset(1000, -1, "", 0)})
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
-        groups.coordinated.elected(partition)
+        groups.runtime.coordinated.elected(partition)
         wait_loaded = time.monotonic() + 10
         while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
             assert time.monotonic() < wait_loaded
@@ -235,9 +235,9 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         _, _, assignment = await groups.sync(moving, again.generation, again.member_id, "static-1",
                                              None, None, {})
         assert assignment == b"all" and groups.groups[moving].state == "Stable"
-        groups.coordinated.resigned(index)
+        groups.runtime.coordinated.resigned(index)
         partition.make_leader(partition.leader_epoch + 1, [0], [0])
-        groups.coordinated.elected(partition)
+        groups.runtime.coordinated.elected(partition)
         while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
@@ -270,7 +270,7 @@ def test_suspended_partition_waits_for_zookeepers_word(tmp_path):
         def heartbeat() -> int:
             return code_of(lambda: groups.heartbeat("g", joined.generation, joined.member_id, None))
 
-        coordinated = groups.coordinated
+        coordinated = groups.runtime.coordinated
         (index,) = coordinated.coordinated()
         epoch = topics.partition(OFFSETS_TOPIC, index).leader_epoch
         coordinated.suspend()
@@ -308,15 +308,15 @@ def test_writes_are_answered_once_replicated(tmp_path):
     topics.create("t", 1, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact", "min.insync.replicas": "2"})
     groups = group_coordinator(config, topics)
-    groups.load()
+    asyncio.run(groups.load())
     partition = topics.partition(OFFSETS_TOPIC, 0)
     tp = ("t", 0)
 
     async def elected(epoch: int, isr: list[int]) -> None:
         partition.make_leader(epoch, [0, 1], isr)
-        groups.coordinated.elected(partition)
+        groups.runtime.coordinated.elected(partition)
         for _ in range(500):
-            if groups.coordinated.coordinated() == [0]:
+            if groups.runtime.coordinated.coordinated() == [0]:
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("the partition did not load")
@@ -344,7 +344,7 @@ def test_writes_are_answered_once_replicated(tmp_path):
         pending = commit(6)
         await asyncio.sleep(0.05)
         partition.make_follower(1, partition.leader_epoch + 1, [0, 1], [0, 1])
-        groups.coordinated.resigned(0)
+        groups.runtime.coordinated.resigned(0)
         with pytest.raises(BrokerError) as refused:
             await pending
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
@@ -383,7 +383,7 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     topics.create("t", 3, {})
     topics.create(OFFSETS_TOPIC, 1, {"cleanup.policy": "compact"})
     groups = group_coordinator(config, topics, clock)
-    groups.load()
+    asyncio.run(groups.load())
     partition = topics.partition(OFFSETS_TOPIC, 0)
 
     def commit(group: str, partition_index: int, offset: int):
@@ -395,12 +395,12 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
 
     async def scenario():
         partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1])
-        groups.coordinated.elected(partition)
+        groups.runtime.coordinated.elected(partition)
         for _ in range(100):
-            if groups.coordinated.coordinated() == [0]:
+            if groups.runtime.coordinated.coordinated() == [0]:
                 break
             await asyncio.sleep(0)
-        assert groups.coordinated.coordinated() == [0], "the partition did not load"
+        assert groups.runtime.coordinated.coordinated() == [0], "the partition did not load"
         written = [commit("mixed", 0, 5), commit("mixed", 1, 6), commit("one", 0, 7)]
         await asyncio.sleep(0)  # appended (a commit's first step), now waiting for the follower
         partition.update_follower(1, partition.log_end_offset)
@@ -418,7 +418,7 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     asyncio.run(scenario())
     assert committed(groups, "mixed") == {0: 8} and committed(groups, "one") == {2: 9}
     replayed = group_coordinator(config, topics, clock)
-    replayed.load()
+    asyncio.run(replayed.load())
     assert committed(replayed, "mixed") == {0: 8} and committed(replayed, "one") == {2: 9}
     topics.close()
 

@@ -63,7 +63,7 @@ import confluent_kafka.admin
 import pytest
 
 from broker.cluster.zk_layout import TopicAssignment
-from broker.groups.offsets_log import partition_for
+from broker.coordinator_runtime import partition_for
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_cluster import ask_controlled_shutdown

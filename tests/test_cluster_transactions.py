@@ -46,7 +46,7 @@ import uuid
 import pytest
 
 from broker.cluster.metadata import COORDINATOR_TOPICS
-from broker.groups.offsets_log import partition_for
+from broker.coordinator_runtime import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from sluice.polling import wait_for

@@ -1222,14 +1222,14 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     assert {tp: c.offset for tp, c in groups.committed("mixed").items()} == {("expiring", 1): 9}
 
     replayed = group_coordinator(config, topics, clock, port=9092)  # what a restart would load from __consumer_offsets
-    replayed.load()
+    asyncio.run(replayed.load())
     assert set(replayed.groups) == {"recent", "mixed"}
     assert {tp: c.offset for tp, c in replayed.committed("mixed").items()} == {("expiring", 1): 9}
     asyncio.run(clock.advance(60))
     groups.expire_offsets()
     assert groups.groups == {}
     replayed = group_coordinator(config, topics, clock, port=9092)
-    replayed.load()
+    asyncio.run(replayed.load())
     assert replayed.groups == {}
 
     # A restart does not restart the clock: offsets committed before it (by a standalone
@@ -1246,7 +1246,7 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     commit("standalone", 1, 11)
     asyncio.run(clock.advance(45))
     restarted = group_coordinator(config, topics, clock, port=9092)
-    restarted.load()
+    asyncio.run(restarted.load())
     restarted.expire_offsets()
     assert set(restarted.groups) == {"had-members", "standalone"}
     asyncio.run(clock.advance(20))  # 65 s after the commits, 20 s after the "restart"

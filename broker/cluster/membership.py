@@ -26,7 +26,7 @@ leaving, as a ZooKeeper-mode Kafka broker does it.
   Its coordinators suspend their partitions at once and each is checked against its
   state in ZooKeeper (read again every half second while it cannot be): still led
   here at the coordinator's epoch, coordination goes on; else it is resigned without
-  waiting for the controller's LeaderAndIsr (broker.coordinated).
+  waiting for the controller's LeaderAndIsr (broker.coordinator_runtime).
 - Topic configs: a local topic's are refreshed from /config/topics at start, and on every
   /config/changes notification naming it; so are users' SCRAM credentials
   (/config/users, broker.security.scram_credentials). The controller hears of every
@@ -312,7 +312,8 @@ class ClusterMembership:
         answering for their partitions until ZooKeeper confirms that it leads them."""
         if self._leaving:
             return
-        coordinators = (self._broker.groups.coordinated, self._broker.transactions.coordinated)
+        coordinators = (self._broker.groups.runtime.coordinated,
+                        self._broker.transactions.runtime.coordinated)
         for coordinated in coordinators:
             coordinated.suspend()
         if not any(coordinated.suspended() for coordinated in coordinators):

@@ -25,7 +25,7 @@ from typing import Iterable, Protocol
 from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
-from broker.groups.offsets_log import partition_for
+from broker.coordinator_runtime import partition_for
 
 # The topic of each FindCoordinator key type: 0 a group, 1 a transactional id.
 COORDINATOR_TOPICS = {0: "__consumer_offsets", 1: "__transaction_state"}

@@ -38,14 +38,14 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
   offset does not replace one written later in the log by a plain commit (Kafka's
   rule, which keeps the state the same once the log cleaner has compacted the topic).
 
-Coordination follows the leadership of `__consumer_offsets` (see broker.coordinated): a
+Coordination follows the leadership of `__consumer_offsets` (see broker.coordinator_runtime): a
 group's coordinator is the leader of partition abs(javaHash(group)) % partitions. On the
 single node every partition is loaded at start (or when the topic is created). In a
 cluster a partition is replayed when this broker becomes its leader and its groups are
 dropped when it stops leading (their waiting JoinGroup/SyncGroup answered
 NOT_COORDINATOR, their timers cancelled). Every request first checks that its group's
 partition is coordinated here: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
-it loads or is suspended (after a stall, see broker.coordinated); as in Kafka, a
+it loads or is suspended (after a stall, see broker.coordinator_runtime); as in Kafka, a
 Heartbeat is then answered blindly and a SyncGroup REBALANCE_IN_PROGRESS (the member
 joins again).
 
@@ -73,24 +73,16 @@ from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 from broker.clock import Timer
-from broker.coordinated import CoordinatedPartitions, coordinator_error
+from broker.coordinator_runtime import CoordinatorRuntime
 from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
-from broker.throttled_log import ThrottledLog
 
 log = logging.getLogger("sluice.groups")
 
 # Kafka's offsets.commit.timeout.ms: how long a write a client waits for may take to be
 # replicated before the client is answered COORDINATOR_NOT_AVAILABLE (and retries).
 COMMIT_TIMEOUT_S = 5.0
-_LOAD_YIELD_EVERY = 500  # records replayed between two turns of the event loop
-# A failed append of a transactional offset commit answers as these map; other
-# refusals (a fenced producer epoch, ...) are the producer's business and go back as they are.
-_COORDINATOR_WRITE_ERRORS = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_COORDINATOR})
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of the consumer's group protocol
 
@@ -182,6 +174,79 @@ class Group:
         return max(sorted(common), key=lambda name: votes[name])
 
 
+class _PartitionReplay:
+    """The groups of one partition of `__consumer_offsets`, built from its entries in log
+    order (see offsets_log: transactional offsets wait for their marker)."""
+
+    def __init__(self, index: int, clock, stalls):
+        self._index = index
+        self._clock = clock
+        self._stalls = stalls
+        self._groups: dict[str, Group] = {}
+        self._pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
+
+    def apply(self, entry: tuple) -> None:
+        groups = self._groups
+        if entry[0] == "marker":
+            _, producer_id, committed = entry
+            for group_id in self._pending.pop(producer_id, ()):
+                group = groups.get(group_id)
+                if group is not None:
+                    GroupCoordinator._end_pending(group, producer_id, committed)
+            return
+        _, key, value, producer_id, position = entry
+        decoded = offsets_log.decode_record(key, value)
+        if decoded is None:
+            return
+        kind, ident, payload = decoded
+        if kind == "offset":
+            group_id, topic_name, topic_partition = ident
+            tp = (topic_name, topic_partition)
+            # Without a group record (standalone commits) the commit timestamps
+            # alone decide when its offsets expire, not the time of this start.
+            group = groups.setdefault(group_id, Group(group_id, partition=self._index, state_since_ms=0))
+            if producer_id >= 0:
+                offsets = group.pending_txn.setdefault(producer_id, {})
+                if payload is None:
+                    offsets.pop(tp, None)
+                else:
+                    offsets[tp] = (payload, position)
+                self._pending.setdefault(producer_id, set()).add(group_id)
+            else:
+                GroupCoordinator._apply_offsets(group, {tp: payload}, position)
+        elif payload is None:
+            groups.pop(ident, None)
+        else:
+            self._restore(ident, payload)
+
+    def _restore(self, group_id: str, value) -> None:
+        group = self._groups.setdefault(group_id, Group(group_id, partition=self._index,
+                                                        state_since_ms=self._clock.wall_ms()))
+        group.generation = value.generation
+        group.protocol_type = value.protocol_type
+        group.protocol_name = value.protocol
+        group.leader = value.leader
+        group.members.clear()
+        group.static_members.clear()
+        for m in value.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.session_timeout, m.rebalance_timeout, value.protocol_type,
+                            [(value.protocol, bytes(m.subscription))], bytes(m.assignment),
+                            last_heartbeat=self._stalls.monotonic())
+            group.members[m.member_id] = member
+            if m.group_instance_id:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.set_state(STABLE if group.members else EMPTY, self._clock.wall_ms())
+        if not group.members and value.current_state_timestamp >= 0:
+            group.state_since_ms = value.current_state_timestamp  # empty since then, for expiry
+
+    def groups(self) -> dict[str, Group]:
+        """The groups replayed, those that left no trace (no members, offsets or
+        generation) left out."""
+        return {group_id: group for group_id, group in self._groups.items()
+                if group.members or group.offsets or group.pending_txn or group.generation != 0}
+
+
 class GroupCoordinator:
     def __init__(self, broker):
         self.broker = broker
@@ -193,119 +258,69 @@ class GroupCoordinator:
         self.initial_delay_s = cfg.group_initial_rebalance_delay_ms / 1000
         self.min_session_ms = cfg.group_min_session_timeout_ms
         self.max_session_ms = cfg.group_max_session_timeout_ms
-        self.partitions = cfg.offsets_topic_num_partitions
         self.retention_ms = cfg.offsets_retention_minutes * 60_000
         self.max_metadata_bytes = cfg.offset_metadata_max_bytes
         self.groups: dict[str, Group] = {}
-        self.coordinated = CoordinatedPartitions(offsets_log.TOPIC, self.load_partition,
-                                                 self.unload_partition, self.stalls)
-        self._write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)
+        self.runtime = CoordinatorRuntime(broker, offsets_log.TOPIC, cfg.offsets_topic_num_partitions,
+                                          cfg.offsets_topic_segment_bytes,
+                                          self.load_partition, self.unload_partition)
 
     # -- placement -------------------------------------------------------------------
-    def _offsets_topic(self):
-        """The single node's offsets topic, created (and coordinated) on first use."""
-        topics = self.broker.topics
-        topic = topics.topics.get(offsets_log.TOPIC)
-        if topic is None:
-            topic = topics.create(offsets_log.TOPIC, self.partitions,
-                                  {"cleanup.policy": "compact",
-                                   "segment.bytes": str(self.broker.config.offsets_topic_segment_bytes)})
-            for index, partition in topic.partitions.items():
-                self.coordinated.loaded(index, partition.leader_epoch)
-        return topic
-
     def partition_for(self, group_id: str) -> int:
-        """The `__consumer_offsets` partition that holds the group. The single node
-        creates the topic if need be; a cluster counts the partitions of the topic in
-        its metadata view, `offsets.topic.num.partitions` while it has none (as Kafka)."""
-        if not self.broker.config.cluster_mode:
-            return offsets_log.partition_for(group_id, len(self._offsets_topic().partitions))
-        topic = self.broker.metadata.topic(offsets_log.TOPIC)
-        count = len(topic.partitions) if topic is not None and topic.partitions else self.partitions
-        return offsets_log.partition_for(group_id, count)
+        """The `__consumer_offsets` partition that holds the group (the single node
+        creates the topic if need be)."""
+        return self.runtime.partition_for(group_id)
 
     def _coordinating(self, group_id: str) -> int:
         """The group's partition, once sure it is coordinated here: NOT_COORDINATOR or
         COORDINATOR_LOAD_IN_PROGRESS otherwise."""
         index = self.partition_for(group_id)
-        self.coordinated.epoch(index)
+        self.runtime.coordinated.epoch(index)
         return index
 
-    def _leads(self, index: int) -> bool:
-        """Whether partition `index` is coordinated here and led at its coordinator epoch."""
-        try:
-            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
-            self.coordinated.check_writable(partition, self.coordinated.epoch(index))
-        except BrokerError:
-            return False
-        return True
-
     # -- durability ------------------------------------------------------------------
-    def _append(self, index: int, records: list, producer_id: int = NO_PRODUCER_ID,
-                producer_epoch: int = NO_PRODUCER_EPOCH):
-        """Append to partition `index` as its coordinator (at its coordinator epoch);
-        (the partition, the log end after the records). BrokerError with the code the
-        coordinator answers: Kafka's mapping of the partition's refusals (a
-        transactional write's producer errors pass unchanged)."""
-        try:
-            epoch = self.coordinated.epoch(index)
-            partition = self.broker.topics.partition(offsets_log.TOPIC, index)
-            self.coordinated.check_writable(partition, epoch)
-            end = offsets_log.append_records(partition, records, self.clock.wall_ms(),
-                                             producer_id, producer_epoch)
-        except BrokerError as exc:
-            if producer_id != NO_PRODUCER_ID and exc.code not in _COORDINATOR_WRITE_ERRORS:
-                raise
-            raise coordinator_error(exc) from None
-        return partition, end
-
     async def _store(self, group: Group, records: list, producer_id: int = NO_PRODUCER_ID,
                      producer_epoch: int = NO_PRODUCER_EPOCH, *, offsets=()) -> int:
         """Append to the group's partition and wait until the records are committed; the
         log end after them. `offsets`: the partitions whose offsets of the group they set
         or delete, in flight meanwhile."""
-        partition, end = self._append(group.partition, records, producer_id, producer_epoch)
+        partition, end = self._append(group, records, producer_id, producer_epoch)
         writing = Counter(offsets)
         group.offsets_in_flight += writing
         try:
-            await self.coordinated.committed(partition, end, COMMIT_TIMEOUT_S)
-        except BrokerError as exc:
-            self._write_failures("a write to %s-%d was not committed: %s", offsets_log.TOPIC,
-                                 group.partition, exc)
-            raise
+            await self.runtime.committed(partition, end, COMMIT_TIMEOUT_S)
         finally:
             group.offsets_in_flight -= writing
         return end
 
+    def _append(self, group: Group, records: list, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH):
+        """Append to the group's partition at its coordinator epoch: (the partition, the
+        log end after the records)."""
+        index = group.partition
+        return self.runtime.append(index, self.runtime.coordinated.epoch(index), records,
+                                   producer_id, producer_epoch)
+
     def _write_later(self, group: Group, records: list) -> None:
         """A write nobody waits for, its effect already in memory (Kafka's background
-        stores): a failure, such as the partition having moved, is only logged."""
+        stores): a failure, such as the partition having moved, is only logged (by the
+        runtime)."""
         try:
-            self._append(group.partition, records)
-        except BrokerError as exc:
-            self._write_failures("cannot write the state of group %s to %s-%d: %s", group.group_id,
-                                 offsets_log.TOPIC, group.partition, exc)
+            self._append(group, records)
+        except BrokerError:
+            pass
 
-    def load(self) -> None:
+    async def load(self) -> None:
         """The single node: replay every partition of `__consumer_offsets` (when it
         exists) into memory, and coordinate them all."""
-        topic = self.broker.topics.topics.get(offsets_log.TOPIC)
-        if topic is None:
-            return
-        for index, partition in sorted(topic.partitions.items()):
-            groups: dict[str, Group] = {}
-            for _ in self._replay(partition, groups):
-                pass
-            self.groups.update(groups)
-            self.coordinated.loaded(index, partition.leader_epoch)
-        log.info("loaded %d consumer group(s) from %s", len(self.groups), offsets_log.TOPIC)
+        await self.runtime.load_local()
 
     async def load_partition(self, partition, epoch: int) -> None:
-        """A cluster broker now leads `partition` of `__consumer_offsets` at `epoch`:
-        replay it, letting other requests run meanwhile; its groups appear at once at the end."""
-        groups: dict[str, Group] = {}
-        for _ in self._replay(partition, groups):
-            await asyncio.sleep(0)
+        """This broker now leads `partition` of `__consumer_offsets` at `epoch`: replay it,
+        letting other requests run meanwhile; its groups appear at once at the end."""
+        replay = _PartitionReplay(partition.index, self.clock, self.stalls)
+        await self.runtime.replay(partition, replay.apply)
+        groups = replay.groups()
         self.groups.update(groups)
         log.info("loaded %d consumer group(s) from %s-%d at coordinator epoch %d", len(groups),
                  offsets_log.TOPIC, partition.index, epoch)
@@ -328,70 +343,6 @@ class GroupCoordinator:
             group.set_state(DEAD, self.clock.wall_ms())
         if dropped:
             log.info("dropped %d consumer group(s) of %s-%d", len(dropped), offsets_log.TOPIC, index)
-
-    def _replay(self, partition, groups: dict[str, "Group"]):
-        """Replay one partition of the topic into `groups`; yields now and then so that
-        an asynchronous load can let other requests run."""
-        index = partition.index
-        pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
-        for count, entry in enumerate(offsets_log.read_entries(partition), 1):
-            if count % _LOAD_YIELD_EVERY == 0:
-                yield
-            if entry[0] == "marker":
-                _, producer_id, committed = entry
-                for group_id in pending.pop(producer_id, ()):
-                    group = groups.get(group_id)
-                    if group is not None:
-                        self._end_pending(group, producer_id, committed)
-                continue
-            _, key, value, producer_id, position = entry
-            decoded = offsets_log.decode_record(key, value)
-            if decoded is None:
-                continue
-            kind, ident, payload = decoded
-            if kind == "offset":
-                group_id, topic_name, topic_partition = ident
-                tp = (topic_name, topic_partition)
-                # Without a group record (standalone commits) the commit timestamps
-                # alone decide when its offsets expire, not the time of this start.
-                group = groups.setdefault(group_id, Group(group_id, partition=index, state_since_ms=0))
-                if producer_id >= 0:
-                    offsets = group.pending_txn.setdefault(producer_id, {})
-                    if payload is None:
-                        offsets.pop(tp, None)
-                    else:
-                        offsets[tp] = (payload, position)
-                    pending.setdefault(producer_id, set()).add(group_id)
-                else:
-                    self._apply_offsets(group, {tp: payload}, position)
-            elif payload is None:
-                groups.pop(ident, None)
-            else:
-                self._restore(groups, index, ident, payload)
-        for group_id in [g for g, group in groups.items() if not group.members and
-                         not group.offsets and not group.pending_txn and group.generation == 0]:
-            del groups[group_id]
-
-    def _restore(self, groups: dict[str, Group], index: int, group_id: str, value) -> None:
-        group = groups.setdefault(group_id, Group(group_id, partition=index,
-                                                  state_since_ms=self.clock.wall_ms()))
-        group.generation = value.generation
-        group.protocol_type = value.protocol_type
-        group.protocol_name = value.protocol
-        group.leader = value.leader
-        group.members.clear()
-        group.static_members.clear()
-        for m in value.members:
-            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            m.session_timeout, m.rebalance_timeout, value.protocol_type,
-                            [(value.protocol, bytes(m.subscription))], bytes(m.assignment),
-                            last_heartbeat=self.stalls.monotonic())
-            group.members[m.member_id] = member
-            if m.group_instance_id:
-                group.static_members[m.group_instance_id] = m.member_id
-        group.set_state(STABLE if group.members else EMPTY, self.clock.wall_ms())
-        if not group.members and value.current_state_timestamp >= 0:
-            group.state_since_ms = value.current_state_timestamp  # empty since then, for expiry
 
     def _group_metadata_record(self, group: Group):
         members = [GROUP_METADATA_VALUE.MemberMetadata(
@@ -729,7 +680,7 @@ class GroupCoordinator:
 
     def expire_sessions(self) -> None:
         """Remove the members of coordinated groups whose session timed out."""
-        coordinated = set(self.coordinated.coordinated())
+        coordinated = set(self.runtime.coordinated.coordinated())
         now = self.stalls.monotonic()
         for group in list(self.groups.values()):
             if group.partition not in coordinated:
@@ -884,11 +835,11 @@ class GroupCoordinator:
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         for index in sorted(topic.partitions) if topic is not None else ():
             try:
-                self.coordinated.epoch(index)
+                self.runtime.coordinated.epoch(index)
             except BrokerError as exc:
                 if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                     raise
-        coordinated = set(self.coordinated.coordinated())
+        coordinated = set(self.runtime.coordinated.coordinated())
         return [g for g in self.groups.values() if g.partition in coordinated and g.state != DEAD]
 
     async def delete_group(self, group_id: str) -> None:
@@ -968,7 +919,7 @@ class GroupCoordinator:
         awaiting replication on the same partition hold up only the offsets they write
         (and the group's removal), as in Kafka: the others expire between them."""
         now_ms = self.clock.wall_ms()
-        writable = {index for index in self.coordinated.coordinated() if self._leads(index)}
+        writable = {index for index in self.runtime.coordinated.coordinated() if self.runtime.leads(index)}
         for group in list(self.groups.values()):
             if group.partition not in writable or group.members or group.state != EMPTY or \
                     group.pending_txn or now_ms - group.state_since_ms < self.retention_ms:

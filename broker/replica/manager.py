@@ -16,7 +16,7 @@ and a leader's ISR changes written to ZooKeeper.
 - Leader: the partition leads with the given replicas and ISR; it is no longer fetched.
   Follower: it follows the given leader; its fetcher truncates it first. A partition of
   a coordinator's topic is loaded by that coordinator when it starts leading here and
-  unloaded when it follows or stops (`broker.coordinated`).
+  unloaded when it follows or stops (`broker.coordinator_runtime`).
 - A follower the controller's metadata lists as offline for a partition (its broker not
   live, or in controlled shutdown) does not join the partition's ISR here, however
   caught up: Kafka's rule (KIP-841), which its ZooKeeper-era controller enforces.

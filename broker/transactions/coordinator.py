@@ -2,8 +2,8 @@
 
 The coordinator of a transactional id is the leader of its partition of
 `__transaction_state` (abs(javaHash(id)) % partitions): on the single node this broker
-for every id, in a cluster the broker leading that partition (`self.coordinated`, see
-`broker.coordinated`): a partition is loaded when this broker becomes its leader
+for every id, in a cluster the broker leading that partition (`self.runtime`, see
+`broker.coordinator_runtime`): a partition is loaded when this broker becomes its leader
 (COORDINATOR_LOAD_IN_PROGRESS meanwhile, NOT_COORDINATOR for ids of partitions led
 elsewhere) and its ids are forgotten when it stops leading. Loading completes the
 transactions it finds in PrepareCommit/PrepareAbort. The coordinator epoch written into
@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 
 from wire.error_codes import ErrorCode
 
-from broker.coordinated import CoordinatedPartitions, coordinator_error
+from broker.coordinator_runtime import CoordinatorRuntime
 from broker.errors import BrokerError
 from broker.failpoints import fail_point
 from broker.transactions import txn_log
@@ -88,7 +88,6 @@ _MAX_EPOCH = 32767  # Short.MaxValue: reserved so that a producer can always be 
 _COMPLETING = (PREPARE_COMMIT, PREPARE_ABORT)
 _COMPLETE = (COMPLETE_COMMIT, COMPLETE_ABORT)
 _WRITE_TIMEOUT_S = 10.0  # for a state change to be committed (COORDINATOR_NOT_AVAILABLE after)
-_LOAD_YIELD_EVERY = 200  # records replayed between yields to the event loop
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -125,69 +124,33 @@ class TransactionCoordinator:
         cfg = broker.config
         self.max_timeout_ms = cfg.transaction_max_timeout_ms
         self.completion_wait_s = cfg.add_partitions_to_txn_retry_backoff_max_ms / 1000
-        self.partitions = cfg.transaction_state_log_num_partitions
         self.expiration_ms = cfg.transactional_id_expiration_ms
         self.txns: dict[str, TxnMetadata] = {}
-        self.coordinated = CoordinatedPartitions(txn_log.TOPIC, self.load_partition, self.unload_partition,
-                                                 broker.stalls)
+        self.runtime = CoordinatorRuntime(broker, txn_log.TOPIC, cfg.transaction_state_log_num_partitions,
+                                          cfg.transaction_state_log_segment_bytes,
+                                          self.load_partition, self.unload_partition)
         self.markers = MarkerWriter(broker)
         self._background: set[asyncio.Task] = set()
 
     # -- where a transactional id lives ------------------------------------------------
-    def _topic(self):
-        """The single node's `__transaction_state`, created on first use (every partition
-        coordinated here at once)."""
-        topics = self.broker.topics
-        topic = topics.topics.get(txn_log.TOPIC)
-        if topic is None:
-            topic = topics.create(txn_log.TOPIC, self.partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.broker.config.transaction_state_log_segment_bytes)})
-            for index, partition in topic.partitions.items():
-                self.coordinated.loaded(index, partition.leader_epoch)
-        return topic
-
-    def _partition_count(self, create: bool = False) -> int:
-        """The partitions of `__transaction_state`: the single node's (created when
-        `create`: a write is coming), or the cluster's as the metadata view has them."""
-        if not self.broker.config.cluster_mode:
-            topic = self._topic() if create else self.broker.topics.topics.get(txn_log.TOPIC)
-            return self.partitions if topic is None else len(topic.partitions)
-        topic = self.broker.metadata.topic(txn_log.TOPIC)
-        if topic is None or not topic.partitions:
-            raise BrokerError(ErrorCode.NOT_COORDINATOR, f"{txn_log.TOPIC} does not exist yet")
-        return len(topic.partitions)
-
     def _coordinator_of(self, transactional_id: str, create: bool = False) -> tuple[int, int]:
         """(partition index, coordinator epoch) of the id; NOT_COORDINATOR or
         COORDINATOR_LOAD_IN_PROGRESS unless this broker coordinates it. The single
         node before its first transactional id: the partition to be, epoch 0 (nothing
-        is known there yet, so nothing is written unless `create`)."""
+        is known there yet, so nothing is written unless `create`, which creates
+        `__transaction_state`)."""
         if not transactional_id:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "the transactional id is empty")
-        index = txn_log.partition_for(transactional_id, self._partition_count(create))
-        if not self.broker.config.cluster_mode and txn_log.TOPIC not in self.broker.topics.topics:
+        index = self.runtime.partition_for(transactional_id, create)
+        if not self.broker.config.cluster_mode and self.runtime.local_topic(create=False) is None:
             return index, 0
-        return index, self.coordinated.epoch(index)
+        return index, self.runtime.coordinated.epoch(index)
 
     def _coordinating(self, index: int, epoch: int) -> bool:
         try:
-            return self.coordinated.epoch(index) == epoch
+            return self.runtime.coordinated.epoch(index) == epoch
         except BrokerError:
             return False
-
-    # -- durability ------------------------------------------------------------------
-    async def _append(self, index: int, epoch: int, records) -> None:
-        """Append to partition `index` as its coordinator at `epoch` and wait until the
-        records are committed (acks=all against transaction.state.log.min.isr)."""
-        try:
-            partition = self.broker.topics.partition(txn_log.TOPIC, index)
-            self.coordinated.check_writable(partition, epoch)
-            end = txn_log.append_records(partition, records, self.clock.wall_ms())
-        except BrokerError as exc:
-            log.warning("cannot write to %s-%d: %s", txn_log.TOPIC, index, exc)
-            raise coordinator_error(exc) from None
-        await self.coordinated.committed(partition, end, _WRITE_TIMEOUT_S)
 
     async def _transition(self, meta: TxnMetadata, index: int, epoch: int, **changes) -> None:
         """Log `meta` with `changes` applied; once that is committed, apply them (not if
@@ -220,7 +183,7 @@ class TransactionCoordinator:
     async def _write_transition(self, meta: TxnMetadata, index: int, epoch: int, record,
                                 changes: dict, now: int) -> None:
         try:
-            await self._append(index, epoch, [record])
+            await self.runtime.write(index, epoch, [record], _WRITE_TIMEOUT_S)
         finally:
             meta.pending = False
         if self.txns.get(meta.transactional_id) is not meta or not self._coordinating(index, epoch):
@@ -240,12 +203,10 @@ class TransactionCoordinator:
             self._complete_soon(meta, index, epoch)
 
     # -- loading ---------------------------------------------------------------------
-    def _replay(self, partition) -> None:
-        for key, value in txn_log.read_records(partition):
-            self._replay_record(key, value, partition.index)
-
-    def _replay_record(self, key, value, index: int) -> None:
-        decoded = txn_log.decode_record(key, value)
+    def _replay_entry(self, entry: tuple, index: int) -> None:
+        if entry[0] != "record":
+            return
+        decoded = txn_log.decode_record(entry[1], entry[2])
         if decoded is None:
             return
         txn_id, v = decoded
@@ -267,34 +228,17 @@ class TransactionCoordinator:
         """The single node: replay all of `__transaction_state` (when it exists) and
         complete the transactions a crash left between PrepareCommit/PrepareAbort and
         CompleteCommit/CompleteAbort, before serving."""
-        topic = self.broker.topics.topics.get(txn_log.TOPIC)
-        if topic is None:
-            return
-        for index, partition in sorted(topic.partitions.items()):
-            self._replay(partition)
-            self.coordinated.loaded(index, partition.leader_epoch)
-        completing = [m for m in self.txns.values() if m.state in _COMPLETING]
-        for meta in completing:
-            log.info("completing transaction of %s (producer %d epoch %d) left in %s",
-                     meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state_name)
-            try:
-                await self._completion(meta, *self._coordinator_of(meta.transactional_id))
-            except BrokerError as exc:
-                log.warning("could not complete the transaction of %s: %s", meta.transactional_id, exc)
-        ongoing = sum(m.state == ONGOING for m in self.txns.values())
-        log.info("loaded %d transactional id(s) from %s (%d ongoing, %d completed on load)",
-                 len(self.txns), txn_log.TOPIC, ongoing, len(completing))
+        await self.runtime.load_local()
+        completing = [m.completion for m in self.txns.values() if m.completion is not None]
+        await asyncio.gather(*completing, return_exceptions=True)  # failures logged by _in_background
 
     async def load_partition(self, partition, epoch: int) -> None:
-        """A cluster broker now leads `partition` of `__transaction_state` at `epoch`:
-        replay it (yielding to other requests now and then), then complete the
-        transactions it holds in PrepareCommit/PrepareAbort (their markers are written
-        again, with this coordinator epoch)."""
+        """This broker now leads `partition` of `__transaction_state` at `epoch`: replay
+        it (yielding to other requests now and then), then complete the transactions it
+        holds in PrepareCommit/PrepareAbort (their markers are written again, with this
+        coordinator epoch)."""
         index = partition.index
-        for count, (key, value) in enumerate(txn_log.read_records(partition), 1):
-            self._replay_record(key, value, index)
-            if count % _LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)
+        await self.runtime.replay(partition, lambda entry: self._replay_entry(entry, index))
         loaded = self._ids_of(index)
         completing = [m for m in loaded if m.state in _COMPLETING]
         log.info("loaded %d transactional id(s) from %s-%d at coordinator epoch %d (%d to complete)",
@@ -548,7 +492,8 @@ class TransactionCoordinator:
         index, coordinator_epoch = self._coordinator_of(meta.transactional_id)
         meta.pending = True
         try:
-            await self._append(index, coordinator_epoch, [txn_log.tombstone(meta.transactional_id)])
+            await self.runtime.write(index, coordinator_epoch, [txn_log.tombstone(meta.transactional_id)],
+                                     _WRITE_TIMEOUT_S)
         finally:
             meta.pending = False
         if self.txns.get(meta.transactional_id) is meta:
@@ -576,7 +521,7 @@ class TransactionCoordinator:
              duration_ms: int) -> list[TxnMetadata]:
         """The transactions of the partitions coordinated here (loaded ones only)."""
         now = self.clock.wall_ms()
-        coordinated = set(self.coordinated.coordinated())
+        coordinated = set(self.runtime.coordinated.coordinated())
         return [m for m in self.txns.values()
                 if m.state != DEAD and m.producer_epoch != NO_PRODUCER_EPOCH
                 and m.log_partition in coordinated

@@ -7,7 +7,8 @@ and start timestamps); a null value (tombstone) forgets an expired transactional
 The status byte is Kafka's: Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3,
 CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7. The partition list
 is null for Empty and empty once a transaction completed, as Kafka writes them.
-A transactional id lives in partition `abs(javaHash(id)) % partitions`, as in Kafka.
+A transactional id lives in partition `abs(javaHash(id)) % partitions`, as in Kafka
+(`broker.coordinator_runtime`, which reads and writes the topic's batches).
 
 The topic is compacted by the log cleaner (cleanup.policy=compact, as Kafka creates
 it): only each id's latest record remains, and a tombstone goes after
@@ -20,11 +21,9 @@ from __future__ import annotations
 from wire.messages import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from wire.primitives import DecodeError
 
-from broker.groups.offsets_log import append_records, partition_for, read_records
-
 __all__ = ["TOPIC", "EMPTY", "ONGOING", "PREPARE_COMMIT", "PREPARE_ABORT", "COMPLETE_COMMIT",
            "COMPLETE_ABORT", "DEAD", "PREPARE_EPOCH_FENCE", "STATE_NAMES", "STATES_BY_NAME",
-           "txn_record", "decode_record", "append_records", "read_records", "partition_for"]
+           "txn_record", "tombstone", "decode_record"]
 
 TOPIC = "__transaction_state"
 _KEY_VERSION = 0
