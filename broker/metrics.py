@@ -388,7 +388,7 @@ class BrokerCollector:
             if group.state == DEAD or group.partition not in coordinated:
                 continue
             members.add_metric([group_id], len(group.members))
-            for (topic, index), committed in sorted(group.offsets.items()):
+            for (topic, index), committed in sorted(broker.groups.offsets.offsets_of(group_id).items()):
                 labels = {"consumergroup": group_id, "topic": topic, "partition": str(index)}
                 current.samples.append(Sample("kafka_consumergroup_current_offset", labels, committed.offset))
                 found = topics.get(topic)

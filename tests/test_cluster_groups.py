@@ -163,9 +163,9 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
 
         # 600 commits in the moving group's partition: its load yields to the loop.
         for offset in range(600):
-            assert await groups.commit(moving, -1, "", None, {("t", 0): CommittedOffset(
+            assert await groups.offsets.commit(moving, -1, "", None, {("t", 0): CommittedOffset(
                 offset, -1, "", 0)}) == {("t", 0): 0}
-        assert await groups.commit(staying, -1, "", None, {("t", 1): CommittedOffset(7, -1, "", 0)}) \
+        assert await groups.offsets.commit(staying, -1, "", None, {("t", 1): CommittedOffset(7, -1, "", 0)}) \
             == {("t", 1): 0}
         first = await join(instance="static-1")  # a static member
         await groups.sync(moving, first.generation, first.member_id, "static-1", None, None,
@@ -180,8 +180,8 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         with pytest.raises(BrokerError) as refused:
             await second
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
-        assert moving not in groups.groups and groups.groups[staying].offsets
-        assert code_of(lambda: groups.committed(moving)) == ErrorCode.NOT_COORDINATOR
+        assert moving not in groups.groups and groups.offsets.committed(staying)
+        assert code_of(lambda: groups.offsets.committed(moving)) == ErrorCode.NOT_COORDINATOR
         assert code_of(lambda: groups.heartbeat(moving, first.generation, first.member_id, None)) \
             == ErrorCode.NOT_COORDINATOR
         with pytest.raises(BrokerError) as refused:
@@ -192,7 +192,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         partition.make_leader(partition.leader_epoch + 1, [0], [0])
         groups.runtime.coordinated.elected(partition)
         await asyncio.sleep(0)  # the load runs up to its first yield
-        assert code_of(lambda: groups.committed(moving)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert code_of(lambda: groups.offsets.committed(moving)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         assert code_of(groups.listed) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         # Kafka's answers while loading: a heartbeat passes blindly, a SyncGroup sends the
         # member back to JoinGroup (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS there for fatal).
@@ -201,12 +201,12 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         with pytest.raises(BrokerError) as refused:
             await groups.sync(moving, first.generation, first.member_id, None, None, None, {})
         assert refused.value.code == ErrorCode.REBALANCE_IN_PROGRESS
-        assert groups.committed(staying)[("t", 1)].offset == 7  # other partitions go on
+        assert groups.offsets.committed(staying)[("t", 1)].offset == 7  # other partitions go on
         deadline = time.monotonic() + 10
-        while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
+        while code_of(lambda: groups.offsets.committed(moving)) != ErrorCode.NONE:
             assert time.monotonic() < deadline, "the partition did not load within 10 s"
             await asyncio.sleep(0.01)
-        assert groups.committed(moving)[("t", 0)].offset == 599
+        assert groups.offsets.committed(moving)[("t", 0)].offset == 599
         restored = groups.groups[moving]
         assert (restored.state, restored.generation, list(restored.members)) == \
             ("Stable", first.generation, [first.member_id])
@@ -216,15 +216,15 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         # Deposed without being told yet (a newer leader epoch elsewhere): writes refused.
         partition.make_leader(partition.leader_epoch + 1, [0], [0])
         with pytest.raises(BrokerError) as refused:
-            await groups.commit(moving, first.generation, first.member_id, None,
-                                {("t", 0): CommittedOffset(1000, -1, "", 0)})
+            await groups.offsets.commit(moving, first.generation, first.member_id, None,
+                                        {("t", 0): CommittedOffset(1000, -1, "", 0)})
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
         groups.runtime.coordinated.elected(partition)
         wait_loaded = time.monotonic() + 10
-        while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
+        while code_of(lambda: groups.offsets.committed(moving)) != ErrorCode.NONE:
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
-        assert groups.committed(moving)[("t", 0)].offset == 599  # the refused write is nowhere
+        assert groups.offsets.committed(moving)[("t", 0)].offset == 599  # the refused write is nowhere
         assert groups.groups[moving] is restored  # led on at the new epoch: kept, not reloaded
         groups.heartbeat(moving, first.generation, first.member_id, None)
 
@@ -238,7 +238,7 @@ def test_partition_load_and_unload_follow_leadership(tmp_path):
         groups.runtime.coordinated.resigned(index)
         partition.make_leader(partition.leader_epoch + 1, [0], [0])
         groups.runtime.coordinated.elected(partition)
-        while code_of(lambda: groups.committed(moving)) != ErrorCode.NONE:
+        while code_of(lambda: groups.offsets.committed(moving)) != ErrorCode.NONE:
             assert time.monotonic() < wait_loaded
             await asyncio.sleep(0.01)
         assert groups.groups[moving].static_members == {"static-1": again.member_id}
@@ -274,7 +274,7 @@ def test_suspended_partition_waits_for_zookeepers_word(tmp_path):
         (index,) = coordinated.coordinated()
         epoch = topics.partition(OFFSETS_TOPIC, index).leader_epoch
         coordinated.suspend()
-        assert code_of(lambda: groups.committed("g")) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert code_of(lambda: groups.offsets.committed("g")) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         await clock.advance(30)  # three sessions: nobody expires while in doubt
         groups.expire_sessions()
         assert heartbeat() == ErrorCode.NONE and coordinated.coordinated() == []
@@ -322,15 +322,16 @@ def test_writes_are_answered_once_replicated(tmp_path):
         raise AssertionError("the partition did not load")
 
     def commit(offset: int, group: str = "g"):
-        return asyncio.ensure_future(groups.commit(group, -1, "", None, {tp: CommittedOffset(offset, -1, "", 0)}))
+        return asyncio.ensure_future(groups.offsets.commit(group, -1, "", None,
+                                                           {tp: CommittedOffset(offset, -1, "", 0)}))
 
     async def scenario():
         await elected(partition.leader_epoch + 1, [0, 1])
         pending = commit(5)
         await asyncio.sleep(0.05)
-        assert not pending.done() and groups.committed("g") == {}  # not replicated: not applied
+        assert not pending.done() and groups.offsets.committed("g") == {}  # not replicated: not applied
         partition.update_follower(1, partition.log_end_offset)
-        assert await pending == {tp: 0} and groups.committed("g")[tp].offset == 5
+        assert await pending == {tp: 0} and groups.offsets.committed("g")[tp].offset == 5
 
         joined = await groups.join("s", "", None, "c", "h", 10_000, 10_000, "consumer",
                                    [("range", b"")], require_known_member_id=False)
@@ -350,12 +351,12 @@ def test_writes_are_answered_once_replicated(tmp_path):
         assert refused.value.code == ErrorCode.NOT_COORDINATOR
 
         await elected(partition.leader_epoch + 1, [0])  # the ISR below min.insync.replicas
-        assert groups.committed("g")[tp].offset in (5, 6)  # 6 only if the new leader kept it
-        kept = groups.committed("g")[tp].offset
+        assert groups.offsets.committed("g")[tp].offset in (5, 6)  # 6 only if the new leader kept it
+        kept = groups.offsets.committed("g")[tp].offset
         with pytest.raises(BrokerError) as refused:
             await commit(7)
         assert refused.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        assert groups.committed("g")[tp].offset == kept
+        assert groups.offsets.committed("g")[tp].offset == kept
         joined = await groups.join("s2", "", None, "c", "h", 10_000, 10_000, "consumer",
                                    [("range", b"")], require_known_member_id=False)
         with pytest.raises(BrokerError) as refused:
@@ -387,11 +388,11 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     partition = topics.partition(OFFSETS_TOPIC, 0)
 
     def commit(group: str, partition_index: int, offset: int):
-        return asyncio.ensure_future(groups.commit(group, -1, "", None, {
+        return asyncio.ensure_future(groups.offsets.commit(group, -1, "", None, {
             ("t", partition_index): CommittedOffset(offset, -1, "", clock.wall_ms())}))
 
     def committed(coordinator, group: str) -> dict[int, int]:
-        return {p: c.offset for (_, p), c in coordinator.committed(group).items()}
+        return {p: c.offset for (_, p), c in coordinator.offsets.committed(group).items()}
 
     async def scenario():
         partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1])

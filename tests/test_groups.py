@@ -1204,8 +1204,8 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
 
     def commit(group, partition, offset):
         ts = clock.wall_ms()
-        codes = asyncio.run(groups.commit(group, -1, "", None,
-                                          {("expiring", partition): CommittedOffset(offset, -1, "", ts)}))
+        codes = asyncio.run(groups.offsets.commit(group, -1, "", None,
+                                                  {("expiring", partition): CommittedOffset(offset, -1, "", ts)}))
         assert codes == {("expiring", partition): 0}
 
     commit("old", 0, 5)
@@ -1216,15 +1216,15 @@ def test_expired_offsets_of_empty_groups_are_dropped(tmp_path):
     commit("mixed", 1, 9)
     asyncio.run(clock.advance(11))  # 61 s after the first commits, 11 s after the later ones
     groups.expire_offsets()
-    assert groups.committed("old") == {}
+    assert groups.offsets.committed("old") == {}
     assert "old" not in groups.groups
-    assert {tp: c.offset for tp, c in groups.committed("recent").items()} == {("expiring", 0): 8}
-    assert {tp: c.offset for tp, c in groups.committed("mixed").items()} == {("expiring", 1): 9}
+    assert {tp: c.offset for tp, c in groups.offsets.committed("recent").items()} == {("expiring", 0): 8}
+    assert {tp: c.offset for tp, c in groups.offsets.committed("mixed").items()} == {("expiring", 1): 9}
 
     replayed = group_coordinator(config, topics, clock, port=9092)  # what a restart would load from __consumer_offsets
     asyncio.run(replayed.load())
     assert set(replayed.groups) == {"recent", "mixed"}
-    assert {tp: c.offset for tp, c in replayed.committed("mixed").items()} == {("expiring", 1): 9}
+    assert {tp: c.offset for tp, c in replayed.offsets.committed("mixed").items()} == {("expiring", 1): 9}
     asyncio.run(clock.advance(60))
     groups.expire_offsets()
     assert groups.groups == {}

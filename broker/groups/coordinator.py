@@ -1,4 +1,6 @@
-"""The classic consumer-group coordinator: membership, rebalances, committed offsets.
+"""The group coordinator: the classic group's membership and rebalances, over the
+coordinator runtime (`broker.coordinator_runtime`), with the groups' committed offsets
+kept by the offsets manager (`groups.offsets`), which asks the group who may commit.
 
 States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
 PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
@@ -22,21 +24,15 @@ PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
 - OffsetCommit needs the member and generation of a group that is Stable or preparing a
   rebalance (REBALANCE_IN_PROGRESS while it completes one); a group with no members
   accepts commits with generation -1 and no member id (`assign()` users).
-- Offsets and group metadata are written to `__consumer_offsets` before the request is
-  answered; the state is replayed from there on start. Offsets of groups left empty
-  for `offsets.retention.minutes` expire.
+- Group metadata is written to `__consumer_offsets` before the request is answered;
+  the state is replayed from there on start. A group left empty for
+  `offsets.retention.minutes` loses its offsets, and goes once it has none left.
 - OffsetDelete removes offsets of a group that exists: any of an empty group's, and of a
   consumer group with members those of topics no member subscribes to
   (GROUP_SUBSCRIBED_TO_TOPIC for the others); a group with members of another protocol
   type is NON_EMPTY_GROUP.
 - Transactional commits (TxnOffsetCommit) need no particular group state; a member id,
-  instance id or generation, when given, must match as for OffsetCommit. Their offsets
-  are written as the producer's transactional batch and stay pending, per producer,
-  until the transaction coordinator's marker: COMMIT applies them, ABORT drops them.
-  Pending offsets are invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT
-  for them when asked for stable offsets) and never expire. A committed transactional
-  offset does not replace one written later in the log by a plain commit (Kafka's
-  rule, which keeps the state the same once the log cleaner has compacted the topic).
+  instance id or generation, when given, must match as for OffsetCommit.
 
 Coordination follows the leadership of `__consumer_offsets` (see broker.coordinator_runtime): a
 group's coordinator is the leader of partition abs(javaHash(group)) % partitions. On the
@@ -70,19 +66,13 @@ from dataclasses import dataclass, field
 from wire.error_codes import ErrorCode
 from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 
-from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-
 from broker.clock import Timer
 from broker.coordinator_runtime import CoordinatorRuntime
 from broker.errors import BrokerError
 from broker.groups import offsets_log
-from broker.groups.offsets_log import CommittedOffset
+from broker.groups.offsets import COMMIT_TIMEOUT_S, OffsetsManager, OffsetsReplay
 
 log = logging.getLogger("sluice.groups")
-
-# Kafka's offsets.commit.timeout.ms: how long a write a client waits for may take to be
-# replicated before the client is answered COORDINATOR_NOT_AVAILABLE (and retries).
-COMMIT_TIMEOUT_S = 5.0
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of the consumer's group protocol
 
@@ -132,18 +122,6 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, float] = field(default_factory=dict)  # member id -> deadline
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    # The log end after the write each offset in `offsets` comes from: writes committed
-    # out of order (their waits end in any order) still apply in log order.
-    offsets_written_at: dict[tuple[str, int], int] = field(default_factory=dict)
-    # Transactional commits awaiting their transaction's end: producer id -> partition ->
-    # (offset, the log end after its write).
-    pending_txn: dict[int, dict[tuple[str, int], tuple[CommittedOffset, int]]] = field(
-        default_factory=dict)
-    # Partitions whose offset a write awaiting replication sets or deletes (not applied
-    # yet): expiry leaves their offsets, and the group, alone meanwhile (Kafka's
-    # pendingOffsetCommits).
-    offsets_in_flight: Counter[tuple[str, int]] = field(default_factory=Counter)
     state_since_ms: int = field(kw_only=True)  # the coordinator clock's wall_ms()
     rebalance_timer: Timer | None = None
     rebalance_deadline: float = 0.0
@@ -176,23 +154,18 @@ class Group:
 
 class _PartitionReplay:
     """The groups of one partition of `__consumer_offsets`, built from its entries in log
-    order (see offsets_log: transactional offsets wait for their marker)."""
+    order; their offsets go to `offsets` (an OffsetsReplay)."""
 
-    def __init__(self, index: int, clock, stalls):
+    def __init__(self, index: int, clock, stalls, offsets: OffsetsReplay):
         self._index = index
         self._clock = clock
         self._stalls = stalls
         self._groups: dict[str, Group] = {}
-        self._pending: dict[int, set[str]] = {}  # producer id -> groups with its offsets pending
+        self.offsets = offsets
 
     def apply(self, entry: tuple) -> None:
-        groups = self._groups
         if entry[0] == "marker":
-            _, producer_id, committed = entry
-            for group_id in self._pending.pop(producer_id, ()):
-                group = groups.get(group_id)
-                if group is not None:
-                    GroupCoordinator._end_pending(group, producer_id, committed)
+            self.offsets.marker(*entry[1:])
             return
         _, key, value, producer_id, position = entry
         decoded = offsets_log.decode_record(key, value)
@@ -201,21 +174,13 @@ class _PartitionReplay:
         kind, ident, payload = decoded
         if kind == "offset":
             group_id, topic_name, topic_partition = ident
-            tp = (topic_name, topic_partition)
             # Without a group record (standalone commits) the commit timestamps
             # alone decide when its offsets expire, not the time of this start.
-            group = groups.setdefault(group_id, Group(group_id, partition=self._index, state_since_ms=0))
-            if producer_id >= 0:
-                offsets = group.pending_txn.setdefault(producer_id, {})
-                if payload is None:
-                    offsets.pop(tp, None)
-                else:
-                    offsets[tp] = (payload, position)
-                self._pending.setdefault(producer_id, set()).add(group_id)
-            else:
-                GroupCoordinator._apply_offsets(group, {tp: payload}, position)
+            self._groups.setdefault(group_id, Group(group_id, partition=self._index, state_since_ms=0))
+            self.offsets.offset(group_id, (topic_name, topic_partition), payload, producer_id, position)
         elif payload is None:
-            groups.pop(ident, None)
+            self._groups.pop(ident, None)
+            self.offsets.forget(ident)
         else:
             self._restore(ident, payload)
 
@@ -243,8 +208,10 @@ class _PartitionReplay:
     def groups(self) -> dict[str, Group]:
         """The groups replayed, those that left no trace (no members, offsets or
         generation) left out."""
+        offsets = self.offsets.groups
         return {group_id: group for group_id, group in self._groups.items()
-                if group.members or group.offsets or group.pending_txn or group.generation != 0}
+                if group.members or group.generation != 0
+                or (group_id in offsets and offsets[group_id].holds_anything())}
 
 
 class GroupCoordinator:
@@ -258,12 +225,11 @@ class GroupCoordinator:
         self.initial_delay_s = cfg.group_initial_rebalance_delay_ms / 1000
         self.min_session_ms = cfg.group_min_session_timeout_ms
         self.max_session_ms = cfg.group_max_session_timeout_ms
-        self.retention_ms = cfg.offsets_retention_minutes * 60_000
-        self.max_metadata_bytes = cfg.offset_metadata_max_bytes
         self.groups: dict[str, Group] = {}
         self.runtime = CoordinatorRuntime(broker, offsets_log.TOPIC, cfg.offsets_topic_num_partitions,
                                           cfg.offsets_topic_segment_bytes,
                                           self.load_partition, self.unload_partition)
+        self.offsets = OffsetsManager(broker, self.runtime, self)
 
     # -- placement -------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -279,34 +245,18 @@ class GroupCoordinator:
         return index
 
     # -- durability ------------------------------------------------------------------
-    async def _store(self, group: Group, records: list, producer_id: int = NO_PRODUCER_ID,
-                     producer_epoch: int = NO_PRODUCER_EPOCH, *, offsets=()) -> int:
-        """Append to the group's partition and wait until the records are committed; the
-        log end after them. `offsets`: the partitions whose offsets of the group they set
-        or delete, in flight meanwhile."""
-        partition, end = self._append(group, records, producer_id, producer_epoch)
-        writing = Counter(offsets)
-        group.offsets_in_flight += writing
-        try:
-            await self.runtime.committed(partition, end, COMMIT_TIMEOUT_S)
-        finally:
-            group.offsets_in_flight -= writing
-        return end
-
-    def _append(self, group: Group, records: list, producer_id: int = NO_PRODUCER_ID,
-                producer_epoch: int = NO_PRODUCER_EPOCH):
-        """Append to the group's partition at its coordinator epoch: (the partition, the
-        log end after the records)."""
+    async def _store(self, group: Group, records: list) -> None:
+        """Append to the group's partition and wait until the records are committed."""
         index = group.partition
-        return self.runtime.append(index, self.runtime.coordinated.epoch(index), records,
-                                   producer_id, producer_epoch)
+        await self.runtime.write(index, self.runtime.coordinated.epoch(index), records, COMMIT_TIMEOUT_S)
 
     def _write_later(self, group: Group, records: list) -> None:
         """A write nobody waits for, its effect already in memory (Kafka's background
         stores): a failure, such as the partition having moved, is only logged (by the
         runtime)."""
+        index = group.partition
         try:
-            self._append(group, records)
+            self.runtime.append(index, self.runtime.coordinated.epoch(index), records)
         except BrokerError:
             pass
 
@@ -318,10 +268,11 @@ class GroupCoordinator:
     async def load_partition(self, partition, epoch: int) -> None:
         """This broker now leads `partition` of `__consumer_offsets` at `epoch`: replay it,
         letting other requests run meanwhile; its groups appear at once at the end."""
-        replay = _PartitionReplay(partition.index, self.clock, self.stalls)
+        replay = _PartitionReplay(partition.index, self.clock, self.stalls, OffsetsReplay(partition.index))
         await self.runtime.replay(partition, replay.apply)
         groups = replay.groups()
         self.groups.update(groups)
+        self.offsets.loaded(replay.offsets, groups)
         log.info("loaded %d consumer group(s) from %s-%d at coordinator epoch %d", len(groups),
                  offsets_log.TOPIC, partition.index, epoch)
 
@@ -341,6 +292,7 @@ class GroupCoordinator:
                             ErrorCode.NOT_COORDINATOR, f"this broker no longer coordinates group "
                                                        f"{group.group_id!r}"))
             group.set_state(DEAD, self.clock.wall_ms())
+        self.offsets.unload(index)
         if dropped:
             log.info("dropped %d consumer group(s) of %s-%d", len(dropped), offsets_log.TOPIC, index)
 
@@ -362,6 +314,7 @@ class GroupCoordinator:
     def _new_group(self, group_id: str, index: int) -> Group:
         group = self.groups[group_id] = Group(group_id, partition=index,
                                               state_since_ms=self.clock.wall_ms())
+        self.offsets.forget(group_id)  # those of a deleted group that had this id
         return group
 
     # -- lookups ---------------------------------------------------------------------
@@ -695,12 +648,12 @@ class GroupCoordinator:
                              member.member_id, group.group_id)
                     self._remove_member(group, member, rebalance=True)
 
-    # -- offsets ---------------------------------------------------------------------
-    async def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
-                     offsets: dict[tuple[str, int], CommittedOffset]) -> dict[tuple[str, int], int]:
-        """Store offsets; returns an error code per partition once they are committed
-        (then they are in memory). Raises BrokerError for errors that concern the whole
-        request."""
+    # -- what the offsets manager asks -------------------------------------------------
+    def validate_offset_commit(self, group_id: str, generation: int, member_id: str,
+                               instance_id: str | None) -> int:
+        """An OffsetCommit's group, member and generation; the group's partition. A group
+        that does not exist is created (without members, it accepts commits with
+        generation -1 and no member id)."""
         self._check_group_id(group_id)
         index = self._coordinating(group_id)
         group = self.groups.get(group_id)
@@ -708,7 +661,7 @@ class GroupCoordinator:
             if generation >= 0 or member_id:
                 raise BrokerError(ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID,
                                   f"group {group_id!r} has no generation {generation}")
-            group = self._new_group(group_id, index)
+            self._new_group(group_id, index)
         elif group.members or generation >= 0 or member_id:
             if generation < 0 and not member_id:
                 raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -722,56 +675,12 @@ class GroupCoordinator:
                 # for their generation (what they consumed before rejoining); once the new
                 # generation exists, commits wait for its assignment.
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
-        codes, accepted = self._acceptable(offsets)
-        if accepted:
-            end = await self._store(group, [offsets_log.offset_record(group_id, t, p, c)
-                                            for (t, p), c in accepted.items()], offsets=accepted.keys())
-            self._apply_offsets(group, accepted, end)
-        return codes
+        return index
 
-    @staticmethod
-    def _apply_offsets(group: Group, offsets: dict[tuple[str, int], CommittedOffset | None],
-                       end: int) -> None:
-        """Committed offsets (None: deleted) written before log end `end` go to memory,
-        unless a later write of the same partition's offset was applied already."""
-        for tp, committed in offsets.items():
-            if group.offsets_written_at.get(tp, -1) > end:
-                continue
-            group.offsets_written_at[tp] = end
-            if committed is None:
-                group.offsets.pop(tp, None)
-            else:
-                group.offsets[tp] = committed
-
-    def _acceptable(self, offsets: dict[tuple[str, int], CommittedOffset]) -> tuple[dict, dict]:
-        """(error code per partition, the offsets that may be stored): partitions must
-        exist (in the cluster's metadata) and metadata stay within `offset.metadata.max.bytes`."""
-        codes: dict[tuple[str, int], int] = {}
-        accepted = {}
-        for (topic, partition), committed in offsets.items():
-            known = self.broker.metadata.topic(topic)
-            if known is None or partition not in known.partitions:
-                codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if committed.metadata is not None and len(committed.metadata.encode()) > self.max_metadata_bytes:
-                codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            accepted[(topic, partition)] = committed
-            codes[(topic, partition)] = ErrorCode.NONE
-        return codes, accepted
-
-    # -- transactional offsets --------------------------------------------------------
-    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
-                         member_id: str, instance_id: str | None,
-                         offsets: dict[tuple[str, int], CommittedOffset],
-                         verify=None) -> dict[tuple[str, int], int]:
-        """Write offsets as part of a producer's transaction; they stay pending until
-        `end_transaction`. `verify()` (the transaction coordinator's check) runs once
-        the group accepted the commit, before anything is written. Returns an error
-        code per partition once the write is committed (the offsets are then pending in
-        memory); raises BrokerError for whole-request errors (NOT_COORDINATOR,
-        COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE when the write is not
-        replicated in time, the producer's errors from the append)."""
+    def validate_txn_offset_commit(self, group_id: str, generation: int, member_id: str,
+                                   instance_id: str | None) -> int:
+        """A TxnOffsetCommit's group: any state, the member and generation checked when
+        given; the group's partition (the group is created if need be)."""
         self._check_group_id(group_id)
         index = self._coordinating(group_id)
         group = self.groups.get(group_id)
@@ -782,47 +691,47 @@ class GroupCoordinator:
             if generation != group.generation:
                 raise BrokerError(ErrorCode.ILLEGAL_GENERATION,
                                   f"generation {generation} is not the group's {group.generation}")
-        if verify is not None:
-            verify()
-        codes, accepted = self._acceptable(offsets)
-        if accepted:
-            records = [offsets_log.offset_record(group_id, t, p, c) for (t, p), c in accepted.items()]
-            end = await self._store(group, records, producer_id, producer_epoch, offsets=accepted.keys())
-            group.pending_txn.setdefault(producer_id, {}).update(
-                {tp: (committed, end) for tp, committed in accepted.items()})
-        return codes
+        return index
 
-    def end_transaction(self, producer_id: int, partition: int, committed: bool) -> None:
-        """The transaction coordinator wrote a marker for `producer_id` to offsets
-        partition `partition`: apply (COMMIT) or drop (ABORT) its pending offsets there."""
-        for group in list(self.groups.values()):
-            if group.partition == partition and producer_id in group.pending_txn:
-                self._end_pending(group, producer_id, committed)
-
-    @classmethod
-    def _end_pending(cls, group: Group, producer_id: int, committed: bool) -> None:
-        """The producer's transaction ended: its offsets apply (COMMIT) unless a plain
-        commit of the same partition was written after them, or are dropped (ABORT)."""
-        offsets = group.pending_txn.pop(producer_id, {})
-        if committed:
-            for tp, (offset, written_at) in offsets.items():
-                cls._apply_offsets(group, {tp: offset}, written_at)
-
-    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
-        """Partitions with transactional offsets not yet committed or aborted."""
-        self._coordinating(group_id)
-        group = self.groups.get(group_id)
-        if group is None:
-            return set()
-        return {tp for offsets in group.pending_txn.values() for tp in offsets}
-
-    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        """The group's committed offsets (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+    def validate_offset_fetch(self, group_id: str) -> bool:
+        """Whether the group exists (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
         unless coordinated here)."""
         self._coordinating(group_id)
         group = self.groups.get(group_id)
-        return {} if group is None or group.state == DEAD else group.offsets
+        return group is not None and group.state != DEAD
 
+    def validate_offset_delete(self, group_id: str) -> set[str]:
+        """An OffsetDelete's group: the topics whose offsets must stay (those its members
+        subscribe to). GROUP_ID_NOT_FOUND for no such group, NON_EMPTY_GROUP for a group
+        with members that is not a consumer group."""
+        self._check_group_id(group_id)
+        self._coordinating(group_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        if not group.members:
+            return set()
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
+        return self._subscribed_topics(group)
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str]:
+        """The topics the members of a consumer-protocol group subscribe to (every member's
+        metadata for the group's protocol, or while none is chosen, for any protocol)."""
+        topics: set[str] = set()
+        for member in group.members.values():
+            for name, metadata in member.protocols:
+                if group.protocol_name and name != group.protocol_name:
+                    continue
+                try:
+                    _, subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.decode_versioned(metadata)
+                except ValueError:  # wire's DecodeError, or bytes that are not text
+                    continue
+                topics.update(subscription.topics)
+        return topics
+
+    # -- describing and deleting groups ------------------------------------------------
     def describe(self, group_id: str) -> Group | None:
         """The group (None when it does not exist), if coordinated here."""
         self._coordinating(group_id)
@@ -851,8 +760,7 @@ class GroupCoordinator:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         if group.members:
             raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
-        records = [offsets_log.offset_record(group_id, t, p, None) for t, p in group.offsets]
-        records.append(offsets_log.group_record(group_id, None))
+        records = self.offsets.tombstones(group_id) + [offsets_log.group_record(group_id, None)]
         # Dead while the tombstones are written: a new member or commit meanwhile makes
         # a new group, written after them.
         state = group.state
@@ -865,74 +773,24 @@ class GroupCoordinator:
             raise
         if self.groups.get(group_id) is group:
             del self.groups[group_id]
-
-    async def delete_offsets(self, group_id: str,
-                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """OffsetDelete: drop the group's committed offsets of `partitions`; returns an
-        error code per partition once the deletion is committed. Raises BrokerError for
-        whole-request errors: no such group (GROUP_ID_NOT_FOUND), or a group with members
-        that is not a consumer group (NON_EMPTY_GROUP). A consumer group keeps the offsets
-        of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A partition
-        without an offset is no error."""
-        self._check_group_id(group_id)
-        self._coordinating(group_id)
-        group = self.groups.get(group_id)
-        if group is None or group.state == DEAD:
-            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-        subscribed: set[str] = set()
-        if group.members:
-            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-                raise BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} has active members")
-            subscribed = self._subscribed_topics(group)
-        codes, deleted = {}, []
-        for topic, partition in partitions:
-            if topic in subscribed:
-                codes[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
-                continue
-            codes[(topic, partition)] = ErrorCode.NONE
-            if (topic, partition) in group.offsets:
-                deleted.append((topic, partition))
-        if deleted:
-            end = await self._store(group, [offsets_log.offset_record(group_id, t, p, None)
-                                            for t, p in deleted], offsets=deleted)
-            self._apply_offsets(group, dict.fromkeys(deleted), end)
-        return codes
-
-    @staticmethod
-    def _subscribed_topics(group: Group) -> set[str]:
-        """The topics the members of a consumer-protocol group subscribe to (every member's
-        metadata for the group's protocol, or while none is chosen, for any protocol)."""
-        topics: set[str] = set()
-        for member in group.members.values():
-            for name, metadata in member.protocols:
-                if group.protocol_name and name != group.protocol_name:
-                    continue
-                try:
-                    _, subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.decode_versioned(metadata)
-                except ValueError:  # wire's DecodeError, or bytes that are not text
-                    continue
-                topics.update(subscription.topics)
-        return topics
+            self.offsets.forget(group_id)
 
     def expire_offsets(self) -> None:
-        """Drop offsets of groups that have been empty longer than the retention. Writes
-        awaiting replication on the same partition hold up only the offsets they write
-        (and the group's removal), as in Kafka: the others expire between them."""
+        """Drop offsets of groups that have been empty longer than the retention, and the
+        groups left with none. Writes awaiting replication on the same partition hold up
+        only the offsets they write (and the group's removal), as in Kafka: the others
+        expire between them."""
         now_ms = self.clock.wall_ms()
         writable = {index for index in self.runtime.coordinated.coordinated() if self.runtime.leads(index)}
         for group in list(self.groups.values()):
             if group.partition not in writable or group.members or group.state != EMPTY or \
-                    group.pending_txn or now_ms - group.state_since_ms < self.retention_ms:
+                    now_ms - group.state_since_ms < self.offsets.retention_ms:
                 continue
-            stale = [tp for tp, c in group.offsets.items() if tp not in group.offsets_in_flight
-                     and now_ms - c.commit_timestamp >= self.retention_ms]
-            if not stale:
+            records, emptied = self.offsets.expire(group.group_id, now_ms)
+            if not records:
                 continue
-            records = [offsets_log.offset_record(group.group_id, t, p, None) for t, p in stale]
-            for tp in stale:
-                del group.offsets[tp]
-            if not group.offsets and not group.offsets_in_flight:
+            if emptied:
                 records.append(offsets_log.group_record(group.group_id, None))
                 del self.groups[group.group_id]
+                self.offsets.forget(group.group_id)
             self._write_later(group, records)
-            log.info("expired %d offset(s) of empty group %s", len(stale), group.group_id)

@@ -59,8 +59,9 @@ async def offset_commit(broker, header, request, session):
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", timestamp)
     if offsets or not codes:  # as Kafka: a request left with nothing to commit is answered at once
         try:
-            codes.update(await broker.groups.commit(request.group_id, request.generation_id_or_member_epoch,
-                                                    request.member_id, request.group_instance_id, offsets))
+            codes.update(await broker.groups.offsets.commit(
+                request.group_id, request.generation_id_or_member_epoch, request.member_id,
+                request.group_instance_id, offsets))
         except BrokerError as exc:
             codes.update({tp: exc.code for tp in offsets})
     return Resp(topics=[Resp.OffsetCommitResponseTopic(name=topic.name, partitions=[
@@ -76,8 +77,8 @@ _DENIED = object()  # a partition of a topic the principal may not describe
 def _fetch_one(broker, session, group_id: str, topics, require_stable: bool) -> list[tuple[str, list]]:
     """(topic, [(partition, CommittedOffset | None | _UNSTABLE | _DENIED)]) per topic."""
     require(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id)
-    committed = broker.groups.committed(group_id)
-    unstable = broker.groups.pending_partitions(group_id) if require_stable else set()
+    committed = broker.groups.offsets.committed(group_id)
+    unstable = broker.groups.offsets.pending_partitions(group_id) if require_stable else set()
 
     def value(tp):
         return _UNSTABLE if tp in unstable else committed.get(tp)
@@ -147,7 +148,7 @@ async def offset_delete(broker, header, request, session):
     partitions = [(t.name, p.partition_index) for t in request.topics if t.name not in denied for p in t.partitions]
     if partitions or not codes:
         try:
-            codes.update(await broker.groups.delete_offsets(request.group_id, partitions))
+            codes.update(await broker.groups.offsets.delete(request.group_id, partitions))
         except BrokerError as exc:
             return Resp(error_code=exc.code, topics=[])
     return Resp(error_code=0, topics=[Resp.OffsetDeleteResponseTopic(name=topic.name, partitions=[

@@ -214,7 +214,7 @@ async def txn_offset_commit(broker, header, request, session):
                 raise BrokerError(_offset_commit_error(code, version))
 
         try:
-            codes.update(await broker.groups.txn_commit(
+            codes.update(await broker.groups.offsets.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch,
                 request.generation_id, request.member_id, request.group_instance_id, offsets,
                 verify=None if broker.config.cluster_mode else verify))

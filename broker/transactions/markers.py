@@ -16,7 +16,7 @@ partition: a leader refuses a marker older than the last one it has for the prod
 
 Per partition, the answers:
 - NONE: done. A marker on a local `__consumer_offsets` partition also applies (COMMIT)
-  or drops (ABORT) the producer's pending offsets there (`groups.end_transaction`).
+  or drops (ABORT) the producer's pending offsets there (`groups.offsets.end_transaction`).
 - Retried after a backoff (doubling, 50 ms to 1 s), following the leader through the
   metadata view: no leader known, NOT_LEADER_OR_FOLLOWER, connection failures and
   timeouts, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR,
@@ -86,7 +86,7 @@ def append_local_markers(broker, producer_id: int, producer_epoch: int, coordina
             codes[(topic, number)] = exc.code
             continue
         if topic == offsets_log.TOPIC:
-            broker.groups.end_transaction(producer_id, number, commit)
+            broker.groups.offsets.end_transaction(producer_id, number, commit)
         appended.append(((topic, number), partition, partition.log_end_offset))
         if between is not None and index < len(remaining) - 1:
             between()
