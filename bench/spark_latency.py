@@ -24,12 +24,15 @@ pipeline makes.
 The breakdown, on the Sluice broker after its cases, with trigger "0 seconds": pipelines
 one piece away from those two (the at-least-once sluice sink; the sluice source into
 Spark's sink; Spark's source into the exactly-once sluice sink), to tell which piece costs
-what.
+what. The floor: the same rates and triggers through a PySpark Python data source that
+reads and writes nothing (bench.python_floor), which gives the micro-batch time any Python
+source and sink pay before their own work.
 Goals: sluice p50 and p99 <= 1.0x spark_kafka's, on the same broker, at both rates.
 
     python -m bench.spark_latency [--quick] [--only sluice,kafka,breakdown] [--out DIR] [--no-write]
 
-`--only` names the brokers (`sluice`, `kafka`) the two pipelines run on, and `breakdown`.
+`--only` names the brokers (`sluice`, `kafka`) the two pipelines run on, `breakdown` and
+`floor`.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ BREAKDOWN = {"sluice_at_least_once": Pipeline("sluice", "sluice", "at_least_once
              "kafka_into_sluice": Pipeline("kafka", "sluice", "exactly_once",
                                            'Spark\'s source, exactly-once sluice sink')}
 BREAKDOWN_TRIGGER = "0 seconds"
-SECTIONS = ("sluice", "kafka", "breakdown")  # the brokers, and BREAKDOWN on the Sluice broker
+SECTIONS = ("sluice", "kafka", "breakdown", "floor")  # the brokers, BREAKDOWN on the Sluice broker, the floor
 STAGES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 GOAL = 1.0  # sluice p50 and p99 over spark_kafka's
 _RECORD = struct.Struct(">Qq")  # index, creation time in epoch ms; padded to VALUE_SIZE
@@ -281,6 +284,32 @@ def latency_case(spark, target, pipeline: str, rate: int, trigger: str, sizes: S
             if metrics_port else None}
 
 
+def floor_case(spark, rate: int, trigger: str, sizes: Sizes, workdir: str) -> dict:
+    """bench.python_floor's query at `rate` and `trigger` for warm-up + window seconds: the
+    micro-batches that started in the window."""
+    from bench import python_floor
+
+    query = (spark.readStream.format(python_floor.NAME).option("rate", rate).option("valueBytes", VALUE_SIZE)
+             .load().writeStream.format(python_floor.NAME)
+             .option("checkpointLocation", os.path.join(workdir, f"checkpoint-floor-{uuid.uuid4().hex[:6]}"))
+             .trigger(processingTime=trigger).start())
+    try:
+        wait_for(lambda: query.lastProgress is not None or not query.isActive, sizes.step_timeout,
+                 "the floor query's first trigger")
+        window_start = epoch_ms() + sizes.warmup_seconds * 1000
+        window_end = window_start + sizes.window_seconds * 1000
+        wait_until(lambda: epoch_ms() >= window_end or not query.isActive,
+                   sizes.warmup_seconds + sizes.window_seconds + 1, interval=0.1)
+        if query.exception() is not None:
+            raise RuntimeError(f"the floor query failed: {query.exception()}")
+        wait_until(lambda: not query.isActive or not query.status["isTriggerActive"], 10.0, interval=0.01)
+        progresses = query.recentProgress
+    finally:
+        query.stop()
+    return {"pipeline": "python_floor", "rate": rate, "trigger": trigger,
+            **batch_summary(progresses, (window_start, window_end))}
+
+
 def kafka_connector_missing(spark) -> str | None:
     """Why the session has no `format("kafka")` (None when it has): the data source is
     looked up at load(), which connects to nothing."""
@@ -349,7 +378,7 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, spark=None) -> di
                "kafka_version": kafka_version(), "code": spark_write.code_state(),
                "load_average_before": os.getloadavg(), "sizes": dataclasses.asdict(sizes),
                "partitions": PARTITIONS, "value_bytes": VALUE_SIZE, "sections": list(sections),
-               "cases": [], "unavailable": {}}
+               "cases": [], "floor": [], "unavailable": {}}
     started = time.perf_counter()
     own_session = spark is None
     if own_session:
@@ -366,6 +395,18 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, spark=None) -> di
 
     workdir = tempfile.mkdtemp(prefix="sluice-bench-latency-")
     try:
+        if "floor" in sections:
+            from bench import python_floor
+
+            spark.dataSource.register(python_floor.FloorDataSource)
+            log(f"the floor: {python_floor.NAME}, a Python data source reading and writing nothing")
+            floor_case(spark, RATES[0], TRIGGERS[0], dataclasses.replace(sizes, window_seconds=1.0), workdir)
+            for rate, trigger in ((r, t) for r in RATES for t in TRIGGERS):
+                row = floor_case(spark, rate, trigger, sizes, workdir)
+                results["floor"].append(row)
+                log(f"  floor {rate:>6,}/s trigger {trigger:9}: {row['batches']} batches, median "
+                    f"{_fmt(row.get('batch_ms_median'))} ms, addBatch "
+                    f"{_fmt((row.get('stage_ms_median') or {}).get('addBatch'))} ms")
         for broker in ("sluice", "kafka"):
             breakdown = broker == "sluice" and "breakdown" in sections
             if broker not in sections and not breakdown:
@@ -468,6 +509,18 @@ def markdown_report(results: dict) -> str:
         md.append(f"| {_case_label(case)} | {case['pipeline']} | {case['batches']} | {_fmt(case.get('rows_median'))} | "
                   f"{_fmt(case.get('batch_ms_median'))} | {_fmt(case.get('interval_ms_median'))} | "
                   + " | ".join(_fmt(stages.get(stage)) for stage in STAGES) + " |")
+    if results.get("floor"):
+        md += ["", "## The floor: a Python data source that reads and writes nothing (medians, ms)", "",
+               "PySpark's cost per micro-batch before any connector's work, at the same rates and triggers "
+               "(bench.python_floor); set it beside spark_kafka's batch above, which is Spark's whole "
+               "micro-batch with its JVM Kafka source and sink.", "",
+               "| rate | trigger | batches | rows | batch | interval | " + " | ".join(STAGES) + " |",
+               "|---:|---|---:|---:|---:|---:|" + "---:|" * len(STAGES)]
+        for row in results["floor"]:
+            stages = row.get("stage_ms_median") or {}
+            md.append(f"| {row['rate']:,}/s | {row['trigger']} | {row['batches']} | {_fmt(row.get('rows_median'))} | "
+                      f"{_fmt(row.get('batch_ms_median'))} | {_fmt(row.get('interval_ms_median'))} | "
+                      + " | ".join(_fmt(stages.get(stage)) for stage in STAGES) + " |")
     counted = [case for case in results["cases"] if case.get("requests_per_batch")]
     if counted:
         md += ["", "## Requests the Sluice broker answered per micro-batch", "",

@@ -409,16 +409,17 @@ def test_coordinators_benchmark_runs_transactions_against_kafka_and_reports():
 
 
 @pytest.mark.long  # a benchmark run end to end: `make test-long`
-@pytest.mark.timeout(900)  # 19 queries of 5 s warm-up and 5 s measured: about 5 minutes on two loaded cores
+@pytest.mark.timeout(1200)  # 24 queries of 5 s warm-up and 5 s measured: about 6 minutes on two loaded cores
 def test_spark_latency_benchmark_runs_every_case_on_the_sluice_broker(spark_kafka):
-    """bench.spark_latency as `--quick --only sluice,breakdown --no-write` runs it, on the
-    shared session: every pipeline at every rate and trigger gives latencies, micro-batch
-    stages and the Sluice broker's requests per batch, the goals are evaluated (met or not:
+    """bench.spark_latency as `--quick --only sluice,breakdown,floor --no-write` runs it,
+    on the shared session: every pipeline at every rate and trigger gives latencies,
+    micro-batch stages and the Sluice broker's requests per batch, the floor query gives
+    micro-batch stages at every rate and trigger, the goals are evaluated (met or not:
     never asserted), and the report is made."""
     from bench import spark_latency
 
-    results = spark_latency.run(spark_latency.QUICK, "quick", ("sluice", "breakdown"), log=lambda line: None,
-                                spark=spark_kafka)
+    results = spark_latency.run(spark_latency.QUICK, "quick", ("sluice", "breakdown", "floor"),
+                                log=lambda line: None, spark=spark_kafka)
     assert not results["unavailable"], results["unavailable"]
     cases = [(c["pipeline"], c["rate"], c["trigger"]) for c in results["cases"]]
     assert sorted(cases) == sorted(
@@ -431,8 +432,14 @@ def test_spark_latency_benchmark_runs_every_case_on_the_sluice_broker(spark_kafk
         assert set(case["stage_ms_median"]) == set(spark_latency.STAGES)
         assert case["requests_per_batch"]["Produce"]["requests"] > 0, case
     assert len(results["goals"]) == 2 * 2 * 2 and {g["met"] for g in results["goals"]} <= {True, False}
+    assert sorted((f["rate"], f["trigger"]) for f in results["floor"]) == sorted(
+        (r, t) for r in spark_latency.RATES for t in spark_latency.TRIGGERS)
+    for floor in results["floor"]:
+        assert floor["batches"] > 0 and floor["batch_ms_median"] > 0, floor
+        assert set(floor["stage_ms_median"]) == set(spark_latency.STAGES)
 
     report = spark_latency.markdown_report(results)
     for heading in ("## Goals", "## End-to-end latency", "## Where a micro-batch's time goes",
+                    "## The floor: a Python data source that reads and writes nothing",
                     "## Requests the Sluice broker answered per micro-batch", "## Method"):
         assert heading in report, heading
