@@ -467,16 +467,17 @@ def _abort_quietly(client: Client, txns) -> None:
             client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=False)
 
 
-def _abort_leftovers(client: Client, owner: str, keep: set[str], timeout_ms: int) -> int:
+def _abort_leftovers(client: Client, owner: str, keep: set[str], timeout_ms: int, ongoing=None) -> int:
     """Fence every open transaction of the tasks of `owner` (a query, one run of it, or
     a batch job) not in `keep`: those of failed, killed or losing speculative attempts,
     and of a crashed run. InitProducerId aborts the transaction and bumps the id's epoch,
     so a zombie of that attempt can write no more. Without this they would hold
-    read_committed readers back until `transaction.timeout.ms`. Returns how many were
+    read_committed readers back until `transaction.timeout.ms`. `ongoing`: the Ongoing
+    transactions when listed already, else they are listed here. Returns how many were
     aborted."""
     prefix = f"sluice-{owner}-"
     aborted = 0
-    for listed in client.list_transactions(["Ongoing"]):
+    for listed in client.list_transactions(["Ongoing"]) if ongoing is None else ongoing:
         if listed.transactional_id.startswith(prefix) and listed.transactional_id not in keep:
             with contextlib.suppress(KafkaError):
                 client.init_transactions(listed.transactional_id, timeout_ms)
@@ -535,8 +536,8 @@ def _scan_intents(client: Client, query: str) -> tuple[Intent | None, bool]:
     known = client.metadata([SINK_INTENTS_TOPIC]).topics.get(SINK_INTENTS_TOPIC)
     if known is None or known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return None, False  # no query has committed anything yet
-    end = client.list_offsets(SINK_INTENTS_TOPIC, [0], -1)[0].offset
-    start = client.list_offsets(SINK_INTENTS_TOPIC, [0], -2)[0].offset
+    latest, earliest = (client.start("list_offsets", SINK_INTENTS_TOPIC, [0], timestamp) for timestamp in (-1, -2))
+    end, start = latest.result()[0].offset, earliest.result()[0].offset
     key = query.encode()
     lookback = _INTENT_LOOKBACK
     unmarked = False
@@ -752,7 +753,14 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                 "kafka.transaction.timeout.ms above the batch's duration.")
 
     def _complete(self, client: Client, query: str, intent: Intent) -> None:
-        aborted = [t for t in intent.txns() if self._commit_transaction(client, t) == _ABORTED]
+        """Commit the intent's transactions, all at once, and sweep the query's leftovers
+        meanwhile (the sweep spares the intent's transactions, so it need not wait)."""
+        keep = {t.transactional_id for t in intent.txns()}
+        listed = client.start("list_transactions", ["Ongoing"])
+        commits = [(t, client.start("end_txn", t.transactional_id, t.producer_id, t.producer_epoch, commit=True))
+                   for t in intent.txns()]
+        aborted = [t for t, call in commits if self._committed_or_settled(client, t, call) == _ABORTED]
+        _abort_leftovers(client, query, keep, self.options.transaction_timeout_ms, listed.result())
         if aborted:
             raise SluiceSinkError(
                 f"sluice sink: batch {intent.batch} of query {query} was decided, but the broker "
@@ -760,15 +768,16 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                 "before they could be committed (kafka.transaction.timeout.ms="
                 f"{self.options.transaction_timeout_ms}). Restart the query: its replay writes "
                 "exactly those tasks' rows again, and the batch becomes whole.")
-        _abort_leftovers(client, query, {t.transactional_id for t in intent.txns()},
-                         self.options.transaction_timeout_ms)
 
-    def _commit_transaction(self, client: Client, txn: Txn) -> str:
+    @staticmethod
+    def _committed_or_settled(client: Client, txn: Txn, end_txn: Call) -> str:
+        """COMMITTED once the transaction's EndTxn(COMMIT) call succeeds; else what its end
+        was: it ended before (a replay), or the broker aborted it."""
         try:
-            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            end_txn.result()
             return _COMMITTED
         except KafkaError:
-            return _settle(client, txn)  # ended before (a replay) or aborted: find out which
+            return _settle(client, txn)
 
     def abort(self, messages, batchId: int) -> None:
         """Abort what the failed batch wrote, but never a transaction that an intent for
@@ -820,8 +829,10 @@ class SluiceBatchWriter(DataSourceArrowWriter):
                     f"sluice sink: the write took longer than kafka.transaction.timeout.ms="
                     f"{self.options.transaction_timeout_ms}: the broker aborted {len(closed)} of its "
                     f"{len(txns)} transactions. Nothing was written; raise the timeout and write again.")
-            for txn in txns:
-                client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            commits = [client.start("end_txn", t.transactional_id, t.producer_id, t.producer_epoch, commit=True)
+                       for t in txns]
+            for call in commits:
+                call.result()
             _abort_leftovers(client, self.job, {t.transactional_id for t in txns},
                              self.options.transaction_timeout_ms)
 
