@@ -26,10 +26,12 @@ import random
 import time
 import uuid
 from bisect import bisect_right
+from collections import Counter
+from itertools import repeat
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
@@ -143,21 +145,28 @@ def _partition_count(client: Client, topic: str) -> int:
                           f"{_METADATA_ROUNDS} Metadata requests")
 
 
-def _binary(column) -> list:
-    """A string or binary column as bytes (None where null)."""
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        column = column.cast(pa.binary())
-    return column.to_pylist()
+def _as_binary(column):
+    """A string or binary Arrow column as binary (the same buffers)."""
+    if pa.types.is_string(column.type):
+        return column.cast(pa.binary())
+    if pa.types.is_large_string(column.type):
+        return column.cast(pa.large_binary())
+    return column
 
 
-def _timestamps_ms(column, n: int) -> list[int]:
-    """The `timestamp` column in epoch milliseconds; the time of writing where it is
-    null or absent."""
+def _timestamps_ms(column, n: int):
+    """The `timestamp` column in epoch milliseconds, as an int64 Arrow array; the time of
+    writing where it is null or absent."""
     now = _now()
     if column is None:
-        return [now] * n
-    millis = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64()).to_pylist()
-    return [now if ms is None else ms for ms in millis]
+        return pa.array([now] * n, pa.int64())
+    millis = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
+    return pc.fill_null(millis, now)
+
+
+def _lengths(column):
+    """Each value's length in bytes, 0 where null, as an int64 Arrow array."""
+    return pc.fill_null(pc.binary_length(column), 0).cast(pa.int64())
 
 
 @dataclass
@@ -191,63 +200,79 @@ class _TaskWriter:
         self.rows = 0
 
     def write(self, batch) -> None:
+        """Place the rows, then queue them per topic-partition in row order, cutting
+        batches where they are full. The rows are grouped with one stable Arrow sort by
+        target rather than row by row in Python: a task's rows are many (a million-row
+        write is a few hundred thousand per task)."""
         n = batch.num_rows
         columns = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
-        values = _binary(columns["value"])
-        keys = _binary(columns["key"]) if "key" in columns else [None] * n
-        headers = None
-        if "headers" in columns:
-            headers = [None if row is None else [(h["key"], h["value"]) for h in row]
-                       for row in columns["headers"].to_pylist()]
-        timestamps = _timestamps_ms(columns.get("timestamp"), n)
+        values = _as_binary(columns["value"])
+        keys = _as_binary(columns["key"]) if "key" in columns else pa.nulls(n, pa.binary())
         if self.options.topic:  # as Spark's Kafka sink: the option wins over the column
-            topics = [self.options.topic] * n
+            topics = [self.options.topic]
         else:
-            topics = columns["topic"].to_pylist()
-            if None in topics:
+            topic_column = columns["topic"]
+            if topic_column.null_count:
                 raise SluiceSinkError("sluice sink: a row has a null topic and option 'topic' is not set")
-        partitions = columns["partition"].to_pylist() if "partition" in columns else [None] * n
+            topics = topic_column.to_pylist()
         # As a producer: Metadata for every topic written, and the partitions given checked.
         counts = {topic: self.partitioner.count(self.client, topic) for topic in set(topics)}
+        partitions = columns["partition"].to_pylist() if "partition" in columns else [None] * n
         if "partition" in columns:
-            wrong = next(((t, p) for t, p in zip(topics, partitions)
+            row_topics = repeat(topics[0], n) if len(topics) == 1 else topics
+            wrong = next(((t, p) for t, p in zip(row_topics, partitions)
                           if p is not None and not 0 <= p < counts[t]), None)
             if wrong is not None:
                 topic, partition = wrong
                 raise SluiceSinkError(f"sluice sink: a row is for partition {partition} of topic {topic!r}, "
                                       f"which has partitions 0 to {counts[topic] - 1}")
-        if None in partitions:  # where no partition is given, Kafka's default partitioner
+        if "partition" not in columns and len(topics) == 1:  # Kafka's default partitioner for all
+            partitions = self.partitioner.partitions(self.client, topics[0], keys.to_pylist())
+        elif None in partitions:  # for the rows without a partition
+            key_list = keys.to_pylist()
             unplaced: dict[str, list[int]] = {}
             for i, partition in enumerate(partitions):
                 if partition is None:
-                    unplaced.setdefault(topics[i], []).append(i)
+                    unplaced.setdefault(topics[0] if len(topics) == 1 else topics[i], []).append(i)
             for topic, rows in unplaced.items():
-                placed = self.partitioner.partitions(self.client, topic, [keys[i] for i in rows])
+                placed = self.partitioner.partitions(self.client, topic, [key_list[i] for i in rows])
                 for i, partition in zip(rows, placed):
                     partitions[i] = partition
-        rows_of: dict[tuple[str, int], list[int]] = {}
-        for i, target in enumerate(zip(topics, partitions)):
-            rows_of.setdefault(target, []).append(i)
+        if len(topics) == 1:  # the partition alone orders the targets
+            targets = [(topics[0], p) for p in sorted(set(partitions))]
+            target_keys = partitions
+        else:
+            targets = sorted(set(zip(topics, partitions)))
+            ids_of = {target: i for i, target in enumerate(targets)}
+            target_keys = [ids_of[target] for target in zip(topics, partitions)]
+        per_target = Counter(target_keys)
+        order = pc.sort_indices(pa.array(target_keys, pa.int32()))  # stable: row order within a target
+        keys, values = keys.take(order), values.take(order)
+        timestamps = _timestamps_ms(columns.get("timestamp"), n).take(order).to_pylist()
+        # Running byte counts of the rows in their new order, to cut where a batch is full.
+        sizes = pc.cumulative_sum(pc.add(pc.add(_lengths(keys), _lengths(values)), 16)).to_pylist()
+        key_list, value_list = keys.to_pylist(), values.to_pylist()
+        headers = None
+        if "headers" in columns:
+            headers = [None if row is None else [(h["key"], h["value"]) for h in row]
+                       for row in columns["headers"].take(order).to_pylist()]
         if self.transaction is not None:
-            self._add_to_transaction([tp for tp in rows_of if tp not in self.sequences])
-        for tp, rows in rows_of.items():
-            # Running byte counts of the group's rows, to cut it where a batch is full.
-            sizes = list(accumulate((0 if values[i] is None else len(values[i])) +
-                                    (0 if keys[i] is None else len(keys[i])) + 16 for i in rows))
-            start = 0
-            while start < len(rows):
+            self._add_to_transaction([tp for tp in targets if tp not in self.sequences])
+        start = 0
+        for tp, count in zip(targets, (per_target[key] for key in sorted(per_target))):
+            end_of_target = start + count
+            while start < end_of_target:
                 pending = self.pending.get(tp)
                 if pending is None:
                     pending = self.pending[tp] = _Pending(headers=[] if headers is not None else None)
                 before = sizes[start - 1] if start else 0
-                fits = bisect_right(sizes, before + _BATCH_BYTES - pending.size, start)
+                fits = bisect_right(sizes, before + _BATCH_BYTES - pending.size, start, end_of_target)
                 end = min(start + _BATCH_RECORDS - len(pending.keys), max(fits, start + 1))
-                chunk = rows[start:end]
-                pending.keys += [keys[i] for i in chunk]
-                pending.values += [values[i] for i in chunk]
-                pending.timestamps += [timestamps[i] for i in chunk]
+                pending.keys += key_list[start:end]
+                pending.values += value_list[start:end]
+                pending.timestamps += timestamps[start:end]
                 if headers is not None:
-                    pending.headers += [headers[i] for i in chunk]
+                    pending.headers += headers[start:end]
                 pending.size += sizes[end - 1] - before
                 start = end
                 if len(pending.keys) >= _BATCH_RECORDS or pending.size >= _BATCH_BYTES:
