@@ -93,7 +93,9 @@ class ClientQuotaManager:
     (user, client id) are recorded in the rate its quota's entity shares (a Quota
     measuring as Kafka's Rate, over `quota.window.num` windows of
     `quota.window.size.seconds`), and past the quota the client is throttled for
-    Kafka's throttle time. Clients without a quota are not measured."""
+    Kafka's throttle time. Clients without a quota are not measured. Each entity's rate
+    and the throttle times its clients were given (their average over the same windows,
+    Kafka's throttle-time) are its metrics (`measured`)."""
 
     _PRUNE_AT = 1024  # rates kept before idle ones are dropped
 
@@ -109,21 +111,31 @@ class ClientQuotaManager:
         self._window_s = window_s
         self._rates: dict[tuple[str, str], Quota] = {}
         self._bounds: dict[tuple[str, str], float] = {}  # each rate's quota, as last resolved
+        self._throttles: dict[tuple[str, str], Quota] = {}  # the throttle times given, in ms
         self._prune_at = self._PRUNE_AT
 
     def record(self, user: str, client_id: str, amount: float) -> float:
         """Record `amount` for the client: the seconds it is throttled for (0: none)."""
-        rate = self._rate(user, client_id)
-        if rate is None:
+        shared = self._entity(user, client_id)
+        if shared is None:
             return 0.0
+        rate = self._rates[shared]
         rate.record(amount)
-        return min(rate.throttle_time(), self._max_throttle_s)
+        throttle = min(rate.throttle_time(), self._max_throttle_s)
+        if throttle > 0:
+            self.throttled(shared, throttle)
+        return throttle
+
+    def throttled(self, shared: tuple[str, str], seconds: float) -> None:
+        """Count a throttle time given to a client of the entity `shared` (Kafka records
+        only those above 0)."""
+        self._throttles[shared].record(seconds * 1000)
 
     def unrecord(self, user: str, client_id: str, amount: float) -> None:
         """Take back what `record` counted (a throttled fetch answers no records)."""
-        rate = self._rate(user, client_id)
-        if rate is not None:
-            rate.record(-amount)
+        shared = self._entity(user, client_id)
+        if shared is not None:
+            self._rates[shared].record(-amount)
 
     def most_at_once(self, user: str, client_id: str) -> float | None:
         """What the client may take at once without being throttled, from an idle rate
@@ -132,19 +144,30 @@ class ClientQuotaManager:
         _, bound = self._quotas.resolve(user, client_id, self._key)
         return None if bound is None else bound * (self._samples - 1) * self._window_s
 
-    def _rate(self, user: str, client_id: str) -> Quota | None:
+    def measured(self) -> list[tuple[str, str, float, float]]:
+        """(user, client id, the measure, the average throttle time in ms or NaN) of each
+        quota entity measured now; the measure is the rate, or for a token bucket what
+        it holds. The entity's user or client id is "" where it is not part of it, as
+        Kafka's metric tags are."""
+        return [(user, client_id, rate.tokens() if isinstance(rate, TokenBucket) else rate.rate(),
+                 self._throttles[(user, client_id)].average())
+                for (user, client_id), rate in list(self._rates.items())]
+
+    def _entity(self, user: str, client_id: str) -> tuple[str, str] | None:
+        """The (user, client id) whose rate the client's counts go into, its rate made
+        if new; None: no quota."""
         shared, bound = self._quotas.resolve(user, client_id, self._key)
         if bound is None:
             return None
         self._bounds[shared] = bound
-        rate = self._rates.get(shared)
-        if rate is None:
+        if shared not in self._rates:
             if len(self._rates) >= self._prune_at:
-                for idle in [k for k, r in self._rates.items() if r.idle()]:
-                    del self._rates[idle], self._bounds[idle]
+                for idle in [k for k, r in self._rates.items() if r.idle() and self._throttles[k].idle()]:
+                    del self._rates[idle], self._bounds[idle], self._throttles[idle]
                 self._prune_at = max(self._PRUNE_AT, 2 * len(self._rates))
-            rate = self._rates[shared] = self._new_rate(lambda: self._bounds[shared])
-        return rate
+            self._rates[shared] = self._new_rate(lambda: self._bounds[shared])
+            self._throttles[shared] = Quota(self._clock, lambda: math.inf, self._samples, self._window_s)
+        return shared
 
     def _new_rate(self, bound: Callable[[], float]):
         return Quota(self._clock, bound, self._samples, self._window_s, full_windows=True)
@@ -159,10 +182,13 @@ class ControllerMutationQuota:
     answer carries and the connection is muted for: strict, since a refusal; permissive,
     since a mutation took the bucket below 0 (less the time gone since, as Kafka's)."""
 
-    def __init__(self, bucket: TokenBucket | None, strict: bool, clock: Clock):
+    def __init__(self, bucket: TokenBucket | None, strict: bool, clock: Clock,
+                 on_throttle: Callable[[float], None] = lambda seconds: None):
+        """`on_throttle(seconds)`: told each throttle time given (the metrics')."""
         self._bucket = bucket  # None: no quota
         self._strict = strict
         self._clock = clock
+        self._on_throttle = on_throttle
         self._throttle = self._throttled_at = 0.0
 
     def record(self, partitions: int) -> None:
@@ -183,6 +209,7 @@ class ControllerMutationQuota:
 
     def _throttled(self, seconds: float) -> None:
         self._throttle, self._throttled_at = seconds, self._clock.monotonic()
+        self._on_throttle(seconds)
 
     def throttle_time(self) -> float:
         return max(0.0, self._throttle - (self._clock.monotonic() - self._throttled_at))
@@ -203,7 +230,11 @@ class ControllerMutationQuotaManager(ClientQuotaManager):
 
     def for_request(self, user: str, client_id: str, strict: bool) -> ControllerMutationQuota:
         """The quota a request records its mutations in: strict for the versions that say so."""
-        return ControllerMutationQuota(self._rate(user, client_id), strict, self._clock)
+        shared = self._entity(user, client_id)
+        if shared is None:
+            return ControllerMutationQuota(None, strict, self._clock)
+        return ControllerMutationQuota(self._rates[shared], strict, self._clock,
+                                       lambda seconds: self.throttled(shared, seconds))
 
 
 class ClientQuotas:

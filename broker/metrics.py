@@ -52,6 +52,16 @@ exporter shows it: the series without a `topic` label is the broker-wide total. 
 - kafka_server_socket_server_metrics_connection_count{listener}: open client
   connections per listener (Kafka's socket-server-metrics connection-count attribute,
   named as the exporter names it).
+- kafka_server_produce_byte_rate{user,client_id} and kafka_server_fetch_byte_rate: the
+  client quotas' measured rates (Kafka's Produce and Fetch byte-rate), bytes a second,
+  of each quota entity (user and client id as Kafka tags it: "" for what the entity
+  does not name); kafka_server_request_request_time: request_percentage's measure (the
+  percentage of one handler thread's time); kafka_server_controllermutation_tokens: what
+  each entity's controller_mutation_rate bucket holds. Each type's throttle_time{user,
+  client_id}: the average throttle time in ms its clients were given over the quota
+  windows (Kafka's throttle-time; NaN when none was given). Only clients under a quota
+  are measured, so only their entities have series; an entity's go once it has been
+  idle long enough to be dropped (with more than 1,024 entities measured).
 - kafka_consumergroup_lag{consumergroup,topic,partition} and
   kafka_consumergroup_current_offset{...}, kafka_consumergroup_members{consumergroup}:
   Kafka brokers do not export lag; these are kafka_exporter's names. They come from the
@@ -255,6 +265,7 @@ class BrokerCollector:
             connections.add_metric([listener], count)
         yield connections
         yield from self._groups(broker)
+        yield from self._client_quotas(broker)
 
     @staticmethod
     def _topic_counters(metrics: BrokerMetrics, local_topics):
@@ -397,6 +408,28 @@ class BrokerCollector:
                     lag.samples.append(Sample("kafka_consumergroup_lag", labels,
                                               max(partition.high_watermark - committed.offset, 0)))
         return [lag, current, members]
+
+
+    @staticmethod
+    def _client_quotas(broker):
+        for kind, measure, doc, manager in (
+                ("produce", "byte_rate", "Bytes a second produced by the quota entity's clients",
+                 broker.produce_quotas),
+                ("fetch", "byte_rate", "Bytes a second fetched by the quota entity's clients", broker.fetch_quotas),
+                ("request", "request_time", "Percentage of a handler thread's time spent on the entity's requests",
+                 broker.request_quotas),
+                ("controllermutation", "tokens", "What the entity's controller mutation bucket holds",
+                 broker.mutation_quotas)):
+            measured = manager.measured()
+            values = GaugeMetricFamily(f"kafka_server_{kind}_{measure}", doc, labels=["user", "client_id"])
+            throttle = GaugeMetricFamily(f"kafka_server_{kind}_throttle_time",
+                                         "Average throttle time in ms given to the entity's clients",
+                                         labels=["user", "client_id"])
+            for user, client_id, value, throttle_ms in measured:
+                values.add_metric([user, client_id], value)
+                throttle.add_metric([user, client_id], throttle_ms)
+            yield values
+            yield throttle
 
 
 def _api_name(api_key: int) -> str:

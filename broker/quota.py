@@ -2,7 +2,7 @@
 replication throttles (`leader.replication.throttled.rate`,
 `follower.replication.throttled.rate`), the log cleaner's I/O
 (`log.cleaner.io.max.bytes.per.second`) and the client quotas (broker.client_quotas)
-use it.
+use it. Its windows also give the client quotas' throttle-time metric (Kafka's Avg).
 
 What is recorded goes into sampled windows (Kafka's replication quotas: 11 of 1 s): a
 window starts with the first record after the previous one ended, and windows that
@@ -38,17 +38,18 @@ class Quota:
         self._samples = samples
         self._window_s = window_s
         self._full_windows = full_windows
-        self._windows: deque[list[float]] = deque()  # [start, amount], the oldest first
+        self._windows: deque[list[float]] = deque()  # [start, amount, records], the oldest first
 
     def record(self, amount: float) -> None:
         now = self._clock.monotonic()
         self._forget(now)
         windows = self._windows
         if not windows or now >= windows[-1][0] + self._window_s:
-            windows.append([now, 0.0])
+            windows.append([now, 0.0, 0])
             if len(windows) > self._samples:
                 windows.popleft()
         windows[-1][1] += amount
+        windows[-1][2] += 1
 
     def _forget(self, now: float) -> None:
         horizon = now - self._samples * self._window_s
@@ -59,7 +60,7 @@ class Quota:
         """(amount the windows hold, seconds since the oldest began)."""
         now = self._clock.monotonic()
         self._forget(now)
-        total = sum(amount for _, amount in self._windows)
+        total = sum(amount for _, amount, _ in self._windows)
         return total, now - self._windows[0][0] if self._windows else 0.0
 
     def _span(self, elapsed: float) -> float:
@@ -77,6 +78,13 @@ class Quota:
     def rate(self) -> float:
         total, elapsed = self._measured()
         return total / self._span(elapsed)
+
+    def average(self) -> float:
+        """What the windows hold over the number of records in them (Kafka's Avg); NaN
+        when they hold none."""
+        total, _ = self._measured()
+        records = sum(count for _, _, count in self._windows)
+        return total / records if records else math.nan
 
     def headroom(self) -> float:
         """How much may be recorded now with the rate staying within the bound; negative
@@ -123,6 +131,11 @@ class TokenBucket:
         """Full again: as if nothing had been recorded."""
         _, burst = self._refill()
         return self._tokens >= burst
+
+    def tokens(self) -> float:
+        """What the bucket holds now (below 0 while throttling)."""
+        self._refill()
+        return self._tokens
 
     def throttle_time(self) -> float:
         """0 while tokens are left; below 0, the seconds until it is back at 0."""

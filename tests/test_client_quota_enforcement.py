@@ -31,6 +31,7 @@ window's worth (an eighth) it may take at once after being held back.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import select
 import socket
@@ -67,7 +68,7 @@ def quota_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("quota-enforcement")
     config = base / "server.properties"
     config.write_text(f"quota.window.num={WINDOWS}\nquota.window.size.seconds={WINDOW_S:g}\n"
-                      "group.initial.rebalance.delay.ms=0\n")
+                      "group.initial.rebalance.delay.ms=0\nmetrics.port=0\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         yield proc
     output = "".join(proc.output)
@@ -145,6 +146,46 @@ def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throt
         ((CLIENT_ID, "limited-producer"),): None}
     _limited_beside_free(_produce_flat_out, quota_broker, ("limited-producer", _topic(admin)),
                          ("free-producer", _topic(admin)))
+
+
+def _quota_series(broker, name: str) -> dict[tuple[str, str], float]:
+    """The broker's Prometheus series `name`, by (user, client_id) label."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(sample.labels["user"], sample.labels["client_id"]): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name == name}
+
+
+def test_the_quota_metrics_show_the_throttled_client_and_not_the_free_one(quota_broker, admin):
+    """Kafka's Produce byte-rate and throttle-time per quota entity, as Prometheus series
+    with the JMX exporter's names: the limited producer's rate near its quota and its
+    clients' average throttle time above 0; the free producer, under no quota, is not
+    measured."""
+    admin.alter_client_quotas({((CLIENT_ID, "metered-producer"),): {"producer_byte_rate": QUOTA}})
+    from confluent_kafka import Producer
+
+    topic, throttles = _topic(admin), []
+    unmetered = Producer({"bootstrap.servers": quota_broker.bootstrap_servers, "client.id": "unmetered-producer"})
+    for _ in range(10):
+        unmetered.produce(topic, b"x" * 1024)
+    assert unmetered.flush(10) == 0
+    # Destroyed now: a librdkafka handle destroyed later, by the garbage collector in the
+    # middle of another test, holds that test's threads up while it shuts down.
+    del unmetered
+    _produce_flat_out(quota_broker.bootstrap_servers, topic, "metered-producer",
+                      time.monotonic() + 2 * WINDOWS * WINDOW_S, [], throttles)
+    # Scraped at once: the throttle times are averaged over the last WINDOWS windows.
+    throttle_ms = _quota_series(quota_broker, "kafka_server_produce_throttle_time")
+    rates = _quota_series(quota_broker, "kafka_server_produce_byte_rate")
+    assert throttles and max(throttles) > 0
+    assert throttle_ms["", "metered-producer"] > 0, throttle_ms
+    assert 0 < rates["", "metered-producer"] <= 2 * QUOTA, rates
+    assert not any(client == "unmetered-producer" for _, client in rates), rates
 
 
 def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin):
@@ -314,6 +355,13 @@ def test_the_clients_of_an_entity_share_its_rate(tmp_path):
     assert fetch.record("alice", "x", 1500) > 0
     fetch.unrecord("alice", "x", 1500)
     assert fetch.record("alice", "x", 1000) == 0.0
+    # The metrics: one series per entity measured, tagged as Kafka tags it, the average
+    # throttle time given (NaN while none was).
+    measured = {(user, client): (value, throttle) for user, client, value, throttle in produce.measured()}
+    assert set(measured) == {("alice", ""), ("bob", "one"), ("bob", "two")}
+    assert measured["alice", ""][0] == 1100 / 10  # Kafka's Rate: over 10 whole windows at first
+    assert measured["alice", ""][1] > 0
+    assert all(math.isnan(measured[entity][1]) for entity in (("bob", "one"), ("bob", "two")))
 
 
 def test_the_principals_quota_wins_over_its_client_ids_on_the_broker(quota_broker, admin):
