@@ -1,7 +1,10 @@
 """Fetch v4–17 (older versions would need message-format down-conversion).
 
 - Long poll: the response waits until `min_bytes` are available or `max_wait_ms`
-  passes, woken when the high watermark of a requested partition moves.
+  passes, woken when the high watermark of a requested partition moves. As Kafka's
+  DelayedFetch, a wake reads the partitions again only when a read could answer
+  differently (see `_readable_ends`): a follower's fetch is not read again for a high
+  watermark that moved without new bytes.
 - Limits: `partition_max_bytes` per partition and `max_bytes` (v3+) in total, except
   that the first batch of the first partition with data is always returned whole,
   so a consumer can never get stuck behind a batch larger than its limits.
@@ -307,15 +310,17 @@ def handle(broker, header, request, session):
         return _Resp(error_code=exc.code, session_id=0, responses=[])
     fetch.refuse(broker, session)
     deadline = broker.clock.monotonic() + max(request.max_wait_ms, 0) / 1000
-    response, *_ = _answer_if_ready(broker, fetch, deadline)
-    return response if response is not None else _long_poll(broker, fetch, deadline)
+    response, keys, until = _answer_if_ready(broker, fetch, deadline)
+    if response is not None:
+        return response
+    return _long_poll(broker, fetch, deadline, keys, until, _readable_ends(broker, fetch))
 
 
 def _answer_if_ready(broker, fetch, deadline):
     """(response, None, 0) once `min_bytes` are there, a partition has an error or a
     diverging epoch (as Kafka answers at once), the deadline passed or nothing can arrive;
-    else (None, the partition keys to wait on, the seconds to wait at most: until the
-    deadline, or sooner until the leader replication quota lets a withheld throttled
+    else (None, the partition keys to wait on, the clock time to wait until at most: the
+    deadline, or sooner when the leader replication quota lets a withheld throttled
     replica read again, so that a throttled copy keeps to its rate rather than to the
     follower's max wait)."""
     request = fetch.request
@@ -326,19 +331,46 @@ def _answer_if_ready(broker, fetch, deadline):
         if throttled:
             broker.leader_replication_quota.record(throttled)
         return fetch.over_quota(broker, total) or fetch.answer(broker, answered), None, 0.0
-    wait = deadline - now
     rate_back = broker.leader_replication_quota.throttle_time() if withheld else 0.0
     if rate_back > 0:  # 0: this fetch's own reads used the room, answered with them
-        wait = min(wait, rate_back)
-    return None, keys, wait
+        return None, keys, min(deadline, now + rate_back)
+    return None, keys, deadline
 
 
-async def _long_poll(broker, fetch, deadline):
-    """Wait for the requested partitions' high watermarks until `min_bytes` or the deadline.
-    Checked before each wait, the first included: data may have come between the handler's
-    check and this task's start, waking nobody."""
+def _readable_ends(broker, fetch) -> list:
+    """What a new read of the fetch's partitions could answer differently on, as Kafka's
+    DelayedFetch checks it: each partition's replica here, leader epoch and leadership,
+    and the offset reads stop at (the log end for a follower, the last stable offset or
+    the high watermark for a consumer). A high watermark moving without new bytes
+    changes nothing for a follower."""
+    by_id = fetch.version >= 13
+    follower = fetching_replica(fetch.request, fetch.version) >= 0
+    committed = fetch.request.isolation_level == READ_COMMITTED
+    ends = []
+    for ref, wanted in fetch.wanted:
+        topic = broker.topics.by_id.get(ref) if by_id else broker.topics.topics.get(ref)
+        partition = topic.partitions.get(wanted.partition) if topic is not None else None
+        if partition is None:
+            ends.append(None)
+            continue
+        end = (partition.log_end_offset if follower else
+               partition.last_stable_offset if committed else partition.high_watermark)
+        ends.append((partition, partition.leader_epoch, partition.is_leader, end))
+    return ends
+
+
+async def _long_poll(broker, fetch, deadline, keys, until, ends):
+    """Wait on the requested partitions until `min_bytes` or the deadline, reading them
+    again only when `_readable_ends` moved from `ends` (or at `until`): checked before
+    each wait, the first included, as data may have come between the handler's read and
+    this task's start, waking nobody."""
     while True:
-        response, keys, wait = _answer_if_ready(broker, fetch, deadline)
+        while _readable_ends(broker, fetch) == ends:
+            remaining = until - broker.clock.monotonic()
+            if remaining <= 0:
+                break
+            await broker.delayed.wait(keys, remaining)
+        response, keys, until = _answer_if_ready(broker, fetch, deadline)
         if response is not None:
             return response
-        await broker.delayed.wait(keys, wait)
+        ends = _readable_ends(broker, fetch)
