@@ -85,14 +85,15 @@ def fetching_replica(request, version: int) -> int:
     return request.replica_id
 
 
-def _build(broker, request, version, wanted, denied, budget):
-    """One pass over the `wanted` partitions ((topic name, or id from v13, FetchPartition),
-    in order) but for the topic refs `denied`, within `budget` bytes: ((topic ref,
+def _build(broker, fetch):
+    """One pass over the fetch's wanted partitions ((topic name, or id from v13,
+    FetchPartition), in order) but for its denied topic refs, within its byte budget: ((topic ref,
     PartitionData) answered, bytes, partition keys, whether a partition's answer is
     already final: an error or a diverging epoch, which waiting cannot change, bytes of
     leader-throttled replicas, whether a throttled replica got nothing for the rate)."""
+    request, version, denied, budget = fetch.request, fetch.version, fetch.denied, fetch.budget
     committed = request.isolation_level == READ_COMMITTED
-    replica_id = fetching_replica(request, version)
+    replica_id = fetch.replica_id
     by_id = version >= 13
     # KIP-392: a consumer giving its client metadata (v11+) may read from any replica,
     # and the leader may point one with a rack at a replica in its rack.
@@ -106,7 +107,7 @@ def _build(broker, request, version, wanted, denied, budget):
     keys = []
     answered = []
     topics = {}  # ref -> (name, Topic or None)
-    for ref, wanted in wanted:
+    for ref, wanted in fetch.wanted:
         found = topics.get(ref)
         if found is None:
             topic = broker.topics.by_id.get(ref) if by_id else broker.topics.topics.get(ref)
@@ -216,13 +217,16 @@ class _Fetch:
     """One Fetch request: the partitions it reads (the session's for an incremental one)
     and the session it answers for: continued, to be opened with the answer, or none."""
 
-    __slots__ = ("request", "version", "listener", "wanted", "session", "opens", "denied", "client")
+    __slots__ = ("request", "version", "replica_id", "listener", "wanted", "session", "opens", "denied", "client",
+                 "budget")
 
     def __init__(self, broker, request, version, listener, client):
         self.request = request
         self.version = version
+        self.replica_id = fetching_replica(request, version)
         self.listener = listener
         self.client = client  # a consumer's (principal name, client id); None for a follower
+        self.budget = self._budget(broker)
         self.session = None
         self.opens = False
         by_id = version >= 13
@@ -242,7 +246,7 @@ class _Fetch:
         if broker.authorizer is None:
             return
         refs = {ref for ref, _ in self.wanted}
-        if fetching_replica(self.request, self.version) >= 0:
+        if self.replica_id >= 0:
             if not permitted(broker, session, Operation.CLUSTER_ACTION, ResourceType.CLUSTER):
                 self.denied = frozenset(refs)
             return
@@ -253,9 +257,10 @@ class _Fetch:
         denied_names = refused(broker, session, Operation.READ, ResourceType.TOPIC, names.values())
         self.denied = frozenset(ref for ref, name in names.items() if name in denied_names)
 
-    def budget(self, broker) -> int:
+    def _budget(self, broker) -> int:
         """The bytes this fetch may read: its max_bytes (v3+), for a consumer with a
-        consumer_byte_rate at most what its quota allows at once (as Kafka caps it)."""
+        consumer_byte_rate at most what its quota allows at once (as Kafka caps it, once
+        per request)."""
         budget = self.request.max_bytes if self.version >= 3 else 0x7FFFFFFF
         if self.client is not None:
             most = broker.fetch_quotas.most_at_once(*self.client)
@@ -284,11 +289,10 @@ class _Fetch:
             answered = session.select(answered)
         elif self.opens:
             self.opens = False
-            session = broker.fetch_sessions.open(by_id, fetching_replica(self.request, self.version) >= 0,
-                                                 self.wanted)
+            session = broker.fetch_sessions.open(by_id, self.replica_id >= 0, self.wanted)
             if session is not None:
                 session.select(answered)  # remembered as sent: a full answer sends them all
-        broker.metrics.fetched(answered, by_id, fetching_replica(self.request, self.version))
+        broker.metrics.fetched(answered, by_id, self.replica_id)
         response = _Resp(error_code=0, session_id=session.id if session is not None else 0,
                          responses=_grouped(answered, by_id), throttle_time_ms=0)
         if self.version >= 16:
@@ -324,8 +328,7 @@ def _answer_if_ready(broker, fetch, deadline):
     replica read again, so that a throttled copy keeps to its rate rather than to the
     follower's max wait)."""
     request = fetch.request
-    answered, total, keys, settled, throttled, withheld = _build(broker, request, fetch.version,
-                                                                 fetch.wanted, fetch.denied, fetch.budget(broker))
+    answered, total, keys, settled, throttled, withheld = _build(broker, fetch)
     now = broker.clock.monotonic()
     if total >= request.min_bytes or settled or deadline <= now or not keys:
         if throttled:
@@ -344,7 +347,7 @@ def _readable_ends(broker, fetch) -> list:
     the high watermark for a consumer). A high watermark moving without new bytes
     changes nothing for a follower."""
     by_id = fetch.version >= 13
-    follower = fetching_replica(fetch.request, fetch.version) >= 0
+    follower = fetch.replica_id >= 0
     committed = fetch.request.isolation_level == READ_COMMITTED
     ends = []
     for ref, wanted in fetch.wanted:

@@ -161,6 +161,7 @@ class Partition:
         follower = self._followers.get(replica_id)
         if follower is None:
             return False
+        moved = fetch_offset != follower.end_offset
         follower.end_offset = fetch_offset
         follower.log_start_offset = log_start_offset
         if fetch_offset >= self.log.log_end_offset:
@@ -169,7 +170,9 @@ class Partition:
                 self._admit_to_isr is None or self._admit_to_isr(self, replica_id)):
             self.isr.add(replica_id)
             self._state_changed()
-        self._maybe_advance_high_watermark()
+            moved = True
+        if moved:  # else the high watermark is where every other change left it
+            self._maybe_advance_high_watermark()
         return True
 
     def lagging_followers(self) -> list[int]:
