@@ -151,7 +151,9 @@ def _build(broker, fetch):
                 out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
             elif replica_id >= 0:
                 region = None
-                if partition.update_follower(replica_id, wanted.fetch_offset, wanted.log_start_offset):
+                # A follower at the log end has nothing to read (nor to hold back for a throttle).
+                if partition.update_follower(replica_id, wanted.fetch_offset, wanted.log_start_offset) \
+                        and wanted.fetch_offset != partition.log_end_offset:
                     throttled = partition.config.leader_replication_throttled_replicas.covers(
                         partition.index, broker.node_id)
                     if throttled and replica_id not in partition.isr:
