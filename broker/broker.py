@@ -48,6 +48,7 @@ from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater, T
 from broker.storage.checkpoint import write_atomically
 from broker.storage.cleaner import LogCleaner
 from broker.throttled_log import ThrottledLog
+from broker.topic_admin import LocalTopicAdmin
 from broker.topics import TopicManager
 from broker.transactions import txn_log
 from broker.transactions.coordinator import TransactionCoordinator
@@ -117,26 +118,9 @@ class Broker:
         self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
         self.controller = None  # in a cluster: this broker's controller (active or not), once joined
         if config.cluster_mode:
-            self.served_apis = handlers.CLUSTER_SERVED_APIS
-            self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
-            self.replicas = ReplicaManager(self)
-            self.metadata = MetadataCache(config.node_id, config.inter_broker_listener.name)
-            self.topics = TopicManager(config, self.delayed, clock, self.replicas.admit_to_isr,
-                                       lambda topic, p: self.metadata.partition_state(topic, p) is not None)
-            self.cluster = ClusterMembership(self)
-            self.zk = self.cluster.zk
-            self.admin = ClusterTopicAdmin(self)
-            self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
+            self._set_up_cluster_broker()
         else:
-            self.served_apis = handlers.SERVED_APIS
-            self._handlers = handlers.HANDLERS
-            self.cluster = self.zk = self.replicas = self.admin = None
-            self.topics = TopicManager(config, self.delayed, clock)
-            self.metadata = LocalMetadata(
-                config.node_id, lambda listener: self.config.advertised_endpoint(
-                    listener or self.config.listeners[0].name), self.topics)
-            self.producer_ids = ProducerIdAllocator(
-                local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
+            self._set_up_single_node()
         # Log compaction (log.cleaner.enable): one cleaner task over every local log.
         self.cleaner = LogCleaner(config, lambda: [p.log for p in self.topics.all_partitions()], clock) \
             if config.log_cleaner_enable and config.log_cleaner_threads > 0 else None
@@ -174,6 +158,35 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._data_dir_lock = -1
         self.clean_start = False
+
+    def _set_up_cluster_broker(self) -> None:
+        """A cluster broker: its replicas follow the controller, its metadata is what the
+        controller sends, and topics are administered in ZooKeeper."""
+        config = self.config
+        self.served_apis = handlers.CLUSTER_SERVED_APIS
+        self._handlers = {**handlers.HANDLERS, **handlers.CLUSTER_HANDLERS}
+        self.replicas = ReplicaManager(self)
+        self.metadata = MetadataCache(config.node_id, config.inter_broker_listener.name)
+        self.topics = TopicManager(config, self.delayed, self.clock, self.replicas.admit_to_isr,
+                                   lambda topic, p: self.metadata.partition_state(topic, p) is not None)
+        self.cluster = ClusterMembership(self)
+        self.zk = self.cluster.zk
+        self.topic_admin = ClusterTopicAdmin(self)
+        self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
+
+    def _set_up_single_node(self) -> None:
+        """The single node: it leads every partition of its own TopicManager."""
+        config = self.config
+        self.served_apis = handlers.SERVED_APIS
+        self._handlers = handlers.HANDLERS
+        self.cluster = self.zk = self.replicas = None
+        self.topics = TopicManager(config, self.delayed, self.clock)
+        self.metadata = LocalMetadata(
+            config.node_id, lambda listener: self.config.advertised_endpoint(
+                listener or self.config.listeners[0].name), self.topics)
+        self.topic_admin = LocalTopicAdmin(self)
+        self.producer_ids = ProducerIdAllocator(
+            local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -277,15 +290,6 @@ class Broker:
             props = {"version": "1", "cluster.id": new_cluster_id(), "node.id": str(self.node_id)}
             write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
         return props["cluster.id"]
-
-    def auto_create_topic(self, name: str):
-        """A topic a Metadata request names, created with the broker's defaults: the
-        topic, or None while a cluster creates it; BrokerError with Kafka's code when it
-        cannot be (an invalid name, or a cluster's last attempt failed)."""
-        if self.admin is None:
-            return self.topics.create(name, self.config.num_partitions, {})
-        self.cluster.create_topic_soon(name)
-        return None
 
     async def _every(self, seconds: float, job) -> None:
         write_failures = ThrottledLog(log, logging.WARNING, burst=1, window=60.0)

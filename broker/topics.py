@@ -154,6 +154,22 @@ def validate_topic_name(name: str | None) -> None:
                           f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
 
 
+
+def checked_overrides(config, name: str, configs: dict[str, str | None]) -> dict[str, str]:
+    """The overrides `configs` make for topic `name` (INVALID_CONFIG for a bad one). An
+    internal topic keeps its required settings: one left out is put back, one changed is
+    refused."""
+    try:
+        overrides = config.topic_overrides(configs)
+    except ConfigError as exc:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if name in INTERNAL_TOPICS:
+        for key, required in INTERNAL_REQUIRED_CONFIGS.items():
+            if overrides.setdefault(key, required) != required:
+                raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                  f"{key}: internal topic {name!r} must keep {required!r}")
+    return overrides
+
 class TopicManager:
     def __init__(self, config: BrokerConfig, delayed: DelayedOperations, clock: Clock,
                  admit_to_isr=None, known_in_cluster=None):
@@ -451,25 +467,19 @@ class TopicManager:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR,
                               f"cannot add partitions to {name!r}: {exc}") from None
 
-    def set_configs(self, name: str, configs: dict[str, str | None], validate_only: bool = False) -> None:
-        """Replace a topic's overrides with `configs` and swap every log's config at once,
-        so that retention, rolling, flushing and the size limit follow from the next use.
-        An internal topic keeps its required settings: one left out is put back, one
-        changed is refused."""
+    def check_configs(self, name: str, configs: dict[str, str | None]) -> dict[str, str]:
+        """The overrides `configs` make for the topic (`checked_overrides`)."""
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        try:
-            overrides = self.config.topic_overrides(configs)
-        except ConfigError as exc:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        if topic.internal:
-            for key, required in INTERNAL_REQUIRED_CONFIGS.items():
-                if overrides.setdefault(key, required) != required:
-                    raise BrokerError(ErrorCode.INVALID_CONFIG,
-                                      f"{key}: internal topic {name!r} must keep {required!r}")
-        if validate_only:
-            return
+        return checked_overrides(self.config, name, configs)
+
+    def set_configs(self, name: str, configs: dict[str, str | None]) -> None:
+        """Replace a topic's overrides with `configs` (checked as `check_configs` checks
+        them) and swap every log's config at once, so that retention, rolling, flushing
+        and the size limit follow from the next use."""
+        overrides = self.check_configs(name, configs)
+        topic = self.topics[name]
         previous, topic.configs = topic.configs, overrides
         try:
             self._write_registry()

@@ -46,8 +46,7 @@ from broker.cluster.zk_layout import DEFAULT_ENTITY, TopicAssignment
 from broker.cluster.zk_store import StaleVersion
 from broker.config import ConfigError
 from broker.errors import BrokerError
-from broker.topics import (INTERNAL_REQUIRED_CONFIGS, INTERNAL_TOPICS, MAX_PARTITIONS,
-                           validate_topic_name)
+from broker.topics import INTERNAL_REQUIRED_CONFIGS, MAX_PARTITIONS, checked_overrides, validate_topic_name
 
 log = logging.getLogger("sluice.admin")
 
@@ -80,6 +79,8 @@ def broker_entity(level: str) -> str:
 
 
 class ClusterTopicAdmin:
+    """The cluster's TopicAdmin (broker.topic_admin): ZooKeeper, as the module says."""
+
     def __init__(self, broker):
         self._broker = broker
         self._creating: dict[str, asyncio.Task] = {}  # internal topics being created
@@ -100,9 +101,12 @@ class ClusterTopicAdmin:
                            timeout_ms: int, mutations: ControllerMutationQuota = UNBOUNDED
                            ) -> tuple[uuid.UUID, int, int, dict[str, str]]:
         """(topic id, partitions, replication factor, overrides) of the created topic
-        (the zero id when only validating); the partitions are recorded in `mutations`
-        once the checks passed."""
+        (the zero id when only validating); -1 replication factor is
+        default.replication.factor. The partitions are recorded in `mutations` once the
+        checks passed."""
         validate_topic_name(name)
+        if replication_factor == -1:
+            replication_factor = self._broker.config.default_replication_factor
         overrides = self._overrides(configs)
         if not assignments and not 1 <= partitions <= MAX_PARTITIONS:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
@@ -132,6 +136,10 @@ class ClusterTopicAdmin:
         await self._wait(lambda: self._has_leaders(name, count), timeout_ms,
                          f"topic {name!r} was created; its leaders were not known within {timeout_ms} ms")
         return topic_id, count, factor, overrides
+
+    def auto_create_topic(self, name: str) -> None:
+        """None: the topic is created in the background (`ClusterMembership.create_topic_soon`)."""
+        self._broker.cluster.create_topic_soon(name)
 
     def ensure_internal_topic(self, name: str) -> None:
         """Create internal topic `name` in the background unless it exists or is being
@@ -214,13 +222,7 @@ class ClusterTopicAdmin:
 
     def check_topic_configs(self, name: str, configs: dict[str, str | None]) -> dict[str, str]:
         """The overrides `configs` would be, checked as the single node checks them."""
-        overrides = self._overrides(configs)
-        if name in INTERNAL_TOPICS:
-            for key, required in INTERNAL_REQUIRED_CONFIGS.items():
-                if overrides.setdefault(key, required) != required:
-                    raise BrokerError(ErrorCode.INVALID_CONFIG,
-                                      f"{key}: internal topic {name!r} must keep {required!r}")
-        return overrides
+        return checked_overrides(self._broker.config, name, configs)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str | None]) -> None:
         """Replace the topic's overrides: /config/topics/<t> and a /config/changes
@@ -233,8 +235,11 @@ class ClusterTopicAdmin:
 
     async def set_broker_configs(self, level: str, configs: dict[str, str]) -> None:
         """Replace a level's (validated) dynamic broker configs: /config/brokers/<entity>
-        and a /config/changes notification, on which the brokers concerned apply them."""
+        and a /config/changes notification, on which the brokers concerned apply them
+        (this one at once)."""
         await _zk(self._store.set_broker_config, broker_entity(level), configs)
+        self._broker.dynamic_configs.set_level(level, configs)  # read here at once, not once notified
+        self._broker.topics.apply_broker_defaults()
 
     def _has_leaders(self, name: str, count: int) -> bool:
         topic = self._broker.metadata.topic(name)

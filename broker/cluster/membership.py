@@ -383,8 +383,8 @@ class ClusterMembership:
         cfg = self._config
         failures = self._creation_failures
         try:
-            await self._broker.admin.create_topic(name, cfg.num_partitions, cfg.default_replication_factor,
-                                                  None, {}, False, 0)
+            await self._broker.topic_admin.create_topic(name, cfg.num_partitions, cfg.default_replication_factor,
+                                                        None, {}, False, 0)
             log.info("auto-created topic %s", name)
             failures.pop(name, None)
         except BrokerError as exc:

@@ -19,7 +19,8 @@
   /config/changes notification every broker applies).
 - Other resource types are INVALID_REQUEST, and so is a resource listed twice (each
   time), as Kafka answers. `validate_only` checks and changes nothing.
-  Errors are per resource; one bad resource does not spoil the others.
+  Errors are per resource; one bad resource does not spoil the others. Every resource is
+  checked before any is changed, through the broker's TopicAdmin (broker.topic_admin).
 - Authorization (broker.security.acls), as Kafka's KafkaApis: ALTER_CONFIGS on the topic
   (TOPIC_AUTHORIZATION_FAILED), or for the broker on the cluster
   (CLUSTER_AUTHORIZATION_FAILED), checked after the request's own checks.
@@ -50,39 +51,9 @@ def _parsed_level(broker, configs: dict) -> dict[str, str]:
         raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-class _LocalConfigs:
-    """The single node's configs: its TopicManager's, and its dynamic broker configs."""
-
-    def __init__(self, broker):
-        self._broker = broker
-
-    def configs(self, name: str) -> dict[str, str]:
-        topic = self._broker.topics.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        return dict(topic.configs)
-
-    def store(self, name: str, configs: dict, validate_only: bool) -> None:
-        self._broker.topics.set_configs(name, configs, validate_only)
-
-    def broker_configs(self, level: str) -> dict[str, str]:
-        return dict(self._broker.dynamic_configs.levels.get(level, {}))
-
-    def store_broker_configs(self, level: str, configs: dict, validate_only: bool) -> None:
-        parsed = _parsed_level(self._broker, configs)
-        if validate_only:
-            return
-        try:
-            self._broker.dynamic_configs.set_level(level, parsed)
-        except OSError as exc:
-            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist broker configs: {exc}") from None
-        self._broker.topics.apply_broker_defaults()
-
-
-class _ClusterConfigs:
-    """A cluster's topic and broker configs: read from ZooKeeper before the request is
-    worked out (`load`), validated as the single node validates them, and written after
-    (`commit`)."""
+class _Changes:
+    """The request's topic and broker configs: read through the broker's TopicAdmin before
+    the request is worked out (`load`), validated, and written after (`commit`)."""
 
     def __init__(self, broker):
         self._broker = broker
@@ -90,7 +61,7 @@ class _ClusterConfigs:
         self._writes: dict[tuple[int, str], dict] = {}
 
     async def load(self, resources) -> None:
-        admin = self._broker.admin
+        admin = self._broker.topic_admin
         for resource_type, name in resources:
             try:
                 self._current[(resource_type, name)] = await (
@@ -108,7 +79,7 @@ class _ClusterConfigs:
         return self._loaded((TOPIC, name))
 
     def store(self, name: str, configs: dict, validate_only: bool) -> None:
-        self._broker.admin.check_topic_configs(name, configs)
+        self._broker.topic_admin.check_topic_configs(name, configs)
         if not validate_only:
             self._writes[(TOPIC, name)] = configs
 
@@ -125,11 +96,9 @@ class _ClusterConfigs:
         if configs is None:
             return
         if resource_type == TOPIC:
-            await self._broker.admin.set_topic_configs(name, configs)
-            return
-        await self._broker.admin.set_broker_configs(name, configs)
-        self._broker.dynamic_configs.set_level(name, configs)  # read here at once, not once notified
-        self._broker.topics.apply_broker_defaults()
+            await self._broker.topic_admin.set_topic_configs(name, configs)
+        else:
+            await self._broker.topic_admin.set_broker_configs(name, configs)
 
 
 def _broker_level(broker, name: str) -> str:
@@ -157,7 +126,7 @@ def _check_keys(resource_type: int, keys) -> None:
 
 
 def _current(broker, kept, resource_type: int, name: str) -> dict[str, str]:
-    """The resource's configs as `kept` (a _LocalConfigs or _ClusterConfigs) has them."""
+    """The resource's configs as `kept` (_Changes) has them."""
     if resource_type == TOPIC:
         return kept.configs(name)
     return kept.broker_configs(_broker_level(broker, name))
@@ -212,8 +181,8 @@ def _incremental(broker, kept, resource) -> dict[str, str]:
 
 
 def _alter(broker, kept, resources, new_configs, validate_only: bool, Response, denied):
-    """The response (in a cluster, `kept` then holds the changes to commit); the
-    resources `denied` are refused."""
+    """The response (`kept` then holds the changes to commit); the resources `denied`
+    are refused."""
     listed = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
     for resource in resources:
@@ -238,22 +207,6 @@ def _alter(broker, kept, resources, new_configs, validate_only: bool, Response, 
     return Response(throttle_time_ms=0, responses=results)
 
 
-async def _alter_in_cluster(broker, resources, new_configs, validate_only: bool, Response, denied):
-    kept = _ClusterConfigs(broker)
-    await kept.load(sorted({(r.resource_type, r.resource_name) for r in resources
-                               if (r.resource_type, r.resource_name) not in denied and (
-                                   r.resource_type == TOPIC or (r.resource_type == BROKER and r.resource_name in (
-                                       CLUSTER_DEFAULT, str(broker.node_id))))}))
-    response = _alter(broker, kept, resources, new_configs, validate_only, Response, denied)
-    for out in response.responses:
-        if out.error_code == ErrorCode.NONE:
-            try:
-                await kept.commit(out.resource_type, out.resource_name)
-            except BrokerError as exc:
-                out.error_code, out.error_message = exc.code, str(exc)
-    return response
-
-
 def _replacement(broker, kept, resource) -> dict[str, str | None]:
     _current(broker, kept, resource.resource_type, resource.resource_name)  # the resource must exist
     configs = {c.name: c.value for c in resource.configs}
@@ -261,16 +214,28 @@ def _replacement(broker, kept, resource) -> dict[str, str | None]:
     return configs
 
 
-def _altered(broker, request, session, new_configs, Response):
-    denied = {(r.resource_type, r.resource_name) for r in request.resources
+async def _altered(broker, request, session, new_configs, Response):
+    """Read the resources' configs, work the request out, then write each change that
+    passed."""
+    resources = request.resources
+    denied = {(r.resource_type, r.resource_name) for r in resources
               if (r.resource_type == TOPIC and not permitted(broker, session, Operation.ALTER_CONFIGS,
                                                              ResourceType.TOPIC, r.resource_name))
               or (r.resource_type == BROKER and not permitted(broker, session, Operation.ALTER_CONFIGS,
                                                               ResourceType.CLUSTER))}
-    if broker.admin is not None:
-        return _alter_in_cluster(broker, request.resources, new_configs, request.validate_only, Response, denied)
-    return _alter(broker, _LocalConfigs(broker), request.resources, new_configs, request.validate_only,
-                  Response, denied)
+    kept = _Changes(broker)
+    await kept.load(sorted({(r.resource_type, r.resource_name) for r in resources
+                               if (r.resource_type, r.resource_name) not in denied and (
+                                   r.resource_type == TOPIC or (r.resource_type == BROKER and r.resource_name in (
+                                       CLUSTER_DEFAULT, str(broker.node_id))))}))
+    response = _alter(broker, kept, resources, new_configs, request.validate_only, Response, denied)
+    for out in response.responses:
+        if out.error_code == ErrorCode.NONE:
+            try:
+                await kept.commit(out.resource_type, out.resource_name)
+            except BrokerError as exc:
+                out.error_code, out.error_message = exc.code, str(exc)
+    return response
 
 
 def alter_configs(broker, header, request, session):

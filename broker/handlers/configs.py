@@ -103,32 +103,26 @@ def handle(broker, header, request, session):
     denied = {(r.resource_type, r.resource_name) for r in request.resources if r.resource_type in _RESOURCE_TYPES
               and not permitted(broker, session, Operation.DESCRIBE_CONFIGS, _RESOURCE_TYPES[r.resource_type],
                                 r.resource_name)}
-    if broker.admin is not None and any(r.resource_type == TOPIC for r in request.resources):
-        return _handle_in_cluster(broker, header, request, denied)
-    return _described(broker, header, request, lambda name: _local_configs(broker, name), denied)
+    return _described(broker, header, request, denied)
 
 
-def _local_configs(broker, name: str) -> dict[str, str] | None:
-    topic = broker.topics.topics.get(name)
-    return None if topic is None else topic.configs
-
-
-async def _handle_in_cluster(broker, header, request, denied):
-    """A cluster's topic configs come from ZooKeeper (the topic may have no replica here)."""
+async def _topic_configs(broker, request, denied) -> dict[str, dict[str, str] | None]:
+    """The overrides of each topic the request may describe, None for one that does not
+    exist; read through the TopicAdmin (in a cluster, the topic may have no replica here)."""
     configs = {}
     for resource in request.resources:
         if (resource.resource_type == TOPIC and resource.resource_name not in configs
                 and (TOPIC, resource.resource_name) not in denied):
             try:
-                configs[resource.resource_name] = await broker.admin.topic_configs(resource.resource_name)
+                configs[resource.resource_name] = await broker.topic_admin.topic_configs(resource.resource_name)
             except BrokerError:
                 configs[resource.resource_name] = None
-    return _described(broker, header, request, configs.get, denied)
+    return configs
 
 
-def _described(broker, header, request, topic_configs, denied):
-    """`topic_configs(name)`: the topic's overrides, None when it does not exist; the
-    resources `denied` are refused."""
+async def _described(broker, header, request, denied):
+    """The response; the resources `denied` are refused."""
+    topic_configs = (await _topic_configs(broker, request, denied)).get
     version = header.request_api_version
     results = []
     for resource in request.resources:

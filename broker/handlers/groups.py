@@ -61,8 +61,7 @@ def find_coordinator(broker, header, request, session):
             continue
         endpoint = broker.metadata.coordinator(request.key_type, key, session.listener)
         if endpoint is None:
-            if broker.admin is not None:
-                broker.admin.ensure_internal_topic(COORDINATOR_TOPICS[request.key_type])
+            broker.topic_admin.ensure_internal_topic(COORDINATOR_TOPICS[request.key_type])
             answers.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                             f"the coordinator of {key!r} has no leader", None))
         else:

@@ -121,7 +121,7 @@ def handle(broker, header, request, session):
                 continue
             if topic is None and auto_create:
                 try:
-                    topic = broker.auto_create_topic(name)
+                    topic = broker.topic_admin.auto_create_topic(name)
                 except BrokerError as exc:
                     results.append(_error_topic(name, exc.code))
                     continue

@@ -15,10 +15,11 @@
   topic is refused with THROTTLING_QUOTA_EXCEEDED while the client is over its quota;
   older versions are let through. Either way the response carries the throttle time and
   the connection is muted that long.
-- In a cluster each change is written to ZooKeeper (`broker.cluster.admin`) and answered
-  once this broker's metadata shows it, or REQUEST_TIMED_OUT after the request's
-  `timeout_ms`; -1 replication factor is default.replication.factor, and replicas are
-  placed as Kafka places them.
+- The change is made by the broker's TopicAdmin (broker.topic_admin), the same handler
+  code in both modes. In a cluster each change is written to ZooKeeper
+  (`broker.cluster.admin`) and answered once this broker's metadata shows it, or
+  REQUEST_TIMED_OUT after the request's `timeout_ms`; -1 replication factor is
+  default.replication.factor, and replicas are placed as Kafka places them.
 - Authorization (broker.security.acls), as Kafka's KafkaApis: CreateTopics CREATE on the
   cluster or on the topic (TOPIC_AUTHORIZATION_FAILED "Authorization failed."), and
   without DESCRIBE_CONFIGS on the topic the result holds no partition count, replication
@@ -63,13 +64,6 @@ def _answer(response, mutations: ControllerMutationQuota):
     return Throttled.when(response, seconds)
 
 
-def _check_replicas(broker, replication_factor: int, assignments) -> None:
-    if not assignments:
-        broker.metadata.check_replication_factor(replication_factor)
-    for assignment in assignments or ():
-        broker.metadata.check_assignment(assignment.broker_ids)
-
-
 def _check_creation(broker, session, names):
     """(topics one may not create, topics whose configs one may not see)."""
     names = list(names)
@@ -85,50 +79,8 @@ def _hide_configs(out) -> None:
     out.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
-def create_topics(broker, header, request, session):
+async def create_topics(broker, header, request, session):
     mutations = _mutation_quota(broker, header, session)
-    if broker.admin is not None:
-        return _create_topics_in_cluster(broker, request, session, mutations)
-    Resp = CREATE_TOPICS.response
-    counts = Counter(t.name for t in request.topics)
-    denied, hidden = _check_creation(broker, session, counts)
-    results = []
-    for wanted in request.topics:
-        out = Resp.CreatableTopicResult(name=wanted.name, topic_id=ZERO_UUID, num_partitions=-1,
-                                        replication_factor=-1, configs=None)
-        results.append(out)
-        try:
-            if counts[wanted.name] > 1:
-                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
-            if wanted.name in denied:
-                raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-            _check_replicas(broker, wanted.replication_factor, wanted.assignments)
-            partitions = wanted.num_partitions
-            if wanted.assignments:
-                if partitions != -1:
-                    raise BrokerError(ErrorCode.INVALID_REQUEST,
-                                      "give either num_partitions or assignments, not both")
-                partitions = len(wanted.assignments)
-            elif partitions == -1:
-                partitions = broker.config.num_partitions
-            configs = {c.name: c.value for c in wanted.configs}
-            topic = broker.topics.create(wanted.name, partitions, configs,
-                                         validate_only=request.validate_only, mutations=mutations)
-            out.num_partitions, out.replication_factor = partitions, 1
-            out.topic_id = topic.topic_id  # the zero id when only validating
-            # validate_only too: Kafka answers the would-be topic's configs, and the Java
-            # Admin reads them whenever no topic config error is given.
-            out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
-                                                      config_source=source, is_sensitive=False)
-                           for name, value, source in topic_config_entries(broker, topic.configs)]
-            if wanted.name in hidden:
-                _hide_configs(out)
-        except BrokerError as exc:
-            out.error_code, out.error_message = exc.code, str(exc)
-    return _answer(Resp(topics=results, throttle_time_ms=0), mutations)
-
-
-async def _create_topics_in_cluster(broker, request, session, mutations):
     Resp = CREATE_TOPICS.response
     counts = Counter(t.name for t in request.topics)
     denied, hidden = _check_creation(broker, session, counts)
@@ -147,13 +99,13 @@ async def _create_topics_in_cluster(broker, request, session, mutations):
                                   "replication_factor or assignments, not both")
             if partitions == -1:
                 partitions = broker.config.num_partitions
-            if factor == -1:
-                factor = broker.config.default_replication_factor
             assignments = [(a.partition_index, list(a.broker_ids)) for a in wanted.assignments or ()]
-            topic_id, out.num_partitions, out.replication_factor, overrides = await broker.admin.create_topic(
-                wanted.name, partitions, factor, assignments, {c.name: c.value for c in wanted.configs},
-                request.validate_only, request.timeout_ms, mutations)
-            out.topic_id = topic_id
+            out.topic_id, out.num_partitions, out.replication_factor, overrides = \
+                await broker.topic_admin.create_topic(
+                    wanted.name, partitions, factor, assignments, {c.name: c.value for c in wanted.configs},
+                    request.validate_only, request.timeout_ms, mutations)
+            # validate_only too: Kafka answers the would-be topic's configs, and the Java
+            # Admin reads them whenever no topic config error is given.
             out.configs = [Resp.CreatableTopicConfigs(name=name, value=value, read_only=False,
                                                       config_source=source, is_sensitive=False)
                            for name, value, source in topic_config_entries(broker, overrides)]
@@ -183,39 +135,13 @@ def _refuse_internal(name: str, what: str) -> None:
                           f"topic {name} is internal: it cannot be {what} by clients")
 
 
-def delete_topics(broker, header, request, session):
+async def delete_topics(broker, header, request, session):
     Resp = DELETE_TOPICS.response
     if header.request_api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
     mutations = _mutation_quota(broker, header, session)
-    if broker.admin is not None:
-        return _delete_topics_in_cluster(broker, request, wanted, session, mutations)
-    results = []
-    for name, topic_id in wanted:
-        out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
-        results.append(out)
-        by_id = name is None
-        try:
-            if by_id:
-                topic = broker.topics.by_id.get(topic_id)
-                if topic is None:
-                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
-                name = out.name = topic.name
-            _check_deletion(broker, session, out, by_id)
-            topic = broker.topics.topics.get(name)
-            if topic is not None:
-                out.topic_id = topic.topic_id
-            _refuse_internal(name, "deleted")
-            broker.topics.delete(name, mutations)
-        except BrokerError as exc:
-            out.error_code, out.error_message = exc.code, str(exc)
-    return _answer(Resp(responses=results, throttle_time_ms=0), mutations)
-
-
-async def _delete_topics_in_cluster(broker, request, wanted, session, mutations):
-    Resp = DELETE_TOPICS.response
 
     async def delete(name, topic_id):
         out = Resp.DeletableTopicResult(name=name, topic_id=topic_id)
@@ -228,7 +154,7 @@ async def _delete_topics_in_cluster(broker, request, wanted, session, mutations)
                 name = out.name = topic.name
             _check_deletion(broker, session, out, by_id)
             _refuse_internal(name, "deleted")
-            out.topic_id = await broker.admin.delete_topic(name, request.timeout_ms, mutations)
+            out.topic_id = await broker.topic_admin.delete_topic(name, request.timeout_ms, mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
         return out
@@ -237,31 +163,8 @@ async def _delete_topics_in_cluster(broker, request, wanted, session, mutations)
     return _answer(Resp(responses=list(results), throttle_time_ms=0), mutations)
 
 
-def create_partitions(broker, header, request, session):
+async def create_partitions(broker, header, request, session):
     mutations = _mutation_quota(broker, header, session)
-    if broker.admin is not None:
-        return _create_partitions_in_cluster(broker, request, session, mutations)
-    Resp = CREATE_PARTITIONS.response
-    counts = Counter(t.name for t in request.topics)
-    results = []
-    for wanted in request.topics:
-        out = Resp.CreatePartitionsTopicResult(name=wanted.name, error_message=None)
-        results.append(out)
-        try:
-            if counts[wanted.name] > 1:
-                raise BrokerError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} is listed twice")
-            if not permitted(broker, session, Operation.ALTER, ResourceType.TOPIC, wanted.name):
-                raise BrokerError(*DENIED[ResourceType.TOPIC])
-            _refuse_internal(wanted.name, "given partitions")
-            _check_replicas(broker, 1, wanted.assignments)
-            broker.topics.add_partitions(wanted.name, wanted.count, validate_only=request.validate_only,
-                                         mutations=mutations)
-        except BrokerError as exc:
-            out.error_code, out.error_message = exc.code, str(exc)
-    return _answer(Resp(results=results, throttle_time_ms=0), mutations)
-
-
-async def _create_partitions_in_cluster(broker, request, session, mutations):
     Resp = CREATE_PARTITIONS.response
     counts = Counter(t.name for t in request.topics)
 
@@ -274,8 +177,8 @@ async def _create_partitions_in_cluster(broker, request, session, mutations):
                 raise BrokerError(*DENIED[ResourceType.TOPIC])
             _refuse_internal(wanted.name, "given partitions")
             assignments = [list(a.broker_ids) for a in wanted.assignments] if wanted.assignments else None
-            await broker.admin.create_partitions(wanted.name, wanted.count, assignments,
-                                                 request.validate_only, request.timeout_ms, mutations)
+            await broker.topic_admin.create_partitions(wanted.name, wanted.count, assignments,
+                                                       request.validate_only, request.timeout_ms, mutations)
         except BrokerError as exc:
             out.error_code, out.error_message = exc.code, str(exc)
         return out
