@@ -624,6 +624,30 @@ def test_create_topics_validate_only_answers_the_would_be_configs(cluster):
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+
+def test_create_topics_takes_either_a_manual_assignment_or_a_count_and_factor(cluster):
+    """As Kafka: a manual assignment with num_partitions or replication_factor set too is
+    INVALID_REQUEST (the single node took one with a replication factor); with both at -1
+    the assignment gives the partitions."""
+    from tests.test_broker_failures import connect, roundtrip
+    from wire.messages import CREATE_TOPICS
+
+    with Client(cluster.bootstrap_servers, call_timeout=30) as client:
+        [node] = client.describe_cluster().brokers
+    Topic, Assignment = CREATE_TOPICS.request.CreatableTopic, CREATE_TOPICS.request.CreatableReplicaAssignment
+    names = {given: _topic(f"assigned-{given}") for given in ("factor", "count", "neither")}
+    counts = {"factor": (-1, 1), "count": (1, -1), "neither": (-1, -1)}
+    request = CREATE_TOPICS.request(timeout_ms=10_000, validate_only=False, topics=[
+        Topic(name=names[given], num_partitions=partitions, replication_factor=factor, configs=[],
+              assignments=[Assignment(partition_index=0, broker_ids=[node])])
+        for given, (partitions, factor) in counts.items()])
+    with connect(cluster.port) as sock:
+        response = roundtrip(sock, CREATE_TOPICS, 5, request, 1)
+    answers = {t.name: (t.error_code, t.num_partitions) for t in response.topics}
+    assert answers[names["factor"]][0] == ErrorCode.INVALID_REQUEST
+    assert answers[names["count"]][0] == ErrorCode.INVALID_REQUEST
+    assert answers[names["neither"]] == (ErrorCode.NONE, 1)
+
 INVALID_NAME = "bad$#!"
 
 

@@ -2,7 +2,8 @@
 
 - CreateTopics: -1 partitions / replication factor mean the broker defaults (v4+);
   a replication factor above the number of brokers (one) is INVALID_REPLICATION_FACTOR;
-  manual assignments must name this broker. `validate_only` (v1+) checks everything
+  manual assignments must name this broker, and leave num_partitions and the replication
+  factor at -1 (else INVALID_REQUEST, as Kafka). `validate_only` (v1+) checks everything
   and creates nothing. v5+ returns the partition count, replication factor and the
   topic's configs (those it would have, when only validating); v7+ the topic id (zero
   when only validating). A name twice in one request is INVALID_REQUEST.
