@@ -117,6 +117,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, clock)
         self.broker_epoch = -1  # in a cluster: the czxid of this broker's registration
         self.controller = None  # in a cluster: this broker's controller (active or not), once joined
+        self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
         if config.cluster_mode:
             self._set_up_cluster_broker()
         else:
@@ -140,12 +141,6 @@ class Broker:
         # The partitions created and deleted by CreateTopics, CreatePartitions, DeleteTopics.
         self.mutation_quotas = ControllerMutationQuotaManager(
             self.client_quotas, clock, config.controller_quota_window_num, config.controller_quota_window_size_seconds)
-        self.inter_broker_security = inter_broker_security(config) if config.cluster_mode else None
-        self.authorizer = Authorizer.from_config(config)  # None: every request is allowed
-        self.acls = None  # where the authorizer's ACLs are kept
-        if self.authorizer is not None:
-            self.acls = (ZkAcls(self.zk, self.authorizer, clock) if config.cluster_mode
-                         else LocalAcls(config.data_dir, self.authorizer))
         bound, self.sasl_listeners = endpoints(config, self.scram)  # ConfigError for a bad setting
         self.server = KafkaServer(self.handle_frame, bound, Limits(
             max_request_bytes=config.socket_request_max_bytes,
@@ -173,6 +168,9 @@ class Broker:
         self.zk = self.cluster.zk
         self.topic_admin = ClusterTopicAdmin(self)
         self.producer_ids = ProducerIdAllocator(self.cluster.claim_producer_ids)
+        self.inter_broker_security = inter_broker_security(config)
+        # Where the authorizer's ACLs are kept.
+        self.acls = None if self.authorizer is None else ZkAcls(self.zk, self.authorizer, self.clock)
 
     def _set_up_single_node(self) -> None:
         """The single node: it leads every partition of its own TopicManager."""
@@ -187,6 +185,8 @@ class Broker:
         self.topic_admin = LocalTopicAdmin(self)
         self.producer_ids = ProducerIdAllocator(
             local_block_reserver(os.path.join(config.data_dir, "producer-id-block")))
+        self.inter_broker_security = None
+        self.acls = None if self.authorizer is None else LocalAcls(config.data_dir, self.authorizer)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
