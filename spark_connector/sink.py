@@ -778,14 +778,13 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                 "kafka.transaction.timeout.ms above the batch's duration.")
 
     def _complete(self, client: Client, query: str, intent: Intent) -> None:
-        """Commit the intent's transactions, all at once, and sweep the query's leftovers
-        meanwhile (the sweep spares the intent's transactions, so it need not wait)."""
-        keep = {t.transactional_id for t in intent.txns()}
+        """Commit the intent's transactions one after the other (a driver stopped half way
+        leaves the rest open, for the replay to commit), and sweep the query's leftovers,
+        listed meanwhile (the sweep spares the intent's transactions)."""
         listed = client.start("list_transactions", ["Ongoing"])
-        commits = [(t, client.start("end_txn", t.transactional_id, t.producer_id, t.producer_epoch, commit=True))
-                   for t in intent.txns()]
-        aborted = [t for t, call in commits if self._committed_or_settled(client, t, call) == _ABORTED]
-        _abort_leftovers(client, query, keep, self.options.transaction_timeout_ms, listed.result())
+        aborted = [t for t in intent.txns() if self._commit_transaction(client, t) == _ABORTED]
+        _abort_leftovers(client, query, {t.transactional_id for t in intent.txns()},
+                         self.options.transaction_timeout_ms, listed.result())
         if aborted:
             raise SluiceSinkError(
                 f"sluice sink: batch {intent.batch} of query {query} was decided, but the broker "
@@ -794,15 +793,12 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
                 f"{self.options.transaction_timeout_ms}). Restart the query: its replay writes "
                 "exactly those tasks' rows again, and the batch becomes whole.")
 
-    @staticmethod
-    def _committed_or_settled(client: Client, txn: Txn, end_txn: Call) -> str:
-        """COMMITTED once the transaction's EndTxn(COMMIT) call succeeds; else what its end
-        was: it ended before (a replay), or the broker aborted it."""
+    def _commit_transaction(self, client: Client, txn: Txn) -> str:
         try:
-            end_txn.result()
+            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
             return _COMMITTED
         except KafkaError:
-            return _settle(client, txn)
+            return _settle(client, txn)  # ended before (a replay) or aborted: find out which
 
     def abort(self, messages, batchId: int) -> None:
         """Abort what the failed batch wrote, but never a transaction that an intent for
