@@ -181,6 +181,19 @@ class Throttled:
         return cls(answer, seconds) if seconds > 0 else answer
 
 
+def _loop_exception(loop, context) -> None:
+    """asyncio's handler, but for one CPython 3.11 slip: a peer resetting a connection
+    while loop.sendfile sends on it makes the transport tell sendfile's waiter, done
+    already (the write buffer had drained), that the connection closed, which raises
+    InvalidStateError after everything else is done; sendfile then fails on the closed
+    socket as it should. Logged at debug level instead of as an error."""
+    if isinstance(context.get("exception"), asyncio.InvalidStateError) \
+            and "_call_connection_lost" in repr(context.get("handle")):
+        log.debug("asyncio: %s (the peer closed during a sendfile)", context.get("message"))
+        return
+    loop.default_exception_handler(context)
+
+
 class _FdFile:
     """What loop.sendfile needs of a file: its descriptor, and for asyncio's fallback (when
     os.sendfile fails before sending anything) positioned reads."""
@@ -662,6 +675,8 @@ class KafkaServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if loop.get_exception_handler() is None:
+            loop.set_exception_handler(_loop_exception)
         for host, count in self.limits.per_ip_overrides.items():
             for info in await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM):
                 self._per_ip_limits[info[4][0]] = count
