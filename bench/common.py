@@ -284,25 +284,6 @@ def stop_or_kill(process, timeout: float) -> None:
         raise
 
 
-def start_kafka(workdir: str, sizes: Sizes, log, brokers: int = 1):
-    """A started KafkaTarget (a KafkaClusterTarget of `brokers` nodes when more than one),
-    or (None, the reason) when Kafka cannot be had."""
-    from bench.kafka_broker import KafkaClusterTarget, KafkaTarget, KafkaUnavailable, version
-
-    try:
-        target = KafkaTarget(workdir, sizes) if brokers == 1 else KafkaClusterTarget(workdir, sizes, brokers)
-    except Exception as e:  # noqa: BLE001 (reported, and the run carries on)
-        return None, f"{type(e).__name__}: {e}"
-    try:
-        target.start()
-    except KafkaUnavailable as e:
-        target.stop()
-        return None, str(e)
-    log(f"  Kafka {version()} started ({brokers} node{'s' if brokers > 1 else ''}): storage formatted in "
-        f"{target.process.format_s:.1f} s, JVM start to first Metadata answer {target.process.start_s:.1f} s")
-    return target, None
-
-
 # -- the clients and the runs --------------------------------------------------------------------
 
 def producer_config(bootstrap: str, acks: str, compression: str, linger_ms: int = 5) -> dict:

@@ -40,9 +40,10 @@ import threading
 import time
 import uuid
 
-from bench.common import (SluiceTarget, VALUE_SIZE, _fmt, client_versions, sectioned_main, start_kafka)
+from bench.common import (SluiceTarget, VALUE_SIZE, _fmt, client_versions, sectioned_main)
 from bench.cluster import LocalCluster, _verdict
 from bench.e2e_consumer import percentile
+from bench.kafka_broker import start_kafka
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for
 

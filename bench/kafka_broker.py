@@ -491,3 +491,20 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def start_kafka(workdir: str, sizes, log, brokers: int = 1):
+    """A started KafkaTarget (a KafkaClusterTarget of `brokers` nodes when more than one),
+    or (None, the reason) when Kafka cannot be had."""
+    try:
+        target = KafkaTarget(workdir, sizes) if brokers == 1 else KafkaClusterTarget(workdir, sizes, brokers)
+    except Exception as e:  # noqa: BLE001 (reported, and the run carries on)
+        return None, f"{type(e).__name__}: {e}"
+    try:
+        target.start()
+    except KafkaUnavailable as e:
+        target.stop()
+        return None, str(e)
+    log(f"  Kafka {version()} started ({brokers} node{'s' if brokers > 1 else ''}): storage formatted in "
+        f"{target.process.format_s:.1f} s, JVM start to first Metadata answer {target.process.start_s:.1f} s")
+    return target, None

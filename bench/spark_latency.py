@@ -48,8 +48,9 @@ import threading
 import time
 import uuid
 
-from bench.common import VALUE_SIZE, SluiceTarget, _fmt, _loads, client_versions, sectioned_main, start_kafka
+from bench.common import VALUE_SIZE, SluiceTarget, _fmt, _loads, client_versions, sectioned_main
 from bench.e2e_consumer import consumer_config, percentile
+from bench.kafka_broker import start_kafka
 from bench.machine import describe_machine, machine_details
 from sluice.polling import wait_for, wait_until
 

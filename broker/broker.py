@@ -122,6 +122,7 @@ class Broker:
             self._set_up_cluster_broker()
         else:
             self._set_up_single_node()
+        self.served_versions = handlers.served_versions(self.served_apis)  # ApiVersions' answer
         # Log compaction (log.cleaner.enable): one cleaner task over every local log.
         self.cleaner = LogCleaner(config, lambda: [p.log for p in self.topics.all_partitions()], clock) \
             if config.log_cleaner_enable and config.log_cleaner_threads > 0 else None

@@ -36,10 +36,11 @@ from wire.client import BROKER_RESOURCE, DELETE_CONFIG, SET_CONFIG, TOPIC_RESOUR
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            code_name, emit_json, run_command)
+from sluice.reassignment_plans import Plan, partition_name, plan_json, read_plan
+from sluice.scaling import add_arguments, check_arguments, run as run_scaling
 
 __all__ = ["main", "parser"]
 
-Plan = dict[tuple[str, int], tuple[int, ...]]
 # Per partition moving: (its existing replicas, the replicas it gains), as Kafka's tool sees it.
 Moves = dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]]
 LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
@@ -63,8 +64,7 @@ def parser() -> argparse.ArgumentParser:
     action.add_argument("--verify", action="store_true", help="say whether they are done")
     action.add_argument("--cancel", action="store_true", help="cancel those still in progress")
     action.add_argument("--list", action="store_true", help="list every reassignment in progress")
-    from sluice.scaling import add_arguments  # --generate, --decommission, --rebalance
-    add_arguments(p, action)
+    add_arguments(p, action)  # --generate, --decommission, --rebalance
     p.add_argument("--reassignment-json-file", metavar="FILE",
                    help="the reassignments, in Kafka's JSON (with --execute, --verify, --cancel)")
     p.add_argument("--additional", action="store_true",
@@ -87,7 +87,6 @@ def main(argv=None) -> int:
                 "there is nothing to move between log directories")
     if (args.execute or args.verify or args.cancel) != (args.reassignment_json_file is not None):
         p.error("--reassignment-json-file goes with --execute, --verify and --cancel, and only with them")
-    from sluice.scaling import check_arguments
     check_arguments(p, args)
     if (args.additional or args.throttle is not None) and not args.execute:
         p.error("--additional and --throttle go with --execute")
@@ -96,61 +95,11 @@ def main(argv=None) -> int:
     return run_command(args, reassign)
 
 
-def read_json_file(option: str, path: str):
-    """The JSON document of the file given to `option`; CommandError naming the line and
-    column where it is not JSON."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except OSError as exc:
-        raise CommandError(f"{option}: cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise CommandError(f"{option}: {path} is not UTF-8 (at byte {exc.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{option}: {path} is not JSON: {exc.msg} at line "
-                           f"{exc.lineno}, column {exc.colno}") from None
-
-
-def read_plan(path: str) -> Plan:
-    """The target replicas a kafka-reassign-partitions JSON file gives each partition."""
-    document = read_json_file("--reassignment-json-file", path)
-    if not isinstance(document, dict) or document.get("version", 1) != 1 \
-            or not isinstance(document.get("partitions"), list):
-        raise CommandError(f'--reassignment-json-file: {path} is not {{"version": 1, '
-                           f'"partitions": [...]}}')
-    plan: Plan = {}
-    for entry in document["partitions"]:
-        replicas = entry.get("replicas") if isinstance(entry, dict) else None
-        if not (isinstance(entry, dict) and isinstance(entry.get("topic"), str)
-                and type(entry.get("partition")) is int and entry["partition"] >= 0
-                and isinstance(replicas, list) and replicas
-                and all(type(r) is int and r >= 0 for r in replicas)):
-            raise CommandError(f"--reassignment-json-file: {json.dumps(entry)} is not "
-                               f'{{"topic": NAME, "partition": NUMBER, "replicas": [BROKER, ...]}}')
-        tp = (entry["topic"], entry["partition"])
-        if len(set(replicas)) != len(replicas):
-            raise CommandError(f"--reassignment-json-file: the replicas of {_name(tp)} name a "
-                               f"broker more than once: {replicas}")
-        log_dirs = entry.get("log_dirs", ["any"] * len(replicas))
-        if log_dirs != ["any"] * len(replicas):
-            raise CommandError(f"--reassignment-json-file: log_dirs of {_name(tp)} must be \"any\" "
-                               f"for each replica (a Sluice broker keeps one log directory)")
-        if tp in plan:
-            raise CommandError(f"--reassignment-json-file: {_name(tp)} is named more than once")
-        plan[tp] = tuple(replicas)
-    if not plan:
-        raise CommandError(f"--reassignment-json-file: {path} names no partition")
-    return plan
-
-
 async def reassign(client: AsyncClient, args) -> int:
     if args.list:
         return await _list(client, args)
     if not (args.execute or args.verify or args.cancel):
-        from sluice.scaling import run
-        return await run(client, args)
+        return await run_scaling(client, args)
     plan = read_plan(args.reassignment_json_file)
     if args.execute:
         return await _execute(client, args, plan)
@@ -172,7 +121,7 @@ async def _current_replicas(client: AsyncClient, plan: Plan) -> dict[tuple[str, 
         else:
             current[tp] = tuple(info.replicas)
     if missing:
-        raise CommandError(f"Topic or partition not found: {', '.join(map(_name, sorted(missing)))}")
+        raise CommandError(f"Topic or partition not found: {', '.join(map(partition_name, sorted(missing)))}")
     return current
 
 
@@ -182,7 +131,7 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
     if ongoing and not args.additional:
         raise CommandError("Cannot execute because there is an existing partition assignment. "
                            "Use --additional to override this and create a new partition "
-                           f"assignment in addition to the existing one ({', '.join(map(_name, sorted(ongoing)))})")
+                           f"assignment in addition to the existing one ({', '.join(map(partition_name, sorted(ongoing)))})")
     if args.throttle is not None:
         moving = await client.list_partition_reassignments()
         await _throttle(client, _moves(moving, plan, current), args.throttle)
@@ -190,12 +139,12 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
     started = sorted(tp for tp, error in results.items() if error is None)
     failed = sorted((tp, error) for tp, error in results.items() if error is not None)
     if args.output == "json":
-        emit_json({"current": _plan_json(current), "throttle": args.throttle,
-                   "started": [_name(tp) for tp in started],
-                   "failed": [{"partition": _name(tp), "error": code_name(error.code),
+        emit_json({"current": plan_json(current), "throttle": args.throttle,
+                   "started": [partition_name(tp) for tp in started],
+                   "failed": [{"partition": partition_name(tp), "error": code_name(error.code),
                                "message": error.message} for tp, error in failed]})
     else:
-        print(f"Current partition replica assignment\n\n{json.dumps(_plan_json(current))}\n\n"
+        print(f"Current partition replica assignment\n\n{json.dumps(plan_json(current))}\n\n"
               f"Save this to use as the --reassignment-json-file option during rollback")
         if args.throttle is not None:
             print("Warning: You must run --verify periodically, until the reassignment completes, to "
@@ -203,11 +152,11 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
                   f"{args.throttle} B/s")
         if started:
             print(f"Successfully started partition reassignment{'s' if len(started) > 1 else ''} "
-                  f"for {','.join(map(_name, started))}")
+                  f"for {','.join(map(partition_name, started))}")
         if failed:
             print("Error reassigning partition(s):")
             for tp, error in failed:
-                print(f"{_name(tp)}: {code_name(error.code)}" + (f": {error.message}" if error.message else ""))
+                print(f"{partition_name(tp)}: {code_name(error.code)}" + (f": {error.message}" if error.message else ""))
     return 1 if failed else 0
 
 
@@ -217,15 +166,15 @@ async def _verify(client: AsyncClient, args, plan: Plan) -> int:
     states = {}
     for tp, target in sorted(plan.items()):
         if tp in ongoing:
-            states[tp] = "in progress", f"Reassignment of partition {_name(tp)} is still in progress."
+            states[tp] = "in progress", f"Reassignment of partition {partition_name(tp)} is still in progress."
         elif current[tp] == target:
-            states[tp] = "completed", f"Reassignment of partition {_name(tp)} is completed."
+            states[tp] = "completed", f"Reassignment of partition {partition_name(tp)} is completed."
         else:
             states[tp] = "elsewhere", (
-                f"There is no active reassignment of partition {_name(tp)}, but replica set is "
+                f"There is no active reassignment of partition {partition_name(tp)}, but replica set is "
                 f"{list(current[tp])} rather than {list(target)}.")
     if args.output == "json":
-        emit_json([{"partition": _name(tp), "state": state, "replicas": list(current[tp]),
+        emit_json([{"partition": partition_name(tp), "state": state, "replicas": list(current[tp]),
                     "target": list(plan[tp])} for tp, (state, _) in states.items()])
     else:
         print("Status of partition reassignment:")
@@ -242,16 +191,16 @@ async def _cancel(client: AsyncClient, args, plan: Plan) -> int:
     cancelled = sorted(tp for tp, error in results.items() if error is None)
     failed = sorted((tp, error) for tp, error in results.items() if error is not None)
     if args.output == "json":
-        emit_json({"cancelled": [_name(tp) for tp in cancelled],
-                   "failed": [{"partition": _name(tp), "error": code_name(error.code),
+        emit_json({"cancelled": [partition_name(tp) for tp in cancelled],
+                   "failed": [{"partition": partition_name(tp), "error": code_name(error.code),
                                "message": error.message} for tp, error in failed]})
     else:
         if cancelled:
-            print(f"Successfully cancelled partition reassignments for: {','.join(map(_name, cancelled))}")
+            print(f"Successfully cancelled partition reassignments for: {','.join(map(partition_name, cancelled))}")
         elif not failed:
             print("None of the specified partition reassignments are active.")
         for tp, error in failed:
-            print(f"Error cancelling the reassignment of {_name(tp)}: {code_name(error.code)}"
+            print(f"Error cancelling the reassignment of {partition_name(tp)}: {code_name(error.code)}"
                   + (f": {error.message}" if error.message else ""))
     return 1 if failed else 0
 
@@ -259,14 +208,14 @@ async def _cancel(client: AsyncClient, args, plan: Plan) -> int:
 async def _list(client: AsyncClient, args) -> int:
     ongoing = await client.list_partition_reassignments()
     if args.output == "json":
-        emit_json([{"partition": _name(tp), "replicas": list(r.replicas), "adding": list(r.adding),
+        emit_json([{"partition": partition_name(tp), "replicas": list(r.replicas), "adding": list(r.adding),
                     "removing": list(r.removing)} for tp, r in sorted(ongoing.items())])
     elif not ongoing:
         print("No partition reassignments found.")
     else:
         print("Current partition reassignments:")
         for tp, r in sorted(ongoing.items()):
-            print(f"{_name(tp)}: replicas: {_ids(r.replicas)}. adding: {_ids(r.adding)}. "
+            print(f"{partition_name(tp)}: replicas: {_ids(r.replicas)}. adding: {_ids(r.adding)}. "
                   f"removing: {_ids(r.removing)}.")
     return 0
 
@@ -322,16 +271,6 @@ async def _alter_configs(client: AsyncClient, changes) -> None:
     for error in (await client.incremental_alter_configs(changes)).values():
         if error is not None:
             raise error
-
-
-def _plan_json(replicas: dict[tuple[str, int], tuple[int, ...]]) -> dict:
-    return {"version": 1, "partitions": [
-        {"topic": topic, "partition": partition, "replicas": list(ids), "log_dirs": ["any"] * len(ids)}
-        for (topic, partition), ids in sorted(replicas.items())]}
-
-
-def _name(tp: tuple[str, int]) -> str:
-    return f"{tp[0]}-{tp[1]}"
 
 
 def _ids(ids) -> str:

@@ -41,7 +41,7 @@ from wire.error_codes import ErrorCode
 from sluice.common import (CommandError, code_name, emit_json, format_table, non_negative,
                            positive_float)
 from sluice.leader_election import run_election
-from sluice.reassign import Plan, _name, _plan_json, read_json_file
+from sluice.reassignment_plans import Plan, partition_name, plan_json, read_json_file
 
 __all__ = ["add_arguments", "check_arguments", "run"]
 
@@ -167,10 +167,10 @@ async def generate(client: AsyncClient, args) -> int:
             raise CommandError(f"topic {topic}: {exc}") from None
         proposed.update({(topic, p): replicas for p, replicas in placed.items()})
     if args.output == "json":
-        emit_json({"current": _plan_json(current), "proposed": _plan_json(proposed)})
+        emit_json({"current": plan_json(current), "proposed": plan_json(proposed)})
     else:
-        print(f"Current partition replica assignment\n{json.dumps(_plan_json(current))}\n\n"
-              f"Proposed partition reassignment configuration\n{json.dumps(_plan_json(proposed))}")
+        print(f"Current partition replica assignment\n{json.dumps(plan_json(current))}\n\n"
+              f"Proposed partition reassignment configuration\n{json.dumps(plan_json(proposed))}")
     return 0
 
 
@@ -323,7 +323,7 @@ class Report:
                     brokers: list[int]) -> bool:
         """Show the plan and start it; False when some partition's reassignment was refused."""
         current = {tp: targets[tp] for tp in plan}
-        self.document.update(current=_plan_json(current), proposed=_plan_json(plan),
+        self.document.update(current=plan_json(current), proposed=plan_json(plan),
                              started=[], failed=[])
         if not plan:
             return True
@@ -331,22 +331,22 @@ class Report:
             (b, _change(targets, proposed, lambda r: b in r), _change(targets, proposed, lambda r: r[:1] == (b,)))
             for b in sorted({*brokers, *(b for r in targets.values() for b in r)})]))
         if not self.json:
-            print(f"Current partition replica assignment\n\n{json.dumps(_plan_json(current))}\n\n"
+            print(f"Current partition replica assignment\n\n{json.dumps(plan_json(current))}\n\n"
                   "Save this to use as the --reassignment-json-file option during rollback\n"
-                  f"Proposed partition reassignment configuration\n\n{json.dumps(_plan_json(plan))}\n")
+                  f"Proposed partition reassignment configuration\n\n{json.dumps(plan_json(plan))}\n")
         results = await client.alter_partition_reassignments(plan)
         started = sorted(tp for tp, error in results.items() if error is None)
         failed = sorted((tp, error) for tp, error in results.items() if error is not None)
-        self.document.update(started=[_name(tp) for tp in started], failed=[
-            {"partition": _name(tp), "error": code_name(error.code), "message": error.message}
+        self.document.update(started=[partition_name(tp) for tp in started], failed=[
+            {"partition": partition_name(tp), "error": code_name(error.code), "message": error.message}
             for tp, error in failed])
         if started:
             self.line(f"Successfully started partition reassignment{'s' if len(started) > 1 else ''} "
-                      f"for {','.join(map(_name, started))}")
+                      f"for {','.join(map(partition_name, started))}")
         if failed:
             self.line("Error reassigning partition(s):")
             for tp, error in failed:
-                self.line(f"{_name(tp)}: {code_name(error.code)}"
+                self.line(f"{partition_name(tp)}: {code_name(error.code)}"
                           + (f": {error.message}" if error.message else ""))
         return not failed
 
@@ -368,7 +368,7 @@ class Report:
                 self.line(f"Not complete after {timeout:g} s: {_names(pending)} still moving; "
                           "run the command again with --wait to wait more, or --cancel their "
                           "reassignments (sluice reassign --list shows them).")
-                self.document["pending"] = [_name(tp) for tp in pending]
+                self.document["pending"] = [partition_name(tp) for tp in pending]
                 return False
             if pending != shown or now - shown_at >= PROGRESS_INTERVAL:
                 self.line(f"Waiting for {len(pending)} of {len(watched)} partition reassignment(s) "
@@ -401,8 +401,8 @@ class Report:
                       for p, info in t.partitions.items() if broker in info.replicas)
         led = sorted((t.name, p) for t in metadata.topics.values() if not t.error_code
                      for p, info in t.partitions.items() if info.leader_id == broker)
-        self.document.update(can_stop=not (held or led), holds=[_name(tp) for tp in held],
-                             leads=[_name(tp) for tp in led])
+        self.document.update(can_stop=not (held or led), holds=[partition_name(tp) for tp in held],
+                             leads=[partition_name(tp) for tp in led])
         if held or led:
             self.line(f"Broker {broker} cannot be stopped yet without partitions losing a replica: "
                       f"it holds {_names(held) or 'no replica'}, and leads {_names(led) or 'nothing'}.")
@@ -437,7 +437,7 @@ def _change(before: Plan, after: Plan, counted: Callable[[tuple[int, ...]], bool
 
 
 def _names(partitions, limit: int | None = None) -> str:
-    shown = [_name(tp) for tp in partitions[:limit]]
+    shown = [partition_name(tp) for tp in partitions[:limit]]
     more = len(partitions) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 

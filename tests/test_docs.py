@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker.handlers.api_versions import reference as apis_reference
+from broker.handlers import reference as apis_reference
 from sluice.cli import COMMANDS
 from spark_connector import options
 

@@ -55,8 +55,9 @@ from bench.broker.profile import bench_profile
 from bench.broker.report import comparison_rows, evaluate_targets, text_table, write_reports
 from bench.broker.startup import bench_startup
 from bench.common import (DEFAULT_OUT, FULL, MIB, MOCK_PARTITION_BYTES, QUICK, REPO, VALUE_SIZE, MockTarget,
-                          Sizes, SluiceTarget, _loads, client_versions, section_timer, start_kafka,
+                          Sizes, SluiceTarget, _loads, client_versions, section_timer,
                           value_pool)
+from bench.kafka_broker import start_kafka
 from bench.machine import describe_machine, machine_details
 
 SECTIONS = ("produce", "perftest", "consume", "e2e", "startup", "log", "partitions", "profile")

@@ -5,7 +5,7 @@ response, as for acks=0 produce); `session` is the connection's (broker.security
 client host, listener, principal). A request that must wait (a long-poll Fetch, a group
 join) returns an awaitable of the body instead, so that everything else is answered
 without a trip through the event loop. An answer to a client over its quota (Produce,
-Fetch) comes in a `broker.server.Throttled`, which mutes the connection after it.
+Fetch) comes in a `broker.handler_results.Throttled`, which mutes the connection after it.
 
 Authorization: every handler checks what Kafka's KafkaApis checks, through
 broker.security.acls (nothing when no authorizer is configured); each module's docstring
@@ -25,6 +25,7 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
                            DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS)
 
+from broker.config import markdown_row
 from broker.handlers import (acls, alter_configs, api_versions, client_quotas, cluster, configs, delete_records,
                              elect_leaders, fetch, groups, inter_broker, list_offsets, metadata,
                              offset_for_leader_epoch, offsets, produce, reassignments, sasl, scram, topics_admin,
@@ -114,3 +115,31 @@ MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDL
 # unread, as one at an API key nobody knows.
 SERVED_APIS = {key: APIS[key] for key in sorted(HANDLERS)}
 CLUSTER_SERVED_APIS = {key: APIS[key] for key in sorted({**HANDLERS, **CLUSTER_HANDLERS})}
+
+
+def served_versions(apis) -> dict[int, tuple[int, int]]:
+    """The (oldest, newest) version served of each of `apis` (by key), as ApiVersions lists them."""
+    return {key: (MIN_VERSIONS[key], MAX_VERSIONS[key]) for key in apis}
+
+
+def reference() -> str:
+    """docs/apis.md: the ApiVersions answers of a single node and of a cluster broker, so
+    that the documentation of what is served cannot drift from what is."""
+    single = {api.api_key: api for api in api_versions.api_keys(served_versions(SERVED_APIS))}
+    cluster = {api.api_key: api for api in api_versions.api_keys(served_versions(CLUSTER_SERVED_APIS))}
+    lines = ["# APIs served", "",
+             "The APIs and versions a Sluice broker lists in its ApiVersions answer, generated from it",
+             "(`python -m broker.handlers --reference > docs/apis.md`; a test fails when they differ).",
+             "As in Kafka, an ApiVersions request at a version not listed gets UNSUPPORTED_VERSION with",
+             "these ranges, so that the client retries at one listed; a request for any other API or",
+             "version not listed closes the connection.", "",
+             f"A single node serves {len(single)} APIs, a broker of a cluster {len(cluster)}.", "",
+             markdown_row("Key", "API", "Single node", "Cluster broker"), markdown_row(*["---"] * 4)]
+    for key in sorted(single.keys() | cluster.keys()):
+        versions = [f"{served[key].min_version}–{served[key].max_version}" if key in served else "not served"
+                    for served in (single, cluster)]
+        lines.append(markdown_row(str(key), APIS[key].name, *versions))
+    unserved = [APIS[key] for key in sorted(APIS) if key not in single and key not in cluster]
+    lines += ["", "The protocol code in `wire/` also knows these APIs, which neither serves:",
+              ", ".join(f"{api.name} ({api.key})" for api in unserved) + "."]
+    return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 
 import sys
 
-from broker.handlers.api_versions import reference
+from broker.handlers import reference
 
 if sys.argv[1:] != ["--reference"]:
     sys.exit("usage: python -m broker.handlers --reference  (prints docs/apis.md)")
