@@ -44,12 +44,13 @@ from broker.security.acl_store import LocalAcls, ZkAcls
 from broker.security.acls import Authorizer
 from broker.security.listeners import endpoints
 from broker.security.scram_credentials import ScramCredentials
-from broker.server import CloseConnection, KafkaServer, Limits, ResponseLater, Throttled
+from broker.handler_results import CloseConnection, ResponseLater, Throttled
+from broker.server import KafkaServer, Limits
 from broker.storage.checkpoint import write_atomically
 from broker.storage.cleaner import LogCleaner
 from broker.throttled_log import ThrottledLog
 from broker.topic_admin import LocalTopicAdmin
-from broker.topics import TopicManager
+from broker.replica.topics import TopicManager
 from broker.transactions import txn_log
 from broker.transactions.coordinator import TransactionCoordinator
 

@@ -44,7 +44,7 @@ import os
 from typing import Callable
 
 from broker.clock import SYSTEM_CLOCK, Clock
-from broker.cluster.zk_layout import config_entity_parts, config_entity_path
+from broker.zookeeper.layout import config_entity_parts, config_entity_path
 from broker.errors import BrokerError
 from broker.quota import Quota, TokenBucket
 from broker.storage.checkpoint import write_atomically

@@ -81,7 +81,8 @@ from typing import Awaitable, Callable, Union
 
 from wire.frame_buffers import FrameBuffers
 
-from broker.security.principal import Principal
+from broker.handler_results import CloseConnection, ResponseLater, Throttled
+from broker.security.listeners import Endpoint
 from broker.security.session import Session
 from broker.storage.segment import FileRegion
 from broker.throttled_log import ThrottledLog
@@ -110,21 +111,6 @@ Handler = Callable[[bytearray, Session], Union[Chunks, Awaitable[Chunks]]]
 
 
 @dataclasses.dataclass(frozen=True)
-class Endpoint:
-    """A listener as the server binds it: its name and security protocol (which the
-    connections' sessions carry), address, and TLS context for SSL and SASL_SSL.
-    `principal_of_certificate` names a TLS client by its certificate (SSL listeners
-    that ask for one)."""
-
-    name: str
-    host: str
-    port: int
-    security_protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    principal_of_certificate: Callable[[dict], Principal] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class Limits:
     """Resource limits of one listener, under Kafka's names (see the module docstring)."""
 
@@ -142,43 +128,6 @@ _log_closing = ThrottledLog(log, logging.WARNING)
 _log_internal_error = ThrottledLog(log, logging.ERROR)
 _log_refused = ThrottledLog(log, logging.WARNING)
 _log_accept_error = ThrottledLog(log, logging.ERROR)
-
-
-class CloseConnection(Exception):
-    """Raised by a handler: the request cannot be answered, so the connection closes;
-    with `last_response`, after that response (a failed authentication's answer)."""
-
-    def __init__(self, message: str, last_response: list | None = None):
-        super().__init__(message)
-        self.last_response = last_response
-
-
-class ResponseLater:
-    """A handler's answer to a request that has taken effect and whose response only
-    waits (an acks=all produce, for the followers): the requests behind it are answered
-    meanwhile, and the responses still leave in order."""
-
-    __slots__ = ("awaitable",)
-
-    def __init__(self, awaitable: Awaitable):
-        self.awaitable = awaitable
-
-
-class Throttled:
-    """A handler's answer to a client over its quota: `answer` (a response, or None for
-    none) is sent, then the connection is muted for `seconds` (KIP-219: respond first,
-    then mute)."""
-
-    __slots__ = ("answer", "seconds")
-
-    def __init__(self, answer, seconds: float):
-        self.answer = answer
-        self.seconds = seconds
-
-    @classmethod
-    def when(cls, answer, seconds: float):
-        """`answer`, throttled if `seconds` > 0."""
-        return cls(answer, seconds) if seconds > 0 else answer
 
 
 def _loop_exception(loop, context) -> None:

@@ -15,7 +15,7 @@ def leading(log, clock=SYSTEM_CLOCK) -> Partition:
 
 def topic_manager(config, clock=SYSTEM_CLOCK):
     """The broker's TopicManager for `config`, outside a broker."""
-    from broker.topics import TopicManager
+    from broker.replica.topics import TopicManager
     return TopicManager(config, DelayedOperations(clock), clock)
 
 

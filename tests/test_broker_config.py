@@ -19,7 +19,7 @@ import pytest
 
 from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, broker_values, build_config,
                            parse_topic_configs, read_properties, reference)
-from broker.topics import CLEAN_SHUTDOWN
+from broker.replica.topics import CLEAN_SHUTDOWN
 from sluice.broker_process import BrokerProcess
 from wire import client as wire_client
 from wire.error_codes import ErrorCode

@@ -37,7 +37,7 @@ import pytest
 from kazoo.protocol.states import EventType
 
 from broker.cluster.placement import assign_rack_unaware
-from broker.cluster.zk_layout import BrokerRegistration, ControllerRegistration, Listener
+from broker.zookeeper.layout import BrokerRegistration, ControllerRegistration, Listener
 from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_anomalies,
                            pick_seed, read_all, verify)
 from tests.log_files import log_bytes

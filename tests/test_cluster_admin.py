@@ -45,7 +45,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from broker.cluster.zk_layout import EntityConfig, TopicAssignment
+from broker.zookeeper.layout import EntityConfig, TopicAssignment
 from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_clients import INVALID_NAME, producing_to_an_invalid_name_fails_with_its_error

@@ -62,7 +62,7 @@ from pathlib import Path
 import confluent_kafka.admin
 import pytest
 
-from broker.cluster.zk_layout import TopicAssignment
+from broker.zookeeper.layout import TopicAssignment
 from broker.coordinator_runtime import partition_for
 from sluice.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from broker.cluster.controller import Controller
-from broker.cluster.zk_layout import (BrokerRegistration, EntityConfig, IsrChange, LeaderAndIsr,
+from broker.zookeeper.layout import (BrokerRegistration, EntityConfig, IsrChange, LeaderAndIsr,
                                       Listener, TopicAssignment)
-from broker.cluster.zk_store import ZkStore
+from broker.zookeeper.store import ZkStore
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
 from broker.handlers import CLUSTER_HANDLERS, HANDLERS, elect_leaders as elect_leaders_handler

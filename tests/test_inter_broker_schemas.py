@@ -29,7 +29,7 @@ import broker.server
 from broker import handlers
 from broker.embedded import EmbeddedBroker
 from broker.security.session import Session
-from broker.server import CloseConnection
+from broker.handler_results import CloseConnection
 from broker.throttled_log import ThrottledLog
 from tests.test_broker_failures import (api_versions_body, assert_closed_by_broker, connect,
                                         roundtrip)

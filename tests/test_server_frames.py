@@ -21,7 +21,8 @@ import threading
 
 import pytest
 
-from broker.server import Endpoint, KafkaServer, Limits
+from broker.security.listeners import Endpoint
+from broker.server import KafkaServer, Limits
 from tests.test_broker_failures import recv_frame
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,7 +21,7 @@ from wire.records import (HEADER_SIZE, LOG_APPEND_TIME_BIT, build_batch, decode_
                           has_valid_crc, iter_batches, parse_header)
 
 import broker.storage.segment as segment_module
-import broker.topics as topics_module
+import broker.replica.topics as topics_module
 from broker.clock import SystemClock
 from broker.config import BrokerConfig, LogConfig
 from broker.errors import BrokerError

@@ -1,6 +1,6 @@
-"""Kafka's ZooKeeper layout (broker/cluster/zk_layout.py): the exact JSON Kafka writes at
+"""Kafka's ZooKeeper layout (broker/zookeeper/layout.py): the exact JSON Kafka writes at
 each path, round trips, and garbage refused with the znode's path named. Then the store
-(broker/cluster/zk_store.py) against a real ZooKeeper (tests/zookeeper.py): ephemeral
+(broker/zookeeper/store.py) against a real ZooKeeper (tests/zookeeper.py): ephemeral
 registrations, conditional writes, the controller's election and fencing, and data and
 sessions kept across a ZooKeeper restart. Each test works under a chroot of its own."""
 
@@ -12,12 +12,12 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from broker.cluster import zk_layout as layout
-from broker.cluster.zk_layout import (BrokerRegistration, ClusterId, ConfigChange,
+from broker.zookeeper import layout
+from broker.zookeeper.layout import (BrokerRegistration, ClusterId, ConfigChange,
                                       ControllerEpoch, ControllerRegistration, EntityConfig,
                                       IsrChange, LeaderAndIsr, Listener, PartitionReassignment,
                                       ProducerIdBlock, TopicAssignment, ZkDataError)
-from broker.cluster.zk_store import (BrokerIdInUse, ControllerMoved, Election, StaleVersion,
+from broker.zookeeper.store import (BrokerIdInUse, ControllerMoved, Election, StaleVersion,
                                      Versioned, ZkStore)
 import sluice.zookeeper
 from tests import zookeeper as zookeeper_harness

@@ -42,11 +42,11 @@ from wire.error_codes import ErrorCode
 from broker.client_quotas import UNBOUNDED, ControllerMutationQuota
 from broker.cluster import placement
 from broker.cluster.metadata import COORDINATOR_TOPICS
-from broker.cluster.zk_layout import DEFAULT_ENTITY, TopicAssignment
-from broker.cluster.zk_store import StaleVersion
+from broker.zookeeper.layout import DEFAULT_ENTITY, TopicAssignment
+from broker.zookeeper.store import StaleVersion
 from broker.config import ConfigError
 from broker.errors import BrokerError
-from broker.topics import INTERNAL_REQUIRED_CONFIGS, MAX_PARTITIONS, checked_overrides, validate_topic_name
+from broker.replica.topics import INTERNAL_REQUIRED_CONFIGS, MAX_PARTITIONS, checked_overrides, validate_topic_name
 
 log = logging.getLogger("sluice.admin")
 

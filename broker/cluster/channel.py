@@ -21,7 +21,7 @@ from wire.primitives import EncodeError
 from wire.schema import Api, Struct
 
 from broker.clock import Clock
-from broker.cluster.zk_layout import BrokerRegistration
+from broker.zookeeper.layout import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from wire.messages import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import SECURITY_PROTOCOLS
 from broker.cluster.channel import ControllerChannels, listener_endpoint
-from broker.cluster.zk_layout import NO_LEADER, ControllerRegistration, LeaderAndIsr
-from broker.cluster.zk_store import (ControllerMoved, Election, LiveBroker, StaleVersion,
+from broker.zookeeper.layout import NO_LEADER, ControllerRegistration, LeaderAndIsr
+from broker.zookeeper.store import (ControllerMoved, Election, LiveBroker, StaleVersion,
                                      Versioned, ZkStore)
 from broker.errors import BrokerError
 from broker.failpoints import fail_point

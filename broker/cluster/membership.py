@@ -60,15 +60,15 @@ from wire.messages import CONTROLLED_SHUTDOWN
 
 from broker.cluster.admin import broker_entity
 from broker.cluster.metadata import BrokerEndpoint
-from broker.cluster.zk_layout import CONFIG_CHANGES, DEFAULT_ENTITY, BrokerRegistration, Listener
-from broker.cluster.zk_store import BrokerIdInUse, StaleVersion, ZkStore
+from broker.zookeeper.layout import CONFIG_CHANGES, DEFAULT_ENTITY, BrokerRegistration, Listener
+from broker.zookeeper.store import BrokerIdInUse, StaleVersion, ZkStore
 from broker.config import ConfigError
 from broker.dynamic_configs import CLUSTER_DEFAULT
 from broker.errors import BrokerError
 from broker.producer_ids import BLOCK_SIZE
 from broker.storage.checkpoint import write_atomically
 from broker.throttled_log import ThrottledLog
-from broker.topics import validate_topic_name
+from broker.replica.topics import validate_topic_name
 
 log = logging.getLogger("sluice.cluster")
 

@@ -26,6 +26,7 @@ from wire.error_codes import ErrorCode
 
 from broker.errors import BrokerError
 from broker.coordinator_runtime import partition_for
+from broker.replica.partition import PartitionState
 
 # The topic of each FindCoordinator key type: 0 a group, 1 a transactional id.
 COORDINATOR_TOPICS = {0: "__consumer_offsets", 1: "__transaction_state"}
@@ -37,16 +38,6 @@ class BrokerEndpoint:
     host: str
     port: int
     rack: str | None = None
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    index: int
-    leader_id: int  # -1: no leader
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    offline_replicas: tuple[int, ...] = ()
 
 
 LEADER_DURING_DELETE = -2

@@ -24,7 +24,7 @@ from wire.messages import DELETE_RECORDS
 
 from broker.errors import BrokerError
 from broker.security.acls import DENIED, refused
-from broker.topics import INTERNAL_TOPICS
+from broker.replica.topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 _Resp = DELETE_RECORDS.response

@@ -70,7 +70,7 @@ from broker.errors import BrokerError
 from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH
 from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import permitted, refused
-from broker.server import Throttled
+from broker.handler_results import Throttled
 
 
 MIN_VERSION = 4

@@ -28,7 +28,8 @@ from wire.messages import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from wire.primitives import ZERO_UUID
 
 from broker.cluster.admin import METADATA_CHANGED
-from broker.cluster.metadata import BrokerEndpoint, PartitionState
+from broker.cluster.metadata import BrokerEndpoint
+from broker.replica.partition import PartitionState
 from broker.config import SECURITY_PROTOCOLS
 from broker.errors import BrokerError
 from broker.security.acls import permitted

@@ -36,7 +36,7 @@ from wire.primitives import ZERO_UUID
 
 from broker.errors import BrokerError
 from broker.security.acls import authorized_operations, permitted, refused
-from broker.topics import validate_topic_name
+from broker.replica.topics import validate_topic_name
 
 _Resp = METADATA.response
 _FIRST_NULLABLE_NAME = 12  # response topic names may be null from Metadata v12

@@ -82,9 +82,9 @@ from broker.client_quotas import throttle_ms
 from broker.errors import BrokerError
 from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import DENIED, permitted, refused
-from broker.server import CloseConnection, ResponseLater, Throttled
+from broker.handler_results import CloseConnection, ResponseLater, Throttled
 from broker.storage.log import MAX_DECOMPRESSED_BATCH
-from broker.topics import INTERNAL_TOPICS
+from broker.replica.topics import INTERNAL_TOPICS
 
 _Resp = PRODUCE.response
 _MAGIC_AT = 16

@@ -11,7 +11,7 @@ from wire.error_codes import ErrorCode
 from wire.messages import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 from broker.security.sasl import RefusedExchange, SaslFailure
-from broker.server import CloseConnection
+from broker.handler_results import CloseConnection
 
 log = logging.getLogger("sluice.security")
 

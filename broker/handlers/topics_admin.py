@@ -45,8 +45,8 @@ from broker.client_quotas import ControllerMutationQuota, throttle_ms
 from broker.errors import BrokerError
 from broker.handlers.configs import topic_config_entries
 from broker.security.acls import DENIED, permitted, refused
-from broker.server import Throttled
-from broker.topics import INTERNAL_TOPICS
+from broker.handler_results import Throttled
+from broker.replica.topics import INTERNAL_TOPICS
 
 # The versions from which a request over its controller_mutation_rate is refused
 # (THROTTLING_QUOTA_EXCEEDED), not only delayed: Kafka's strict mode (KIP-599).

@@ -73,7 +73,7 @@ from broker.errors import BrokerError
 from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
 from broker.security.acls import DENIED, permitted, refused, require
-from broker.topics import INTERNAL_TOPICS
+from broker.replica.topics import INTERNAL_TOPICS
 from broker.transactions.markers import append_local_markers
 from broker.transactions.txn_log import STATES_BY_NAME
 

@@ -37,8 +37,8 @@ import logging
 from kazoo.exceptions import KazooException
 from wire.error_codes import ErrorCode
 
-from broker.cluster.zk_layout import LeaderAndIsr
-from broker.cluster.zk_store import StaleVersion
+from broker.zookeeper.layout import LeaderAndIsr
+from broker.zookeeper.store import StaleVersion
 from broker.errors import BrokerError
 from broker.failpoints import fail_point
 from broker.replica.fetcher import ReplicaFetcher

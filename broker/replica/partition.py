@@ -41,7 +41,6 @@ from wire.error_codes import ErrorCode
 from wire.records import BatchHeader
 
 from broker.clock import Clock
-from broker.cluster.metadata import PartitionState
 from broker.errors import BrokerError
 from broker.replica.delayed import DelayedOperations
 from broker.storage.index import AbortedTxn
@@ -49,6 +48,19 @@ from broker.storage.log import AppendResult, PartitionLog
 from broker.storage.segment import FileRegion
 
 UNKNOWN_OFFSET = -1
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition as the controller states it (LeaderAndIsr, UpdateMetadata): its leader
+    and epoch, its replicas and in-sync replicas."""
+
+    index: int
+    leader_id: int  # -1: no leader
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
 
 
 @dataclass

@@ -5,7 +5,7 @@
   silently would open or close access:
   {"version": 1, "acls": [{"resourceType": "Topic", "patternType": "LITERAL",
   "name": "orders", "acls": [<entry>, ...]}, ...]}
-- Cluster (ZooKeeper), Kafka's layout (broker.cluster.zk_layout): a LITERAL pattern's
+- Cluster (ZooKeeper), Kafka's layout (broker.zookeeper.layout): a LITERAL pattern's
   ACLs in /kafka-acl/<ResourceType>/<name>, a PREFIXED one's in
   /kafka-acl-extended/prefixed/<ResourceType>/<prefix>, as {"version":1,"acls":[<entry>,
   ...]}. A change is a write conditional on the znode's version (read again and retried,
@@ -44,8 +44,8 @@ from kazoo.exceptions import KazooException
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.error_codes import ErrorCode
 
-from broker.cluster.zk_layout import ACL_PATHS, KAFKA_ACL, KAFKA_ACL_CHANGES, KAFKA_ACL_EXTENDED_CHANGES, PREFIXED_ACL
-from broker.cluster.zk_store import StaleVersion
+from broker.zookeeper.layout import ACL_PATHS, KAFKA_ACL, KAFKA_ACL_CHANGES, KAFKA_ACL_EXTENDED_CHANGES, PREFIXED_ACL
+from broker.zookeeper.store import StaleVersion
 from broker.errors import BrokerError
 from broker.security.acls import (AccessControlEntry, AclBinding, AclBindingFilter, Authorizer, ResourcePattern,
                                   is_principal)
@@ -250,7 +250,7 @@ class LocalAcls(AclStore):
 
 
 class ZkAcls(AclStore):
-    """A cluster's ACLs, in ZooKeeper (broker.cluster.zk_store's session); every call to
+    """A cluster's ACLs, in ZooKeeper (broker.zookeeper.store's session); every call to
     ZooKeeper runs off the event loop."""
 
     def __init__(self, zk, authorizer: Authorizer, clock):

@@ -10,10 +10,29 @@ identity does, as in Kafka.
 
 from __future__ import annotations
 
+import dataclasses
+import ssl
+from typing import Callable
+
 from broker.config import BrokerConfig
 from broker.security.sasl import ListenerSasl, listener_sasl
 from broker.security.tls import principal_mapper, server_context
-from broker.server import Endpoint
+from broker.security.principal import Principal
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A listener as the server binds it: its name and security protocol (which the
+    connections' sessions carry), address, and TLS context for SSL and SASL_SSL.
+    `principal_of_certificate` names a TLS client by its certificate (SSL listeners
+    that ask for one)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    principal_of_certificate: Callable[[dict], Principal] | None = None
 
 
 def endpoints(config: BrokerConfig, scram) -> tuple[list[Endpoint], dict[str, ListenerSasl]]:

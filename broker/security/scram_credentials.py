@@ -32,7 +32,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from broker.cluster.zk_layout import config_entity_path, config_entity_parts
+from broker.zookeeper.layout import config_entity_path, config_entity_parts
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
 

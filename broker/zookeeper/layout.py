@@ -1,7 +1,7 @@
 """Kafka's ZooKeeper-era layout: the znode paths and JSON a ZooKeeper-mode Kafka cluster
 writes, so that anyone who knows Kafka can read a Sluice cluster with zkCli.sh.
 
-Sans-I/O: paths are strings and znode data is bytes, both ways; `broker.cluster.zk_store`
+Sans-I/O: paths are strings and znode data is bytes, both ways; `broker.zookeeper.store`
 does the ZooKeeper calls. Each record is a small dataclass with `to_json()` and
 `from_json(path, data)`. Kafka writes compact JSON (no spaces) with some numbers as
 strings (timestamps, producer id blocks, the cluster id's version); decoding anything

@@ -1,5 +1,5 @@
 """A broker's ZooKeeper session (kazoo) and the reads and writes of Kafka's layout
-(broker.cluster.zk_layout) that the controller and brokers rely on.
+(broker.zookeeper.layout) that the controller and brokers rely on.
 
 Writes are conditional as in Kafka: on a znode's version (`StaleVersion` when another
 writer got there first), on absence (creates answer False when the znode exists), and for
@@ -21,7 +21,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
                               RuntimeInconsistency)
 
-from broker.cluster.zk_layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
+from broker.zookeeper.layout import (ACL_CHANGE_NAME, BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
                                       CONFIG, CONFIG_CHANGES, CONFIG_CLIENTS, CONFIG_USERS, CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS,
                                       INITIAL_CONTROLLER_EPOCH, ISR_CHANGE_NOTIFICATION,
                                       ISR_CHANGE_PREFIX, PERSISTENT_PATHS, PRODUCER_ID_BLOCK,
@@ -359,7 +359,7 @@ class ZkStore:
 
     def entity_configs(self) -> dict[str, dict[str, str]]:
         """The config of every user, (user, client id) and client id: entity path
-        (zk_layout.config_entity_path) -> its config; znodes without one left out."""
+        (layout.config_entity_path) -> its config; znodes without one left out."""
         found = {}
         users = [f"users/{name}" for name in self.children(CONFIG_USERS)]
         for entity_path in (*users, *(f"{user}/clients/{name}" for user in users
