@@ -52,7 +52,7 @@ from bench.broker.produce import kcat_records_file, produce_kcat, produce_python
 from bench.common import (DEFAULT_OUT, MB, VALUE_SIZE, SluiceTarget, _fmt, chosen_sections, client_versions,
                           cpu_seconds, publish, section_timer, value_pool, watermarks, write_result_files)
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 BROKERS = 3
 REPLICATION = 3

@@ -48,7 +48,7 @@ import uuid
 from bench.common import (MB, MIB, VALUE_SIZE, _fmt, _loads, client_versions, sectioned_main, value_pool)
 from bench.e2e_consumer import percentile
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 SECTIONS = ("throughput", "latency", "load")
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -45,7 +45,7 @@ from bench.cluster import LocalCluster, _verdict
 from bench.e2e_consumer import percentile
 from bench.kafka_broker import start_kafka
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 PARTITIONS = 6
 CONSUMERS = 3

@@ -66,7 +66,7 @@ from bench.broker.produce import produce_python
 from bench.cluster import CpuProbe, LocalCluster, latency_summary, paced_acks
 from bench.common import (MB, VALUE_SIZE, _fmt, _loads, client_versions, section_timer, sectioned_main, value_pool)
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 BROKERS = 4
 ORIGINAL, MOVED = (0, 1, 2), (1, 2, 3)    # the moved partition's replicas before and after the first move

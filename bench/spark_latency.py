@@ -52,7 +52,8 @@ from bench.common import VALUE_SIZE, SluiceTarget, _fmt, _loads, client_versions
 from bench.e2e_consumer import consumer_config, percentile
 from bench.kafka_broker import start_kafka
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for, wait_until
+from sluice.polling import wait_until
+from tests.support.polling import wait_for
 
 PARTITIONS = 2  # of the input and the output topic: one task each per batch on local[2]
 RATES = (1_000, 10_000)

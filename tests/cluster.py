@@ -26,7 +26,7 @@ import confluent_kafka
 from kazoo.client import KazooClient
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from wire.client import Client, ClientError, ClusterMetadata, NewTopic
 from wire.errors import KafkaError
 

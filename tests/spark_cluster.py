@@ -22,7 +22,7 @@ import urllib.request
 
 import pyspark
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_spark_sink import Output, read_committed_wire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -26,7 +26,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import Cluster
 from tests.test_acls import (ADMIN, ALICE_PASSWORD, ANONYMOUS, acl, admin_client, client_settings, create,
                              create_topic, delete, describe, start_broker, to_confluent)

@@ -26,7 +26,7 @@ import uuid
 import pytest
 
 from bench.kafka_broker import KafkaBrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.client import Client, NewTopic
 from wire.client.model import (AclBinding, AclBindingFilter, ScramDeletion, ScramMechanism,

@@ -32,7 +32,7 @@ import time
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER

@@ -36,7 +36,7 @@ import time
 import pytest
 
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

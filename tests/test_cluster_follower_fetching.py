@@ -17,7 +17,7 @@ import confluent_kafka
 import pytest
 
 from broker.config import RACK_AWARE_SELECTOR, ConfigError, build_config
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_cluster_reassignment import create_placed
 from tests.test_metrics import metrics_port, scrape, value

@@ -71,7 +71,7 @@ from tests.log_files import log_bytes
 from tests.manual_clock import ManualClock
 from tests.test_compaction import cleaned_to
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.replicas import group_coordinator, topic_manager
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
 from wire.client import EARLIEST, AsyncClient, Client, ClientError

@@ -64,7 +64,7 @@ import pytest
 
 from broker.zookeeper.layout import TopicAssignment
 from broker.coordinator_runtime import partition_for
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_cluster import ask_controlled_shutdown
 from tests.test_cluster_admin import sluice

@@ -37,7 +37,7 @@ import random
 
 import pytest
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Acked, Cluster, Workload, verify
 from tests.log_files import log_bytes
 from tests.test_cluster_failures import seed  # noqa: F401 (the fixture)

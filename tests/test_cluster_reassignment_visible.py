@@ -30,7 +30,7 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_failures import records_of
 from tests.test_cluster_admin import sluice

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from broker.cluster.metadata import COORDINATOR_TOPICS
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_cluster_admin import sluice
 from tests.test_cluster_groups import OffsetSampler, acknowledged_commits, close_member, lost_commits

@@ -49,7 +49,7 @@ from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.coordinator_runtime import partition_for
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_metrics import requests_answered
 from tests.test_transactions import Raw
 from wire.client import PREFERRED_ELECTION, Client

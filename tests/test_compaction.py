@@ -30,7 +30,7 @@ from broker.storage.checkpoint import read_checkpoint
 from broker.storage.log import PartitionLog
 from broker.storage.segment import LogSegment
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.manual_clock import ManualClock
 from tests.test_storage import BASE_TS, SteppedClock, abandon, append, open_log
 

@@ -26,7 +26,7 @@ import confluent_kafka
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, free_ports
 from sluice.console.lag import LagHistory, LagSample
 from wire.client import Client, NewTopic, ProducerRecord

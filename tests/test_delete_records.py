@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewTopic)
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

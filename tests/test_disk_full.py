@@ -25,7 +25,7 @@ import subprocess
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError

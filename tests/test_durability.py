@@ -19,7 +19,7 @@ import uuid
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 LONG_MAX = str((1 << 63) - 1)
 BATCHES = 20

@@ -36,7 +36,7 @@ from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.partition import Partition
 from broker.storage.log import PartitionLog
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_partition import SteppedClock, _fetch, _on_loop, _produce
 from tests.test_metrics import metrics_port, scrape, start_broker, value
 from tests.test_storage import BASE_TS, make_batch

@@ -214,7 +214,7 @@ import pytest  # noqa: E402
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.manual_clock import ManualClock  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from tests.log_files import log_bytes  # noqa: E402
 from tests.replicas import group_coordinator, topic_manager  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402

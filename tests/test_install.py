@@ -29,7 +29,7 @@ import zipfile
 import pytest
 from packaging.requirements import Requirement
 
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from sluice.zookeeper import free_port
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

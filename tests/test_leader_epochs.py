@@ -26,7 +26,7 @@ import pytest
 from broker.config import LogConfig
 from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.log import LEADER_EPOCH_CHECKPOINT, PartitionLog
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.replicas import leading
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode

@@ -27,7 +27,7 @@ import pytest
 
 from broker.groups.offsets_log import decode_record
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.log_files import log_bytes
 from wire.client import EARLIEST, LATEST, AsyncClient, Client, NewTopic
 

@@ -25,7 +25,7 @@ from broker.errors import BrokerError
 from broker.replica.delayed import DelayedOperations
 from broker.replica.partition import Partition
 from broker.storage.log import PartitionLog
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
 from tests.test_storage import BASE_TS, idempotent, make_batch
 from wire.client import Client, NewTopic

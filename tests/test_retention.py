@@ -21,7 +21,7 @@ from wire.records import parse_header
 from broker.config import LogConfig
 from broker.errors import BrokerError
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.manual_clock import ManualClock
 from tests.test_storage import (BASE_TS, abandon, append, check_consistent, check_duplicates,
                                 make_batch, open_log, produce_sequence)

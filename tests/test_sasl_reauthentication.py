@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_broker_failures import assert_closed_by_broker
 from tests.test_security_listeners import _request, free_ports
 from wire.client import AuthenticationFailed, Client, ClientError, ClientSecurity

@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_broker_failures import assert_closed_by_broker, frame, recv_frame
 from wire import decode_response
 from wire.error_codes import ErrorCode

@@ -32,7 +32,7 @@ pytest.importorskip("pyspark")
 pytestmark = pytest.mark.long
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from tests.spark_cluster import (DRIVER_TIMEOUT, Driver, Markers, StandaloneCluster,  # noqa: E402
                                  assert_loopback_only, check_exactly_once, job_config)
 from tests.test_spark_sink import create_topics, produce_input, unique  # noqa: E402

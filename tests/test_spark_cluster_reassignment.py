@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from broker.transactions.txn_log import TOPIC as TRANSACTION_STATE  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed  # noqa: E402
 from tests.test_cluster_reassignment_failures import move_replicas, wait_for_no_orphans  # noqa: E402
 from tests.test_spark_cluster_source import QUERY_TIMEOUT, processed, read_back  # noqa: E402

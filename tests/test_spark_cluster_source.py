@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -43,7 +43,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from spark_connector import SluiceOptionError  # noqa: E402
 from tests.test_spark_options import offsets_json  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402

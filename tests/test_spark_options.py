@@ -24,7 +24,7 @@ pytest.importorskip("confluent_kafka")
 from spark_connector import offsets_behind_latest  # noqa: E402
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.kafka_capture import API_FETCH, API_METADATA, API_PRODUCE, KafkaCaptureProxy  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from tests.test_spark_source import (QUERY_TIMEOUT, _order, create_topic, headline,  # noqa: E402
                                      make_records, produce, rows_of, source, unique)
 from wire.client import Client  # noqa: E402

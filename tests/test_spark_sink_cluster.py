@@ -40,7 +40,7 @@ pytest.importorskip("kafka")
 
 from tests.anomalies import offset_anomalies, read_by_two  # noqa: E402
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from spark_connector.sink import Intent, _record_intent, last_intent  # noqa: E402
 from tests.test_cluster_transactions import (coordinated_by, coordinator_of, raw,  # noqa: E402
                                              restart_as_coordinator)

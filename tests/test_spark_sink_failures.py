@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 pytestmark = pytest.mark.long  # minutes of Spark drivers outliving timeouts: `make test-long`
 
 from sluice.broker_process import BrokerProcess  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from tests.test_spark_sink import (Driver, Output, create_topics, last_intent, next_batch,  # noqa: E402
                                    produce_input, query_id, read_committed_wire, stream_case, unique)
 from wire.client import TOPIC_RESOURCE, Client  # noqa: E402

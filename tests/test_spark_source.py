@@ -38,7 +38,7 @@ from spark_connector.options import parse_source_options  # noqa: E402
 from spark_connector.source import (SluiceBatchReader, SluiceDataLossError, SluiceStreamReader,  # noqa: E402
                                     read_range)
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
-from sluice.polling import wait_for  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 

@@ -28,7 +28,7 @@ from broker.errors import BrokerError
 from broker.storage.log import PartitionLog
 from broker.storage.producer_state import CACHED_BATCHES
 from broker.storage.segment import segment_name
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.replicas import topic_manager
 
 BASE_TS = 1_700_000_000_000

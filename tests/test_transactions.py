@@ -46,7 +46,7 @@ import pytest
 from sluice.broker_process import BrokerProcess
 from tests.log_files import log_bytes
 from tests.replicas import leading
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, CREATE_TOPICS,
                            DESCRIBE_TRANSACTIONS, END_TXN, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID,

@@ -21,7 +21,7 @@ from broker.zookeeper.store import (BrokerIdInUse, ControllerMoved, Election, St
                                      Versioned, ZkStore)
 import sluice.zookeeper
 from tests import zookeeper as zookeeper_harness
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 TS = 1718000000123
 # Kafka's Uuid(0, 1) (its metadata topic's id) and a UUID whose base64 needs '-' and '_'.

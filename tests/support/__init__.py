@@ -1,0 +1,1 @@
+"""What the tests (and the benchmarks) share."""
