@@ -125,10 +125,7 @@ class MarkerWriter:
 
     def _leader_of(self, topic: str, partition: int) -> int | None:
         """The leader's broker id per the metadata view; None while none is known; -1 when
-        the topic is gone."""
-        if not self.broker.config.cluster_mode:
-            local = self.broker.topics.topics.get(topic)
-            return self.broker.node_id if local is not None and partition in local.partitions else -1
+        the topic is gone. The single node's view names itself the leader of every partition."""
         metadata = self.broker.metadata
         if metadata.topic(topic) is None:
             return -1
