@@ -11,6 +11,10 @@ request_percentage on a real broker process, with real clients.
   throttle_cb told; an unlimited consumer is not throttled.
 - A client sending many tiny requests past its request_percentage is throttled and its
   rate drops far below that of an unlimited client, which is not throttled.
+- kafka-python reports the throttle time it is given (its throttle-time-avg/max), for
+  produce and fetch; aiokafka, which reports none, is held back all the same (the
+  broker's throttle-time metrics); neither fails a request or reconnects.
+  (confluent-kafka's throttle_cb: the tests above; Java's: tests/test_java_clients.py.)
 - The quota that applies follows Kafka's precedence: one case per row of its table, with
   the rate each shares, at the resolution level; on the broker, a user's quota over a
   client id's for the same connection.
@@ -44,6 +48,7 @@ import pytest
 from broker.client_quotas import ClientQuotas
 from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, frame, recv_frame
+from tests.test_broker_limits import broker_connections
 from wire.client import Client
 from wire.messages import API_VERSIONS, PRODUCE
 from wire.protocol import decode_response
@@ -186,6 +191,102 @@ def test_the_quota_metrics_show_the_throttled_client_and_not_the_free_one(quota_
     assert throttle_ms["", "metered-producer"] > 0, throttle_ms
     assert 0 < rates["", "metered-producer"] <= 2 * QUOTA, rates
     assert not any(client == "unmetered-producer" for _, client in rates), rates
+
+
+# -- each client reports the throttle time it is given and keeps its connection -----------------
+
+REPORTED_S = 3.0  # a window's worth at once, then throttled a few times
+SMALL_QUOTA = 100_000
+
+
+def _throttled_run(broker, step) -> int:
+    """`step()` (a request waited for) again and again for REPORTED_S after a first one:
+    how many; fails if the client opened a connection to the broker meanwhile (it
+    reconnected), closing one (a bootstrap connection) being its own business."""
+    step()
+    connected = broker_connections(broker.port)
+    until, done = time.monotonic() + REPORTED_S, 0
+    while time.monotonic() < until:
+        step()
+        done += 1
+    assert not broker_connections(broker.port) - connected, "the client reconnected"
+    return done
+
+
+def test_kafka_python_reports_its_throttle_time_and_keeps_its_connection(quota_broker, admin):
+    """kafka-python's throttle-time-avg/max (its producer-metrics and consumer-metrics
+    carry Kafka's produce- and fetch-throttle-time as one): above 0 for a producer and a
+    consumer held to 100 kB/s, every request answered."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = _topic(admin)
+    admin.alter_client_quotas({((CLIENT_ID, "kafka-python"),): {"producer_byte_rate": SMALL_QUOTA,
+                                                                "consumer_byte_rate": SMALL_QUOTA}})
+    producer = KafkaProducer(bootstrap_servers=quota_broker.bootstrap_servers, client_id="kafka-python",
+                             linger_ms=5)
+    try:
+        assert _throttled_run(quota_broker, lambda: producer.send(topic, os.urandom(10_240)).get(10)) > 0
+        produced = producer.metrics()["producer-metrics"]
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=quota_broker.bootstrap_servers, client_id="kafka-python",
+                             fetch_max_bytes=65536, max_partition_fetch_bytes=65536)
+    partition = TopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek_to_beginning(partition)
+    consumed = []
+    try:
+        _throttled_run(quota_broker, lambda: consumed.extend(consumer.poll(200).get(partition, [])))
+        fetched = consumer.metrics()["consumer-metrics"]
+    finally:
+        consumer.close()
+    assert consumed
+    assert produced["throttle-time-avg"] > 0 and produced["throttle-time-max"] > 0, produced
+    assert fetched["throttle-time-avg"] > 0 and fetched["throttle-time-max"] > 0, fetched
+
+
+def test_aiokafka_is_throttled_without_errors_or_reconnecting(quota_broker, admin):
+    """aiokafka reports no throttle time (it has no metrics) and ignores it, so the broker
+    holds it back by muting: its throttle-time metrics show its clients throttled, every
+    request answered."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = _topic(admin)
+    admin.alter_client_quotas({((CLIENT_ID, "aiokafka"),): {"producer_byte_rate": SMALL_QUOTA,
+                                                            "consumer_byte_rate": SMALL_QUOTA}})
+    async def started(client_class, **settings):  # aiokafka's clients are made in their loop
+        client = client_class(bootstrap_servers=quota_broker.bootstrap_servers, client_id="aiokafka", **settings)
+        await client.start()
+        return client
+
+    loop = asyncio.new_event_loop()
+    try:
+        producer = loop.run_until_complete(started(AIOKafkaProducer, linger_ms=5))
+        try:
+            assert _throttled_run(quota_broker, lambda: loop.run_until_complete(
+                producer.send_and_wait(topic, os.urandom(10_240)))) > 0
+            produce_throttle_ms = _quota_series(quota_broker, "kafka_server_produce_throttle_time")
+        finally:
+            loop.run_until_complete(producer.stop())
+        consumer = loop.run_until_complete(started(AIOKafkaConsumer, fetch_max_bytes=65536,
+                                                   max_partition_fetch_bytes=65536))
+        partition, consumed = TopicPartition(topic, 0), []
+
+        async def from_the_beginning():
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+
+        try:
+            loop.run_until_complete(from_the_beginning())
+            _throttled_run(quota_broker, lambda: consumed.extend(loop.run_until_complete(
+                consumer.getmany(partition, timeout_ms=200)).get(partition, [])))
+            fetch_throttle_ms = _quota_series(quota_broker, "kafka_server_fetch_throttle_time")
+        finally:
+            loop.run_until_complete(consumer.stop())
+    finally:
+        loop.close()
+    assert consumed
+    assert produce_throttle_ms["", "aiokafka"] > 0 and fetch_throttle_ms["", "aiokafka"] > 0
 
 
 def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin):

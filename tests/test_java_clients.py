@@ -26,7 +26,10 @@ JSON object per scenario; each test below asserts one outcome for each client ve
 - the AdminClient: topics (by name and by id, validate-only, refused ones), partitions,
   configs (incremental, and the legacy AlterConfigs where the client still has it: 3.x),
   the cluster, ListOffsets by spec, deleteRecords, consumer groups (their offsets
-  altered, listed and deleted).
+  altered, listed and deleted);
+- client quotas: alterClientQuotas and describeClientQuotas (filters, validateOnly, Kafka's
+  refusals), and a producer and a consumer held to 10 KiB/s reporting their throttle time
+  (produce-/fetch-throttle-time-avg and -max) without a failed request or a reconnection.
 
 A Maven or Java failure fails these tests (never skips them) with Maven's reason.
 """
@@ -356,3 +359,36 @@ def test_admin_consumer_groups(suite):
     assert ok(result["delete"]) == "ok" and ok(result["listed_after_delete"]) is False
     assert ok(result["list_offsets_after_delete"]) == {}
     assert error_class(result["delete_unknown"]) == "GroupIdNotFoundException"
+
+
+# -- client quotas (issue 37) --------------------------------------------------------------
+
+def test_admin_alters_and_describes_client_quotas(suite):
+    result = scenario(suite, "quotas_admin")
+    user, client = result["user"], result["client"]
+    by_user = {"consumer_byte_rate": "2097152.0", "producer_byte_rate": "1048576.0"}
+    assert ok(result["alter"]) == "ok"
+    assert ok(result["describe_user"]) == {  # every entity naming the user
+        f"user={user}": by_user,
+        f"client-id={client},user={user}": {"request_percentage": "50.5"},
+        f"client-id=<default>,user={user}": {"controller_mutation_rate": "10.0"},
+    }
+    assert ok(result["describe_user_only"]) == {f"user={user}": by_user}
+    assert ok(result["describe_user_default_client"]) == {
+        f"client-id=<default>,user={user}": {"controller_mutation_rate": "10.0"}}
+    assert ok(result["validate_only"]) == {}
+    assert result["unknown_key"] == {"error": "InvalidRequestException: Invalid configuration key no_such_quota"}
+    assert result["negative_rate"] == {
+        "error": "InvalidRequestException: Quota producer_byte_rate must be greater than 0"}
+    assert ok(result["remove"]) == {}
+
+
+def test_producer_and_consumer_report_their_throttle_time_and_stay_connected(suite):
+    """Limited to 10 KiB/s, each runs flat out for 3 s: the broker's throttle times show in
+    produce-throttle-time-avg/max and fetch-throttle-time-avg/max; no request failed (the
+    scenario would say so) and no connection was made after the first request."""
+    result = scenario(suite, "quotas_throttle")
+    assert result["produced"] > 1 and result["consumed"] > 0
+    assert result["produce_throttle_time_avg"] > 0 and result["produce_throttle_time_max"] >= 1000
+    assert result["fetch_throttle_time_avg"] > 0 and result["fetch_throttle_time_max"] >= 1000
+    assert result["producer_reconnections"] == result["consumer_reconnections"] == 0

@@ -75,6 +75,8 @@ public final class CompatSuite {
         scenarios.put("admin_cluster", AdminScenarios::cluster);
         scenarios.put("admin_list_offsets", AdminScenarios::listOffsets);
         scenarios.put("admin_groups", AdminScenarios::groups);
+        scenarios.put("quotas_admin", Quotas::administration);
+        scenarios.put("quotas_throttle", Quotas::throttle);
         if (args.length > 1) {
             scenarios.keySet().retainAll(List.of(args).subList(1, args.length));
         }
