@@ -8,6 +8,10 @@ is throttled there within seconds, and still after broker 2 restarts. A quota re
 takes its znode and the parents it leaves empty with it, as Kafka's AdminZkClient does,
 and broker 2 stops throttling. Broker 2 refuses a client's topics past its
 controller_mutation_rate.
+
+Kafka's kafka-configs.sh (ConfigCommand) with --bootstrap-server does the same: a client
+id's quota set through broker 0 is enforced by another broker, and still once every broker
+has been stopped and started again.
 """
 
 import json
@@ -100,3 +104,31 @@ def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_br
         assert _throttle_ms(port, "quoted", partition, "capped") > 0
         with Client(cluster.address(2)) as admin:
             assert admin.describe_client_quotas()[CAPPED] == {"producer_byte_rate": 1024.0}
+
+
+def test_kafka_configs_sets_a_quota_through_one_broker_enforced_on_another_across_a_restart(
+        tmp_path, zookeeper):
+    """Kafka's ConfigCommand (kafka-configs.sh --bootstrap-server broker 0) sets a client
+    id's quota; a broker that leads a partition the client produces to throttles it, and
+    still does, and describes it, once every broker has been stopped and started again."""
+    from tests.test_kafka_tools import CONFIGS, tool
+
+    with Cluster(tmp_path, zookeeper, brokers=3, properties=FAST_FAILOVER) as cluster:
+        cluster.create_topic("configured", partitions=3, replication_factor=1)
+        tool(CONFIGS, "--bootstrap-server", cluster.address(0), "--entity-type", "clients",
+             "--entity-name", "configured", "--alter", "--add-config", "producer_byte_rate=1024")
+
+        def throttled_by_another() -> bool:
+            partition = next(p for p in range(3) if cluster.leader_of("configured", p) != 0)
+            port = cluster.processes[cluster.leader_of("configured", partition)].port
+            return _throttle_ms(port, "configured", partition, "configured") > 0
+
+        cluster.wait(throttled_by_another, 5, "a broker other than 0 to throttle the client")
+        for broker_id in cluster.ids:
+            cluster.stop(broker_id)
+        cluster.start()
+        cluster.wait_for_leaders("configured")
+        assert throttled_by_another()
+        described = tool(CONFIGS, "--bootstrap-server", cluster.address(2), "--entity-type", "clients",
+                         "--entity-name", "configured", "--describe").stdout
+        assert "Quota configs for client-id 'configured' are producer_byte_rate=1024.0" in described, described
