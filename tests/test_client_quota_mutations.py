@@ -8,8 +8,13 @@ THROTTLING_QUOTA_EXCEEDED from CreateTopics v6, CreatePartitions v3 and DeleteTo
 (Kafka's strict mode); the response's throttle time is the 2 s until the bucket is back
 at 0. At older versions all three are done, throttled all the same, and the connection
 answers nothing more for that long. A client without a quota is not throttled.
+
+A client creating one topic at a time in a loop, limited to 5 partitions a second, gets
+that rate within 10% once the full bucket's burst is spent, strict or not, while an
+unlimited client looping beside it is never throttled.
 """
 
+import threading
 import time
 
 import pytest
@@ -103,3 +108,51 @@ def test_a_client_without_a_quota_is_not_throttled(broker):
     with connect(broker.port) as sock:
         response = _ask(sock, CREATE_TOPICS, 7, _creation(*(f"free{i}" for i in range(5))), "free")
     assert [t.error_code for t in response.topics] == [0] * 5 and response.throttle_time_ms == 0
+
+
+LOOP_RATE = 5  # partitions a second
+LOOP_WARM_UP_S = 1.0  # the full bucket's 2 windows' worth goes at once
+LOOP_MEASURED_S = 6.0
+
+
+def _create_in_a_loop(port: int, client_id: str, version: int, until: float, created: list, throttles: list):
+    """CreateTopics of one 1-partition topic at a time on one connection, each sent as soon
+    as the last is answered (throttle_time_ms ignored) until `until`: the time each topic
+    was created at into `created`, every response's throttle time into `throttles`."""
+    with connect(port) as sock:
+        while time.monotonic() < until:
+            name = f"{client_id}-{len(throttles)}"
+            response = _ask(sock, CREATE_TOPICS, version, CREATE_TOPICS.request(timeout_ms=10_000, topics=[
+                CREATE_TOPICS.request.CreatableTopic(name=name, num_partitions=1, replication_factor=1,
+                                                     assignments=[], configs=[])]), client_id)
+            throttles.append(response.throttle_time_ms)
+            if response.topics[0].error_code == ErrorCode.NONE:
+                created.append(time.monotonic())
+            else:
+                assert response.topics[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED, response
+
+
+@pytest.mark.parametrize("version", [7, 5], ids=["strict", "permissive"])
+def test_a_client_creating_topics_in_a_loop_keeps_to_its_rate_beside_an_unlimited_one(broker, version):
+    """Kafka's token bucket: after the burst the full bucket allows, a client creating
+    topics as fast as it is answered gets LOOP_RATE partitions a second within 10% over
+    LOOP_MEASURED_S, refused past it (strict, v6+) or delayed (permissive); an unlimited
+    client looping beside it is never throttled."""
+    limited_id = f"looping-{version}"
+    with Client(broker.bootstrap_servers) as admin:
+        admin.alter_client_quotas({((CLIENT_ID, limited_id),): {"controller_mutation_rate": LOOP_RATE}})
+    start = time.monotonic()
+    until = start + LOOP_WARM_UP_S + LOOP_MEASURED_S
+    (limited, limited_throttles), (free, free_throttles) = ([], []), ([], [])
+    threads = [threading.Thread(target=_create_in_a_loop, args=(broker.port, client_id, version, until, *out))
+               for client_id, out in ((limited_id, (limited, limited_throttles)),
+                                      (f"free-looping-{version}", (free, free_throttles)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(LOOP_WARM_UP_S + LOOP_MEASURED_S + 30)
+    measured = [t for t in limited if start + LOOP_WARM_UP_S <= t < until]
+    rate = len(measured) / LOOP_MEASURED_S
+    assert 0.9 * LOOP_RATE <= rate <= 1.1 * LOOP_RATE, f"{rate:.2f} partitions/s ({len(limited)} in all)"
+    assert max(limited_throttles) > 0
+    assert free and not any(free_throttles), free_throttles
