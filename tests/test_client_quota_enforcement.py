@@ -2,13 +2,16 @@
 request_percentage on a real broker process, with real clients.
 
 - A confluent-kafka producer limited to 1 MiB/s (its client id's quota) acknowledged
-  within 10% below that over 8 s and 10% plus the one window's worth Kafka's Rate lets
-  through at once (an eighth) above it, told of throttling through its throttle_cb, while an
-  unlimited producer on the same broker gets throttle time 0 throughout.
+  within 10% below that over 8 s (20 s under `make test-long`) and 10% plus the one
+  window's worth Kafka's Rate lets through at once (an eighth, a twentieth) above it, told
+  of throttling through its throttle_cb, while an unlimited producer on the same broker
+  gets throttle time 0 throughout; over 20 s, the unlimited one's throughput and p99
+  latency are within 10% of its own running alone (unless the machine was saturated:
+  then the numbers are in the skip's reason). Each client runs in a process of its own.
 - A raw-protocol producer that ignores throttle_time_ms, pipelining its requests, is
   held back the same: the broker reads nothing from it while it is throttled.
 - A confluent-kafka consumer limited to 1 MiB/s fetches within the same bounds, its
-  throttle_cb told; an unlimited consumer is not throttled.
+  throttle_cb told; an unlimited consumer is not throttled, and compared the same.
 - A client sending many tiny requests past its request_percentage is throttled and its
   rate drops far below that of an unlimited client, which is not throttled.
 - kafka-python reports the throttle time it is given (its throttle-time-avg/max), for
@@ -35,7 +38,9 @@ window's worth (an eighth) it may take at once after being held back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+import multiprocessing
 import os
 import select
 import socket
@@ -59,13 +64,22 @@ pytestmark = pytest.mark.timeout(180)
 
 MIB = 1 << 20
 QUOTA = MIB  # bytes a second
-MEASURED_S = 8.0
 WARM_UP_S = 1.5  # the first window's burst: what an idle quota allows at once
 WINDOWS, WINDOW_S = 2, 1.0  # the broker's quota.window.num and quota.window.size.seconds
-# Kafka's Rate measures over the windows, so a client held back until its rate is within
-# the quota again may take the windows' worth but one at once: over a span of
-# MEASURED_S, (WINDOWS - 1) * WINDOW_S seconds' worth more than the quota at most.
-MOST = 1.1 + (WINDOWS - 1) * WINDOW_S / MEASURED_S
+# How long the byte-rate runs are measured: 8 s in `make test`, and the issue's 20 s
+# (`make test-long`) where the unlimited client is also compared with itself running alone.
+LONG_S = 20.0
+DURATIONS = [pytest.param(8.0, id="8s"), pytest.param(LONG_S, id="20s", marks=pytest.mark.long)]
+ALONE_WITHIN = 0.1  # the unlimited client beside the limited one: its throughput and p99 latency
+SATURATED = 0.9  # the share of the machine's CPU time in use past which the two are not compared
+
+
+def _most(measured_s: float) -> float:
+    """The most of the quota a client may get over `measured_s`: Kafka's Rate measures over
+    the windows, so a client held back until its rate is within the quota again may take
+    the windows' worth but one at once, (WINDOWS - 1) * WINDOW_S seconds' worth more than
+    the quota over the span at most."""
+    return 1.1 + (WINDOWS - 1) * WINDOW_S / measured_s
 
 
 @pytest.fixture(scope="module")
@@ -96,20 +110,28 @@ def _topic(admin) -> str:
     return name
 
 
-def _rate_over(events: list[tuple[float, int]], start: float, seconds: float) -> float:
-    """Bytes a second of the (time, bytes) events within [start, start + seconds)."""
-    return sum(n for t, n in events if start <= t < start + seconds) / seconds
+def _rate_over(events: list[tuple], start: float, seconds: float) -> float:
+    """Bytes a second of the (time, bytes, ...) events within [start, start + seconds)."""
+    return sum(event[1] for event in events if start <= event[0] < start + seconds) / seconds
+
+
+def _p99_latency(events: list[tuple[float, int, float]], start: float, seconds: float) -> float:
+    """The 99th percentile of the latencies of the (time, bytes, latency) events within
+    [start, start + seconds)."""
+    latencies = sorted(latency for t, _, latency in events if start <= t < start + seconds)
+    return latencies[int(0.99 * (len(latencies) - 1))]
 
 
 def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, acked: list, throttles: list):
     """A confluent-kafka producer sending 10 KiB values as fast as it is let until
-    `until`: (time, bytes) of each acknowledged value into `acked`, each throttle_cb's
-    time in `throttles`."""
+    `until`: (time, bytes, seconds since it was produced) of each acknowledged value into
+    `acked`, each throttle_cb's time in `throttles`."""
     from confluent_kafka import Producer
 
-    def delivered(err, msg):
+    def delivered(err, msg, produced: float):
         if err is None:
-            acked.append((time.monotonic(), len(msg.value())))
+            now = time.monotonic()
+            acked.append((now, len(msg.value()), now - produced))
 
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
                          "batch.size": 65536, "queue.buffering.max.kbytes": 512, "acks": 1,
@@ -117,7 +139,7 @@ def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, 
     value = os.urandom(10 * 1024)
     while time.monotonic() < until:
         try:
-            producer.produce(topic, value, on_delivery=delivered)
+            producer.produce(topic, value, on_delivery=functools.partial(delivered, produced=time.monotonic()))
         except BufferError:
             producer.poll(0.05)
             continue
@@ -126,31 +148,99 @@ def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, 
     producer.flush(10)
 
 
-def _limited_beside_free(work, broker, limited_client: tuple[str, str], free_client: tuple[str, str]) -> None:
-    """`work(bootstrap, topic, client id, until, [(time, bytes)], [throttle ms])` flat out for
-    two clients at once, each (client id, topic): the limited one keeps to QUOTA over
-    MEASURED_S after the warm-up, throttled; the free one is never throttled."""
-    start = time.monotonic()
-    until = start + WARM_UP_S + MEASURED_S
-    (limited, limited_throttles), (free, free_throttles) = ([], []), ([], [])
-    threads = [threading.Thread(target=work, args=(broker.bootstrap_servers, topic, client_id, until, done, throttles))
-               for (client_id, topic), done, throttles in ((limited_client, limited, limited_throttles),
-                                                           (free_client, free, free_throttles))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    rate = _rate_over(limited, start + WARM_UP_S, MEASURED_S)
-    assert 0.9 * QUOTA <= rate <= MOST * QUOTA, f"{rate / QUOTA:.3f} of the quota"
+def _client_process(work, bootstrap: str, topic: str, client_id: str, ready, go, until, results) -> None:
+    """One client of `_flat_out`, in a process of its own: ready, then from `go` until `until`."""
+    ready.set()
+    go.wait(60)
+    events, throttles = [], []
+    work(bootstrap, topic, client_id, until.value, events, throttles)
+    results.put((client_id, events, throttles))
+
+
+def _flat_out(work, broker, clients: list[tuple[str, str]], measured_s: float) -> tuple[float, list[tuple]]:
+    """`work(bootstrap, topic, client id, until, [(time, bytes, latency)], [throttle ms])` for
+    each (client id, topic) at once, for the warm-up and `measured_s`: the time the
+    measured span starts at, and each client's (events, throttle times). Each client runs
+    in a process of its own: one flat out in this process's threads would take the
+    interpreter from the other (a limited consumer beside a free one read 0.87 of its
+    quota so, 0.97 in a process of its own)."""
+    context = multiprocessing.get_context("spawn")
+    go, until, results = context.Event(), context.Value("d", 0.0), context.Queue()
+    readies = [context.Event() for _ in clients]
+    processes = [context.Process(target=_client_process, args=(
+        work, broker.bootstrap_servers, topic, client_id, ready, go, until, results), daemon=True)
+        for (client_id, topic), ready in zip(clients, readies)]
+    for process in processes:
+        process.start()
+    try:
+        assert all(ready.wait(60) for ready in readies), "a client process did not start"
+        start = time.monotonic()  # CLOCK_MONOTONIC: the same in every process
+        until.value = start + WARM_UP_S + measured_s
+        go.set()
+        done = dict((client_id, (events, throttles)) for client_id, events, throttles in
+                    (results.get(timeout=measured_s + 60) for _ in clients))
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+    return start + WARM_UP_S, [done[client_id] for client_id, _ in clients]
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(all, idle) CPU time of the machine so far, in ticks (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
+
+
+def _busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's CPU time in use between two `_cpu_times`."""
+    return 1 - (after[1] - before[1]) / max(after[0] - before[0], 1)
+
+
+def _limited_beside_free(work, broker, limited_client: tuple[str, str], free_client: tuple[str, str],
+                         measured_s: float) -> None:
+    """Two clients flat out at once (`_flat_out`): the limited one keeps to QUOTA over
+    `measured_s` after the warm-up, throttled; the free one is never throttled and, over
+    LONG_S (8 s runs under `make test`'s load are too noisy for it), gets within
+    ALONE_WITHIN of the throughput and p99 latency it gets running alone just before.
+
+    That comparison is skipped, with its numbers, when the machine had no CPU time left
+    (SATURATED) during either run: the free client then gets what the machine's other work
+    leaves it, which two runs alone one after the other on the shared 2-core test machine
+    found to vary 2.6 times (a free producer at 352 then 135 MiB/s, the broker at 56-63%
+    of a core, the machine at 199% of 200%), not what the broker gives it."""
+    beside_alone = measured_s >= LONG_S
+    if beside_alone:
+        before = _cpu_times()
+        start, [(alone, _)] = _flat_out(work, broker, [free_client], measured_s)
+        alone_rate, alone_p99 = _rate_over(alone, start, measured_s), _p99_latency(alone, start, measured_s)
+        between = _cpu_times()
+    start, [(limited, limited_throttles), (free, free_throttles)] = _flat_out(
+        work, broker, [limited_client, free_client], measured_s)
+    rate = _rate_over(limited, start, measured_s)
+    assert 0.9 * QUOTA <= rate <= _most(measured_s) * QUOTA, f"{rate / QUOTA:.3f} of the quota"
     assert limited_throttles and max(limited_throttles) > 0
     assert free and not any(free_throttles), free_throttles
+    if beside_alone:
+        busy = max(_busy(before, between), _busy(between, _cpu_times()))
+        free_rate, free_p99 = _rate_over(free, start, measured_s), _p99_latency(free, start, measured_s)
+        numbers = (f"the unlimited client alone: {alone_rate / MIB:.2f} MiB/s, p99 {alone_p99 * 1000:.2f} ms; beside "
+                   f"the limited one: {free_rate / MIB:.2f} MiB/s, p99 {free_p99 * 1000:.2f} ms; the machine's CPU "
+                   f"{busy:.0%} busy at most")
+        if busy > SATURATED:
+            pytest.skip(f"not compared with running alone, the machine saturated: {numbers}")
+        assert free_rate >= (1 - ALONE_WITHIN) * alone_rate, numbers
+        assert free_p99 <= (1 + ALONE_WITHIN) * alone_p99, numbers
 
 
-def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
+@pytest.mark.parametrize("measured_s", DURATIONS)
+def test_a_limited_producer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin, measured_s):
     assert admin.alter_client_quotas({((CLIENT_ID, "limited-producer"),): {"producer_byte_rate": QUOTA}}) == {
         ((CLIENT_ID, "limited-producer"),): None}
     _limited_beside_free(_produce_flat_out, quota_broker, ("limited-producer", _topic(admin)),
-                         ("free-producer", _topic(admin)))
+                         ("free-producer", _topic(admin)), measured_s)
 
 
 def _quota_series(broker, name: str) -> dict[tuple[str, str], float]:
@@ -182,11 +272,19 @@ def test_the_quota_metrics_show_the_throttled_client_and_not_the_free_one(quota_
     # Destroyed now: a librdkafka handle destroyed later, by the garbage collector in the
     # middle of another test, holds that test's threads up while it shuts down.
     del unmetered
-    _produce_flat_out(quota_broker.bootstrap_servers, topic, "metered-producer",
-                      time.monotonic() + 2 * WINDOWS * WINDOW_S, [], throttles)
-    # Scraped at once: the throttle times are averaged over the last WINDOWS windows.
-    throttle_ms = _quota_series(quota_broker, "kafka_server_produce_throttle_time")
-    rates = _quota_series(quota_broker, "kafka_server_produce_byte_rate")
+    until = time.monotonic() + 3 * WINDOWS * WINDOW_S
+    producing = threading.Thread(target=_produce_flat_out, args=(
+        quota_broker.bootstrap_servers, topic, "metered-producer", until, [], throttles))
+    producing.start()
+    # Scraped while the producer runs: the throttle times are averaged over the last
+    # WINDOWS windows, and a producer told to wait a second may give the broker none
+    # to record for longer than the windows hold one (scraped after the run, it was NaN).
+    throttle_ms = {}
+    while time.monotonic() < until and not throttle_ms.get(("", "metered-producer"), 0) > 0:
+        throttle_ms = _quota_series(quota_broker, "kafka_server_produce_throttle_time")
+        rates = _quota_series(quota_broker, "kafka_server_produce_byte_rate")
+        time.sleep(0.1)
+    producing.join(30)
     assert throttles and max(throttles) > 0
     assert throttle_ms["", "metered-producer"] > 0, throttle_ms
     assert 0 < rates["", "metered-producer"] <= 2 * QUOTA, rates
@@ -289,7 +387,8 @@ def test_aiokafka_is_throttled_without_errors_or_reconnecting(quota_broker, admi
     assert produce_throttle_ms["", "aiokafka"] > 0 and fetch_throttle_ms["", "aiokafka"] > 0
 
 
-def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin):
+@pytest.mark.parametrize("measured_s", DURATIONS)
+def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker, admin, measured_s):
     """Requests pipelined without a pause: the broker answers one, then reads nothing more
     from the connection for its throttle time."""
     topic = _topic(admin)
@@ -301,7 +400,7 @@ def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker,
     sock = connect(quota_broker.port)
     sock.settimeout(None)
     start = time.monotonic()
-    until = start + WARM_UP_S + MEASURED_S
+    until = start + WARM_UP_S + measured_s
     sent = 0
 
     def send():  # blocks while the broker reads nothing; ends when the socket is shut
@@ -326,8 +425,8 @@ def test_a_client_ignoring_throttle_time_is_held_back_all_the_same(quota_broker,
     sock.shutdown(socket.SHUT_RDWR)
     sender.join(10)
     sock.close()
-    rate = _rate_over(answered, start + WARM_UP_S, MEASURED_S)
-    assert 0.9 * QUOTA <= rate <= MOST * QUOTA, f"{rate / QUOTA:.3f} of the quota ({sent} sent)"
+    rate = _rate_over(answered, start + WARM_UP_S, measured_s)
+    assert 0.9 * QUOTA <= rate <= _most(measured_s) * QUOTA, f"{rate / QUOTA:.3f} of the quota ({sent} sent)"
     assert max(throttle_times) > 0
 
 
@@ -347,27 +446,40 @@ def _fill(bootstrap: str, topic: str, megabytes: int) -> None:
 
 
 def _consume_flat_out(bootstrap: str, topic: str, client_id: str, until: float, fetched: list, throttles: list):
-    from confluent_kafka import Consumer, TopicPartition
+    """A confluent-kafka consumer reading partition 0 of `topic` as fast as it is let until
+    `until`, from the start again at each end: (time, bytes, seconds the poll returning it
+    took) of each value into `fetched`, each throttle_cb's time in `throttles`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
                          "enable.auto.commit": False, "max.partition.fetch.bytes": 65536,
                          "fetch.max.bytes": 65536, "message.max.bytes": 65536, "queued.max.messages.kbytes": 64,
+                         "enable.partition.eof": True, "fetch.queue.backoff.ms": 0,
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:
         while time.monotonic() < until:
+            polled = time.monotonic()
             message = consumer.poll(0.1)
-            if message is not None and message.error() is None:
-                fetched.append((time.monotonic(), len(message.value())))
+            if message is None:
+                continue
+            if message.error() is None:
+                now = time.monotonic()
+                fetched.append((now, len(message.value()), now - polled))
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                consumer.seek(TopicPartition(topic, 0, 0))
     finally:
         consumer.close()
 
 
-def test_a_limited_consumer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin):
+@pytest.mark.parametrize("measured_s", DURATIONS)
+def test_a_limited_consumer_keeps_to_its_quota_and_an_unlimited_one_is_not_throttled(quota_broker, admin, measured_s):
     topic = _topic(admin)
-    _fill(quota_broker.bootstrap_servers, topic, 16)
+    # More than the limited consumer may read: only the free one comes to the end (and reads again).
+    _fill(quota_broker.bootstrap_servers, topic, math.ceil((WARM_UP_S + measured_s) * _most(measured_s) * QUOTA / MIB))
     admin.alter_client_quotas({((CLIENT_ID, "limited-consumer"),): {"consumer_byte_rate": QUOTA}})
-    _limited_beside_free(_consume_flat_out, quota_broker, ("limited-consumer", topic), ("free-consumer", topic))
+    _limited_beside_free(_consume_flat_out, quota_broker, ("limited-consumer", topic), ("free-consumer", topic),
+                         measured_s)
 
 
 def _ask_flat_out(port: int, client_id: str, seconds: float) -> tuple[int, list[int]]:
