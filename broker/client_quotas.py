@@ -49,7 +49,7 @@ from broker.errors import BrokerError
 from broker.quota import Quota, TokenBucket
 from broker.storage.checkpoint import write_atomically
 from wire.error_codes import ErrorCode
-from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER
+from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER, precedence
 
 FILENAME = "client-quotas.json"
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
@@ -72,20 +72,6 @@ def _invalid(message: str) -> BrokerError:
 def throttle_ms(seconds: float) -> int:
     """A throttle time as responses carry it (throttle_time_ms, an int32), rounded as Kafka."""
     return min(round(seconds * 1000), 2 ** 31 - 1)
-
-
-def precedence(user: str, client_id: str) -> list[tuple[Entity, tuple[str, str]]]:
-    """Kafka's order of the entities whose quotas apply to (user, client id), each with
-    the (user, client id) of the rate it shares (Kafka's metric tags; "" for any)."""
-    both, by_user, by_client = (user, client_id), (user, ""), ("", client_id)
-    return [(frozenset({(USER, user), (CLIENT_ID, client_id)}), both),
-            (frozenset({(USER, user), (CLIENT_ID, None)}), both),
-            (frozenset({(USER, user)}), by_user),
-            (frozenset({(USER, None), (CLIENT_ID, client_id)}), both),
-            (frozenset({(USER, None), (CLIENT_ID, None)}), both),
-            (frozenset({(USER, None)}), by_user),
-            (frozenset({(CLIENT_ID, client_id)}), by_client),
-            (frozenset({(CLIENT_ID, None)}), by_client)]
 
 
 class ClientQuotaManager:

@@ -1,9 +1,10 @@
 """`sluice console` as a real subprocess against a real broker process, looked at through
 HTTP and through a real headless browser (Debian's chromium and chromedriver, driven by
 selenium): the overview, a topic's partitions and recent messages (escaped), a group's
-members and its lag chart redrawn live as a confluent-kafka consumer commits, and the
+members and its lag chart redrawn live as a confluent-kafka consumer commits, the
 offset reset: refused without --allow-offset-reset, and with it a dry run first and a
-confirmation that moves the committed offsets.
+confirmation that moves the committed offsets, and the Quotas page: the quotas set and
+the clients the broker throttles (read from its metrics, --metrics-port).
 
 One broker, one browser and two consoles (read-only, reset allowed) serve the module;
 a ZooKeeper cluster of two brokers, one of them killed, shows under-replicated and
@@ -30,6 +31,7 @@ from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, free_ports
 from sluice.console.lag import LagHistory, LagSample
 from wire.client import Client, NewTopic, ProducerRecord
+from wire.quota_types import CLIENT_ID, USER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = "/usr/bin/chromium"
@@ -95,9 +97,11 @@ class Console:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
+    """Its metrics on a port known in advance: the console is told it (--metrics-port)."""
     directory = tmp_path_factory.mktemp("console")
     config = directory / "server.properties"
-    config.write_text("group.initial.rebalance.delay.ms=0\noffsets.topic.num.partitions=3\n")
+    config.write_text("group.initial.rebalance.delay.ms=0\noffsets.topic.num.partitions=3\n"
+                      f"metrics.port={free_ports(1)[0]}\n")
     with BrokerProcess(directory / "data", config_file=str(config)) as proc:
         yield proc
 
@@ -111,7 +115,7 @@ def client(broker):
 @pytest.fixture(scope="module")
 def console(broker):
     """A read-only console."""
-    running = Console(broker.bootstrap_servers)
+    running = Console(broker.bootstrap_servers, "--metrics-port", str(broker.metrics_port))
     yield running
     running.close()
 
@@ -441,3 +445,54 @@ def _statuses(console: Console, topic: str) -> dict[int, str] | None:
     if status != 200:
         return None
     return {p["partition"]: p["status"] for p in json.loads(body)["partitions"]}
+
+
+def test_the_quotas_page_lists_the_throttled_clients(browser, console, client, broker):
+    """A producer past its client id's producer_byte_rate is listed as throttled, with the
+    broker, its measured rate beside its quota and its throttle time, on the Quotas page and
+    in /api/quotas; a producer without a quota is not. The quotas set are listed, a
+    default as <default>."""
+    By = _by()
+    client.create_topics({"quoted": NewTopic(1, 1)})
+    quotas = {((CLIENT_ID, "throttled-app"),): {"producer_byte_rate": 1024},
+              ((USER, None),): {"request_percentage": 500}}
+    client.alter_client_quotas(quotas)
+    try:
+        for client_id in ("throttled-app", "free-app"):
+            producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers,
+                                                 "client.id": client_id, "log_level": 0})
+            producer.produce("quoted", os.urandom(50_000))  # 1024 B/s: 10 windows' worth at once, then throttled
+            assert producer.flush(WAIT) == 0
+            del producer
+
+        def throttled() -> list[dict]:
+            return [row for row in console.json("/api/quotas")["throttled"] if row["client_id"] == "throttled-app"]
+
+        [row] = wait_for(throttled, WAIT, "the throttled producer in /api/quotas")
+        assert (row["broker"], row["quota_type"], row["user"], row["quota"]) == (0, "producer_byte_rate", "", 1024)
+        assert row["measured"] > 1024 and row["throttle_time_ms"] > 0, row
+        browser.get(console.url)
+        _click_to(browser, browser.find_element(By.LINK_TEXT, "Quotas"), "#throttled")
+        rows = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                for r in browser.find_elements(By.CSS_SELECTOR, "#throttled tr")[1:]]
+        assert [r[:4] + [r[5]] for r in rows] == [["0", "producer_byte_rate", "any", "throttled-app", "1,024"]]
+        assert rows[0][4].endswith(" bytes/s") and int(rows[0][6].replace(",", "")) > 0, rows
+        configured = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                      for r in browser.find_elements(By.CSS_SELECTOR, "#quotas tr")[1:]]
+        assert configured == [["any", "throttled-app", "producer_byte_rate=1,024"],
+                              ["<default>", "any", "request_percentage=500"]]
+    finally:
+        client.alter_client_quotas({entity: {key: None for key in keys} for entity, keys in quotas.items()})
+
+
+def test_a_throttled_rate_is_shown_beside_the_quota_kafkas_precedence_gives_it():
+    """Each row of Kafka's table, set along with every less specific one: the rate tagged
+    as the broker tags that row's clients is shown beside that row's quota."""
+    from sluice.console.quotas import applying_quota
+    from tests.test_client_quota_enforcement import ROWS
+
+    for row, (_, tags) in enumerate(ROWS):
+        configured = {frozenset(entity): {"producer_byte_rate": 1000.0 * (i + 1)}
+                      for i, (entity, _) in enumerate(ROWS) if i >= row}
+        assert applying_quota(configured, *tags, "producer_byte_rate") == 1000.0 * (row + 1), row
+        assert applying_quota(configured, *tags, "consumer_byte_rate") is None

@@ -4,10 +4,12 @@
     GET  /topics, /topics/T        topics; a topic's partitions and recent messages
                                    (?partition=P&limit=N)
     GET  /groups, /groups/G        groups; a group's members, offsets, lag and lag chart
+    GET  /quotas                   client quotas set, and the clients each broker
+                                   throttles now (sluice.console.quotas)
     POST /groups/G/reset           the plan of an offset reset (a dry run)
     POST /groups/G/reset/confirm   commit a plan shown before
     GET  /api/cluster, /api/topics, /api/topics/T, /api/topics/T/messages,
-         /api/groups, /api/groups/G, /api/groups/G/lag      the same as JSON
+         /api/groups, /api/groups/G, /api/groups/G/lag, /api/quotas      the same as JSON
     GET  /static/console.css, /static/console.js
 
 The console only reads, unless started with `allow_offset_reset`; without it both reset
@@ -44,6 +46,7 @@ from wire.http import HttpRequest, HttpResponse
 
 from sluice.common import CommandError
 from sluice.console import pages, queries
+from sluice.console.quotas import client_quotas
 from sluice.console.assets import SCRIPT, STYLESHEET
 from sluice.console.lag import LagHistory, LagSampler
 from sluice.groups import ResetPlan, ResetTarget, describe_group, execute_reset, plan_reset
@@ -74,13 +77,15 @@ class HttpError(Exception):
 class ConsoleApp:
     def __init__(self, client: AsyncClient, history: LagHistory, sampler: LagSampler, *,
                  lag_interval_ms: int, allow_offset_reset: bool = False,
-                 loopback_only: bool = True):
+                 loopback_only: bool = True, metrics_port: int | None = None):
+        """`metrics_port`: the brokers' metrics.port, where the throttled clients are read."""
         self.client = client
         self.history = history
         self.sampler = sampler
         self.lag_interval_ms = lag_interval_ms
         self.allow_offset_reset = allow_offset_reset
         self.loopback_only = loopback_only
+        self.metrics_port = metrics_port
         self.csrf_token = secrets.token_urlsafe(32)
         self._plan_key = secrets.token_bytes(32)
 
@@ -136,6 +141,9 @@ class ConsoleApp:
                 return _page(pages.group_page(document, lag_interval_ms=self.lag_interval_ms,
                                               reset_form=form, notice=notice,
                                               cluster_id=self.cluster_id))
+            case "GET", ["quotas"]:
+                return _page(pages.quotas_page(await client_quotas(self.client, self.metrics_port),
+                                               self.cluster_id))
             case "POST", ["groups", group, "reset"]:
                 return await self._plan_reset(group, self._form(request))
             case "POST", ["groups", group, "reset", "confirm"]:
@@ -156,6 +164,8 @@ class ConsoleApp:
                 return _json({"group": group, "interval_ms": self.lag_interval_ms,
                               "samples": [s.to_json() for s in self.history.samples(group)],
                               "error": self.sampler.last_error})
+            case "GET", ["api", "quotas"]:
+                return _json(await client_quotas(self.client, self.metrics_port))
             case "GET", ["static", "console.css"]:
                 return HttpResponse(200, STYLESHEET.encode(), "text/css; charset=utf-8",
                                     [("cache-control", "no-cache")])

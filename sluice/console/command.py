@@ -20,7 +20,7 @@ from wire.client import AsyncClient, ClientError
 from wire.errors import KafkaError
 from wire.http import HttpServer
 
-from sluice.common import (CommandError, make_client, port_number, positive_float, positive_int,
+from sluice.common import (CommandError, fixed_port_number, make_client, port_number, positive_float, positive_int,
                            run_command)
 from sluice.console.app import ConsoleApp, names_loopback
 from sluice.console.lag import LagHistory, LagSampler
@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-offset-reset", action="store_true",
                    help="offer resetting the offsets of groups without active members (each "
                         "reset shows its plan first and needs a confirmation)")
+    p.add_argument("--metrics-port", type=fixed_port_number, metavar="PORT",
+                   help="the brokers' metrics.port: the Quotas page then shows the clients each "
+                        "broker throttles (read from its Prometheus metrics)")
     p.add_argument("--timeout", type=positive_float, metavar="SECONDS", default=DEFAULT_TIMEOUT,
                    help=f"request timeout and bound on retries (default {DEFAULT_TIMEOUT:g})")
     return p
@@ -76,7 +79,7 @@ async def serve(client: AsyncClient, args: argparse.Namespace) -> int:
     sampler = LagSampler(sampler_client, history, args.lag_interval_ms / 1000)
     app = ConsoleApp(client, history, sampler, lag_interval_ms=args.lag_interval_ms,
                      allow_offset_reset=args.allow_offset_reset,
-                     loopback_only=names_loopback(args.host))
+                     loopback_only=names_loopback(args.host), metrics_port=args.metrics_port)
     server = HttpServer(app.handle, args.host, args.port, max_body=_MAX_FORM)
     try:
         try:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from sluice.groups import INACTIVE_STATES, assignment_text
 
-__all__ = ["error_page", "group_page", "groups_page", "overview_page", "reset_plan_page",
+__all__ = ["error_page", "group_page", "groups_page", "overview_page", "quotas_page", "reset_plan_page",
            "topic_page", "topics_page"]
 
 
@@ -41,7 +41,7 @@ def _layout(title: str, body: str, cluster_id: str | None = None) -> bytes:
 <link rel="stylesheet" href="/static/console.css">
 </head><body>
 <header><a class="brand" href="/">Sluice console</a><a href="/">Overview</a>
-<a href="/topics">Topics</a><a href="/groups">Consumer groups</a>{cluster}</header>
+<a href="/topics">Topics</a><a href="/groups">Consumer groups</a><a href="/quotas">Quotas</a>{cluster}</header>
 <main>
 {body}
 </main>
@@ -169,6 +169,48 @@ def groups_page(groups: list[dict], cluster_id: str | None) -> bytes:
 <th>Coordinator</th></tr>{rows}</table>
 {"" if groups else '<p class="muted">No groups.</p>'}"""
     return _layout("Consumer groups", body, cluster_id)
+
+
+def _entity_name(name: str | None) -> str:
+    """A user or client id of a quota entity: None is the default, "" not part of it."""
+    return "&lt;default&gt;" if name is None else e(name) if name else '<span class="muted">any</span>'
+
+
+def _quota_value(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}" if value == int(value) else f"{value:,.2f}"
+
+
+def quotas_page(quotas: dict, cluster_id: str | None) -> bytes:
+    throttled = "".join(
+        f'<tr><td class="num">{t["broker"]}</td><td>{e(t["quota_type"])}</td>'
+        f'<td>{_entity_name(t["user"])}</td><td>{_entity_name(t["client_id"])}</td>'
+        f'<td class="num">{_quota_value(t["measured"])} {e(t["unit"])}</td>'
+        f'<td class="num">{_quota_value(t["quota"])}</td><td class="num">{t["throttle_time_ms"]:,.0f}</td></tr>'
+        for t in quotas["throttled"])
+    if quotas["metrics_port"] is None:
+        throttled_part = ('<p class="muted" id="throttled">Start the console with --metrics-port (the brokers\' '
+                          'metrics.port) to see the clients they throttle.</p>')
+    else:
+        unreadable = "".join(f'<p class="muted">Broker {u["broker"]}: its metrics cannot be read ({e(u["error"])})</p>'
+                             for u in quotas["unreadable"])
+        throttled_part = (f'<table id="throttled"><tr><th>Broker</th><th>Quota</th><th>User</th><th>Client id</th>'
+                          f'<th>Measured</th><th>Quota value</th><th>Throttle time (ms, average)</th></tr>'
+                          f'{throttled}</table>{unreadable}'
+                          + ("" if throttled else '<p class="muted">No client is throttled.</p>'))
+    configured = "".join(
+        f'<tr><td>{_entity_name(q["user"])}</td><td>{_entity_name(q["client_id"])}</td>'
+        f'<td>{e(", ".join(f"{k}={_quota_value(v)}" for k, v in q["quotas"].items()))}</td></tr>'
+        for q in quotas["set"])
+    body = f"""<h1>Client quotas</h1>
+<h2>Throttled clients</h2>
+<p class="muted">Throttled over the brokers' quota windows: each entity's measured rate (bytes a
+second, percent of a request handler's time, or controller mutation tokens left) beside its quota,
+and the average throttle time its clients were given.</p>
+{throttled_part}
+<h2>Quotas set</h2>
+<table id="quotas"><tr><th>User</th><th>Client id</th><th>Quotas</th></tr>{configured}</table>
+{"" if configured else '<p class="muted">No quotas are set.</p>'}"""
+    return _layout("Client quotas", body, cluster_id)
 
 
 def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: str | None,
