@@ -57,9 +57,10 @@ def test_spark_write_benchmark_runs_and_reports(spark, tmp_path):
 @pytest.mark.long  # a benchmark run end to end: `make test-long`
 def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     """bench.broker at tiny sizes against every broker (Apache Kafka too, unless it cannot be
-    resolved or started, which the results then say): every section produces figures for
-    each, the targets are evaluated (met or not: never asserted), and the markdown, JSON and
-    PNG reports are written."""
+    resolved or started, which the results then say), with --quotas (Sluice with quotas set
+    but not reached takes its turns in the produce, perftest, consume and e2e sections):
+    every section produces figures for each, the targets are evaluated (met or not: never
+    asserted), and the markdown, JSON and PNG reports are written."""
     import json
     import shutil
 
@@ -76,11 +77,12 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     from bench.broker.report import cpu_splits, text_table, write_reports
     from bench.common import TINY
 
-    results = broker.run(TINY, "tiny", log=lambda line: None)
+    results = broker.run(TINY, "tiny", log=lambda line: None, with_quotas=True)
     kafka = results["kafka"]
     assert kafka["included"] or kafka["unavailable"], kafka
     brokers = {"sluice", "mock"} | ({"kafka"} if kafka["included"] else set())
-    assert len(results["produce"]) == 2 * 2 * 2 * 2 * len(brokers)  # client x acks x partitions x codec x broker
+    taking_turns = brokers | {"sluice-quotas"}  # the sections every started broker runs
+    assert len(results["produce"]) == 2 * 2 * 2 * 2 * len(taking_turns)  # client x acks x partitions x codec x broker
     for row in results["produce"]:
         assert row["all_written"] == [TINY.records] * row["repeats"], row
         assert row["records_per_s"] > 0 and row["broker_cpu_s"] >= 0
@@ -88,19 +90,19 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
         assert abs(row["broker_user_s"] + row["broker_sys_s"] - row["broker_cpu_s"]) < 1e-9
         if row["broker"] == "sluice":  # the page-cache floor beside it
             assert row["log_bytes"] > 0 and row["page_cache_sys_s"] >= 0
-    perf_brokers = brokers - set(PERFTEST_SKIPPED)
+    perf_brokers = taking_turns - set(PERFTEST_SKIPPED)
     if kafka["included"]:  # ProducerPerformance needs Kafka's jars too
         assert {(r["broker"], r["partitions"]) for r in results["perftest"]} == {
             (b, p) for b in perf_brokers for p in PERFTEST_PARTITIONS}
         assert all(r["written"] == TINY.records and r["records_per_s"] > 0 for r in results["perftest"])
     assert {(r["client"], r["broker"]) for r in results["consume"]} == {
-        (c, b) for c in CONSUME_CLIENTS for b in brokers}
+        (c, b) for c in CONSUME_CLIENTS for b in taking_turns}
     assert all(r["records_per_s"] > 0 for r in results["consume"])
-    assert {t["broker"] for t in results["consume_fetches"]} == brokers
+    assert {t["broker"] for t in results["consume_fetches"]} == taking_turns
     for timeline in results["consume_fetches"]:  # from kcat's protocol log
         assert timeline["fetches"] > 0 and timeline["mb"] > 0, timeline
         assert 0 <= timeline["waiting_ms"] and 0 <= timeline["handling_ms"] <= timeline["data_ms"]
-    assert len(results["e2e"]) == len(brokers) * len(E2E_VARIANTS)
+    assert len(results["e2e"]) == len(taking_turns) * len(E2E_VARIANTS)
     for row in results["e2e"]:
         assert row["complete"] and row["measured"] > 0 and row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"], row
     assert {r["broker"] for r in results["startup"]} == brokers
@@ -112,7 +114,9 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     assert {r["broker"] for r in results["partitions"]} == brokers
     assert all(r["partitions"] == TINY.many_partitions for r in results["partitions"])
     assert all(0 < r["first_round_s"] < r["seconds"] and r["rest_records_per_s"] > 0 for r in results["partitions"])
-    assert len(results["targets"]) == 9 + (8 if kafka["included"] else 0)
+    assert len(results["targets"]) == 10 + (8 if kafka["included"] else 0)
+    assert len(results["quotas"]) == 2 * 2 * 2 * 2 + len(CONSUME_CLIENTS)  # every produce and consume configuration
+    assert all(q["ratio"] > 0 for q in results["quotas"])
     profile = results["profile"]
     for p in (profile, profile["consume"]):
         assert p.get("samples", 0) > 0 and p["top"], p  # py-spy is a test dependency
@@ -125,7 +129,7 @@ def test_broker_benchmark_runs_every_section_and_reports(tmp_path):
     assert json.loads(open(paths["json"]).read())["mode"] == "tiny"
     report = open(paths["md"]).read()
     assert "## Targets" in report and "## Where the broker's time goes (py-spy)" in report
-    assert "## Where the consume time goes" in report
+    assert "## Where the consume time goes" in report and "## Quota accounting (--quotas)" in report
     # runs too short to use a clock tick of CPU have nothing to split
     assert ("## Broker CPU by configuration" in report) == bool(cpu_splits(results["produce"]))
     assert ("## Where Sluice is behind Kafka" in report) == kafka["included"]

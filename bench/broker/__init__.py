@@ -25,6 +25,10 @@ One module per benchmark family, the same clients and settings against every bro
    validation, idempotence check, append, index, fetch read, response, request handling,
    event loop), with the broker's CPU seconds shared out over the stages.
 
+With --quotas, a fourth broker takes its turn in the produce and consume sections: Sluice
+with client quotas set for every client but never reached (bench.broker.quotas), its
+throughput beside plain Sluice's in every configuration (target: >= 0.97x).
+
 Results (bench.broker.report): a table on stdout (Sluice/Kafka next to Sluice/mock);
 markdown, JSON and a PNG chart under bench/results/. Targets are stated and marked met /
 NOT met, and figures where Sluice is behind Kafka are listed with the gap; nothing here
@@ -32,7 +36,7 @@ asserts speed.
 
     python -m bench.broker [--quick] [--records N] [--log-mb M] [--many-partitions P]
                            [--only produce,perftest,consume,e2e,startup,log,partitions,profile]
-                           [--no-kafka] [--out DIR]
+                           [--no-kafka] [--quotas] [--out DIR]
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from bench.broker.partitions import bench_partitions
 from bench.broker.perftest import bench_perftest
 from bench.broker.produce import bench_produce
 from bench.broker.profile import bench_profile
+from bench.broker.quotas import QuotedSluiceTarget, quota_cost
 from bench.broker.report import comparison_rows, evaluate_targets, text_table, write_reports
 from bench.broker.startup import bench_startup
 from bench.common import (DEFAULT_OUT, FULL, MIB, MOCK_PARTITION_BYTES, QUICK, REPO, VALUE_SIZE, MockTarget,
@@ -63,9 +68,12 @@ from bench.machine import describe_machine, machine_details
 SECTIONS = ("produce", "perftest", "consume", "e2e", "startup", "log", "partitions", "profile")
 
 
-def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool = True) -> dict:
+def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool = True,
+        with_quotas: bool = False) -> dict:
     """Every benchmark in `sections`; returns the results (nothing written). Without
-    `with_kafka`, or when Kafka cannot be resolved or started, Sluice vs mock only."""
+    `with_kafka`, or when Kafka cannot be resolved or started, Sluice vs mock only. With
+    `with_quotas`, Sluice with quotas set but not reached takes its turn too (produce,
+    consume) and "quotas" compares it with plain Sluice."""
     from bench.kafka_broker import KafkaTarget, KafkaUnavailable
 
     pool = value_pool()
@@ -90,6 +98,8 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool 
             targets = []
             try:
                 targets.append(SluiceTarget(workdir, sizes).start())
+                if with_quotas:
+                    targets.append(QuotedSluiceTarget(workdir, sizes).start())
                 if with_kafka and not results["kafka"]["unavailable"]:
                     kafka, reason = start_kafka(workdir, sizes, log)
                     if kafka is None:
@@ -143,6 +153,8 @@ def run(sizes: Sizes, mode: str, sections=SECTIONS, log=print, with_kafka: bool 
     results["kafka"]["included"] = any(
         isinstance(rows, list) and any(isinstance(r, dict) and r.get("broker") == "kafka" for r in rows)
         for rows in results.values())
+    if with_quotas:
+        results["quotas"] = quota_cost(results)
     results["seconds"] = time.perf_counter() - started
     results["load_average_after"] = os.getloadavg()
     results["table"] = comparison_rows(results)
@@ -161,6 +173,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help="directory for .md/.json/.png")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--no-kafka", action="store_true", help="Sluice vs the mock cluster only")
+    parser.add_argument("--quotas", action="store_true",
+                        help="Sluice with client quotas set but not reached beside it (produce, consume)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
@@ -185,7 +199,7 @@ def main(argv=None) -> None:
     def log(line):
         print(line, flush=True)
 
-    results = run(sizes, mode, sections, log, with_kafka=not args.no_kafka)
+    results = run(sizes, mode, sections, log, with_kafka=not args.no_kafka, with_quotas=args.quotas)
     print()
     print(text_table(results["table"], results["targets"]))
     print("(broker CPU and RSS: /proc of each broker's process; how each figure was taken: the .md's Method)")

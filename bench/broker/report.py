@@ -10,6 +10,7 @@ import os
 from bench.broker.consume import CONSUME_CLIENTS, CONSUMER_QUEUE
 from bench.broker.e2e import E2E_VARIANTS
 from bench.broker.perftest import PERFTEST_SKIPPED
+from bench.broker.quotas import QUOTA_TARGET
 from bench.common import BROKERS, CLK_TCK, MB, MIB, VALUE_SIZE, _atomic_write, _fmt, _loads, _rounded
 from bench.machine import describe_machine
 
@@ -207,9 +208,20 @@ def evaluate_targets(results: dict) -> list[dict]:
         f"{s['rest_records_per_s']:,.0f} vs {m['rest_records_per_s']:,.0f} rec/s" if s and m else "not run")
     add(f"creating {s['partitions'] if s else 10_000:,} partitions <= 1 s", s and s["create_s"], 1.0, False,
         f"{s['create_s']:.3f} s (mock {m['create_s']:.3f} s); ratio in seconds" if s and m else "not run")
+    quotas = results.get("quotas")
+    if quotas is not None:
+        worst = min(quotas, key=lambda q: q["ratio"]) if quotas else None
+        add(f"produce and consume with quotas set, not reached, >= {QUOTA_TARGET}x without", worst and worst["ratio"],
+            QUOTA_TARGET, True, f"worst of {len(quotas)} configurations: {_quota_configuration(worst)}"
+            if worst else "not run")
     if (results.get("kafka") or {}).get("included"):
         targets += kafka_targets(results)
     return targets
+
+
+def _quota_configuration(row: dict) -> str:
+    return " ".join([row["section"], row["client"]] + ([f"acks={row['acks']}", f"{row['partitions']}p",
+                                                         row["compression"]] if row["section"] == "produce" else []))
 
 
 def cpu_splits(produce: list[dict]) -> list[dict]:
@@ -519,6 +531,13 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
         ratio = _ratio(t["ratio"])
         sign = "≥" if t["higher_is_better"] else "≤"
         md.append(f"| {t['target']} | {ratio} | {sign} {t['limit']}x | {_verdict(t)} | {t['detail']} |")
+    if results.get("quotas"):
+        md += ["", "## Quota accounting (--quotas)", "", "Sluice with producer_byte_rate, consumer_byte_rate "
+               "and request_percentage set for every client but never reached, beside Sluice without any quota, "
+               "taking turns in each configuration (bench.broker.quotas).", "",
+               "| configuration | with quotas (rec/s) | without (rec/s) | ratio |", "|---|---:|---:|---:|"]
+        md += [f"| {_quota_configuration(q)} | {_fmt(q['with_quotas'])} | {_fmt(q['without'])} | {_x(q['ratio'])} |"
+               for q in results["quotas"]]
     md += ["", "## Figures", "", "| benchmark | figure | unit | sluice | kafka | mock | sluice/kafka | sluice/mock |",
            "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
