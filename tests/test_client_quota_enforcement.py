@@ -152,12 +152,17 @@ def _produce_flat_out(bootstrap: str, topic: str, client_id: str, until: float, 
 
 
 def _client_process(work, bootstrap: str, topic: str, client_id: str, ready, go, until, results) -> None:
-    """One client of `_flat_out`, in a process of its own: ready, then from `go` until `until`."""
+    """One client of `_flat_out`, in a process of its own: ready, then from `go` until `until`;
+    (client id, events, throttle times), or (client id, the error, None) if it failed."""
     ready.set()
     go.wait(60)
     events, throttles = [], []
-    work(bootstrap, topic, client_id, until.value, events, throttles)
-    results.put((client_id, events, throttles))
+    try:
+        work(bootstrap, topic, client_id, until.value, events, throttles)
+    except Exception as exc:  # told to the test, which fails with it
+        results.put((client_id, f"{type(exc).__name__}: {exc}", None))
+    else:
+        results.put((client_id, events, throttles))
 
 
 def _flat_out(work, broker, clients: list[tuple[str, str]], measured_s: float) -> tuple[float, list[tuple]]:
@@ -182,6 +187,8 @@ def _flat_out(work, broker, clients: list[tuple[str, str]], measured_s: float) -
         go.set()
         done = dict((client_id, (events, throttles)) for client_id, events, throttles in
                     (results.get(timeout=measured_s + 60) for _ in clients))
+        failed = {client_id: events for client_id, (events, throttles) in done.items() if throttles is None}
+        assert not failed, failed
     finally:
         for process in processes:
             process.join(10)
