@@ -54,6 +54,9 @@ from wire.quota_types import CLIENT_ID, IP, MATCH_DEFAULT, MATCH_EXACT, MATCH_SP
 FILENAME = "client-quotas.json"
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE = "producer_byte_rate", "consumer_byte_rate"
 REQUEST_PERCENTAGE, CONTROLLER_MUTATION_RATE = "request_percentage", "controller_mutation_rate"
+# What request_percentage can reach: Kafka's 100 per request handler thread, and the broker
+# handles requests on one, its event loop. Checked when set; one already stored stays.
+MAX_REQUEST_PERCENTAGE = 100.0
 # Kafka's quota keys and whether each is a whole number (a LONG, not a DOUBLE, in QuotaConfig)
 KEYS = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False,
         CONTROLLER_MUTATION_RATE: False}
@@ -355,6 +358,9 @@ class ClientQuotas:
                     if key not in KEYS:
                         raise _invalid(f"Invalid configuration key {key}")
                     _check_value(key, value)
+                    if key == REQUEST_PERCENTAGE and value > MAX_REQUEST_PERCENTAGE:
+                        raise _invalid(f"Quota {key} must be at most {MAX_REQUEST_PERCENTAGE:g}: 100 for each "
+                                       f"of the broker's request handler threads, and it has one (its event loop)")
                     quotas[key] = value
             except BrokerError as exc:
                 results.append((exc.code, str(exc)))

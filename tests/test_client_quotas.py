@@ -104,6 +104,7 @@ def test_validate_only_stores_nothing(client):
     (ALICE, {"producer_byte_rate": -1024}, "Quota producer_byte_rate must be greater than 0"),
     (DEFAULT_CLIENT, {"consumer_byte_rate": 0}, "Quota consumer_byte_rate must be greater than 0"),
     (DEFAULT_USER, {"request_percentage": -0.5}, "Quota request_percentage must be greater than 0"),
+    (DEFAULT_USER, {"request_percentage": 100.5}, "Quota request_percentage must be at most 100"),
     (ALICE_APP, {"controller_mutation_rate": float("nan")}, "Quota controller_mutation_rate must be greater than 0"),
     (ALICE, {"consumer_byte_rate": 1024.5}, "consumer_byte_rate cannot be a fractional value."),
     (ALICE, {"producer_byte_rate": 1e19}, "Proposed value for producer_byte_rate is too large for a LONG."),

@@ -455,7 +455,7 @@ def test_the_quotas_page_lists_the_throttled_clients(browser, console, client, b
     By = _by()
     client.create_topics({"quoted": NewTopic(1, 1)})
     quotas = {((CLIENT_ID, "throttled-app"),): {"producer_byte_rate": 1024},
-              ((USER, None),): {"request_percentage": 500}}
+              ((USER, None),): {"request_percentage": 100}}
     client.alter_client_quotas(quotas)
     try:
         for client_id in ("throttled-app", "free-app"):
@@ -480,7 +480,7 @@ def test_the_quotas_page_lists_the_throttled_clients(browser, console, client, b
         configured = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
                       for r in browser.find_elements(By.CSS_SELECTOR, "#quotas tr")[1:]]
         assert configured == [["any", "throttled-app", "producer_byte_rate=1,024"],
-                              ["<default>", "any", "request_percentage=500"]]
+                              ["<default>", "any", "request_percentage=100"]]
     finally:
         client.alter_client_quotas({entity: {key: None for key in keys} for entity, keys in quotas.items()})
 
