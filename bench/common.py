@@ -253,14 +253,29 @@ class MockTarget(Target):
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[tuple[int, int]]:
-    """(low, high) per partition, through ListOffsets."""
-    from confluent_kafka import Consumer, TopicPartition
+    """(low, high) per partition, through ListOffsets; a retriable error (a leader moving or
+    not yet known to the broker asked, as right after a topic's creation) is asked again
+    until `timeout`, as a Kafka consumer does."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+    retriable = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART}
+    deadline = time.monotonic() + timeout
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks",
                          "log_level": 3})
+
+    def marks(partition: int) -> tuple[int, int]:
+        while True:
+            try:
+                return consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                      timeout=max(0.1, deadline - time.monotonic()))
+            except KafkaException as exc:
+                if exc.args[0].code() not in retriable or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.1)
+
     try:
-        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                for p in range(partitions)]
+        return [marks(p) for p in range(partitions)]
     finally:
         consumer.close()
 
