@@ -1,7 +1,8 @@
 """The schema tables in wire/messages.py checked against Apache Kafka's own definitions.
 
 The reference data (Kafka's message JSON files and error-code list) lives beside the
-repository, in ../shared/kafka-protocol. Everything the codec relies on is compared:
+repository, in ../shared/kafka-protocol (Kafka 3.9); tests/data/kafka-4.4-messages holds
+Kafka 4.4's definitions of what it lacks or has older, read first. Everything the codec relies on is compared:
 API keys, valid and flexible versions, and for every field, in order and recursively
 (commonStructs expanded): name, type, versions, nullable versions, tag, tagged versions,
 field-level flexible versions and default value. Regenerating the tables with
@@ -26,6 +27,7 @@ from wire.schema import Api, Data, F
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol"
 MESSAGES_DIR = REFERENCE / "messages"
+NEWER_MESSAGES_DIR = REPO / "tests" / "data" / "kafka-4.4-messages"
 
 needs_reference = pytest.mark.skipif(
     not MESSAGES_DIR.is_dir(),
@@ -41,11 +43,16 @@ REQUIRED_API_VERSIONS = {
     "DescribeCluster": 1, "InitProducerId": 5, "AddPartitionsToTxn": 5, "AddOffsetsToTxn": 4,
     "EndTxn": 5, "TxnOffsetCommit": 4, "WriteTxnMarkers": 1, "OffsetForLeaderEpoch": 4,
     "DeleteRecords": 2, "SaslHandshake": 1, "SaslAuthenticate": 2,
+    "ConsumerGroupHeartbeat": 1, "ConsumerGroupDescribe": 1,
 }
 REQUIRED_DATA = [
     "ConsumerProtocolSubscription", "ConsumerProtocolAssignment", "GroupMetadataKey",
     "GroupMetadataValue", "OffsetCommitKey", "OffsetCommitValue", "TransactionLogKey",
-    "TransactionLogValue",
+    "TransactionLogValue", "ConsumerGroupMetadataKey", "ConsumerGroupMetadataValue",
+    "ConsumerGroupMemberMetadataKey", "ConsumerGroupMemberMetadataValue",
+    "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupTargetAssignmentMetadataValue",
+    "ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMemberValue",
+    "ConsumerGroupCurrentMemberAssignmentKey", "ConsumerGroupCurrentMemberAssignmentValue",
 ]
 
 DATA_SCHEMAS = {value.name: value for value in vars(messages).values() if isinstance(value, Data)}
@@ -58,8 +65,10 @@ _STRUCT = object()  # "a default instance of the field's struct"
 
 
 def load(name: str) -> dict:
-    """One of Kafka's JSON definitions, with its `//` comment lines removed."""
-    lines = (MESSAGES_DIR / f"{name}.json").read_text().splitlines()
+    """One of Kafka's JSON definitions (Kafka 4.4's when the repository has it), with its
+    `//` comment lines removed."""
+    newer = NEWER_MESSAGES_DIR / f"{name}.json"
+    lines = (newer if newer.is_file() else MESSAGES_DIR / f"{name}.json").read_text().splitlines()
     return json.loads("\n".join(line for line in lines if not line.lstrip().startswith("//")))
 
 
@@ -78,7 +87,7 @@ def expected_default(field: dict):
             return []
         return _ZEROS.get(ftype, _STRUCT)
     text = str(field["default"])
-    if text == "null":
+    if field["default"] is None or text == "null":  # JSON's null, or Kafka's "null"
         return None
     if ftype in _INT_TYPES:
         return int(text, 0)
@@ -173,8 +182,9 @@ def test_api_matches_kafka(api: Api):
 @pytest.mark.parametrize("name", sorted(DATA_SCHEMAS))
 def test_data_schema_matches_kafka(name: str):
     definition = load(name)
-    assert definition["type"] in ("data", "header")
-    assert "apiKey" not in definition
+    # Kafka 4's __consumer_offsets records are typed: the key's apiKey is its record type.
+    assert definition["type"] in ("data", "header", "coordinator-key", "coordinator-value")
+    assert ("apiKey" in definition) == definition["type"].startswith("coordinator-")
     errors: list[str] = []
     check_schema(DATA_SCHEMAS[name], definition, errors)
     assert not errors, "\n".join(errors)

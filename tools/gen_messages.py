@@ -4,7 +4,8 @@ Only structural facts are carried over: names (turned into snake_case), types, v
 ranges, nullable versions, tags and defaults; error codes with their names. Usage:
 
     python tools/gen_messages.py [PATH/TO/kafka-protocol [MORE/MESSAGE/DIRS ...]]
-    # default: ../shared/kafka-protocol; a definition is taken from the first directory holding it
+    # default: ../shared/kafka-protocol; a definition is taken from the first directory holding
+    # it, tests/data/kafka-4.4-messages before all
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ API_NAMES = [
     "AlterPartition",
     # Partition reassignments, carried out by the controller.
     "AlterPartitionReassignments", "ListPartitionReassignments",
+    # KIP-848 consumer groups, at Kafka 4.4's versions (NEWER_MESSAGES).
+    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
 ]
 # APIs whose definitions ../shared/kafka-protocol lacks: generated from Kafka 3.9's,
 # found in an apache/kafka checkout (clients/src/main/resources/common/message) given as a
@@ -45,7 +48,16 @@ DATA_NAMES = [
     "RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription",
     "ConsumerProtocolAssignment", "GroupMetadataKey", "GroupMetadataValue", "OffsetCommitKey",
     "OffsetCommitValue", "TransactionLogKey", "TransactionLogValue",
+    # A consumer group's records in __consumer_offsets (NEWER_MESSAGES).
+    "ConsumerGroupMetadataKey", "ConsumerGroupMetadataValue", "ConsumerGroupMemberMetadataKey",
+    "ConsumerGroupMemberMetadataValue", "ConsumerGroupTargetAssignmentMetadataKey",
+    "ConsumerGroupTargetAssignmentMetadataValue", "ConsumerGroupTargetAssignmentMemberKey",
+    "ConsumerGroupTargetAssignmentMemberValue", "ConsumerGroupCurrentMemberAssignmentKey",
+    "ConsumerGroupCurrentMemberAssignmentValue",
 ]
+# Kafka 4.4's definitions of what the 3.9 reference lacks or has older (its README says
+# where they come from): searched before the directories given.
+NEWER_MESSAGES = Path(__file__).resolve().parent.parent / "tests" / "data" / "kafka-4.4-messages"
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint16", "uint32"}
 
 
@@ -71,7 +83,7 @@ def default_literal(field: dict) -> str | None:
         return None
     value = str(field["default"])
     ftype = field["type"]
-    if value == "null":
+    if field["default"] is None or value == "null":  # JSON's null, or Kafka's "null"
         return "None"
     if ftype in _INT_TYPES:
         return str(int(value, 0))
@@ -121,7 +133,7 @@ def emit_fields(definition: dict, indent: int, out: list[str]) -> None:
 
 
 def _find(name: str, sources: tuple[Path, ...]) -> Path | None:
-    return next((source / name for source in sources if (source / name).is_file()), None)
+    return next((source / name for source in (NEWER_MESSAGES, *sources) if (source / name).is_file()), None)
 
 
 def _committed_api(name: str, committed: str) -> tuple[int, str]:

@@ -1445,6 +1445,83 @@ LIST_TRANSACTIONS = Api(66, 'ListTransactions', '0-1', flexible='0+',
     ),
 )
 
+CONSUMER_GROUP_HEARTBEAT = Api(68, 'ConsumerGroupHeartbeat', '0-1', flexible='0+',
+    request=(
+        F('group_id', 'string', '0+'),
+        F('member_id', 'string', '0+'),
+        F('member_epoch', 'int32', '0+'),
+        F('instance_id', 'string', '0+', nullable='0+', default=None),
+        F('rack_id', 'string', '0+', nullable='0+', default=None),
+        F('rebalance_timeout_ms', 'int32', '0+', default=-1),
+        F('subscribed_topic_names', '[]string', '0+', nullable='0+', default=None),
+        F('subscribed_topic_regex', 'string', '1+', nullable='1+', default=None),
+        F('server_assignor', 'string', '0+', nullable='0+', default=None),
+        F('topic_partitions', '[]TopicPartitions', '0+', nullable='0+', default=None, fields=(
+            F('topic_id', 'uuid', '0+'),
+            F('partitions', '[]int32', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('error_code', 'int16', '0+'),
+        F('error_message', 'string', '0+', nullable='0+', default=None),
+        F('member_id', 'string', '0+', nullable='0+', default=None),
+        F('member_epoch', 'int32', '0+'),
+        F('heartbeat_interval_ms', 'int32', '0+'),
+        F('assignment', 'Assignment', '0+', nullable='0+', default=None, fields=(
+            F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                F('topic_id', 'uuid', '0+'),
+                F('partitions', '[]int32', '0+'),
+            )),
+        )),
+    ),
+)
+
+CONSUMER_GROUP_DESCRIBE = Api(69, 'ConsumerGroupDescribe', '0-1', flexible='0+',
+    request=(
+        F('group_ids', '[]string', '0+'),
+        F('include_authorized_operations', 'bool', '0+'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('groups', '[]DescribedGroup', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('error_message', 'string', '0+', nullable='0+', default=None),
+            F('group_id', 'string', '0+'),
+            F('group_state', 'string', '0+'),
+            F('group_epoch', 'int32', '0+'),
+            F('assignment_epoch', 'int32', '0+'),
+            F('assignor_name', 'string', '0+'),
+            F('members', '[]Member', '0+', fields=(
+                F('member_id', 'string', '0+'),
+                F('instance_id', 'string', '0+', nullable='0+', default=None),
+                F('rack_id', 'string', '0+', nullable='0+', default=None),
+                F('member_epoch', 'int32', '0+'),
+                F('client_id', 'string', '0+'),
+                F('client_host', 'string', '0+'),
+                F('subscribed_topic_names', '[]string', '0+'),
+                F('subscribed_topic_regex', 'string', '0+', nullable='0+', default=None),
+                F('assignment', 'Assignment', '0+', fields=(
+                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                        F('topic_id', 'uuid', '0+'),
+                        F('topic_name', 'string', '0+'),
+                        F('partitions', '[]int32', '0+'),
+                    )),
+                )),
+                F('target_assignment', 'Assignment', '0+', fields=(
+                    F('topic_partitions', '[]TopicPartitions', '0+', fields=(
+                        F('topic_id', 'uuid', '0+'),
+                        F('topic_name', 'string', '0+'),
+                        F('partitions', '[]int32', '0+'),
+                    )),
+                )),
+                F('member_type', 'int8', '1+', default=-1),
+            )),
+            F('authorized_operations', 'int32', '0+', default=-2147483648),
+        )),
+    ),
+)
+
 REQUEST_HEADER = Data('RequestHeader', '0-2', flexible='2+', fields=(
     F('request_api_key', 'int16', '0+'),
     F('request_api_version', 'int16', '0+'),
@@ -1531,6 +1608,80 @@ TRANSACTION_LOG_VALUE = Data('TransactionLogValue', '0-1', flexible='1+', fields
     F('client_transaction_version', 'int16', '1+', tag=2, default=0),
 ))
 
+CONSUMER_GROUP_METADATA_KEY = Data('ConsumerGroupMetadataKey', '0', flexible='none', fields=(
+    F('group_id', 'string', '0'),
+))
+
+CONSUMER_GROUP_METADATA_VALUE = Data('ConsumerGroupMetadataValue', '0', flexible='0+', fields=(
+    F('epoch', 'int32', '0+'),
+    F('metadata_hash', 'int64', '0+', tag=0, default=0),
+))
+
+CONSUMER_GROUP_MEMBER_METADATA_KEY = Data('ConsumerGroupMemberMetadataKey', '0', flexible='none', fields=(
+    F('group_id', 'string', '0'),
+    F('member_id', 'string', '0'),
+))
+
+CONSUMER_GROUP_MEMBER_METADATA_VALUE = Data('ConsumerGroupMemberMetadataValue', '0', flexible='0+', fields=(
+    F('instance_id', 'string', '0+', nullable='0+'),
+    F('rack_id', 'string', '0+', nullable='0+'),
+    F('client_id', 'string', '0+'),
+    F('client_host', 'string', '0+'),
+    F('subscribed_topic_names', '[]string', '0+'),
+    F('subscribed_topic_regex', 'string', '0+', nullable='0+'),
+    F('rebalance_timeout_ms', 'int32', '0+', default=-1),
+    F('server_assignor', 'string', '0+', nullable='0+'),
+    F('classic_member_metadata', 'ClassicMemberMetadata', '0+', nullable='0+', tag=0, default=None, fields=(
+        F('session_timeout_ms', 'int32', '0+'),
+        F('supported_protocols', '[]ClassicProtocol', '0+', fields=(
+            F('name', 'string', '0+'),
+            F('metadata', 'bytes', '0+'),
+        )),
+    )),
+))
+
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY = Data('ConsumerGroupTargetAssignmentMetadataKey', '0', flexible='none', fields=(
+    F('group_id', 'string', '0'),
+))
+
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = Data('ConsumerGroupTargetAssignmentMetadataValue', '0', flexible='0+', fields=(
+    F('assignment_epoch', 'int32', '0+'),
+    F('assignment_timestamp', 'int64', '0+', tag=0, default=0),
+))
+
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY = Data('ConsumerGroupTargetAssignmentMemberKey', '0', flexible='none', fields=(
+    F('group_id', 'string', '0'),
+    F('member_id', 'string', '0'),
+))
+
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = Data('ConsumerGroupTargetAssignmentMemberValue', '0', flexible='0+', fields=(
+    F('topic_partitions', '[]TopicPartition', '0+', fields=(
+        F('topic_id', 'uuid', '0+'),
+        F('partitions', '[]int32', '0+'),
+    )),
+))
+
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY = Data('ConsumerGroupCurrentMemberAssignmentKey', '0', flexible='none', fields=(
+    F('group_id', 'string', '0'),
+    F('member_id', 'string', '0'),
+))
+
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Data('ConsumerGroupCurrentMemberAssignmentValue', '0', flexible='0+', fields=(
+    F('member_epoch', 'int32', '0+'),
+    F('previous_member_epoch', 'int32', '0+'),
+    F('state', 'int8', '0+'),
+    F('assigned_partitions', '[]TopicPartitions', '0+', fields=(
+        F('topic_id', 'uuid', '0+'),
+        F('partitions', '[]int32', '0+'),
+        F('assignment_epochs', '[]int32', '0+', nullable='0+', tag=0, default=None),
+    )),
+    F('partitions_pending_revocation', '[]TopicPartitions', '0+', fields=(
+        F('topic_id', 'uuid', '0+'),
+        F('partitions', '[]int32', '0+'),
+        F('assignment_epochs', '[]int32', '0+', nullable='0+', tag=0, default=None),
+    )),
+))
+
 APIS = {api.key: api for api in (
     PRODUCE,
     FETCH,
@@ -1584,4 +1735,6 @@ APIS = {api.key: api for api in (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     LIST_TRANSACTIONS,
+    CONSUMER_GROUP_HEARTBEAT,
+    CONSUMER_GROUP_DESCRIBE,
 )}
