@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from broker.groups.assignors import ASSIGNOR_CLASSES, assignor_name
+
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
 INT_MIN, LONG_MIN = -INT_MAX - 1, -LONG_MAX - 1
@@ -71,6 +73,19 @@ def _double(key: str, text: str, minimum: float, maximum: float) -> float:
 def _items(text: str) -> list[str]:
     """A LIST value's items: comma-separated, trimmed, the empty ones dropped."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _assignors(key: str, text: str) -> tuple[str, ...]:
+    """group.consumer.assignors: Kafka's assignor names or class names, in preference order."""
+    names = []
+    for item in _items(text):
+        name = assignor_name(item)
+        if name is None:
+            raise ConfigError(f"{key}: {item!r} is not an assignor ({', '.join(ASSIGNOR_CLASSES)})")
+        names.append(name)
+    if not names:
+        raise ConfigError(f"{key}: no assignor given")
+    return tuple(names)
 
 
 def _bool(key: str, text: str) -> bool:
@@ -497,6 +512,13 @@ BROKER_KEYS = {key.name: key for key in (
     _int_key("group.initial.rebalance.delay.ms", 3000, "how long a new group waits for more members", 0),
     _int_key("group.min.session.timeout.ms", 6000, "the shortest session timeout a member may ask", 1),
     _int_key("group.max.session.timeout.ms", 1_800_000, "the longest session timeout a member may ask", 1),
+    _int_key("group.consumer.session.timeout.ms", 45_000,
+             "how long a consumer-protocol member may go without a heartbeat", 1),
+    _int_key("group.consumer.heartbeat.interval.ms", 5_000,
+             "how often consumer-protocol members are told to heartbeat", 1),
+    ConfigKey("group.consumer.assignors", LIST, ("uniform", "range"),
+              "the consumer groups' server-side assignors, the first the default", _assignors,
+              "[uniform, range] (or Kafka's class names)", show=lambda c: ",".join(c.group_consumer_assignors)),
     _int_key("offsets.topic.num.partitions", 50, "__consumer_offsets' partitions", 1),
     _int_key("offsets.topic.segment.bytes", 100 * 1024 * 1024, "__consumer_offsets' segment size", 14),
     _int_key("offsets.retention.minutes", 7 * 24 * 60, "how long an empty group's offsets are kept", 1),

@@ -34,6 +34,7 @@ from tests.test_broker_failures import connect, fetch_body, produce_body, record
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS,
+                           CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT,
                            ALTER_USER_SCRAM_CREDENTIALS, CONTROLLED_SHUTDOWN, CREATE_PARTITIONS, CREATE_TOPICS,
                            DELETE_GROUPS, DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER,
                            DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS,
@@ -367,6 +368,11 @@ REFUSED = {
                                                              assignments=[]), lambda r: r.error_code, GROUP_DENIED),
     "Heartbeat": (HEARTBEAT, 3, lambda: HEARTBEAT.request(group_id="g", generation_id=1, member_id="m"),
                   lambda r: r.error_code, GROUP_DENIED),
+    "ConsumerGroupHeartbeat": (CONSUMER_GROUP_HEARTBEAT, 1, lambda: CONSUMER_GROUP_HEARTBEAT.request(
+        group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=5000, subscribed_topic_names=["t"],
+        topic_partitions=[]), lambda r: r.error_code, GROUP_DENIED),
+    "ConsumerGroupDescribe": (CONSUMER_GROUP_DESCRIBE, 1, lambda: CONSUMER_GROUP_DESCRIBE.request(group_ids=["g"]),
+                              lambda r: [(g.group_id, g.error_code) for g in r.groups], [("g", GROUP_DENIED)]),
     "LeaveGroup v1": (LEAVE_GROUP, 1, lambda: LEAVE_GROUP.request(group_id="g", member_id="m"),
                       lambda r: r.error_code, GROUP_DENIED),
     "LeaveGroup v3": (LEAVE_GROUP, 3, lambda: LEAVE_GROUP.request(group_id="g", members=[

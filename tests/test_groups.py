@@ -70,18 +70,25 @@ def _report(consumed, ends, committed_ok, error=None):
             _emit("commit_failed", offsets=ends, error=error)
 
 
-def _run_confluent(bootstrap, group, topic, client_id, session_ms, stop, deadline, hold_from=-1):
+def _run_confluent(bootstrap, group, topic, client_id, session_ms, stop, deadline, hold_from=-1,
+                   group_protocol="classic"):
     """`hold_from` >= 0: stop committing once a record with that id or a larger one arrived
-    (so that a crash leaves consumed records uncommitted, known exactly)."""
+    (so that a crash leaves consumed records uncommitted, known exactly). With
+    `group_protocol` "consumer" (KIP-848) the broker assigns and sets the session timeout
+    and heartbeat interval; the callbacks then report partitions added and removed."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
-                         "session.timeout.ms": session_ms, "heartbeat.interval.ms": HEARTBEAT_MS,
-                         "partition.assignment.strategy": "roundrobin",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
+              "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    if group_protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config.update({"session.timeout.ms": session_ms, "heartbeat.interval.ms": HEARTBEAT_MS,
+                       "partition.assignment.strategy": "roundrobin"})
+    consumer = Consumer(config)
     consumer.subscribe([topic],
-                       on_assign=lambda c, ps: _emit("assign", parts=[p.partition for p in ps]),
-                       on_revoke=lambda c, ps: _emit("revoke", parts=[p.partition for p in ps]))
+                       on_assign=lambda c, ps: _emit("assign", parts=[p.partition for p in ps], at=time.time()),
+                       on_revoke=lambda c, ps: _emit("revoke", parts=[p.partition for p in ps], at=time.time()))
     reported, holding = None, False
     while not stop.is_set() and time.monotonic() < deadline:
         consumed, ends = [], {}
@@ -193,9 +200,11 @@ def _worker_main(argv: list[str]) -> None:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    run = {"confluent": _run_confluent, "kafka-python": _run_kafka_python,
+    run = {"confluent": _run_confluent, "confluent-kip848": _run_confluent, "kafka-python": _run_kafka_python,
            "aiokafka": _run_aiokafka}[kind]
     options = {"hold_from": int(hold_from)} if int(hold_from) >= 0 else {}
+    if kind == "confluent-kip848":
+        options["group_protocol"] = "consumer"
     run(bootstrap, group, topic, client_id, int(session_ms), stop,
         time.monotonic() + WORKER_LIFETIME_S, **options)
     _emit("closed")
@@ -298,6 +307,7 @@ class Worker:
         self.commit_failures: list = []
         self.assignment: set[int] | None = None
         self.callbacks: list[tuple[str, list]] = []
+        self.timeline: list[tuple[float, str, list]] = []  # (time.time(), assign/revoke, parts): confluent's
         self.errors: list[str] = []
         self.closed = False
         self.stderr: list[str] = []
@@ -323,6 +333,8 @@ class Worker:
                     self.assignment = set(ev["parts"])
                 elif kind in ("assign", "revoke"):
                     self.callbacks.append((kind, ev["parts"]))
+                    if "at" in ev:
+                        self.timeline.append((ev["at"], kind, ev["parts"]))
                 elif kind == "error":
                     self.errors.append(ev["error"])
                 elif kind == "closed":

@@ -1,6 +1,9 @@
 """The group coordinator: the classic group's membership and rebalances, over the
 coordinator runtime (`broker.coordinator_runtime`), with the groups' committed offsets
 kept by the offsets manager (`groups.offsets`), which asks the group who may commit.
+KIP-848 consumer groups (`groups.consumer_group`) share its runtime, offsets and group
+ids: a JoinGroup for a consumer group's id is INCONSISTENT_GROUP_PROTOCOL, and the
+offset APIs and DeleteGroups follow the consumer group's rules for its ids.
 
 States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
 PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
@@ -69,12 +72,14 @@ from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
 from broker.clock import Timer
 from broker.coordinator_runtime import CoordinatorRuntime
 from broker.errors import BrokerError
-from broker.groups import offsets_log
+from broker.groups import consumer_group, offsets_log
+from broker.groups.consumer_group import ConsumerGroupReplay, ConsumerGroups
 from broker.groups.offsets import COMMIT_TIMEOUT_S, OffsetsManager, OffsetsReplay
 
 log = logging.getLogger("sluice.groups")
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # the protocol type of the consumer's group protocol
+CLASSIC_GROUP_TYPE = "classic"
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
@@ -162,6 +167,7 @@ class _PartitionReplay:
         self._stalls = stalls
         self._groups: dict[str, Group] = {}
         self.offsets = offsets
+        self.consumer_groups = ConsumerGroupReplay(index)
 
     def apply(self, entry: tuple) -> None:
         if entry[0] == "marker":
@@ -172,7 +178,9 @@ class _PartitionReplay:
         if decoded is None:
             return
         kind, ident, payload = decoded
-        if kind == "offset":
+        if kind == "consumer_group":
+            self.consumer_groups.apply(ident, payload)
+        elif kind == "offset":
             group_id, topic_name, topic_partition = ident
             # Without a group record (standalone commits) the commit timestamps
             # alone decide when its offsets expire, not the time of this start.
@@ -206,12 +214,13 @@ class _PartitionReplay:
             group.state_since_ms = value.current_state_timestamp  # empty since then, for expiry
 
     def groups(self) -> dict[str, Group]:
-        """The groups replayed, those that left no trace (no members, offsets or
-        generation) left out."""
+        """The classic groups replayed, those that left no trace (no members, offsets or
+        generation) and the ids of consumer groups left out."""
         offsets = self.offsets.groups
         return {group_id: group for group_id, group in self._groups.items()
-                if group.members or group.generation != 0
-                or (group_id in offsets and offsets[group_id].holds_anything())}
+                if group_id not in self.consumer_groups.groups and (
+                    group.members or group.generation != 0
+                    or (group_id in offsets and offsets[group_id].holds_anything()))}
 
 
 class GroupCoordinator:
@@ -230,6 +239,7 @@ class GroupCoordinator:
                                           cfg.offsets_topic_segment_bytes,
                                           self.load_partition, self.unload_partition)
         self.offsets = OffsetsManager(broker, self.runtime, self)
+        self.consumer_groups = ConsumerGroups(self)
 
     # -- placement -------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -237,7 +247,7 @@ class GroupCoordinator:
         creates the topic if need be)."""
         return self.runtime.partition_for(group_id)
 
-    def _coordinating(self, group_id: str) -> int:
+    def coordinating(self, group_id: str) -> int:
         """The group's partition, once sure it is coordinated here: NOT_COORDINATOR or
         COORDINATOR_LOAD_IN_PROGRESS otherwise."""
         index = self.partition_for(group_id)
@@ -245,9 +255,9 @@ class GroupCoordinator:
         return index
 
     # -- durability ------------------------------------------------------------------
-    async def _store(self, group: Group, records: list) -> None:
-        """Append to the group's partition and wait until the records are committed."""
-        index = group.partition
+    async def store(self, index: int, records: list) -> None:
+        """Append to partition `index` of `__consumer_offsets` and wait until the records
+        are committed."""
         await self.runtime.write(index, self.runtime.coordinated.epoch(index), records, COMMIT_TIMEOUT_S)
 
     def _write_later(self, group: Group, records: list) -> None:
@@ -271,10 +281,12 @@ class GroupCoordinator:
         replay = _PartitionReplay(partition.index, self.clock, self.stalls, OffsetsReplay(partition.index))
         await self.runtime.replay(partition, replay.apply)
         groups = replay.groups()
+        consumer_groups = replay.consumer_groups.groups
         self.groups.update(groups)
-        self.offsets.loaded(replay.offsets, groups)
-        log.info("loaded %d consumer group(s) from %s-%d at coordinator epoch %d", len(groups),
-                 offsets_log.TOPIC, partition.index, epoch)
+        self.consumer_groups.loaded(consumer_groups)
+        self.offsets.loaded(replay.offsets, [*groups, *consumer_groups])
+        log.info("loaded %d classic and %d consumer group(s) from %s-%d at coordinator epoch %d", len(groups),
+                 len(consumer_groups), offsets_log.TOPIC, partition.index, epoch)
 
     def unload_partition(self, index: int) -> None:
         """This broker no longer coordinates partition `index`: its groups go, their
@@ -292,6 +304,7 @@ class GroupCoordinator:
                             ErrorCode.NOT_COORDINATOR, f"this broker no longer coordinates group "
                                                        f"{group.group_id!r}"))
             group.set_state(DEAD, self.clock.wall_ms())
+        self.consumer_groups.unload(index)
         self.offsets.unload(index)
         if dropped:
             log.info("dropped %d consumer group(s) of %s-%d", len(dropped), offsets_log.TOPIC, index)
@@ -310,6 +323,19 @@ class GroupCoordinator:
 
     def _persist_group_later(self, group: Group) -> None:
         self._write_later(group, [self._group_metadata_record(group)])
+
+    def classic_group(self, group_id: str) -> Group | None:
+        """The classic group of that id, if there is one."""
+        group = self.groups.get(group_id)
+        return None if group is None or group.state == DEAD else group
+
+    def drop_classic_group(self, group_id: str) -> None:
+        """A consumer group took over the (empty) classic group: it goes, its offsets stay."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            if group.rebalance_timer is not None:
+                group.rebalance_timer.cancel()
+            group.set_state(DEAD, self.clock.wall_ms())
 
     def _new_group(self, group_id: str, index: int) -> Group:
         group = self.groups[group_id] = Group(group_id, partition=index,
@@ -341,13 +367,16 @@ class GroupCoordinator:
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
                    protocol_type: str, protocols: list, require_known_member_id: bool) -> JoinResult:
         self._check_group_id(group_id)
-        index = self._coordinating(group_id)
+        index = self.coordinating(group_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
             raise BrokerError(ErrorCode.INVALID_SESSION_TIMEOUT,
                               f"session timeout {session_timeout_ms} ms is outside "
                               f"[{self.min_session_ms}, {self.max_session_ms}]")
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
+        if group_id in self.consumer_groups.groups:
+            raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                              f"group {group_id!r} is a consumer group (KIP-848): its members heartbeat")
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             group = self._new_group(group_id, index)
@@ -417,7 +446,7 @@ class GroupCoordinator:
             if group.state == STABLE and group.select_protocol() == group.protocol_name:
                 generation = group.generation
                 try:
-                    await self._store(group, [self._group_metadata_record(group)])
+                    await self.store(group.partition, [self._group_metadata_record(group)])
                 except BrokerError:
                     # Kafka's answer to a failed store: the old member id is back.
                     if group.static_members.get(instance_id) == new_id:
@@ -514,7 +543,7 @@ class GroupCoordinator:
         loads or is suspended, REBALANCE_IN_PROGRESS sends the member back to JoinGroup, as
         Kafka answers (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a fatal error)."""
         try:
-            self._coordinating(group_id)
+            self.coordinating(group_id)
         except BrokerError as exc:
             if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, str(exc)) from None
@@ -547,7 +576,7 @@ class GroupCoordinator:
             m.assignment = assignments.get(m.member_id, b"")
         error = None
         try:
-            await self._store(group, [self._group_metadata_record(group)])
+            await self.store(group.partition, [self._group_metadata_record(group)])
         except BrokerError as exc:
             error = exc
         if self.groups.get(group.group_id) is not group or group.state != COMPLETING \
@@ -576,7 +605,7 @@ class GroupCoordinator:
         blindly, as Kafka does (aiokafka takes COORDINATOR_LOAD_IN_PROGRESS here for a
         fatal error: its consumer stops); a suspended group's member counts as heard."""
         try:
-            self._coordinating(group_id)
+            self.coordinating(group_id)
         except BrokerError as exc:
             if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 raise
@@ -597,7 +626,7 @@ class GroupCoordinator:
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
         """Remove members; returns an error code per (member id, instance id). Raises
         BrokerError when the group is not coordinated here."""
-        self._coordinating(group_id)
+        self.coordinating(group_id)
         group = self.groups.get(group_id)
         codes = []
         for member_id, instance_id in members:
@@ -634,6 +663,7 @@ class GroupCoordinator:
     def expire_sessions(self) -> None:
         """Remove the members of coordinated groups whose session timed out."""
         coordinated = set(self.runtime.coordinated.coordinated())
+        self.consumer_groups.expire_sessions(coordinated)
         now = self.stalls.monotonic()
         for group in list(self.groups.values()):
             if group.partition not in coordinated:
@@ -655,7 +685,11 @@ class GroupCoordinator:
         that does not exist is created (without members, it accepts commits with
         generation -1 and no member id)."""
         self._check_group_id(group_id)
-        index = self._coordinating(group_id)
+        index = self.coordinating(group_id)
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            self.consumer_groups.validate_offset_commit(consumer_group, generation, member_id)
+            return index
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             if generation >= 0 or member_id:
@@ -682,7 +716,11 @@ class GroupCoordinator:
         """A TxnOffsetCommit's group: any state, the member and generation checked when
         given; the group's partition (the group is created if need be)."""
         self._check_group_id(group_id)
-        index = self._coordinating(group_id)
+        index = self.coordinating(group_id)
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            self.consumer_groups.validate_offset_commit(consumer_group, generation, member_id)
+            return index
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             group = self._new_group(group_id, index)
@@ -696,16 +734,19 @@ class GroupCoordinator:
     def validate_offset_fetch(self, group_id: str) -> bool:
         """Whether the group exists (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
         unless coordinated here)."""
-        self._coordinating(group_id)
+        self.coordinating(group_id)
         group = self.groups.get(group_id)
-        return group is not None and group.state != DEAD
+        return group_id in self.consumer_groups.groups or (group is not None and group.state != DEAD)
 
     def validate_offset_delete(self, group_id: str) -> set[str]:
         """An OffsetDelete's group: the topics whose offsets must stay (those its members
         subscribe to). GROUP_ID_NOT_FOUND for no such group, NON_EMPTY_GROUP for a group
         with members that is not a consumer group."""
         self._check_group_id(group_id)
-        self._coordinating(group_id)
+        self.coordinating(group_id)
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            return consumer_group.subscribed_topics()
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -734,13 +775,25 @@ class GroupCoordinator:
     # -- describing and deleting groups ------------------------------------------------
     def describe(self, group_id: str) -> Group | None:
         """The group (None when it does not exist), if coordinated here."""
-        self._coordinating(group_id)
+        self.coordinating(group_id)
         group = self.groups.get(group_id)
         return None if group is None or group.state == DEAD else group
 
-    def listed(self) -> list[Group]:
-        """The groups of the partitions coordinated here; COORDINATOR_LOAD_IN_PROGRESS
-        while one of them loads (Kafka's ListGroups answer)."""
+    def describe_consumer_group(self, group_id: str):
+        """The consumer group (ConsumerGroupDescribe): GROUP_ID_NOT_FOUND when there is
+        none, or the group is a classic one, as Kafka answers."""
+        self.coordinating(group_id)
+        group = self.consumer_groups.groups.get(group_id)
+        if group is None:
+            classic = self.classic_group(group_id) is not None
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,
+                              f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found.")
+        return group
+
+    def listed(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of the groups of the partitions
+        coordinated here, classic and consumer; COORDINATOR_LOAD_IN_PROGRESS while one of
+        them loads (Kafka's ListGroups answer)."""
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         for index in sorted(topic.partitions) if topic is not None else ():
             try:
@@ -749,12 +802,20 @@ class GroupCoordinator:
                 if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                     raise
         coordinated = set(self.runtime.coordinated.coordinated())
-        return [g for g in self.groups.values() if g.partition in coordinated and g.state != DEAD]
+        return [(g.group_id, g.protocol_type or "", g.state, CLASSIC_GROUP_TYPE) for g in self.groups.values()
+                if g.partition in coordinated and g.state != DEAD] + \
+            [(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, consumer_group.GROUP_TYPE)
+             for g in self.consumer_groups.groups.values() if g.partition in coordinated]
 
     async def delete_group(self, group_id: str) -> None:
         """Delete an empty group and its offsets; done once the tombstones are committed."""
         self._check_group_id(group_id)
-        self._coordinating(group_id)
+        self.coordinating(group_id)
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            await self.consumer_groups.delete(consumer_group, self.offsets.tombstones(group_id))
+            self.offsets.forget(group_id)
+            return
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
@@ -766,7 +827,7 @@ class GroupCoordinator:
         state = group.state
         group.set_state(DEAD, self.clock.wall_ms())
         try:
-            await self._store(group, records)
+            await self.store(group.partition, records)
         except BrokerError:
             if self.groups.get(group_id) is group:
                 group.set_state(state, self.clock.wall_ms())

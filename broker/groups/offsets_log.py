@@ -4,6 +4,12 @@ Records use Kafka's layout so tools that read the topic can follow it:
 - key OffsetCommitKey (key version 1: group, topic, partition) with value
   OffsetCommitValue v3 (offset, leader epoch, metadata, commit timestamp);
 - key GroupMetadataKey (key version 2: group) with value GroupMetadataValue v3;
+- a KIP-848 consumer group's records, Kafka 4's typed records (the key's int16 prefix is
+  the record type, the key itself version 0; values version 0):
+  ConsumerGroupMetadata (3: group epoch), ConsumerGroupMemberMetadata (5: a member's
+  subscription), ConsumerGroupTargetAssignmentMetadata (6: the target assignment's
+  epoch), ConsumerGroupTargetAssignmentMember (7: a member's target partitions),
+  ConsumerGroupCurrentMemberAssignment (8: a member's epoch, state and partitions);
 - a null value (tombstone) deletes the key.
 A group lives in partition `abs(javaHash(group)) % partitions`, as in Kafka
 (`broker.coordinator_runtime`, which reads and writes the topic's batches).
@@ -26,9 +32,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wire.messages import (GROUP_METADATA_KEY, GROUP_METADATA_VALUE, OFFSET_COMMIT_KEY,
-                           OFFSET_COMMIT_VALUE)
-from wire.primitives import DecodeError
+from wire.messages import (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY,
+                           CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE,
+                           CONSUMER_GROUP_MEMBER_METADATA_KEY, CONSUMER_GROUP_MEMBER_METADATA_VALUE,
+                           CONSUMER_GROUP_METADATA_KEY, CONSUMER_GROUP_METADATA_VALUE,
+                           CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY,
+                           CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE,
+                           CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY,
+                           CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE, GROUP_METADATA_KEY,
+                           GROUP_METADATA_VALUE, OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE)
+from wire.primitives import DecodeError, Writer
 
 
 TOPIC = "__consumer_offsets"
@@ -36,6 +49,21 @@ _OFFSET_KEY_VERSION = 1
 _GROUP_KEY_VERSION = 2
 _OFFSET_VALUE_VERSION = 3
 _GROUP_VALUE_VERSION = 3
+
+
+# A consumer group's record types (Kafka's CoordinatorRecordType) and their schemas.
+CONSUMER_GROUP_METADATA, MEMBER_METADATA, TARGET_ASSIGNMENT_METADATA, TARGET_ASSIGNMENT_MEMBER, \
+    CURRENT_MEMBER_ASSIGNMENT = 3, 5, 6, 7, 8
+_CONSUMER_GROUP_RECORDS = {
+    CONSUMER_GROUP_METADATA: (CONSUMER_GROUP_METADATA_KEY, CONSUMER_GROUP_METADATA_VALUE),
+    MEMBER_METADATA: (CONSUMER_GROUP_MEMBER_METADATA_KEY, CONSUMER_GROUP_MEMBER_METADATA_VALUE),
+    TARGET_ASSIGNMENT_METADATA: (CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY,
+                                 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE),
+    TARGET_ASSIGNMENT_MEMBER: (CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY,
+                               CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
+    CURRENT_MEMBER_ASSIGNMENT: (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY,
+                                CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
+}
 
 
 @dataclass
@@ -64,11 +92,28 @@ def group_record(group: str, metadata) -> tuple[bytes, bytes | None]:
     return key, GROUP_METADATA_VALUE.encode_versioned(_GROUP_VALUE_VERSION, metadata)
 
 
+def consumer_group_record(record_type: int, group: str, member: str | None, value) -> tuple[bytes, bytes | None]:
+    """A consumer group's record of `record_type`, keyed by the group (and `member` for
+    the member's records); `value` is its value struct, or None for a tombstone."""
+    key_schema, value_schema = _CONSUMER_GROUP_RECORDS[record_type]
+    fields = {"group_id": group} if member is None else {"group_id": group, "member_id": member}
+    writer = Writer()
+    writer.int16(record_type)
+    key = key_schema.encode(0, key_schema(**fields), writer).getvalue()
+    return key, None if value is None else value_schema.encode_versioned(0, value)
+
+
 def decode_record(key: bytes, value: bytes | None):
-    """("offset", (group, topic, partition), CommittedOffset|None) or
-    ("group", group, GroupMetadataValue|None); None for a key we do not know."""
+    """("offset", (group, topic, partition), CommittedOffset|None),
+    ("group", group, GroupMetadataValue|None) or ("consumer_group", (record type, group,
+    member id or None), value struct|None); None for a key we do not know."""
     try:
         version = int.from_bytes(key[:2], "big", signed=True)
+        if version in _CONSUMER_GROUP_RECORDS:
+            key_schema, value_schema = _CONSUMER_GROUP_RECORDS[version]
+            k = key_schema.decode(0, memoryview(key)[2:])
+            ident = (version, k.group_id, getattr(k, "member_id", None))
+            return "consumer_group", ident, None if value is None else value_schema.decode_versioned(value)[1]
         if version in (0, 1):
             _, k = OFFSET_COMMIT_KEY.decode_versioned(key)
             if value is None:

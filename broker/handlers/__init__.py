@@ -23,7 +23,8 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            OFFSET_DELETE, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, SASL_HANDSHAKE,
                            SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
-                           DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS)
+                           DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS,
+                           CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)
 
 from broker.config import markdown_row
 from broker.handlers import (acls, alter_configs, api_versions, client_quotas, cluster, configs, delete_records,
@@ -56,6 +57,8 @@ HANDLERS = {
     DESCRIBE_GROUPS.key: groups.describe_groups,
     LIST_GROUPS.key: groups.list_groups,
     DELETE_GROUPS.key: groups.delete_groups,
+    CONSUMER_GROUP_HEARTBEAT.key: groups.consumer_group_heartbeat,
+    CONSUMER_GROUP_DESCRIBE.key: groups.consumer_group_describe,
     OFFSET_COMMIT.key: offsets.offset_commit,
     OFFSET_FETCH.key: offsets.offset_fetch,
     OFFSET_DELETE.key: offsets.offset_delete,

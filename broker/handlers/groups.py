@@ -1,5 +1,6 @@
 """FindCoordinator v0–6, JoinGroup v0–9, SyncGroup v0–5, Heartbeat v0–4,
-LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2.
+LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2,
+ConsumerGroupHeartbeat v0–1, ConsumerGroupDescribe v0–1.
 
 - FindCoordinator: the leader of the key's partition of `__consumer_offsets` (key type
   0, a group) or `__transaction_state` (1, a transactional id): this broker on the
@@ -13,7 +14,11 @@ LeaveGroup v0–5, DescribeGroups v0–5, ListGroups v0–5, DeleteGroups v0–2
   members (by member id or instance id) with an error per member.
 - DescribeGroups reports a group that does not exist as Dead with no members.
 - ListGroups lists the groups this broker coordinates (each broker of a cluster its
-  own); v4+ filters by state, v5+ by type (every group here is "classic").
+  own); v4+ filters by state, v5+ by type ("classic", or "consumer" for KIP-848 groups),
+  both whatever their case.
+- ConsumerGroupHeartbeat (KIP-848, the rules in `broker.groups.consumer_group`) answers
+  its errors with a message; ConsumerGroupDescribe describes consumer groups, a classic
+  or unknown group GROUP_ID_NOT_FOUND; its v1 member type is 1 (consumer protocol).
 - DeleteGroups removes empty groups and their offsets (NON_EMPTY_GROUP otherwise),
   answered once the deletion is committed.
 - A group coordinated by another broker is NOT_COORDINATOR, one whose partition is
@@ -23,9 +28,9 @@ The membership rules themselves live in `broker.groups.coordinator`.
 
 Authorization (broker.security.acls), as Kafka's KafkaApis: FindCoordinator DESCRIBE on
 the group or transactional id (GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED per key);
-JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group
-(GROUP_AUTHORIZATION_FAILED for the request); DescribeGroups DESCRIBE per group (v3+
-authorized operations when asked); ListGroups every group with DESCRIBE on the cluster,
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup and ConsumerGroupHeartbeat READ on the group
+(GROUP_AUTHORIZATION_FAILED for the request); DescribeGroups and ConsumerGroupDescribe
+DESCRIBE per group (authorized operations when asked); ListGroups every group with DESCRIBE on the cluster,
 else only the groups one may DESCRIBE; DeleteGroups DELETE per group.
 """
 
@@ -33,8 +38,8 @@ from __future__ import annotations
 
 from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
-from wire.messages import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
-                           LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
+from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, DESCRIBE_GROUPS,
+                           FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, SYNC_GROUP)
 
 from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.errors import BrokerError
@@ -43,7 +48,7 @@ from broker.security.acls import DENIED, authorized_operations, permitted, requi
 
 _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 _KEY_RESOURCES = {_GROUP_KEY: ResourceType.GROUP, _TRANSACTION_KEY: ResourceType.TRANSACTIONAL_ID}
-_CLASSIC = "classic"
+_CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type of a consumer-protocol member
 
 
 def find_coordinator(broker, header, request, session):
@@ -179,7 +184,8 @@ def describe_groups(broker, header, request, session):
 def list_groups(broker, header, request, session):
     Resp = LIST_GROUPS.response
     version = header.request_api_version
-    states = set(request.states_filter) if version >= 4 and request.states_filter else None
+    # As Kafka, states match whatever their case (v4+), and so do types (v5+).
+    states = {s.lower() for s in request.states_filter} if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
     listed = []
     try:
@@ -187,15 +193,68 @@ def list_groups(broker, header, request, session):
     except BrokerError as exc:
         return Resp(error_code=exc.code, groups=[])
     every_group = permitted(broker, session, Operation.DESCRIBE, ResourceType.CLUSTER)
-    for group in groups:
-        if (states and group.state not in states) or (types and _CLASSIC not in types):
+    for group_id, protocol_type, state, group_type in groups:
+        if (states and state.lower() not in states) or (types and group_type not in types):
             continue
-        if not every_group and not permitted(broker, session, Operation.DESCRIBE, ResourceType.GROUP,
-                                             group.group_id):
+        if not every_group and not permitted(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id):
             continue
-        listed.append(Resp.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
-                                       group_state=group.state, group_type=_CLASSIC))
+        listed.append(Resp.ListedGroup(group_id=group_id, protocol_type=protocol_type, group_state=state,
+                                       group_type=group_type))
     return Resp(error_code=0, groups=listed)
+
+
+async def consumer_group_heartbeat(broker, header, request, session):
+    Resp = CONSUMER_GROUP_HEARTBEAT.response
+    try:
+        require(broker, session, Operation.READ, ResourceType.GROUP, request.group_id)
+        result = await broker.groups.consumer_groups.heartbeat(
+            request, header.request_api_version, header.client_id or "", f"/{session.client_host}")
+    except BrokerError as exc:
+        return Resp(error_code=exc.code, error_message=str(exc) or None, member_epoch=-1)
+    assignment = None
+    if result.assignment is not None:
+        assignment = Resp.Assignment(topic_partitions=[
+            Resp.TopicPartitions(topic_id=topic_id, partitions=sorted(indexes))
+            for topic_id, indexes in sorted(result.assignment.items())])
+    return Resp(error_code=0, member_id=result.member_id, member_epoch=result.member_epoch,
+                heartbeat_interval_ms=broker.groups.consumer_groups.heartbeat_interval_ms, assignment=assignment)
+
+
+def consumer_group_describe(broker, header, request, session):
+    Resp = CONSUMER_GROUP_DESCRIBE.response
+    described = []
+    for group_id in request.group_ids:
+        try:
+            require(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+            group = broker.groups.describe_consumer_group(group_id)
+        except BrokerError as exc:
+            described.append(Resp.DescribedGroup(error_code=exc.code, error_message=str(exc) or None,
+                                                 group_id=group_id))
+            continue
+        described.append(_described_consumer_group(broker, Resp, group))
+        if request.include_authorized_operations:
+            described[-1].authorized_operations = authorized_operations(broker, session, ResourceType.GROUP,
+                                                                        group_id)
+    return Resp(groups=described)
+
+
+def _described_consumer_group(broker, Resp, group):
+    def assignment(partitions):
+        topics = []
+        for topic_id, indexes in sorted(partitions.items()):
+            topic = broker.metadata.topic_by_id(topic_id)
+            topics.append(Resp.TopicPartitions(topic_id=topic_id, topic_name=topic.name if topic else "",
+                                               partitions=sorted(indexes)))
+        return Resp.Assignment(topic_partitions=topics)
+    groups = broker.groups.consumer_groups
+    return Resp.DescribedGroup(
+        group_id=group.group_id, group_state=group.state, group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch, assignor_name=groups.preferred_assignor(group.members.values()),
+        members=[Resp.Member(
+            member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+            client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
+            assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})),
+            member_type=_CONSUMER_MEMBER) for m in group.members.values()])
 
 
 async def delete_groups(broker, header, request, session):

@@ -1,0 +1,343 @@
+"""KIP-848 consumer groups (group.protocol=consumer) against the real broker process.
+
+- confluent-kafka consumers with `group.protocol=consumer` (each in its own process, the
+  workers of tests/test_groups.py): one joins and gets every partition, a second and a
+  third join, one leaves cleanly, one is SIGKILLed (fenced after the session timeout);
+  each time the group reconciles (ConsumerGroupDescribe: Stable, every member's
+  assignment what its client holds, disjoint, covering the topic). No partition is ever
+  owned by two members at once: neither in any ConsumerGroupDescribe taken while the
+  group moves, nor in the members' own assign/revoke callbacks (timestamped). Every
+  record is consumed; only those the crashed member consumed past its last commit are
+  consumed twice; the offsets committed at the end are the log ends.
+- Bad heartbeats get Kafka's errors (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+  UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, UNRELEASED_INSTANCE_ID); OffsetCommit v9 checks
+  the member epoch (STALE_MEMBER_EPOCH); ListGroups types the group; the group and its
+  members' epochs and assignments survive a broker restart, a member carrying on at its
+  epoch; a static member leaving with epoch -2 is replaced by its successor with its
+  partitions and no new group epoch.
+- An empty classic group is taken over by a consumer-protocol member, which resumes from
+  the classic group's committed offsets; a classic group with members is refused.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from sluice.polling import wait_for
+from tests.test_groups import Raw, Worker, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
+from wire.client import Client, NewTopic
+from wire.error_codes import ErrorCode
+from wire.messages import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, LIST_GROUPS, OFFSET_COMMIT
+
+ck = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.timeout(180)
+
+CONSUMER_CONFIG = {"group_consumer_heartbeat_interval_ms": 300, "group_consumer_session_timeout_ms": 4000}
+
+
+def describe(raw: Raw, group: str):
+    [described] = raw(CONSUMER_GROUP_DESCRIBE, 1, group_ids=[group], include_authorized_operations=False).groups
+    return described
+
+
+def held_by_member(described) -> dict[str, set[int]]:
+    """client id -> partitions assigned, as ConsumerGroupDescribe says (one topic)."""
+    return {m.client_id: {p for tp in m.assignment.topic_partitions for p in tp.partitions}
+            for m in described.members}
+
+
+class GroupWatch:
+    """ConsumerGroupDescribe on every call of `settled`: each answer's assignments must be
+    disjoint (no partition assigned to two members at once)."""
+
+    def __init__(self, raw: Raw, group: str):
+        self.raw, self.group, self.seen = raw, group, 0
+
+    def check(self):
+        """The group as described now (None until it exists)."""
+        described = describe(self.raw, self.group)
+        if described.error_code == ErrorCode.GROUP_ID_NOT_FOUND and not self.seen:
+            return None
+        assert described.error_code == ErrorCode.NONE, described
+        held = held_by_member(described)
+        every = [p for parts in held.values() for p in parts]
+        assert len(every) == len(set(every)), f"a partition assigned twice: {held}"
+        self.seen += 1
+        return described
+
+    def settled(self, workers: list[Worker], partitions: int, timeout: float = 30.0) -> dict[str, set[int]]:
+        """Wait until the group is Stable with exactly `workers`, each holding what the
+        coordinator assigned it, together every partition."""
+        def done():
+            described = self.check()
+            if described is None:
+                return None
+            held = held_by_member(described)
+            if described.group_state != "Stable" or sorted(held) != sorted(w.name for w in workers):
+                return None
+            for w in workers:
+                with w.lock:
+                    if w.assignment != held[w.name]:
+                        return None
+            return held
+        held = wait_for(done, timeout, f"{[w.name for w in workers]} to settle", interval=0.1)
+        assert sorted(p for parts in held.values() for p in parts) == list(range(partitions)), held
+        return held
+
+
+def ownership_overlaps(workers: list[Worker], killed: dict[str, float]) -> list:
+    """Pairs of members that held a partition at the same time, by their callbacks: a
+    member owns a partition from its assign callback to its revoke callback (or its
+    SIGKILL, or now)."""
+    intervals: dict[int, list[tuple[float, float, str]]] = {}
+    for w in workers:
+        owned: dict[int, float] = {}
+        with w.lock:
+            timeline = list(w.timeline)
+        for at, kind, parts in timeline:
+            for p in parts:
+                if kind == "assign":
+                    owned[p] = at
+                elif p in owned:
+                    intervals.setdefault(p, []).append((owned.pop(p), at, w.name))
+        end = killed.get(w.name, time.time())
+        for p, start in owned.items():
+            intervals.setdefault(p, []).append((start, end, w.name))
+    overlaps = []
+    for p, spans in intervals.items():
+        spans.sort()
+        for (s1, e1, n1), (s2, e2, n2) in zip(spans, spans[1:]):
+            if n1 != n2 and s2 < e1:
+                overlaps.append((p, n1, (s1, e1), n2, (s2, e2)))
+    return overlaps
+
+
+def test_consumer_protocol_group_rebalances_on_join_leave_and_crash(start_broker):  # noqa: F811
+    broker = start_broker(**CONSUMER_CONFIG)
+    bootstrap, topic, group, partitions = broker.bootstrap_servers, "kip848", "kip848-group", 6
+    raw = Raw(broker.port)
+    workers: dict[str, Worker] = {}
+    killed: dict[str, float] = {}
+
+    def start(name, hold_from=-1):
+        workers[name] = Worker("confluent-kip848", bootstrap, group, topic, name, 0, hold_from=hold_from)
+        return workers[name]
+
+    def all_ids():
+        return {i for w in workers.values() for i in w.ids()}
+
+    with Client(bootstrap) as client:
+        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        produce(bootstrap, topic, range(0, 200), partitions)
+        watch = GroupWatch(raw, group)
+        try:
+            alive = [start("a")]
+            assert watch.settled(alive, partitions)["a"] == set(range(partitions))
+            alive.append(start("b"))
+            watch.settled(alive, partitions)
+            alive.append(start("c", hold_from=400))  # c commits nothing from record 400 on
+            watch.settled(alive, partitions)
+            produce(bootstrap, topic, range(200, 400), partitions)
+            wait_for(lambda: all_ids() >= {str(i) for i in range(400)}, 30, "records 0-400")
+
+            workers["b"].close()  # a clean leave (epoch -1)
+            alive.remove(workers["b"])
+            watch.settled(alive, partitions)
+
+            victim = workers["c"]
+            produce(bootstrap, topic, range(400, 600), partitions)
+            wait_for(lambda: any(int(i) >= 400 for i in victim.ids()), 20, "c to consume past 400")
+            victim.kill()
+            killed["c"] = time.time()
+            alive.remove(victim)
+            fenced_from = time.monotonic()
+            watch.settled(alive, partitions, timeout=30)
+            assert time.monotonic() - fenced_from >= 4.0 - 1.0, "the crashed member was fenced early"
+            produce(bootstrap, topic, range(600, 700), partitions)
+            wait_for(lambda: all_ids() >= {str(i) for i in range(700)}, 30, "records 0-700")
+            workers["a"].close()
+            assert describe(raw, group).group_state == "Empty"
+        finally:
+            for w in workers.values():
+                w.kill()
+            raw.close()
+
+        assert watch.seen > 10
+        overlaps = ownership_overlaps(list(workers.values()), killed)
+        assert not overlaps, overlaps
+        assert all(w.timeline for w in workers.values())
+        seen: dict[str, list] = {}
+        for w in workers.values():
+            for p, o, i in w.records:
+                seen.setdefault(i, []).append((w.name, p, o))
+        assert set(seen) == {str(i) for i in range(700)}
+        duplicates = {i for i, where in seen.items() if len(where) > 1}
+        uncommitted = {i for p, o, i in victim.records if o >= victim.committed.get(p, 0)}
+        assert uncommitted and duplicates == uncommitted, (sorted(duplicates)[:10], sorted(uncommitted)[:10])
+        for w in workers.values():
+            assert not w.commit_failures, (w.name, w.commit_failures[:3])
+            assert not w.errors, (w.name, w.errors[:3])
+        committed = client.fetch_offsets(group)
+        assert {p: committed[(topic, p)].offset for p in range(partitions)} == end_offsets(client, topic, partitions)
+
+
+# -- raw heartbeats ---------------------------------------------------------------------------
+
+def heartbeat(raw: Raw, group: str, member_id: str, epoch: int, version: int = 1, **fields):
+    return raw(CONSUMER_GROUP_HEARTBEAT, version, group_id=group, member_id=member_id, member_epoch=epoch,
+               **fields)
+
+
+def join(raw: Raw, group: str, topics, member_id: str | None = None, **fields):
+    return heartbeat(raw, group, member_id or str(uuid.uuid4()), 0, rebalance_timeout_ms=5000,
+                     subscribed_topic_names=list(topics), topic_partitions=[], **fields)
+
+
+def owned(response) -> list:
+    """The partitions a heartbeat's answer assigns, as the next heartbeat reports them."""
+    R = CONSUMER_GROUP_HEARTBEAT.request
+    return [R.TopicPartitions(topic_id=tp.topic_id, partitions=tp.partitions)
+            for tp in response.assignment.topic_partitions]
+
+
+def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
+    # Members here heartbeat only when the test says: sessions outlast the test.
+    broker = start_broker(group_consumer_heartbeat_interval_ms=300, group_consumer_session_timeout_ms=60_000)
+    topic, group = "raw848", "raw848-group"
+    with Client(broker.bootstrap_servers) as client:
+        client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
+    raw = Raw(broker.port)
+    try:
+        errors = {
+            "unknown member": heartbeat(raw, group, "nobody", 3).error_code,
+            "no rebalance timeout": heartbeat(raw, group, "m", 0, subscribed_topic_names=[topic],
+                                              topic_partitions=[]).error_code,
+            "no subscription": heartbeat(raw, group, "m", 0, rebalance_timeout_ms=5000,
+                                         topic_partitions=[]).error_code,
+            "no member id": heartbeat(raw, group, "", 0, rebalance_timeout_ms=5000,
+                                      subscribed_topic_names=[topic], topic_partitions=[]).error_code,
+            "bad epoch": heartbeat(raw, group, "m", -3).error_code,
+            "unknown assignor": join(raw, group, [topic], server_assignor="sticky").error_code,
+        }
+        assert errors == {"unknown member": ErrorCode.UNKNOWN_MEMBER_ID,
+                          "no rebalance timeout": ErrorCode.INVALID_REQUEST,
+                          "no subscription": ErrorCode.INVALID_REQUEST,
+                          "no member id": ErrorCode.INVALID_REQUEST, "bad epoch": ErrorCode.INVALID_REQUEST,
+                          "unknown assignor": ErrorCode.UNSUPPORTED_ASSIGNOR}
+
+        first = join(raw, group, [topic], member_id="m1", server_assignor="range", instance_id="i1")
+        assert first.error_code == ErrorCode.NONE and first.member_epoch == 1, first
+        assert sorted(first.assignment.topic_partitions[0].partitions) == [0, 1, 2, 3]
+        assert heartbeat(raw, group, "m1", 2).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        assert join(raw, group, [topic], member_id="m2", instance_id="i1").error_code == \
+            ErrorCode.UNRELEASED_INSTANCE_ID
+
+        # A second member: m1 must revoke two partitions before m2 gets them (range: m1 0-1, m2 2-3).
+        second = join(raw, group, [topic], member_id="m2")
+        assert second.member_epoch == 2 and second.assignment.topic_partitions == [], second
+        revoke = heartbeat(raw, group, "m1", 1, topic_partitions=owned(first))
+        assert revoke.member_epoch == 1 and revoke.assignment.topic_partitions[0].partitions == [0, 1]
+        assert heartbeat(raw, group, "m2", 2).assignment is None  # 2-3 are still m1's
+        moved = heartbeat(raw, group, "m1", 1, topic_partitions=owned(revoke))
+        assert moved.member_epoch == 2 and moved.assignment is None
+        given = heartbeat(raw, group, "m2", 2)
+        assert given.assignment.topic_partitions[0].partitions == [2, 3]
+        described = describe(raw, group)
+        assert (described.group_state, described.group_epoch, described.assignment_epoch,
+                described.assignor_name) == ("Stable", 2, 2, "range")
+        assert {m.member_id: (m.member_epoch, m.assignment.topic_partitions[0].partitions)
+                for m in described.members} == {"m1": (2, [0, 1]), "m2": (2, [2, 3])}
+
+        R = OFFSET_COMMIT.request
+
+        def commit(epoch, member="m1", partition=0):
+            response = raw(OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=epoch,
+                           member_id=member, topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
+                               R.OffsetCommitRequestPartition(partition_index=partition, committed_offset=7)])])
+            return response.topics[0].partitions[0].error_code
+        assert commit(1) == ErrorCode.STALE_MEMBER_EPOCH
+        assert commit(2, member="ghost") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert commit(-1, member="") == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members
+        assert commit(2) == ErrorCode.NONE
+        listed = raw(LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == \
+            [(group, "consumer", "consumer", "Stable")]
+        assert raw(LIST_GROUPS, 5, states_filter=[], types_filter=["classic"]).groups == []
+    finally:
+        raw.close()
+
+    broker.restart()
+    raw = Raw(broker.port)
+    try:
+        again = describe(raw, group)
+        assert (again.group_state, again.group_epoch, again.assignment_epoch) == ("Stable", 2, 2)
+        assert {m.member_id: (m.member_epoch, m.instance_id, m.assignment.topic_partitions[0].partitions)
+                for m in again.members} == {"m1": (2, "i1", [0, 1]), "m2": (2, None, [2, 3])}
+        assert heartbeat(raw, group, "m1", 2).error_code == ErrorCode.NONE
+        assert heartbeat(raw, group, "m1", 3).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        assert client_offset(broker, group, topic) == 7
+
+        # Static leave, then the instance rejoins under a new member id: same partitions,
+        # no new group epoch.
+        left = heartbeat(raw, group, "m1", -2, instance_id="i1")
+        assert (left.error_code, left.member_epoch) == (ErrorCode.NONE, -2)
+        back = join(raw, group, [topic], member_id="m1-again", instance_id="i1", server_assignor="range")
+        assert back.error_code == ErrorCode.NONE and back.member_epoch == 2, back
+        assert back.assignment.topic_partitions[0].partitions == [0, 1]
+        assert {m.member_id for m in describe(raw, group).members} == {"m1-again", "m2"}
+        assert describe(raw, group).group_epoch == 2
+        assert heartbeat(raw, group, "m1", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+        gone = heartbeat(raw, group, "m2", -1)
+        assert (gone.error_code, gone.member_epoch) == (ErrorCode.NONE, -1)
+        assert describe(raw, group).group_epoch == 3
+    finally:
+        raw.close()
+
+
+def client_offset(broker, group: str, topic: str) -> int:
+    with Client(broker.bootstrap_servers) as client:
+        return client.fetch_offsets(group)[(topic, 0)].offset
+
+
+def test_empty_classic_group_is_taken_over_by_a_consumer_protocol_member(start_broker):  # noqa: F811
+    broker = start_broker(**CONSUMER_CONFIG)
+    bootstrap, topic, group = broker.bootstrap_servers, "takeover", "takeover-group"
+    with Client(bootstrap) as client:
+        client.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
+    produce(bootstrap, topic, range(0, 100), 2)
+
+    def consumer(**extra):
+        return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, **extra})
+
+    def consume(c, want):
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < want and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(int(msg.value()))
+        return got
+
+    classic = consumer(**{"session.timeout.ms": 6000})
+    classic.subscribe([topic])
+    first = consume(classic, 50)
+    classic.commit(asynchronous=False)
+    raw = Raw(broker.port)
+    try:
+        # While the classic group has a member, a consumer-protocol member is refused.
+        assert join(raw, group, [topic]).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        classic.close()
+        modern = consumer(**{"group.protocol": "consumer"})
+        modern.subscribe([topic])
+        rest = consume(modern, 50)
+        described = describe(raw, group)
+        assert described.error_code == ErrorCode.NONE and len(described.members) == 1, described
+        modern.close()
+    finally:
+        raw.close()
+    assert len(first) == 50 and sorted(first + rest) == list(range(100)), (sorted(first), sorted(rest))
