@@ -15,8 +15,8 @@ JSON object per scenario; each test below asserts one outcome for each client ve
   offset holds at its first record, and the admin describes and lists it; a second
   producer with the same transactional id fences the first, as does the admin's
   fenceProducers; one left open past its timeout is aborted by the coordinator;
-- two consumers in a group (the eager RangeAssignor, then CooperativeStickyAssignor) share
-  a 6-partition topic: each partition held once, each record consumed once, and all of it
+- two consumers in a group (the eager RangeAssignor, then CooperativeStickyAssignor, then
+  the consumer group protocol of KIP-848, group.protocol=consumer) share a 6-partition topic: each partition held once, each record consumed once, and all of it
   taken over by one when the other leaves; a static member
   (group.instance.id) that closes and comes back gets its partitions back without a
   rebalance, and the admin removes static members by instance id;
@@ -59,6 +59,7 @@ def java_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("java-clients")
     config = base / "server.properties"
     config.write_text("group.initial.rebalance.delay.ms=0\n"
+                      "group.consumer.heartbeat.interval.ms=500\n"
                       "transaction.abort.timed.out.transaction.cleanup.interval.ms=500\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         yield proc
@@ -231,7 +232,7 @@ def test_admin_fences_a_transactional_producer(suite):
 
 # -- consumer groups -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("assignor", ["eager", "cooperative"])
+@pytest.mark.parametrize("assignor", ["eager", "cooperative", "consumer_protocol"])
 def test_two_consumers_share_a_topic(suite, assignor):
     result = scenario(suite, f"group_{assignor}")
     assert result["settled"] is True, result

@@ -64,6 +64,7 @@ public final class CompatSuite {
         scenarios.put("group_eager", () -> Groups.shared("org.apache.kafka.clients.consumer.RangeAssignor"));
         scenarios.put("group_cooperative",
                 () -> Groups.shared("org.apache.kafka.clients.consumer.CooperativeStickyAssignor"));
+        scenarios.put("group_consumer_protocol", Groups::consumerProtocol);
         scenarios.put("static_membership", Groups::staticMembership);
         scenarios.put("record_too_large", Producing::recordTooLarge);
         scenarios.put("offsets_for_times", Producing::offsetsForTimes);
@@ -197,8 +198,11 @@ public final class CompatSuite {
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
-        props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        if (!"consumer".equals(extra.getProperty(ConsumerConfig.GROUP_PROTOCOL_CONFIG))) {
+            // The consumer group protocol (KIP-848) takes both from the broker and refuses them.
+            props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+            props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        }
         props.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
         props.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "15000");
         if (group != null) props.put(ConsumerConfig.GROUP_ID_CONFIG, group);

@@ -20,7 +20,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 
-/** Consumer groups (classic protocol): two members sharing a topic; static membership. */
+/** Consumer groups: two members sharing a topic (classic and KIP-848 protocols); static membership. */
 final class Groups {
     private Groups() {}
 
@@ -49,14 +49,24 @@ final class Groups {
         return false;
     }
 
+    /** Two members of the classic protocol with the client-side `assignor`. */
     static Map<String, Object> shared(String assignor) throws Exception {
+        return shared(assignor.substring(assignor.lastIndexOf('.') + 1),
+                props("partition.assignment.strategy", assignor));
+    }
+
+    /** Two members of the consumer group protocol (KIP-848): the broker assigns. */
+    static Map<String, Object> consumerProtocol() throws Exception {
+        return shared("kip848", props("group.protocol", "consumer"));
+    }
+
+    static Map<String, Object> shared(String label, java.util.Properties extra) throws Exception {
         Map<String, Object> obs = new LinkedHashMap<>();
-        String topic = name("group-" + assignor.substring(assignor.lastIndexOf('.') + 1));
+        String topic = name("group-" + label);
         String group = topic + "-g";
         try (Admin admin = admin()) {
             createTopic(admin, topic, PARTITIONS);
         }
-        java.util.Properties extra = props("partition.assignment.strategy", assignor);
         try (KafkaConsumer<String, String> a = consumer(group, extra);
              KafkaConsumer<String, String> b = consumer(group, extra)) {
             a.subscribe(List.of(topic));
