@@ -10,8 +10,9 @@
   record is consumed; only those the crashed member consumed past its last commit are
   consumed twice; the offsets committed at the end are the log ends.
 - Bad heartbeats get Kafka's errors (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
-  UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, UNRELEASED_INSTANCE_ID); OffsetCommit v9 checks
-  the member epoch (STALE_MEMBER_EPOCH); ListGroups types the group; the group and its
+  UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, UNRELEASED_INSTANCE_ID); OffsetCommit and
+  OffsetFetch v9 check the member and its epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH);
+  ListGroups types the group; the group and its
   members' epochs and assignments survive a broker restart, a member carrying on at its
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
   partitions and no new group epoch.
@@ -30,7 +31,8 @@ from sluice.polling import wait_for
 from tests.test_groups import Raw, Worker, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
-from wire.messages import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, LIST_GROUPS, OFFSET_COMMIT
+from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, LIST_GROUPS, OFFSET_COMMIT,
+                           OFFSET_FETCH)
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -263,6 +265,17 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
         assert commit(2, member="ghost") == ErrorCode.UNKNOWN_MEMBER_ID
         assert commit(-1, member="") == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members
         assert commit(2) == ErrorCode.NONE
+        F = OFFSET_FETCH.request
+
+        def fetch(member, epoch):
+            [answer] = raw(OFFSET_FETCH, 9, groups=[F.OffsetFetchRequestGroup(
+                group_id=group, member_id=member, member_epoch=epoch, topics=[
+                    F.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])]).groups
+            return answer.error_code, [p.committed_offset for t in answer.topics for p in t.partitions]
+        assert fetch("m1", 1) == (ErrorCode.STALE_MEMBER_EPOCH, [])
+        assert fetch("ghost", 2) == (ErrorCode.UNKNOWN_MEMBER_ID, [])
+        assert fetch("m1", 2) == (ErrorCode.NONE, [7])
+        assert fetch(None, -1) == (ErrorCode.NONE, [7])  # the admin's fetch
         listed = raw(LIST_GROUPS, 5, states_filter=[], types_filter=["consumer"]).groups
         assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == \
             [(group, "consumer", "consumer", "Stable")]

@@ -602,6 +602,19 @@ class ConsumerGroups:
             raise BrokerError(ErrorCode.STALE_MEMBER_EPOCH,
                               f"member epoch {member_epoch} is not {member.member_epoch}")
 
+    @staticmethod
+    def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch: a fetch without a member (the admin's)
+        always; else from a member at its current epoch."""
+        if member_epoch < 0 and member_id is None:
+            return
+        member = group.members.get(member_id or "")
+        if member is None:
+            raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group.group_id!r}")
+        if member_epoch != member.member_epoch:
+            raise BrokerError(ErrorCode.STALE_MEMBER_EPOCH,
+                              f"member epoch {member_epoch} is not {member.member_epoch}")
+
     async def delete(self, group: ConsumerGroup, offset_tombstones: list) -> None:
         """DeleteGroups of an empty group: its records and offsets go."""
         if group.members:

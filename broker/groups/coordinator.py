@@ -731,12 +731,17 @@ class GroupCoordinator:
                                   f"generation {generation} is not the group's {group.generation}")
         return index
 
-    def validate_offset_fetch(self, group_id: str) -> bool:
+    def validate_offset_fetch(self, group_id: str, member_id: str | None = None, member_epoch: int = -1) -> bool:
         """Whether the group exists (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
-        unless coordinated here)."""
+        unless coordinated here). A consumer group checks the member and epoch given (the
+        classic group ignores them, as Kafka's)."""
         self.coordinating(group_id)
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            self.consumer_groups.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            return True
         group = self.groups.get(group_id)
-        return group_id in self.consumer_groups.groups or (group is not None and group.state != DEAD)
+        return group is not None and group.state != DEAD
 
     def validate_offset_delete(self, group_id: str) -> set[str]:
         """An OffsetDelete's group: the topics whose offsets must stay (those its members

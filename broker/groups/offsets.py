@@ -242,10 +242,12 @@ class OffsetsManager:
             return set()
         return {tp for pending in offsets.pending_txn.values() for tp in pending}
 
-    def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+    def committed(self, group_id: str, member_id: str | None = None,
+                  member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
-        unless coordinated here)."""
-        if not self._groups.validate_offset_fetch(group_id):
+        unless coordinated here; a consumer group's member, when given, must be at its
+        epoch: OffsetFetch v9)."""
+        if not self._groups.validate_offset_fetch(group_id, member_id, member_epoch):
             return {}
         return self.offsets_of(group_id)
 

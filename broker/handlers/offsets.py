@@ -1,9 +1,13 @@
 """OffsetCommit v0–9, OffsetFetch v0–9 and OffsetDelete v0.
 
 - OffsetCommit v1+ carries generation and member id (checked by the coordinator; -1
-  and no member id for a group without members); v7+ the instance id; v6+ the
+  and no member id for a group without members; for a KIP-848 consumer group the member
+  epoch, STALE_MEMBER_EPOCH when it is not the member's); v7+ the instance id; v6+ the
   committed leader epoch. A metadata string longer than `offset.metadata.max.bytes`
   gets OFFSET_METADATA_TOO_LARGE, an unknown partition UNKNOWN_TOPIC_OR_PARTITION.
+- OffsetFetch v9 carries the member id and epoch of a consumer group (KIP-848) member:
+  an unknown member is UNKNOWN_MEMBER_ID, another epoch STALE_MEMBER_EPOCH (the group's
+  error); without them (the admin's fetch) and for classic groups nothing is checked.
 - OffsetFetch v0–7 asks for one group, v8+ for several; null topics (v2+) means every
   partition the group has committed. A partition without a commit answers offset -1
   and empty metadata. v7+ `require_stable`: a partition with transactional offsets
@@ -74,10 +78,11 @@ _UNSTABLE = object()  # a partition whose offset awaits the end of a transaction
 _DENIED = object()  # a partition of a topic the principal may not describe
 
 
-def _fetch_one(broker, session, group_id: str, topics, require_stable: bool) -> list[tuple[str, list]]:
+def _fetch_one(broker, session, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+               member_epoch: int = -1) -> list[tuple[str, list]]:
     """(topic, [(partition, CommittedOffset | None | _UNSTABLE | _DENIED)]) per topic."""
     require(broker, session, Operation.DESCRIBE, ResourceType.GROUP, group_id)
-    committed = broker.groups.offsets.committed(group_id)
+    committed = broker.groups.offsets.committed(group_id, member_id, member_epoch)
     unstable = broker.groups.offsets.pending_partitions(group_id) if require_stable else set()
 
     def value(tp):
@@ -112,7 +117,8 @@ def offset_fetch(broker, header, request, session):
         groups = []
         for group in request.groups:
             try:
-                found = _fetch_one(broker, session, group.group_id, group.topics, require_stable)
+                found = _fetch_one(broker, session, group.group_id, group.topics, require_stable,
+                                   group.member_id, group.member_epoch)
             except BrokerError as exc:
                 groups.append(Resp.OffsetFetchResponseGroup(group_id=group.group_id, error_code=exc.code,
                                                             topics=[]))
