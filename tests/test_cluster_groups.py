@@ -36,6 +36,9 @@
   expires no member and never answers for the group again (COORDINATOR_LOAD_IN_PROGRESS
   while it checks its leadership in ZooKeeper, then NOT_COORDINATOR); both members are
   in a Stable group with every partition within two session timeouts.
+- A KIP-848 consumer group's coordinator SIGKILLed while a member has partitions to
+  revoke: the new coordinator has the group as it was and completes the rebalance,
+  revocation before assignment.
 - A replicated `__consumer_offsets` partition is compacted by the log cleaner on every
   replica and survives SIGKILL of its leader: the new coordinator replays its own
   compacted replica to every last offset.
@@ -73,6 +76,7 @@ from tests.test_compaction import cleaned_to
 from tests.test_client_mock_cluster import ScriptedBroker, start_scripted
 from tests.support.polling import wait_for
 from tests.replicas import group_coordinator, topic_manager
+from tests.test_consumer_groups import describe as describe_consumer_group, heartbeat, join, owned
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
 from wire.client import EARLIEST, AsyncClient, Client, ClientError
 from wire.error_codes import ErrorCode
@@ -675,6 +679,48 @@ def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):
             committed = client.fetch_offsets(group)
             assert client.describe_groups([group])[group].coordinator.node_id != coordinator
         assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == expected
+    finally:
+        cluster.restart(coordinator)
+        cluster.wait_for_leaders(OFFSETS_TOPIC, full_isr=True, timeout=90)
+
+
+def test_consumer_protocol_group_survives_sigkill_of_its_coordinator_mid_rebalance(cluster):
+    """A KIP-848 group killed with its coordinator while a member still has to revoke:
+    the new coordinator replays it as it was (epochs, targets, the member yet to revoke)
+    and the rebalance completes there, revocation before assignment."""
+    cluster.create_topic("kip848-failover", partitions=4, replication_factor=3)
+    group = groups_on_every_partition("kip848-failover")[2]
+    coordinator = coordinator_of(cluster, group)
+    raw = Raw(cluster.processes[coordinator].port)
+    try:
+        first = join(raw, group, ["kip848-failover"], member_id="m1", server_assignor="range")
+        assert (first.error_code, first.member_epoch) == (ErrorCode.NONE, 1), first
+        second = join(raw, group, ["kip848-failover"], member_id="m2")
+        assert (second.member_epoch, second.assignment.topic_partitions) == (2, []), second  # 2-3 still m1's
+    finally:
+        raw.close()
+    cluster.kill(coordinator)
+    try:
+        successor = coordinator_of(cluster, group)
+        assert successor != coordinator
+        raw = Raw(cluster.processes[successor].port)
+        try:
+            def replayed():
+                described = describe_consumer_group(raw, group)
+                return described if described.error_code == ErrorCode.NONE else None
+            described = wait_for(replayed, 60, f"broker {successor} to load {group}")
+            assert (described.group_state, described.group_epoch, described.assignment_epoch) == \
+                ("Reconciling", 2, 2)
+            assert {m.member_id: (m.member_epoch, [p for tp in m.assignment.topic_partitions for p in tp.partitions])
+                    for m in described.members} == {"m1": (1, [0, 1, 2, 3]), "m2": (2, [])}
+            revoke = heartbeat(raw, group, "m1", 1, topic_partitions=owned(first))
+            assert (revoke.member_epoch, revoke.assignment.topic_partitions[0].partitions) == (1, [0, 1]), revoke
+            assert heartbeat(raw, group, "m2", 2).assignment is None  # not before m1 revoked
+            assert heartbeat(raw, group, "m1", 1, topic_partitions=owned(revoke)).member_epoch == 2
+            assert heartbeat(raw, group, "m2", 2).assignment.topic_partitions[0].partitions == [2, 3]
+            assert describe_consumer_group(raw, group).group_state == "Stable"
+        finally:
+            raw.close()
     finally:
         cluster.restart(coordinator)
         cluster.wait_for_leaders(OFFSETS_TOPIC, full_isr=True, timeout=90)
