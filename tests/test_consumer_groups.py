@@ -17,7 +17,9 @@
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
   partitions and no new group epoch.
 - An empty classic group is taken over by a consumer-protocol member, which resumes from
-  the classic group's committed offsets; a classic group with members is refused.
+  the classic group's committed offsets, and the empty consumer group then by a classic
+  member, which resumes from its; a group of either kind with members refuses the other
+  kind's members; after a restart the group is the classic one with every offset.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import uuid
 import pytest
 
 from sluice.polling import wait_for
-from tests.test_groups import Raw, Worker, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
+from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, LIST_GROUPS, OFFSET_COMMIT,
@@ -348,9 +350,26 @@ def test_empty_classic_group_is_taken_over_by_a_consumer_protocol_member(start_b
         modern = consumer(**{"group.protocol": "consumer"})
         modern.subscribe([topic])
         rest = consume(modern, 50)
+        modern.commit(asynchronous=False)
         described = describe(raw, group)
         assert described.error_code == ErrorCode.NONE and len(described.members) == 1, described
+        # And back: a classic member is refused while the consumer group has a member,
+        # takes the group over once it is empty and resumes from its offsets.
+        assert _join(raw, group, member="x").error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         modern.close()
+        produce(bootstrap, topic, range(100, 120), 2)
+        classic = consumer(**{"session.timeout.ms": 6000})
+        classic.subscribe([topic])
+        last = consume(classic, 20)
+        classic.commit(asynchronous=False)
+        assert describe(raw, group).error_code == ErrorCode.GROUP_ID_NOT_FOUND  # a classic group now
+        classic.close()
     finally:
         raw.close()
     assert len(first) == 50 and sorted(first + rest) == list(range(100)), (sorted(first), sorted(rest))
+    assert sorted(last) == list(range(100, 120)), sorted(last)
+    broker.restart()  # the records of both kinds replay to the classic group and its offsets
+    with Client(broker.bootstrap_servers) as client:
+        assert {p: o.offset for (t, p), o in client.fetch_offsets(group).items()} == \
+            end_offsets(client, topic, 2)
+        assert client.describe_groups([group])[group].state == "Empty"

@@ -30,9 +30,10 @@ their offsets in the same offsets manager. Rules (Kafka 4.4's):
   one at a time. A load replays the records: members keep their epochs and assignments,
   their sessions start again.
 - An empty classic group is taken over by the first consumer-protocol member (its
-  metadata tombstoned, its offsets kept); a classic group with members is refused with
-  GROUP_ID_NOT_FOUND (the online conversion of Kafka's `bidirectional` migration policy
-  is not implemented).
+  metadata tombstoned, its offsets kept), and an empty consumer group by the first
+  classic member (JoinGroup); a classic group with members is refused with
+  GROUP_ID_NOT_FOUND, a consumer group with members INCONSISTENT_GROUP_PROTOCOL (the
+  online conversion of Kafka's `bidirectional` migration policy is not implemented).
 """
 
 from __future__ import annotations
@@ -614,6 +615,20 @@ class ConsumerGroups:
         if member_epoch != member.member_epoch:
             raise BrokerError(ErrorCode.STALE_MEMBER_EPOCH,
                               f"member epoch {member_epoch} is not {member.member_epoch}")
+
+    async def convert_to_classic(self, group: ConsumerGroup) -> None:
+        """A classic member joins: an empty group's records go (its offsets stay) and the
+        classic group takes its id; one with members is INCONSISTENT_GROUP_PROTOCOL (the
+        online conversion of Kafka's `bidirectional` policy is not implemented)."""
+        async with group.lock:
+            if group.members:
+                raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                                  f"group {group.group_id!r} is a consumer group with members")
+            if self.groups.get(group.group_id) is not group:
+                return
+            await self.coordinator.store(group.partition, group_tombstones(group.group_id))
+            if self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
 
     async def delete(self, group: ConsumerGroup, offset_tombstones: list) -> None:
         """DeleteGroups of an empty group: its records and offsets go."""

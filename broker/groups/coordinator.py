@@ -2,8 +2,10 @@
 coordinator runtime (`broker.coordinator_runtime`), with the groups' committed offsets
 kept by the offsets manager (`groups.offsets`), which asks the group who may commit.
 KIP-848 consumer groups (`groups.consumer_group`) share its runtime, offsets and group
-ids: a JoinGroup for a consumer group's id is INCONSISTENT_GROUP_PROTOCOL, and the
-offset APIs and DeleteGroups follow the consumer group's rules for its ids.
+ids: a JoinGroup for an empty consumer group's id turns it into a classic group (its
+records tombstoned, its offsets kept), for one with members it is
+INCONSISTENT_GROUP_PROTOCOL; the offset APIs and DeleteGroups follow the consumer group's
+rules for its ids.
 
 States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
 PreparingRebalance on any membership change, Dead once deleted. Rules (Kafka's):
@@ -337,10 +339,11 @@ class GroupCoordinator:
                 group.rebalance_timer.cancel()
             group.set_state(DEAD, self.clock.wall_ms())
 
-    def _new_group(self, group_id: str, index: int) -> Group:
+    def _new_group(self, group_id: str, index: int, keep_offsets: bool = False) -> Group:
         group = self.groups[group_id] = Group(group_id, partition=index,
                                               state_since_ms=self.clock.wall_ms())
-        self.offsets.forget(group_id)  # those of a deleted group that had this id
+        if not keep_offsets:
+            self.offsets.forget(group_id)  # those of a deleted group that had this id
         return group
 
     # -- lookups ---------------------------------------------------------------------
@@ -374,12 +377,13 @@ class GroupCoordinator:
                               f"[{self.min_session_ms}, {self.max_session_ms}]")
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
-        if group_id in self.consumer_groups.groups:
-            raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                              f"group {group_id!r} is a consumer group (KIP-848): its members heartbeat")
+        consumer_group = self.consumer_groups.groups.get(group_id)
+        if consumer_group is not None:
+            # An empty consumer group becomes a classic one, its offsets kept (Kafka's rule).
+            await self.consumer_groups.convert_to_classic(consumer_group)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
-            group = self._new_group(group_id, index)
+            group = self._new_group(group_id, index, keep_offsets=consumer_group is not None)
         if not group.supports(protocol_type, protocols):
             raise BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                               "protocol type or protocols do not match the group's")
