@@ -16,6 +16,9 @@
   members' epochs and assignments survive a broker restart, a member carrying on at its
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
   partitions and no new group epoch.
+- A regex subscription (confluent-kafka's `^...` topics) is served: the topics it matches
+  in full are assigned, one created later too, never another; an invalid regex (or one
+  RE2/J refuses: lookarounds, backreferences) is INVALID_REGULAR_EXPRESSION.
 - An empty classic group is taken over by a consumer-protocol member, which resumes from
   the classic group's committed offsets, and the empty consumer group then by a classic
   member, which resumes from its; a group of either kind with members refuses the other
@@ -373,3 +376,42 @@ def test_empty_classic_group_is_taken_over_by_a_consumer_protocol_member(start_b
         assert {p: o.offset for (t, p), o in client.fetch_offsets(group).items()} == \
             end_offsets(client, topic, 2)
         assert client.describe_groups([group])[group].state == "Empty"
+
+
+def test_regex_subscription_picks_up_new_topics(start_broker):  # noqa: F811
+    broker = start_broker(**CONSUMER_CONFIG)
+    bootstrap, group = broker.bootstrap_servers, "regex-group"
+    with Client(bootstrap) as client:
+        client.create_topics({"re848-a": NewTopic(partitions=2, replication_factor=1),
+                              "other848": NewTopic(partitions=1, replication_factor=1)})
+    produce(bootstrap, "re848-a", range(0, 10), 2)
+    produce(bootstrap, "other848", range(0, 10), 1)
+    raw = Raw(broker.port)
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                            "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})
+    try:
+        for bad in ("re848-(?=a)", "re848-[", r"(re848)\1"):
+            assert join(raw, "regex-bad", [], subscribed_topic_regex=bad).error_code == \
+                ErrorCode.INVALID_REGULAR_EXPRESSION, bad
+        consumer.subscribe(["^re848-.*"])
+        got: dict[str, set[int]] = {}
+
+        def consumed(topic, count):
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.setdefault(msg.topic(), set()).add(int(msg.value()))
+            return len(got.get(topic, ())) >= count
+        wait_for(lambda: consumed("re848-a", 10), 30, "the records of re848-a")
+        [member] = describe(raw, group).members
+        # librdkafka sends its regexes joined as one: "(^re848-.*)".
+        assert (member.subscribed_topic_regex, member.subscribed_topic_names) == ("(^re848-.*)", [])
+        with Client(bootstrap) as client:
+            client.create_topics({"re848-b": NewTopic(partitions=3, replication_factor=1)})
+        produce(bootstrap, "re848-b", range(100, 110), 3)
+        wait_for(lambda: consumed("re848-b", 10), 30, "the records of re848-b, created after the subscription")
+        assigned = {tp.topic_name: sorted(tp.partitions) for tp in describe(raw, group).members[0].assignment.topic_partitions}
+        assert assigned == {"re848-a": [0, 1], "re848-b": [0, 1, 2]}
+        assert set(got) == {"re848-a", "re848-b"}  # never the topic the regex does not match
+        consumer.close()
+    finally:
+        raw.close()

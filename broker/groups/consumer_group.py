@@ -5,8 +5,12 @@ one heartbeat (ConsumerGroupHeartbeat) at a time. They live beside the classic g
 their offsets in the same offsets manager. Rules (Kafka 4.4's):
 
 - The group epoch counts the changes of what the assignment depends on: a member
-  joining, leaving or changing its subscription or server assignor, or the subscribed
-  topics' partitions (their hash, `metadata_hash`). When it passes the target assignment
+  joining, leaving or changing its subscription (topic names, a regex in RE2/J syntax
+  matching whole topic names, internal topics never) or server assignor, or the
+  subscribed topics, those a regex matches included, and their partitions (their hash,
+  `metadata_hash`, computed at every heartbeat: a new topic a regex matches rebalances).
+  A regex is resolved from the metadata at each heartbeat; Kafka's
+  ConsumerGroupRegularExpression records are not written. When it passes the target assignment
   epoch, the assignor (`groups.assignors`: the members' most chosen server assignor, else
   the first of `group.consumer.assignors`) computes a new target assignment at that epoch.
 - Each member reconciles towards its target (Kafka's CurrentAssignmentBuilder): the
@@ -41,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -76,6 +81,7 @@ class Member:
     client_id: str = ""
     client_host: str = ""
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     rebalance_timeout_ms: int = -1
     member_epoch: int = 0
@@ -87,7 +93,12 @@ class Member:
     def metadata(self) -> tuple:
         """What its ConsumerGroupMemberMetadata record holds."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host,
-                self.subscribed_topic_names, self.server_assignor, self.rebalance_timeout_ms)
+                self.subscribed_topic_names, self.subscribed_topic_regex, self.server_assignor,
+                self.rebalance_timeout_ms)
+
+    def subscription(self) -> tuple:
+        """What the target assignment depends on, of this member."""
+        return self.subscribed_topic_names, self.subscribed_topic_regex, self.server_assignor
 
     def assignment(self) -> tuple:
         """What its ConsumerGroupCurrentMemberAssignment record holds."""
@@ -124,9 +135,6 @@ class ConsumerGroup:
     def static_member(self, instance_id: str) -> Member | None:
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)
 
-    def subscribed_topics(self) -> set[str]:
-        return {name for m in self.members.values() for name in m.subscribed_topic_names}
-
 
 # -- records ----------------------------------------------------------------------------
 
@@ -148,7 +156,7 @@ def member_record(group_id: str, member: Member):
     return consumer_group_record(MEMBER_METADATA, group_id, member.member_id, MEMBER_VALUE(
         instance_id=member.instance_id, rack_id=member.rack_id, client_id=member.client_id,
         client_host=member.client_host, subscribed_topic_names=list(member.subscribed_topic_names),
-        subscribed_topic_regex=None, rebalance_timeout_ms=member.rebalance_timeout_ms,
+        subscribed_topic_regex=member.subscribed_topic_regex, rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor))
 
 
@@ -221,13 +229,30 @@ class ConsumerGroupReplay:
             group.members[member_id] = replace(
                 member, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                 client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
-                server_assignor=value.server_assignor, rebalance_timeout_ms=value.rebalance_timeout_ms)
+                subscribed_topic_regex=value.subscribed_topic_regex, server_assignor=value.server_assignor,
+                rebalance_timeout_ms=value.rebalance_timeout_ms)
         elif record_type == CURRENT_MEMBER_ASSIGNMENT and value is not None:
             member = group.members.get(member_id) or Member(member_id)
             group.members[member_id] = replace(
                 member, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
                 state=value.state, assigned=_assignment_of(value.assigned_partitions),
                 pending_revocation=_assignment_of(value.partitions_pending_revocation))
+
+
+# What RE2/J (Kafka's regex engine) refuses and Python's `re` would take: lookarounds,
+# backreferences, possessive quantifiers and atomic groups.
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?>|\\[1-9]|\\g|\(\?P=|[*+?}]\+")
+
+
+def compile_regex(regex: str) -> re.Pattern:
+    """A subscription's regex; INVALID_REGULAR_EXPRESSION when RE2/J would refuse it."""
+    try:
+        if _NOT_RE2.search(regex):
+            raise re.error("a construct RE2/J does not support")
+        return re.compile(regex)
+    except re.error as exc:
+        raise BrokerError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                          f"SubscribedTopicRegex {regex!r} is not a valid regular expression: {exc}") from None
 
 
 def _metadata_hash(topics: dict[str, tuple[uuid.UUID, int]]) -> int:
@@ -338,9 +363,8 @@ class ConsumerGroups:
             raise invalid("InstanceId can't be empty.")
         if request.rack_id == "":
             raise invalid("RackId can't be empty.")
-        if version >= 1 and request.subscribed_topic_regex:  # empty: no regex (librdkafka sends one)
-            raise BrokerError(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                              "regular expression subscriptions are not supported yet")
+        if request.subscribed_topic_regex:  # v1+; empty: no regex (librdkafka sends one)
+            compile_regex(request.subscribed_topic_regex)
         epoch = request.member_epoch
         if epoch > 0 or epoch == LEAVE_EPOCH or version >= 1:
             if not request.member_id:
@@ -350,8 +374,8 @@ class ConsumerGroups:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if request.topic_partitions is None or request.topic_partitions:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if not request.subscribed_topic_names:
-                raise invalid("SubscribedTopicNames must be set in first request.")
+            if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         elif epoch == STATIC_LEAVE_EPOCH:
             if request.instance_id is None:
                 raise invalid("InstanceId can't be null.")
@@ -423,6 +447,19 @@ class ConsumerGroups:
                               f"its partitions and rejoin")
         return member, None
 
+    def subscribed_topics(self, member: Member) -> set[str]:
+        """The topics a member subscribes to: by name, and those of the topics that exist
+        (not the internal ones) its regex matches in full."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            pattern = compile_regex(member.subscribed_topic_regex)
+            names.update(t.name for t in self.broker.metadata.topics()
+                         if not t.internal and pattern.fullmatch(t.name))
+        return names
+
+    def group_subscribed_topics(self, group: ConsumerGroup) -> set[str]:
+        return {name for m in group.members.values() for name in self.subscribed_topics(m)}
+
     def _topics(self, names) -> dict[str, tuple[uuid.UUID, int]]:
         """The subscribed topics that exist: name -> (topic id, partition count)."""
         topics = {}
@@ -449,7 +486,9 @@ class ConsumerGroups:
             server_assignor=request.server_assignor if request.server_assignor is not None
             else member.server_assignor,
             subscribed_topic_names=tuple(request.subscribed_topic_names)
-            if request.subscribed_topic_names is not None else member.subscribed_topic_names)
+            if request.subscribed_topic_names is not None else member.subscribed_topic_names,
+            subscribed_topic_regex=(request.subscribed_topic_regex or None)
+            if request.subscribed_topic_regex is not None else member.subscribed_topic_regex)
         is_new = member.member_id not in group.members
         members = {m.member_id: m for m in group.members.values() if m is not replaced}
         members[updated.member_id] = updated
@@ -460,12 +499,12 @@ class ConsumerGroups:
             records.append(offsets_log.group_record(group_id, None))  # the empty classic group taken over
         if is_new or updated.metadata() != member.metadata():
             records.append(member_record(group_id, updated))
-        topics = self._topics({name for m in members.values() for name in m.subscribed_topic_names})
+        subscribed = {m.member_id: self.subscribed_topics(m) for m in members.values()}
+        topics = self._topics(set().union(*subscribed.values()))
         metadata_hash = _metadata_hash(topics)
         group_epoch = group.group_epoch
         if (is_new and replaced is None) or metadata_hash != group.metadata_hash \
-                or updated.subscribed_topic_names != member.subscribed_topic_names \
-                or updated.server_assignor != member.server_assignor:
+                or updated.subscription() != member.subscription():
             group_epoch += 1
             records.append(group_epoch_record(group_id, group_epoch, metadata_hash))
         target = dict(group.target)
@@ -476,8 +515,8 @@ class ConsumerGroups:
         if group_epoch > assignment_epoch:
             ids = {name: topic_id for name, (topic_id, _) in topics.items()}
             new_target = assign(self.preferred_assignor(members.values()),
-                                {m.member_id: {ids[n] for n in m.subscribed_topic_names if n in ids}
-                                 for m in members.values()},
+                                {member_id: {ids[n] for n in names if n in ids}
+                                 for member_id, names in subscribed.items()},
                                 {topic_id: count for topic_id, count in topics.values()}, target)
             for member_id, assignment in new_target.items():
                 if target.get(member_id) != assignment:
@@ -515,7 +554,8 @@ class ConsumerGroups:
         if is_new:
             log.info("group %s: member %s joined at group epoch %d", group_id, reconciled.member_id, group_epoch)
         full = request.member_epoch == JOIN_EPOCH or (
-            request.rebalance_timeout_ms != -1 and request.subscribed_topic_names is not None and owned is not None)
+            request.rebalance_timeout_ms != -1 and owned is not None
+            and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
         changed = reconciled.assigned != member.assigned or is_new
         return HeartbeatResult(reconciled.member_id, reconciled.member_epoch,
                                reconciled.assigned if full or changed else None)
@@ -545,7 +585,7 @@ class ConsumerGroups:
         """The member leaves (or is fenced): its records go, the group epoch moves on, so the
         next heartbeat computes a target assignment without it."""
         remaining = [m for m in group.members.values() if m.member_id != member.member_id]
-        metadata_hash = _metadata_hash(self._topics({n for m in remaining for n in m.subscribed_topic_names}))
+        metadata_hash = _metadata_hash(self._topics({n for m in remaining for n in self.subscribed_topics(m)}))
         epoch = group.group_epoch + 1
         await self.coordinator.store(group.partition, member_tombstones(group.group_id, member.member_id)
                                      + [group_epoch_record(group.group_id, epoch, metadata_hash)])

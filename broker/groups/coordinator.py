@@ -755,7 +755,7 @@ class GroupCoordinator:
         self.coordinating(group_id)
         consumer_group = self.consumer_groups.groups.get(group_id)
         if consumer_group is not None:
-            return consumer_group.subscribed_topics()
+            return self.consumer_groups.group_subscribed_topics(consumer_group)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")

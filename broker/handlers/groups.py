@@ -253,6 +253,7 @@ def _described_consumer_group(broker, Resp, group):
         members=[Resp.Member(
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})),
             member_type=_CONSUMER_MEMBER) for m in group.members.values()])
 
