@@ -15,7 +15,8 @@
   ListGroups types the group; the group and its
   members' epochs and assignments survive a broker restart, a member carrying on at its
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
-  partitions and no new group epoch.
+  partitions and no new group epoch; the empty group is deleted with its offsets. A member
+  that does not revoke within its rebalance timeout is fenced, its partitions reassigned.
 - A regex subscription (confluent-kafka's `^...` topics) is served: the topics it matches
   in full are assigned, one created later too, never another; an invalid regex (or one
   RE2/J refuses: lookarounds, backreferences) is INVALID_REGULAR_EXPRESSION.
@@ -36,8 +37,8 @@ from sluice.polling import wait_for
 from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
-from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, LIST_GROUPS, OFFSET_COMMIT,
-                           OFFSET_FETCH)
+from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, LIST_GROUPS,
+                           OFFSET_COMMIT, OFFSET_FETCH)
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -313,6 +314,43 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
         gone = heartbeat(raw, group, "m2", -1)
         assert (gone.error_code, gone.member_epoch) == (ErrorCode.NONE, -1)
         assert describe(raw, group).group_epoch == 3
+
+        # Deleted once empty, offsets and all.
+        deleted = raw(DELETE_GROUPS, 2, groups_names=[group]).results[0].error_code
+        assert deleted == ErrorCode.NON_EMPTY_GROUP
+        assert heartbeat(raw, group, "m1-again", -1).error_code == ErrorCode.NONE
+        assert raw(DELETE_GROUPS, 2, groups_names=[group]).results[0].error_code == ErrorCode.NONE
+        assert describe(raw, group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        with Client(broker.bootstrap_servers) as client:
+            assert client.fetch_offsets(group) == {}
+    finally:
+        raw.close()
+
+
+def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F811
+    broker = start_broker(group_consumer_heartbeat_interval_ms=300, group_consumer_session_timeout_ms=60_000)
+    topic, group = "slow848", "slow848-group"
+    with Client(broker.bootstrap_servers) as client:
+        client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
+    raw = Raw(broker.port)
+    try:
+        first = heartbeat(raw, group, "slow", 0, rebalance_timeout_ms=1000, subscribed_topic_names=[topic],
+                          topic_partitions=[], server_assignor="range")
+        assert first.member_epoch == 1
+        assert join(raw, group, [topic], member_id="next").member_epoch == 2
+        asked = heartbeat(raw, group, "slow", 1, topic_partitions=owned(first))  # range: "next" < "slow"
+        assert asked.assignment.topic_partitions[0].partitions == [2, 3]  # asked to revoke 0-1
+        started = time.monotonic()
+
+        def taken_over():
+            answer = heartbeat(raw, group, "next", 2)
+            return answer.assignment is not None and answer.assignment.topic_partitions
+        # "slow" never revokes: fenced after its rebalance timeout (1 s), long before its
+        # session (60 s) ends; the group moves on without it.
+        wait_for(taken_over, 20, "the partitions of the member that did not revoke")
+        assert 1.0 <= time.monotonic() - started < 20
+        assert heartbeat(raw, group, "slow", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert [m.member_id for m in describe(raw, group).members] == ["next"]
     finally:
         raw.close()
 
