@@ -514,8 +514,16 @@ BROKER_KEYS = {key.name: key for key in (
     _int_key("group.max.session.timeout.ms", 1_800_000, "the longest session timeout a member may ask", 1),
     _int_key("group.consumer.session.timeout.ms", 45_000,
              "how long a consumer-protocol member may go without a heartbeat", 1),
+    _int_key("group.consumer.min.session.timeout.ms", 45_000,
+             "the lowest group.consumer.session.timeout.ms allowed", 1),
+    _int_key("group.consumer.max.session.timeout.ms", 60_000,
+             "the highest group.consumer.session.timeout.ms allowed", 1),
     _int_key("group.consumer.heartbeat.interval.ms", 5_000,
              "how often consumer-protocol members are told to heartbeat", 1),
+    _int_key("group.consumer.min.heartbeat.interval.ms", 5_000,
+             "the lowest group.consumer.heartbeat.interval.ms allowed", 1),
+    _int_key("group.consumer.max.heartbeat.interval.ms", 15_000,
+             "the highest group.consumer.heartbeat.interval.ms allowed", 1),
     ConfigKey("group.consumer.assignors", LIST, ("uniform", "range"),
               "the consumer groups' server-side assignors, the first the default", _assignors,
               "[uniform, range] (or Kafka's class names)", show=lambda c: ",".join(c.group_consumer_assignors)),
@@ -755,6 +763,22 @@ def _check_cleaner(config: BrokerConfig) -> None:
                           f"leaves no room for a single key ({CLEANER_BYTES_PER_KEY} bytes each)")
 
 
+def _check_consumer_group_timeouts(config: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each KIP-848 timing within its bounds, the
+    heartbeat interval below the session timeout."""
+    for what in ("session.timeout", "heartbeat.interval"):
+        key, low, high = (f"group.consumer.{bound}{what}.ms" for bound in ("", "min.", "max."))
+        value, lowest, highest = (getattr(config, k.replace(".", "_")) for k in (key, low, high))
+        if highest < lowest:
+            raise ConfigError(f"{high} must be greater than or equal to {low}")
+        if value < lowest:
+            raise ConfigError(f"{key} must be greater than or equal to {low}")
+        if value > highest:
+            raise ConfigError(f"{key} must be less than or equal to {high}")
+    if config.group_consumer_heartbeat_interval_ms >= config.group_consumer_session_timeout_ms:
+        raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
+
+
 def check_topic_config_key(key: str) -> None:
     """Raise ConfigError unless `key` is a topic config this broker implements."""
     if key in NOT_IMPLEMENTED_TOPIC_CONFIGS:
@@ -853,6 +877,7 @@ def build_config(props: dict[str, str], overrides: dict[str, object]) -> tuple[B
     if not config.data_dir:
         raise ConfigError("no data directory: pass --data-dir or set log.dirs")
     _check_cleaner(config)
+    _check_consumer_group_timeouts(config)
     return config, warnings
 
 

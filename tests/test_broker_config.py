@@ -413,6 +413,11 @@ def test_sluice_usage():
     ("auto.create.topics.enable=perhaps\n", "auto.create.topics.enable"),
     ("this line has no separator\n", "expected key=value"),
     (b"num.partitions=\xff\xfe\n", "server.properties"),
+    ("group.consumer.session.timeout.ms=1000\n", "group.consumer.session.timeout.ms must be greater"),
+    ("group.consumer.min.heartbeat.interval.ms=100\ngroup.consumer.heartbeat.interval.ms=50000\n",
+     "group.consumer.heartbeat.interval.ms must be less than or equal"),
+    ("group.consumer.min.session.timeout.ms=1000\ngroup.consumer.session.timeout.ms=2000\n",
+     "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"),
 ])
 def test_invalid_config_file_exits_with_a_message(tmp_path, content, needle):
     path = tmp_path / "server.properties"

@@ -44,7 +44,10 @@ ck = pytest.importorskip("confluent_kafka")
 
 pytestmark = pytest.mark.timeout(180)
 
-CONSUMER_CONFIG = {"group_consumer_heartbeat_interval_ms": 300, "group_consumer_session_timeout_ms": 4000}
+CONSUMER_CONFIG = {"group_consumer_heartbeat_interval_ms": 300, "group_consumer_session_timeout_ms": 4000,
+                   "group_consumer_min_heartbeat_interval_ms": 100, "group_consumer_min_session_timeout_ms": 1000}
+# Members that heartbeat only when a test says so: sessions outlast the test.
+PATIENT_CONFIG = {**CONSUMER_CONFIG, "group_consumer_session_timeout_ms": 60_000}
 
 
 def describe(raw: Raw, group: str):
@@ -213,8 +216,7 @@ def owned(response) -> list:
 
 
 def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
-    # Members here heartbeat only when the test says: sessions outlast the test.
-    broker = start_broker(group_consumer_heartbeat_interval_ms=300, group_consumer_session_timeout_ms=60_000)
+    broker = start_broker(**PATIENT_CONFIG)
     topic, group = "raw848", "raw848-group"
     with Client(broker.bootstrap_servers) as client:
         client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
@@ -328,7 +330,7 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
 
 
 def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F811
-    broker = start_broker(group_consumer_heartbeat_interval_ms=300, group_consumer_session_timeout_ms=60_000)
+    broker = start_broker(**PATIENT_CONFIG)
     topic, group = "slow848", "slow848-group"
     with Client(broker.bootstrap_servers) as client:
         client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})

@@ -59,6 +59,7 @@ def java_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("java-clients")
     config = base / "server.properties"
     config.write_text("group.initial.rebalance.delay.ms=0\n"
+                      "group.consumer.min.heartbeat.interval.ms=500\n"
                       "group.consumer.heartbeat.interval.ms=500\n"
                       "transaction.abort.timed.out.transaction.cleanup.interval.ms=500\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
