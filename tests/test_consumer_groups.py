@@ -455,3 +455,51 @@ def test_regex_subscription_picks_up_new_topics(start_broker):  # noqa: F811
         consumer.close()
     finally:
         raw.close()
+
+
+def test_offsets_of_an_empty_consumer_group_expire_with_it(tmp_path):
+    """Offsets retention of consumer groups on the coordinator itself, with a manual clock:
+    an empty group's offsets go `offsets.retention.minutes` after their commit, the group
+    with the last of them; a group with members keeps its offsets."""
+    import asyncio
+
+    from broker.config import BrokerConfig
+    from broker.groups.offsets_log import CommittedOffset
+    from tests.manual_clock import ManualClock
+    from tests.replicas import group_coordinator, topic_manager
+
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_retention_minutes=1, offsets_topic_num_partitions=3)
+    topics = topic_manager(config)
+    topics.load()
+    topics.create("expiring", 2, {})
+    clock = ManualClock()
+    groups = group_coordinator(config, topics, clock)
+    R = CONSUMER_GROUP_HEARTBEAT.request
+
+    async def member_commits(group, offset, leave):
+        joined = await groups.consumer_groups.heartbeat(R(
+            group_id=group, member_id=f"{group}-m", member_epoch=0, rebalance_timeout_ms=5000,
+            subscribed_topic_names=["expiring"], topic_partitions=[]), 1, "client", "/127.0.0.1")
+        codes = await groups.offsets.commit(group, joined.member_epoch, joined.member_id, None, {
+            ("expiring", 0): CommittedOffset(offset, -1, "", clock.wall_ms())})
+        assert codes == {("expiring", 0): ErrorCode.NONE}
+        if leave:
+            await groups.consumer_groups.heartbeat(R(group_id=group, member_id=joined.member_id, member_epoch=-1),
+                                                   1, "client", "/127.0.0.1")
+
+    asyncio.run(member_commits("left", 5, leave=True))
+    asyncio.run(member_commits("stays", 6, leave=False))
+    asyncio.run(clock.advance(59))
+    groups.expire_offsets()
+    assert set(groups.consumer_groups.groups) == {"left", "stays"}
+    asyncio.run(clock.advance(2))
+    groups.expire_offsets()
+    assert set(groups.consumer_groups.groups) == {"stays"}
+    assert groups.offsets.committed("left") == {}
+    assert {tp: c.offset for tp, c in groups.offsets.committed("stays").items()} == {("expiring", 0): 6}
+
+    replayed = group_coordinator(config, topics, clock)  # what a restart loads from __consumer_offsets
+    asyncio.run(replayed.load())
+    assert set(replayed.consumer_groups.groups) == {"stays"} and replayed.groups == {}
+    assert replayed.offsets.committed("left") == {}
+    topics.close()

@@ -27,6 +27,9 @@ their offsets in the same offsets manager. Rules (Kafka 4.4's):
   member rejoins from scratch); an instance id held by a live member UNRELEASED_INSTANCE_ID.
 - Members that do not heartbeat within `group.consumer.session.timeout.ms`, or do not
   revoke within their rebalance timeout, are fenced: removed, the group epoch bumped.
+- An empty group's offsets expire `offsets.retention.minutes` after their commit, and
+  the group with its last offset (Kafka's rule for consumer groups; the offsets of topics
+  a non-empty group no longer subscribes to are kept, where Kafka expires them).
 - The answer carries the assignment when the request was full (a join, or every field
   given) or when the member's assignment changed.
 - Every change is written to `__consumer_offsets` with Kafka's record types (see
@@ -629,6 +632,26 @@ class ConsumerGroups:
             log.info("group %s: member %s not fenced yet (%s)", group.group_id, member_id, exc)
         finally:
             self._fencing.discard((group.group_id, member_id))
+
+    def expire_offsets(self, writable: set[int], now_ms: int) -> list[tuple[list, ConsumerGroup]]:
+        """Kafka's expiry for consumer groups: an empty group's offsets go once their commit
+        is older than `offsets.retention.minutes`, the group with the last of them. The
+        records to write (nobody waits for them) with their group; groups in the middle of
+        a heartbeat are left for the next round."""
+        writes = []
+        for group in list(self.groups.values()):
+            if group.partition not in writable or group.members or group.lock.locked():
+                continue
+            offsets = self.coordinator.offsets
+            records, emptied = offsets.expire(group.group_id, now_ms)
+            if emptied:
+                records += group_tombstones(group.group_id)
+                del self.groups[group.group_id]
+                offsets.forget(group.group_id)
+                log.info("group %s: empty with no offsets left; deleted", group.group_id)
+            if records:
+                writes.append((records, group))
+        return writes
 
     # -- what the offsets manager and the other APIs ask ------------------------------
     def validate_offset_commit(self, group: ConsumerGroup, member_epoch: int, member_id: str) -> None:

@@ -262,9 +262,9 @@ class GroupCoordinator:
         are committed."""
         await self.runtime.write(index, self.runtime.coordinated.epoch(index), records, COMMIT_TIMEOUT_S)
 
-    def _write_later(self, group: Group, records: list) -> None:
-        """A write nobody waits for, its effect already in memory (Kafka's background
-        stores): a failure, such as the partition having moved, is only logged (by the
+    def _write_later(self, group, records: list) -> None:
+        """A write nobody waits for about a group (classic or consumer), its effect already
+        in memory (Kafka's background stores): a failure, such as the partition having moved, is only logged (by the
         runtime)."""
         index = group.partition
         try:
@@ -847,7 +847,8 @@ class GroupCoordinator:
 
     def expire_offsets(self) -> None:
         """Drop offsets of groups that have been empty longer than the retention, and the
-        groups left with none. Writes awaiting replication on the same partition hold up
+        groups left with none (a consumer group's by their commit times, see
+        `ConsumerGroups.expire_offsets`). Writes awaiting replication on the same partition hold up
         only the offsets they write (and the group's removal), as in Kafka: the others
         expire between them."""
         now_ms = self.clock.wall_ms()
@@ -863,4 +864,6 @@ class GroupCoordinator:
                 records.append(offsets_log.group_record(group.group_id, None))
                 del self.groups[group.group_id]
                 self.offsets.forget(group.group_id)
+            self._write_later(group, records)
+        for records, group in self.consumer_groups.expire_offsets(writable, now_ms):
             self._write_later(group, records)
