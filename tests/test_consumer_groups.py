@@ -9,6 +9,8 @@
   group moves, nor in the members' own assign/revoke callbacks (timestamped). Every
   record is consumed; only those the crashed member consumed past its last commit are
   consumed twice; the offsets committed at the end are the log ends.
+- A static confluent-kafka member closes and comes back (no rebalance, the other member
+  sees nothing), and both carry on across a broker restart at the same group epoch.
 - Bad heartbeats get Kafka's errors (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
   UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, UNRELEASED_INSTANCE_ID); OffsetCommit and
   OffsetFetch v9 check the member and its epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH);
@@ -194,6 +196,52 @@ def test_consumer_protocol_group_rebalances_on_join_leave_and_crash(start_broker
             assert not w.errors, (w.name, w.errors[:3])
         committed = client.fetch_offsets(group)
         assert {p: committed[(topic, p)].offset for p in range(partitions)} == end_offsets(client, topic, partitions)
+
+
+def test_static_member_returns_and_broker_restarts_without_a_rebalance(start_broker):  # noqa: F811
+    """A static member (group.instance.id) that closes (epoch -2) and comes back in a new
+    process gets its partitions back at the same group epoch, the other member seeing no
+    callback; across a broker restart both members carry on at their epochs (the group
+    epoch unchanged), and every record is consumed once."""
+    broker = start_broker(**CONSUMER_CONFIG)
+    bootstrap, topic, group, partitions = broker.bootstrap_servers, "static848", "static848-group", 4
+    with Client(bootstrap) as client:
+        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+    produce(bootstrap, topic, range(0, 100), partitions)
+    raw = Raw(broker.port)
+    workers = [Worker("confluent-kip848-static", bootstrap, group, topic, "s1", 0),
+               Worker("confluent-kip848", bootstrap, group, topic, "d1", 0)]
+    try:
+        watch = GroupWatch(raw, group)
+        before = watch.settled(workers, partitions)
+        epoch = describe(raw, group).group_epoch
+        wait_for(lambda: len({i for w in workers for i in w.ids()}) == 100, 30, "records 0-100")
+        callbacks = len(workers[1].timeline)
+
+        workers[0].close()
+        [left] = [m for m in describe(raw, group).members if m.client_id == "s1"]
+        assert left.member_epoch == -2  # a static leave: its partitions wait for it
+        workers.append(Worker("confluent-kip848-static", bootstrap, group, topic, "s1", 0))
+        after = watch.settled(workers[1:], partitions)
+        assert after == before and describe(raw, group).group_epoch == epoch
+        assert len(workers[1].timeline) == callbacks, workers[1].timeline[callbacks:]
+
+        raw.close()
+        broker.restart()
+        raw = watch.raw = Raw(broker.port)
+        produce(bootstrap, topic, range(100, 200), partitions)
+        wait_for(lambda: len({i for w in workers for i in w.ids()}) == 200, 60, "records 100-200")
+        assert watch.settled(workers[1:], partitions) == before
+        assert describe(raw, group).group_epoch == epoch
+        for w in workers[1:]:
+            w.close()
+    finally:
+        for w in workers:
+            w.kill()
+        raw.close()
+    consumed = [i for w in workers for i in w.ids()]
+    assert sorted(consumed, key=int) == [str(i) for i in range(200)]  # each once
+    assert not any(w.errors for w in workers), [w.errors for w in workers]
 
 
 # -- raw heartbeats ---------------------------------------------------------------------------

@@ -71,15 +71,18 @@ def _report(consumed, ends, committed_ok, error=None):
 
 
 def _run_confluent(bootstrap, group, topic, client_id, session_ms, stop, deadline, hold_from=-1,
-                   group_protocol="classic"):
+                   group_protocol="classic", static=False):
     """`hold_from` >= 0: stop committing once a record with that id or a larger one arrived
     (so that a crash leaves consumed records uncommitted, known exactly). With
     `group_protocol` "consumer" (KIP-848) the broker assigns and sets the session timeout
-    and heartbeat interval; the callbacks then report partitions added and removed."""
+    and heartbeat interval; the callbacks then report partitions added and removed.
+    `static`: the client id is also the group.instance.id."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": client_id,
               "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    if static:
+        config["group.instance.id"] = client_id
     if group_protocol == "consumer":
         config["group.protocol"] = "consumer"
     else:
@@ -200,11 +203,12 @@ def _worker_main(argv: list[str]) -> None:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    run = {"confluent": _run_confluent, "confluent-kip848": _run_confluent, "kafka-python": _run_kafka_python,
-           "aiokafka": _run_aiokafka}[kind]
+    run = {"confluent": _run_confluent, "confluent-kip848": _run_confluent, "confluent-kip848-static": _run_confluent,
+           "kafka-python": _run_kafka_python, "aiokafka": _run_aiokafka}[kind]
     options = {"hold_from": int(hold_from)} if int(hold_from) >= 0 else {}
-    if kind == "confluent-kip848":
+    if kind.startswith("confluent-kip848"):
         options["group_protocol"] = "consumer"
+        options["static"] = kind.endswith("-static")
     run(bootstrap, group, topic, client_id, int(session_ms), stop,
         time.monotonic() + WORKER_LIFETIME_S, **options)
     _emit("closed")
