@@ -9,11 +9,14 @@
   group moves, nor in the members' own assign/revoke callbacks (timestamped). Every
   record is consumed; only those the crashed member consumed past its last commit are
   consumed twice; the offsets committed at the end are the log ends.
+- Twenty membership changes (leaves and joins) while records flow in: no record lost or
+  consumed twice, no partition ever assigned to two members.
 - A static confluent-kafka member closes and comes back (no rebalance, the other member
   sees nothing), and both carry on across a broker restart at the same group epoch.
 - Bad heartbeats get Kafka's errors (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
   UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, UNRELEASED_INSTANCE_ID); OffsetCommit and
-  OffsetFetch v9 check the member and its epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH);
+  OffsetFetch v9 check the member and its epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; a
+  commit at an older epoch passes for the partitions held since then, KIP-1251);
   ListGroups types the group; the group and its
   members' epochs and assignments survive a broker restart, a member carrying on at its
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
@@ -30,6 +33,8 @@
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 import uuid
 
@@ -244,6 +249,57 @@ def test_static_member_returns_and_broker_restarts_without_a_rebalance(start_bro
     assert not any(w.errors for w in workers), [w.errors for w in workers]
 
 
+def test_twenty_membership_changes_under_load_lose_and_repeat_nothing(start_broker):  # noqa: F811
+    """Records flow in while members leave and join, twenty times: after each change the
+    group reconciles (no partition ever assigned twice in any description), and in the end
+    every record was consumed exactly once (each member commits what it consumed)."""
+    broker = start_broker(**CONSUMER_CONFIG)
+    bootstrap, topic, group, partitions = broker.bootstrap_servers, "churn848", "churn848-group", 8
+    with Client(bootstrap) as client:
+        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+    raw = Raw(broker.port)
+    watch = GroupWatch(raw, group)
+    produced = [0]
+    stop = threading.Event()
+
+    def feed():
+        while not stop.is_set() and produced[0] < 5000:
+            produce(bootstrap, topic, range(produced[0], produced[0] + 50), partitions)
+            produced[0] += 50
+            stop.wait(0.1)
+    feeder = threading.Thread(target=feed, daemon=True)
+    workers = [Worker("confluent-kip848", bootstrap, group, topic, f"w{i}", 0) for i in range(3)]
+    alive = list(workers)
+    try:
+        feeder.start()
+        watch.settled(alive, partitions)
+        for change in range(20):
+            if change % 2 == 0:
+                leaving = alive.pop(0)
+                leaving.close()
+            else:
+                alive.append(Worker("confluent-kip848", bootstrap, group, topic, f"w{len(workers)}", 0))
+                workers.append(alive[-1])
+            watch.settled(alive, partitions)
+        stop.set()
+        feeder.join(30)
+        everything = {str(i) for i in range(produced[0])}
+        wait_for(lambda: {i for w in workers for i in w.ids()} >= everything, 60, "every record")
+        for w in alive:
+            w.close()
+    finally:
+        stop.set()
+        for w in workers:
+            w.kill()
+        raw.close()
+    consumed = collections.Counter(i for w in workers for i in w.ids())
+    assert set(consumed) == everything
+    assert [i for i, n in consumed.items() if n > 1] == []
+    assert not any(w.commit_failures or w.errors for w in workers), \
+        [(w.name, w.commit_failures[:2], w.errors[:2]) for w in workers]
+    assert len(workers) == 13 and watch.seen > 20
+
+
 # -- raw heartbeats ---------------------------------------------------------------------------
 
 def heartbeat(raw: Raw, group: str, member_id: str, epoch: int, version: int = 1, **fields):
@@ -317,7 +373,10 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
                            member_id=member, topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
                                R.OffsetCommitRequestPartition(partition_index=partition, committed_offset=7)])])
             return response.topics[0].partitions[0].error_code
-        assert commit(1) == ErrorCode.STALE_MEMBER_EPOCH
+        # KIP-1251: an older epoch commits the partitions the member has held since then.
+        assert commit(1, partition=2) == ErrorCode.STALE_MEMBER_EPOCH  # m1's at epoch 1, now m2's
+        assert commit(3) == ErrorCode.STALE_MEMBER_EPOCH  # ahead of the member
+        assert commit(1, partition=0) == ErrorCode.NONE  # m1's since epoch 1
         assert commit(2, member="ghost") == ErrorCode.UNKNOWN_MEMBER_ID
         assert commit(-1, member="") == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members
         assert commit(2) == ErrorCode.NONE

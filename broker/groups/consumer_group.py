@@ -92,6 +92,10 @@ class Member:
     state: int = MEMBER_STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The member epoch at which it got each partition it holds (KIP-1251's assignment
+    # epochs): a commit at an older epoch than the member's may still commit those
+    # partitions it held by then.
+    assigned_at: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
     def metadata(self) -> tuple:
         """What its ConsumerGroupMemberMetadata record holds."""
@@ -106,7 +110,7 @@ class Member:
     def assignment(self) -> tuple:
         """What its ConsumerGroupCurrentMemberAssignment record holds."""
         return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned,
-                self.pending_revocation)
+                self.pending_revocation, self.assigned_at)
 
 
 @dataclass
@@ -141,13 +145,32 @@ class ConsumerGroup:
 
 # -- records ----------------------------------------------------------------------------
 
-def _topic_partitions(schema, assignment: Assignment) -> list:
-    return [schema(topic_id=topic_id, partitions=sorted(indexes))
-            for topic_id, indexes in sorted(assignment.items()) if indexes]
+def _topic_partitions(schema, assignment: Assignment, assigned_at: dict | None = None) -> list:
+    """Records' TopicPartitions, with their assignment epochs when `assigned_at` is given."""
+    entries = []
+    for topic_id, indexes in sorted(assignment.items()):
+        if not indexes:
+            continue
+        entry = schema(topic_id=topic_id, partitions=sorted(indexes))
+        if assigned_at is not None:
+            entry.assignment_epochs = [assigned_at[(topic_id, index)] for index in entry.partitions]
+        entries.append(entry)
+    return entries
 
 
 def _assignment_of(items) -> Assignment:
     return {tp.topic_id: frozenset(tp.partitions) for tp in items if tp.partitions}
+
+
+def _assignment_epochs(items, default: int) -> dict[tuple[uuid.UUID, int], int]:
+    """Each partition's assignment epoch as stored; `default` (the member epoch, at least
+    0) where the record has none (written before KIP-1251)."""
+    epochs = {}
+    for tp in items:
+        stored = tp.assignment_epochs if tp.assignment_epochs is not None else []
+        for i, index in enumerate(tp.partitions):
+            epochs[(tp.topic_id, index)] = stored[i] if i < len(stored) else max(default, 0)
+    return epochs
 
 
 def group_epoch_record(group_id: str, epoch: int, metadata_hash: int):
@@ -167,9 +190,9 @@ def current_assignment_record(group_id: str, member: Member):
     return consumer_group_record(CURRENT_MEMBER_ASSIGNMENT, group_id, member.member_id, CURRENT_VALUE(
         member_epoch=member.member_epoch, previous_member_epoch=member.previous_member_epoch,
         state=member.state,
-        assigned_partitions=_topic_partitions(CURRENT_VALUE.TopicPartitions, member.assigned),
+        assigned_partitions=_topic_partitions(CURRENT_VALUE.TopicPartitions, member.assigned, member.assigned_at),
         partitions_pending_revocation=_topic_partitions(CURRENT_VALUE.TopicPartitions,
-                                                        member.pending_revocation)))
+                                                        member.pending_revocation, member.assigned_at)))
 
 
 def target_member_record(group_id: str, member_id: str, assignment: Assignment):
@@ -239,7 +262,9 @@ class ConsumerGroupReplay:
             group.members[member_id] = replace(
                 member, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
                 state=value.state, assigned=_assignment_of(value.assigned_partitions),
-                pending_revocation=_assignment_of(value.partitions_pending_revocation))
+                pending_revocation=_assignment_of(value.partitions_pending_revocation),
+                assigned_at={**_assignment_epochs(value.assigned_partitions, value.member_epoch),
+                             **_assignment_epochs(value.partitions_pending_revocation, value.member_epoch)})
 
 
 # What RE2/J (Kafka's regex engine) refuses and Python's `re` would take: lookarounds,
@@ -315,9 +340,13 @@ def _next_assignment(member: Member, epoch: int, target_epoch: int, target: Assi
 
 
 def _moved(member: Member, epoch: int, state: int, assigned: Assignment, revoking: Assignment) -> Member:
+    """The member at `epoch`: partitions it held keep their assignment epochs, new ones
+    take `epoch`."""
     previous = member.member_epoch if epoch != member.member_epoch else member.previous_member_epoch
+    assigned_at = {(topic_id, index): member.assigned_at.get((topic_id, index), epoch)
+                   for held in (assigned, revoking) for topic_id, indexes in held.items() for index in indexes}
     return replace(member, member_epoch=epoch, previous_member_epoch=previous, state=state,
-                   assigned=assigned, pending_revocation=revoking)
+                   assigned=assigned, pending_revocation=revoking, assigned_at=assigned_at)
 
 
 @dataclass
@@ -654,17 +683,30 @@ class ConsumerGroups:
         return writes
 
     # -- what the offsets manager and the other APIs ask ------------------------------
-    def validate_offset_commit(self, group: ConsumerGroup, member_epoch: int, member_id: str) -> None:
+    def validate_offset_commit(self, group: ConsumerGroup, member_epoch: int, member_id: str,
+                               partitions=None) -> dict[tuple[str, int], int]:
         """Kafka's ConsumerGroup.validateOffsetCommit: a commit without a member (epoch
-        < 0) only while the group is empty; else from a member at its current epoch."""
+        < 0) only while the group is empty; else from a member at its current epoch or,
+        for `partitions` (topic name, partition) given (a plain commit: KIP-1251), at an
+        older epoch for the partitions it has held since then: the others answer
+        STALE_MEMBER_EPOCH, returned by partition."""
         if member_epoch < 0 and not member_id and not group.members:
-            return
+            return {}
         member = group.members.get(member_id)
         if member is None:
             raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group.group_id!r}")
-        if member_epoch != member.member_epoch:
+        if member_epoch == member.member_epoch:
+            return {}
+        if partitions is None or member_epoch > member.member_epoch or member_epoch < 0:
             raise BrokerError(ErrorCode.STALE_MEMBER_EPOCH,
                               f"member epoch {member_epoch} is not {member.member_epoch}")
+        stale = {}
+        for name, index in partitions:
+            topic = self.broker.metadata.topic(name)
+            since = member.assigned_at.get((topic.topic_id, index)) if topic is not None else None
+            if since is None or since > member_epoch:
+                stale[(name, index)] = ErrorCode.STALE_MEMBER_EPOCH
+        return stale
 
     @staticmethod
     def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:

@@ -67,6 +67,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from wire.error_codes import ErrorCode
 from wire.messages import CONSUMER_PROTOCOL_SUBSCRIPTION, GROUP_METADATA_VALUE
@@ -85,6 +86,14 @@ CLASSIC_GROUP_TYPE = "classic"
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class ListedGroup(NamedTuple):
+    """A group as ListGroups lists it."""
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
 
 
 @dataclass
@@ -684,16 +693,17 @@ class GroupCoordinator:
 
     # -- what the offsets manager asks -------------------------------------------------
     def validate_offset_commit(self, group_id: str, generation: int, member_id: str,
-                               instance_id: str | None) -> int:
-        """An OffsetCommit's group, member and generation; the group's partition. A group
-        that does not exist is created (without members, it accepts commits with
-        generation -1 and no member id)."""
+                               instance_id: str | None, partitions) -> tuple[int, dict]:
+        """An OffsetCommit's group, member and generation: the group's partition, and the
+        error of each of `partitions` the member may not commit (a consumer group's rule,
+        see `ConsumerGroups.validate_offset_commit`). A group that does not exist is created
+        (without members, it accepts commits with generation -1 and no member id)."""
         self._check_group_id(group_id)
         index = self.coordinating(group_id)
         consumer_group = self.consumer_groups.groups.get(group_id)
         if consumer_group is not None:
-            self.consumer_groups.validate_offset_commit(consumer_group, generation, member_id)
-            return index
+            return index, self.consumer_groups.validate_offset_commit(consumer_group, generation, member_id,
+                                                                      partitions)
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             if generation >= 0 or member_id:
@@ -713,7 +723,7 @@ class GroupCoordinator:
                 # for their generation (what they consumed before rejoining); once the new
                 # generation exists, commits wait for its assignment.
                 raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS)
-        return index
+        return index, {}
 
     def validate_txn_offset_commit(self, group_id: str, generation: int, member_id: str,
                                    instance_id: str | None) -> int:
@@ -799,10 +809,9 @@ class GroupCoordinator:
                               f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found.")
         return group
 
-    def listed(self) -> list[tuple[str, str, str, str]]:
-        """(group id, protocol type, state, group type) of the groups of the partitions
-        coordinated here, classic and consumer; COORDINATOR_LOAD_IN_PROGRESS while one of
-        them loads (Kafka's ListGroups answer)."""
+    def listed(self) -> list[ListedGroup]:
+        """The groups of the partitions coordinated here, classic and consumer;
+        COORDINATOR_LOAD_IN_PROGRESS while one of them loads (Kafka's ListGroups answer)."""
         topic = self.broker.topics.topics.get(offsets_log.TOPIC)
         for index in sorted(topic.partitions) if topic is not None else ():
             try:
@@ -811,9 +820,9 @@ class GroupCoordinator:
                 if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                     raise
         coordinated = set(self.runtime.coordinated.coordinated())
-        return [(g.group_id, g.protocol_type or "", g.state, CLASSIC_GROUP_TYPE) for g in self.groups.values()
-                if g.partition in coordinated and g.state != DEAD] + \
-            [(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, consumer_group.GROUP_TYPE)
+        return [ListedGroup(g.group_id, g.protocol_type or "", g.state, CLASSIC_GROUP_TYPE)
+                for g in self.groups.values() if g.partition in coordinated and g.state != DEAD] + \
+            [ListedGroup(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, consumer_group.GROUP_TYPE)
              for g in self.consumer_groups.groups.values() if g.partition in coordinated]
 
     async def delete_group(self, group_id: str) -> None:

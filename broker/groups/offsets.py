@@ -177,8 +177,10 @@ class OffsetsManager:
         """Store offsets; returns an error code per partition once they are committed
         (then they are in memory). Raises BrokerError for errors that concern the whole
         request."""
-        index = self._groups.validate_offset_commit(group_id, generation, member_id, instance_id)
-        codes, accepted = self._acceptable(offsets)
+        index, refused = self._groups.validate_offset_commit(group_id, generation, member_id, instance_id,
+                                                             offsets.keys())
+        codes, accepted = self._acceptable({tp: c for tp, c in offsets.items() if tp not in refused})
+        codes.update(refused)
         if accepted:
             state = self._of(group_id, index)
             end = await self._store(state, [offsets_log.offset_record(group_id, t, p, c)

@@ -2,7 +2,8 @@
 
 - OffsetCommit v1+ carries generation and member id (checked by the coordinator; -1
   and no member id for a group without members; for a KIP-848 consumer group the member
-  epoch, STALE_MEMBER_EPOCH when it is not the member's); v7+ the instance id; v6+ the
+  epoch: STALE_MEMBER_EPOCH ahead of the member's, and behind it for each partition the
+  member has not held since that epoch, KIP-1251); v7+ the instance id; v6+ the
   committed leader epoch. A metadata string longer than `offset.metadata.max.bytes`
   gets OFFSET_METADATA_TOO_LARGE, an unknown partition UNKNOWN_TOPIC_OR_PARTITION.
 - OffsetFetch v9 carries the member id and epoch of a consumer group (KIP-848) member:
