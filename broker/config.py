@@ -524,6 +524,7 @@ BROKER_KEYS = {key.name: key for key in (
              "the lowest group.consumer.heartbeat.interval.ms allowed", 1),
     _int_key("group.consumer.max.heartbeat.interval.ms", 15_000,
              "the highest group.consumer.heartbeat.interval.ms allowed", 1),
+    _int_key("group.consumer.max.size", INT_MAX, "the most members a consumer group may have", 1),
     ConfigKey("group.consumer.assignors", LIST, ("uniform", "range"),
               "the consumer groups' server-side assignors, the first the default", _assignors,
               "[uniform, range] (or Kafka's class names)", show=lambda c: ",".join(c.group_consumer_assignors)),

@@ -21,7 +21,8 @@
   members' epochs and assignments survive a broker restart, a member carrying on at its
   epoch; a static member leaving with epoch -2 is replaced by its successor with its
   partitions and no new group epoch; the empty group is deleted with its offsets. A member
-  that does not revoke within its rebalance timeout is fenced, its partitions reassigned.
+  that does not revoke within its rebalance timeout is fenced, its partitions reassigned;
+  a group of group.consumer.max.size members refuses another (GROUP_MAX_SIZE_REACHED).
 - A regex subscription (confluent-kafka's `^...` topics) is served: the topics it matches
   in full are assigned, one created later too, never another; an invalid regex (or one
   RE2/J refuses: lookarounds, backreferences) is INVALID_REGULAR_EXPRESSION.
@@ -437,7 +438,7 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
 
 
 def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F811
-    broker = start_broker(**PATIENT_CONFIG)
+    broker = start_broker(**PATIENT_CONFIG, group_consumer_max_size=2)
     topic, group = "slow848", "slow848-group"
     with Client(broker.bootstrap_servers) as client:
         client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
@@ -447,6 +448,8 @@ def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F
                           topic_partitions=[], server_assignor="range")
         assert first.member_epoch == 1
         assert join(raw, group, [topic], member_id="next").member_epoch == 2
+        full = join(raw, group, [topic], member_id="third")
+        assert (full.error_code, full.member_epoch) == (ErrorCode.GROUP_MAX_SIZE_REACHED, 0)
         asked = heartbeat(raw, group, "slow", 1, topic_partitions=owned(first))  # range: "next" < "slow"
         assert asked.assignment.topic_partitions[0].partitions == [2, 3]  # asked to revoke 0-1
         started = time.monotonic()

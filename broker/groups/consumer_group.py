@@ -24,7 +24,8 @@ their offsets in the same offsets manager. Rules (Kafka 4.4's):
   them over, no rebalance) or its session ends. A heartbeat from an unknown member is
   UNKNOWN_MEMBER_ID; an epoch ahead of the member's, or behind it other than the
   previous epoch with owned partitions within its assignment, FENCED_MEMBER_EPOCH (the
-  member rejoins from scratch); an instance id held by a live member UNRELEASED_INSTANCE_ID.
+  member rejoins from scratch); an instance id held by a live member UNRELEASED_INSTANCE_ID;
+  a new member of a group of `group.consumer.max.size` members GROUP_MAX_SIZE_REACHED.
 - Members that do not heartbeat within `group.consumer.session.timeout.ms`, or do not
   revoke within their rebalance timeout, are fenced: removed, the group epoch bumped.
 - An empty group's offsets expire `offsets.retention.minutes` after their commit, and
@@ -368,6 +369,7 @@ class ConsumerGroups:
         self.session_timeout_ms = cfg.group_consumer_session_timeout_ms
         self.heartbeat_interval_ms = cfg.group_consumer_heartbeat_interval_ms
         self.assignors = cfg.group_consumer_assignors
+        self.max_size = cfg.group_consumer_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self._fencing: set[tuple[str, str]] = set()  # (group, member) being fenced in the background
 
@@ -522,6 +524,9 @@ class ConsumerGroups:
             subscribed_topic_regex=(request.subscribed_topic_regex or None)
             if request.subscribed_topic_regex is not None else member.subscribed_topic_regex)
         is_new = member.member_id not in group.members
+        if is_new and replaced is None and len(group.members) >= self.max_size:
+            raise BrokerError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                              f"group {group_id!r} has reached its maximum size of {self.max_size} members")
         members = {m.member_id: m for m in group.members.values() if m is not replaced}
         members[updated.member_id] = updated
         records = []

@@ -210,7 +210,7 @@ async def consumer_group_heartbeat(broker, header, request, session):
         result = await broker.groups.consumer_groups.heartbeat(
             request, header.request_api_version, header.client_id or "", f"/{session.client_host}")
     except BrokerError as exc:
-        return Resp(error_code=exc.code, error_message=str(exc) or None, member_epoch=-1)
+        return Resp(error_code=exc.code, error_message=str(exc) or None)
     assignment = None
     if result.assignment is not None:
         assignment = Resp.Assignment(topic_partitions=[
