@@ -26,6 +26,8 @@
 - A regex subscription (confluent-kafka's `^...` topics) is served: the topics it matches
   in full are assigned, one created later too, never another; an invalid regex (or one
   RE2/J refuses: lookarounds, backreferences) is INVALID_REGULAR_EXPRESSION.
+- On the coordinator itself (manual clock): an empty group's offsets expire with it; a
+  suspended partition (after a stall) fences nobody, its heartbeats counting.
 - An empty classic group is taken over by a consumer-protocol member, which resumes from
   the classic group's committed offsets, and the empty consumer group then by a classic
   member, which resumes from its; a group of either kind with members refuses the other
@@ -41,6 +43,7 @@ import uuid
 
 import pytest
 
+from broker.errors import BrokerError
 from sluice.polling import wait_for
 from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
 from wire.client import Client, NewTopic
@@ -612,4 +615,53 @@ def test_offsets_of_an_empty_consumer_group_expire_with_it(tmp_path):
     asyncio.run(replayed.load())
     assert set(replayed.consumer_groups.groups) == {"stays"} and replayed.groups == {}
     assert replayed.offsets.committed("left") == {}
+    topics.close()
+
+
+def test_suspended_partition_expires_no_consumer_group_member(tmp_path):
+    """On the coordinator itself, with a manual clock: while a consumer group's partition is
+    suspended (after a stall), heartbeats answer COORDINATOR_LOAD_IN_PROGRESS but count, and
+    no member is fenced however long it lasts; once ZooKeeper's word resumes it, the
+    member carries on at its epoch."""
+    import asyncio
+
+    from broker.config import BrokerConfig
+    from broker.groups.offsets_log import TOPIC as OFFSETS_TOPIC
+    from tests.manual_clock import ManualClock
+    from tests.replicas import group_coordinator, topic_manager
+
+    config = BrokerConfig(data_dir=str(tmp_path), offsets_topic_num_partitions=1)
+    topics = topic_manager(config)
+    topics.load()
+    topics.create("t", 1, {})
+    clock = ManualClock()
+    groups = group_coordinator(config, topics, clock)
+    R = CONSUMER_GROUP_HEARTBEAT.request
+
+    async def scenario():
+        async def beat(epoch, **fields):
+            try:
+                result = await groups.consumer_groups.heartbeat(
+                    R(group_id="g", member_id="m", member_epoch=epoch, **fields), 1, "client", "/127.0.0.1")
+            except BrokerError as exc:
+                return exc.code, None
+            return ErrorCode.NONE, result.member_epoch
+
+        assert await beat(0, rebalance_timeout_ms=5000, subscribed_topic_names=["t"], topic_partitions=[]) == \
+            (ErrorCode.NONE, 1)
+        coordinated = groups.runtime.coordinated
+        (index,) = coordinated.coordinated()
+        epoch = topics.partition(OFFSETS_TOPIC, index).leader_epoch
+        coordinated.suspend()
+        for _ in range(3):  # 120 s in all: nearly three sessions (45 s), a heartbeat every 40 s
+            await clock.advance(40)
+            assert await beat(1) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
+            groups.expire_sessions()
+        coordinated.confirm(index, True, epoch)
+        groups.expire_sessions()
+        await asyncio.sleep(0)  # a fencing would have started
+        assert await beat(1) == (ErrorCode.NONE, 1)
+        assert list(groups.consumer_groups.groups["g"].members) == ["m"]
+
+    asyncio.run(scenario())
     topics.close()

@@ -371,7 +371,8 @@ class ConsumerGroups:
         self.assignors = cfg.group_consumer_assignors
         self.max_size = cfg.group_consumer_max_size
         self.groups: dict[str, ConsumerGroup] = {}
-        self._fencing: set[tuple[str, str]] = set()  # (group, member) being fenced in the background
+        # (group, member) -> the task fencing it in the background (held: a task is only weakly referenced)
+        self._fencing: dict[tuple[str, str], asyncio.Task] = {}
 
     # -- loading ---------------------------------------------------------------------
     def loaded(self, groups: dict[str, ConsumerGroup]) -> None:
@@ -423,8 +424,16 @@ class ConsumerGroups:
     async def heartbeat(self, request, version: int, client_id: str, client_host: str) -> HeartbeatResult:
         self._validate(request, version)
         group_id = request.group_id
-        index = self.coordinator.coordinating(group_id)
         group = self.groups.get(group_id)
+        try:
+            index = self.coordinator.coordinating(group_id)
+        except BrokerError as exc:
+            # While its partition is suspended (after a stall) the member counts as heard,
+            # as a classic member's heartbeat does: its session is not its fault.
+            if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and group is not None \
+                    and request.member_id in group.session_deadlines:
+                group.session_deadlines[request.member_id] = self.stalls.monotonic() + self.session_timeout_ms / 1000
+            raise
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
                 raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} has no members")
@@ -530,9 +539,12 @@ class ConsumerGroups:
         members = {m.member_id: m for m in group.members.values() if m is not replaced}
         members[updated.member_id] = updated
         records = []
+        classic = self.coordinator.classic_group(group_id)
+        if classic is not None and classic.members:  # joined while this group was being created
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} is a classic group with members")
         if replaced is not None:
             records += member_tombstones(group_id, replaced.member_id)
-        elif self.coordinator.classic_group(group_id) is not None:
+        elif classic is not None:
             records.append(offsets_log.group_record(group_id, None))  # the empty classic group taken over
         if is_new or updated.metadata() != member.metadata():
             records.append(member_record(group_id, updated))
@@ -647,8 +659,8 @@ class ConsumerGroups:
                 late = now > group.session_deadlines.get(member_id, now) or \
                     now > group.revocation_deadlines.get(member_id, now)
                 if late and (group.group_id, member_id) not in self._fencing:
-                    self._fencing.add((group.group_id, member_id))
-                    asyncio.get_running_loop().create_task(self._fence(group, member_id))
+                    self._fencing[(group.group_id, member_id)] = asyncio.get_running_loop().create_task(
+                        self._fence(group, member_id))
 
     async def _fence(self, group: ConsumerGroup, member_id: str) -> None:
         try:
@@ -665,7 +677,7 @@ class ConsumerGroups:
         except BrokerError as exc:
             log.info("group %s: member %s not fenced yet (%s)", group.group_id, member_id, exc)
         finally:
-            self._fencing.discard((group.group_id, member_id))
+            self._fencing.pop((group.group_id, member_id), None)
 
     def expire_offsets(self, writable: set[int], now_ms: int) -> list[tuple[list, ConsumerGroup]]:
         """Kafka's expiry for consumer groups: an empty group's offsets go once their commit
