@@ -65,7 +65,7 @@ exporter shows it: the series without a `topic` label is the broker-wide total. 
 - kafka_consumergroup_lag{consumergroup,topic,partition} and
   kafka_consumergroup_current_offset{...}, kafka_consumergroup_members{consumergroup}:
   Kafka brokers do not export lag; these are kafka_exporter's names. They come from the
-  group coordinator: a group's committed offsets, on the broker coordinating it, and
+  group coordinator, for classic and KIP-848 consumer groups alike: a group's committed offsets, on the broker coordinating it, and
   lag = the partition's high watermark - the committed offset (never below 0), for the
   partitions whose high watermark this broker knows (it holds a replica; a follower's
   may trail the leader's by a fetch). In a cluster each group is thus reported by one
@@ -395,8 +395,11 @@ class BrokerCollector:
                                     labels=["consumergroup"])
         topics = broker.topics.topics
         coordinated = set(broker.groups.runtime.coordinated.coordinated())
-        for group_id, group in sorted(broker.groups.groups.items()):
-            if group.state == DEAD or group.partition not in coordinated:
+        groups = [g for g in broker.groups.groups.values() if g.state != DEAD] + \
+            list(broker.groups.consumer_groups.groups.values())  # classic and KIP-848 ones
+        for group in sorted(groups, key=lambda g: g.group_id):
+            group_id = group.group_id
+            if group.partition not in coordinated:
                 continue
             members.add_metric([group_id], len(group.members))
             for (topic, index), committed in sorted(broker.groups.offsets.offsets_of(group_id).items()):

@@ -246,6 +246,26 @@ def test_consumer_lag_is_the_high_watermark_less_the_committed_offset(broker, po
     assert value(scrape(port), "kafka_consumergroup_lag", **labels) == 13 - 4
 
 
+def test_consumer_protocol_groups_are_reported_too(broker, port):
+    """A KIP-848 consumer group (group.protocol=consumer) has its members and lag reported."""
+    topic, group = "metrics-kip848", "metrics-kip848-group"
+    produce(broker.bootstrap_servers, topic, 5)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        def assigned():
+            consumer.poll(0.2)
+            return bool(consumer.assignment())
+        wait_for(assigned, 30, "the consumer's assignment")
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        samples = scrape(port)
+        assert value(samples, "kafka_consumergroup_members", consumergroup=group) == 1
+        assert value(samples, "kafka_consumergroup_lag", consumergroup=group, topic=topic, partition="0") == 5 - 2
+    finally:
+        consumer.close()
+
+
 def test_connection_count_follows_clients(broker, port):
     def count():
         return value(scrape(port), "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT")
