@@ -2,8 +2,8 @@
 
 import sys
 
-from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, metrics,
-                   reassignment, security, spark_latency, spark_write)
+from bench import (broker, cluster, codec, compaction, connections, coordinators, durability, group_protocols,
+                   metrics, reassignment, security, spark_latency, spark_write)
 
 quick = "--quick" in sys.argv[1:]
 codec.main(["--seconds", "0.5" if quick else "2"])
@@ -21,6 +21,8 @@ print()
 reassignment.main(["--quick"] if quick else [])  # moving partitions, throttled or not, and retiring a broker
 print()
 coordinators.main(["--quick"] if quick else [])  # groups and transactions in the cluster
+print()
+group_protocols.main(["--quick"] if quick else [])  # rebalance time: KIP-848 against the classic protocol
 print()
 connections.main([])  # RSS per idle connection
 print()

@@ -15,6 +15,16 @@ def test_codec_benchmark_runs_and_checks_zero_copy():
     assert results["machine"]["cores"] >= 1
 
 
+def test_group_protocols_benchmark_runs():
+    """bench.group_protocols once per protocol on Sluice: both times measured, the goal judged."""
+    from bench import group_protocols
+
+    results = group_protocols.run(group_protocols.Sizes(repeats=1, step_timeout=60.0), "tiny", ("sluice",))
+    assert all(results["sluice"][p]["median_s"] > 0 for p in group_protocols.PROTOCOLS)
+    assert results["goal"]["met"] in (True, False)
+    assert "| Sluice |" in group_protocols.markdown_report(results)
+
+
 def test_spark_read_benchmark_runs(spark):
     from bench.spark_read import run as run_spark_read
 
