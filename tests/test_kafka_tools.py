@@ -8,7 +8,8 @@
   partition; the member's id, host and client id), `--reset-offsets --to-earliest
   --execute` (then the committed offsets read back by confluent-kafka are 0 and a consumer
   of the group re-reads every record from the start), `--delete-offsets` (then the group
-  has no committed offsets).
+  has no committed offsets). A KIP-848 group (group.protocol=consumer) described too: its
+  offsets and lag per partition, its member, its state and the broker's assignor.
 - kafka-console-producer with keys (`parse.key`, `key.separator`) from stdin, then
   kafka-console-consumer `--from-beginning --max-messages N` printing keys: the same lines;
   the keys and values checked independently with confluent-kafka.
@@ -255,6 +256,46 @@ def test_consumer_groups_list_describe_reset_delete_offsets(kafka_broker):
     finally:
         checker.close()
     assert [tp.offset for tp in committed] == [OFFSET_INVALID, OFFSET_INVALID]
+
+
+def test_consumer_groups_describe_a_kip848_group(kafka_broker):
+    """kafka-consumer-groups describes a group of the consumer group protocol (KIP-848)
+    through ConsumerGroupDescribe: offsets and lag, the member, and the group's state with
+    the broker's assignor."""
+    from confluent_kafka import Consumer, Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic, group = unique("tools-kip848"), unique("tools-kip848-group")
+    _create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        producer.produce(topic, f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(15) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                         "client.id": "tools-kip848-client", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        consumed = 0
+        for _ in range(150):
+            message = consumer.poll(0.2)
+            consumed += message is not None and message.error() is None
+            if consumed == 6:
+                break
+        assert consumed == 6
+        consumer.commit(asynchronous=False)
+        producer.produce(topic, b"v6", partition=0)
+        assert producer.flush(15) == 0
+
+        rows = table(tool(GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group).stdout)
+        assert [(r["PARTITION"], r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"], r["CLIENT-ID"])
+                for r in sorted(rows, key=lambda r: r["PARTITION"])] == [
+            ("0", "3", "4", "1", "tools-kip848-client"), ("1", "3", "3", "0", "tools-kip848-client")]
+        state = table(tool(GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group,
+                           "--state").stdout)
+        assert [(r["ASSIGNMENT-STRATEGY"], r["STATE"], r["#MEMBERS"]) for r in state] == [("uniform", "Stable", "1")]
+    finally:
+        consumer.close()
 
 
 def test_console_producer_then_console_consumer(kafka_broker):
