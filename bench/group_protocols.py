@@ -27,7 +27,7 @@ import uuid
 
 from bench.common import SluiceTarget, client_versions, sectioned_main
 from bench.machine import describe_machine, machine_details
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 
 MEMBERS = 10
 PARTITIONS = 100

@@ -23,7 +23,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from broker.groups.assignors import ASSIGNOR_CLASSES, assignor_name
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -73,6 +72,21 @@ def _double(key: str, text: str, minimum: float, maximum: float) -> float:
 def _items(text: str) -> list[str]:
     """A LIST value's items: comma-separated, trimmed, the empty ones dropped."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# Kafka's default `group.consumer.assignors`, by the names clients choose them with
+# (`group.remote.assignor`); Kafka's class names are accepted as their synonyms.
+ASSIGNOR_CLASSES = {
+    "uniform": "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+    "range": "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+}
+
+
+def assignor_name(text: str) -> str | None:
+    """The assignor named by `text` (a short name or Kafka's class name), or None."""
+    if text in ASSIGNOR_CLASSES:
+        return text
+    return next((name for name, cls in ASSIGNOR_CLASSES.items() if cls == text), None)
 
 
 def _assignors(key: str, text: str) -> tuple[str, ...]:

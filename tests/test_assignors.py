@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from broker.groups.assignors import assign, assignor_name
+from broker.config import assignor_name
+from broker.groups.assignors import assign
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 

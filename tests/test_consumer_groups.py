@@ -44,7 +44,7 @@ import uuid
 import pytest
 
 from broker.errors import BrokerError
-from sluice.polling import wait_for
+from tests.support.polling import wait_for
 from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode

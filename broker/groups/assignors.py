@@ -20,21 +20,6 @@ import uuid
 # topic id -> partition indexes: a member's share of a target assignment.
 Assignment = dict[uuid.UUID, frozenset[int]]
 
-# Kafka's default `group.consumer.assignors`, by the names clients choose them with
-# (`group.remote.assignor`); Kafka's class names are accepted as their synonyms.
-ASSIGNOR_CLASSES = {
-    "uniform": "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
-    "range": "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
-}
-
-
-def assignor_name(text: str) -> str | None:
-    """The assignor named by `text` (a short name or Kafka's class name), or None."""
-    if text in ASSIGNOR_CLASSES:
-        return text
-    return next((name for name, cls in ASSIGNOR_CLASSES.items() if cls == text), None)
-
-
 def assign(assignor: str, subscriptions: dict[str, set[uuid.UUID]], partitions: dict[uuid.UUID, int],
            previous: dict[str, Assignment]) -> dict[str, Assignment]:
     """The target assignment of every member of `subscriptions` (member id -> subscribed
