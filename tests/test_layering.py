@@ -32,8 +32,8 @@ PACKAGES = {
 BROKER_LAYERS = [
     # what everything stands on: time, errors, configuration, logging, rates, fail points,
     # and the answers a handler gives the network layer
-    {"broker.clock", "broker.errors", "broker.config", "broker.failpoints", "broker.throttled_log",
-     "broker.quota", "broker.handler_results"},
+    {"broker.clock", "broker.errors", "broker.config", "broker.features", "broker.failpoints",
+     "broker.throttled_log", "broker.quota", "broker.handler_results"},
     # the disk and ZooKeeper
     {"broker.storage", "broker.zookeeper"},
     # state kept beside the logs, and the connections' security
