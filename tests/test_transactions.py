@@ -656,13 +656,13 @@ def test_bad_input_gets_kafkas_error_codes(broker):
     assert conn.produce(topic, 0, batch, txn_id) == (0, 0)
     # TxnOffsetCommit needs AddOffsetsToTxn first
     commit_body = dict(transactional_id=txn_id, group_id="bad-group", producer_id=pid, producer_epoch=1,
-                       generation_id=-1, member_id="", group_instance_id=None,
+                       generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                        topics=[TXN_OFFSET_COMMIT.request.TxnOffsetCommitRequestTopic(name=topic, partitions=[
                            TXN_OFFSET_COMMIT.request.TxnOffsetCommitRequestPartition(
                                partition_index=0, committed_offset=1, committed_metadata=None)])])
     answer = conn.call(TXN_OFFSET_COMMIT, 3, **commit_body)
     assert answer.topics[0].partitions[0].error_code == E.INVALID_TXN_STATE
-    answer = conn.call(TXN_OFFSET_COMMIT, 3, **{**commit_body, "generation_id": 4, "member_id": "m"})
+    answer = conn.call(TXN_OFFSET_COMMIT, 3, **{**commit_body, "generation_id_or_member_epoch": 4, "member_id": "m"})
     assert answer.topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
     assert conn.call(ADD_OFFSETS_TO_TXN, 3, transactional_id=txn_id, producer_id=pid, producer_epoch=0,
                      group_id="bad-group").error_code == E.PRODUCER_FENCED
@@ -742,7 +742,7 @@ def test_crash_in_the_middle_of_a_commit_completes_it_on_restart(tmp_path, monke
         assert conn.call(ADD_OFFSETS_TO_TXN, 3, transactional_id=txn_id, producer_id=pid,
                          producer_epoch=epoch, group_id=group).error_code == 0
         answer = conn.call(TXN_OFFSET_COMMIT, 3, transactional_id=txn_id, group_id=group, producer_id=pid,
-                           producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
+                           producer_epoch=epoch, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                            topics=[TXN_OFFSET_COMMIT.request.TxnOffsetCommitRequestTopic(name=topic, partitions=[
                                TXN_OFFSET_COMMIT.request.TxnOffsetCommitRequestPartition(
                                    partition_index=p, committed_offset=40 + p, committed_metadata="m")

@@ -58,6 +58,9 @@ DATA_NAMES = [
 # Kafka 4.4's definitions of what the 3.9 reference lacks or has older (its README says
 # where they come from): searched before the directories given.
 NEWER_MESSAGES = Path(__file__).resolve().parent.parent / "tests" / "data" / "kafka-4.4-messages"
+# Versions older than a newer definition's oldest that Sluice still serves: Kafka 4
+# removed Produce v0-2 (KIP-896), whose layout its fields still describe.
+KEPT_OLDEST_VERSIONS = {"Produce": 0}
 _INT_TYPES = {"int8", "int16", "int32", "int64", "uint16", "uint32"}
 
 
@@ -166,6 +169,8 @@ def generate(*sources: Path, committed: str = "") -> str:
             continue
         req, resp = load(request), load(response)
         assert req["validVersions"] == resp["validVersions"], name
+        if name in KEPT_OLDEST_VERSIONS:
+            req["validVersions"] = f"{KEPT_OLDEST_VERSIONS[name]}-{req['validVersions'].split('-')[1]}"
         apis.append((req["apiKey"], name, req, resp))
     apis.sort()
     for key, name, req, resp in apis:

@@ -111,7 +111,10 @@ MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 
+# Newest versions served, where wire.messages knows newer ones (Kafka 4.4's topic ids).
 MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDLERS)}
+MAX_VERSIONS[PRODUCE.key] = produce.MAX_VERSION
+MAX_VERSIONS[TXN_OFFSET_COMMIT.key] = transactions.TXN_OFFSET_COMMIT_MAX_VERSION
 
 # The APIs whose requests the broker decodes: the single node's, and a cluster broker's.
 # wire.messages also has schemas neither serves: a request at one of those is refused

@@ -91,6 +91,7 @@ _MAGIC_AT = 16
 # compression.type -> codec id; "producer" (keep the batch's codec) is absent.
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 _LAST_MESSAGE_SET_VERSION = 2  # Produce v3+ carries record batches only
+MAX_VERSION = 11  # v13 names topics by id
 
 
 def _is_message_set(records) -> bool:

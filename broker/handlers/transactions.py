@@ -78,6 +78,9 @@ from broker.transactions.markers import append_local_markers
 from broker.transactions.txn_log import STATES_BY_NAME
 
 
+TXN_OFFSET_COMMIT_MAX_VERSION = 4  # v6 names topics by id
+
+
 def fenced_for(code: int, version: int, since: int) -> int:
     """PRODUCER_FENCED for versions >= `since`, INVALID_PRODUCER_EPOCH before."""
     if code == ErrorCode.PRODUCER_FENCED and version < since:
@@ -216,7 +219,7 @@ async def txn_offset_commit(broker, header, request, session):
         try:
             codes.update(await broker.groups.offsets.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch,
-                request.generation_id, request.member_id, request.group_instance_id, offsets,
+                request.generation_id_or_member_epoch, request.member_id, request.group_instance_id, offsets,
                 verify=None if broker.config.cluster_mode else verify))
         except BrokerError as exc:
             codes.update({tp: exc.code for tp in offsets})
