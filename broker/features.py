@@ -27,7 +27,7 @@ class Feature:
     config_attr: str  # the BrokerConfig attribute holding the finalized level
 
 
-TRANSACTION_VERSION = Feature("transaction.version", 0, 1, "transaction_version")
+TRANSACTION_VERSION = Feature("transaction.version", 0, 2, "transaction_version")
 FEATURES = (TRANSACTION_VERSION,)
 
 

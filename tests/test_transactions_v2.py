@@ -1,17 +1,42 @@
 """Transactions v2 (KIP-890 part 2) and the feature levels from which clients choose it.
 
-- ApiVersions v3+ lists `transaction.version`: supported 0-1 (left out below v4, whose
+- ApiVersions v3+ lists `transaction.version`: supported 0-2 (left out below v4, whose
   clients cannot read a minimum of 0, as Kafka leaves it out), finalized at the broker's
   `transaction.version` (default the newest; level 0 not listed), epoch 0.
+- Over raw sockets, a producer of transactions v2: Produce v12 with no AddPartitionsToTxn
+  (the leader adds the partition), TxnOffsetCommit v5 with no AddOffsetsToTxn (the group
+  coordinator adds the offsets partition), EndTxn v5 bumping the epoch per transaction
+  and answering the producer id and epoch to go on with; a read_committed Fetch and the
+  group's offsets see exactly the committed transaction. Bad input gets Kafka's codes:
+  a retried EndTxn v5 (the epoch before the bump) NONE, the current or an older epoch
+  PRODUCER_FENCED, another producer id INVALID_PRODUCER_ID_MAPPING; a Produce v12 with the
+  epoch before the bump INVALID_PRODUCER_EPOCH. Produce v11 still needs
+  AddPartitionsToTxn (transactions v1).
+- Kafka's Java clients through the capturing proxy (tests/kafka_capture.py), both against
+  one broker, in the consume-transform-produce scenario of tests/java (one transaction
+  committed, one aborted, with sendOffsetsToTransaction; the read_committed consumer
+  sees exactly the committed one, the group's offset is the committed one's):
+  kafka-clients 4.4 negotiates transactions v2 on the wire (Produce v12, TxnOffsetCommit
+  v5, EndTxn v5, no AddPartitionsToTxn or AddOffsetsToTxn), kafka-clients 3.9 stays on v1
+  (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn below v5, Produce below v12).
+  librdkafka (confluent-kafka 2.16) has no transactions v2 either: it stays on v1 too.
 Every wait is bounded; servers bind to 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
-from tests.test_transactions import Raw, own_broker
-from wire.messages import API_VERSIONS
+from sluice import maven
+from tests.kafka_capture import KafkaCaptureProxy
+from tests.test_java_clients import PROJECT, SUITE_TIMEOUT_S
+from tests.test_transactions import Raw, broker, own_broker, txn_batch, unique  # noqa: F401 (fixture)
+from wire.error_codes import ErrorCode
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, END_TXN, PRODUCE,
+                           TXN_OFFSET_COMMIT)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,7 +60,130 @@ def test_api_versions_lists_the_transaction_version_feature(tmp_path):
     for name in ("default", "pinned"):
         (tmp_path / name).mkdir()
     with own_broker(tmp_path / "default") as proc:
-        assert feature_levels(proc, 4) == ({"transaction.version": (0, 1)}, {"transaction.version": 1}, 0)
-        assert feature_levels(proc, 3) == ({}, {"transaction.version": 1}, 0)
+        assert feature_levels(proc, 4) == ({"transaction.version": (0, 2)}, {"transaction.version": 2}, 0)
+        assert feature_levels(proc, 3) == ({}, {"transaction.version": 2}, 0)
     with own_broker(tmp_path / "pinned", "transaction.version=0\n") as proc:
-        assert feature_levels(proc, 4) == ({"transaction.version": (0, 1)}, {}, 0)
+        assert feature_levels(proc, 4) == ({"transaction.version": (0, 2)}, {}, 0)
+
+
+def end_v5(conn: Raw, txn_id: str, pid: int, epoch: int, commit: bool) -> tuple[int, int, int]:
+    """EndTxn v5: (error code, producer id, epoch) of the answer."""
+    body = conn.call(END_TXN, 5, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                     committed=commit)
+    return body.error_code, body.producer_id, body.producer_epoch
+
+
+def txn_offset_commit(conn: Raw, version: int, txn_id: str, group: str, pid: int, epoch: int,
+                      topic: str, offset: int) -> int:
+    Req = TXN_OFFSET_COMMIT.request
+    body = conn.call(TXN_OFFSET_COMMIT, version, transactional_id=txn_id, group_id=group, producer_id=pid,
+                     producer_epoch=epoch, generation_id_or_member_epoch=-1, member_id="",
+                     group_instance_id=None, topics=[Req.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                         Req.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset,
+                                                             committed_metadata="")])])
+    return body.topics[0].partitions[0].error_code
+
+
+def test_transactions_v2_over_raw_requests(broker):
+    E = ErrorCode
+    conn = Raw(broker.port)
+    topic = conn.create_topic(unique("v2"), 1)
+    group, txn_id = unique("v2-group"), unique("v2-txn")
+    code, pid, epoch = conn.init(txn_id)
+    assert (code, epoch) == (0, 0)
+    # The first transaction, committed: no AddPartitionsToTxn nor AddOffsetsToTxn.
+    assert conn.produce(topic, 0, txn_batch(pid, 0, 0, [b"a", b"b"]), txn_id, version=12) == (0, 0)
+    assert txn_offset_commit(conn, 5, txn_id, group, pid, 0, topic, 2) == 0
+    assert conn.describe(txn_id).transaction_state == "Ongoing"
+    assert end_v5(conn, txn_id, pid, 0, True) == (0, pid, 1)
+    assert conn.completed(txn_id).transaction_state == "CompleteCommit"
+    assert end_v5(conn, txn_id, pid, 0, True) == (0, pid, 1)  # a retry: the epoch before the bump
+    assert end_v5(conn, txn_id, pid, 1, True) == (E.PRODUCER_FENCED, -1, -1)  # no transaction at epoch 1
+    # The second one, aborted, at the epoch EndTxn answered; the previous epoch is fenced.
+    assert conn.produce(topic, 0, txn_batch(pid, 0, 2, [b"zombie"]), txn_id, version=12)[0] == \
+        E.INVALID_PRODUCER_EPOCH
+    assert conn.produce(topic, 0, txn_batch(pid, 1, 0, [b"c"]), txn_id, version=12)[0] == 0
+    assert txn_offset_commit(conn, 5, txn_id, group, pid, 1, topic, 3) == 0
+    assert end_v5(conn, txn_id, pid + 1000, 1, False) == (E.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    assert end_v5(conn, txn_id, pid, 0, False) == (E.PRODUCER_FENCED, -1, -1)
+    assert end_v5(conn, txn_id, pid, 1, False) == (0, pid, 2)
+    assert conn.completed(txn_id).transaction_state == "CompleteAbort"
+    # read_committed: the committed records only, after the aborted ones' marker.
+    fetched = conn.fetch(topic, 0, 0, committed=True)
+    assert fetched.last_stable_offset == fetched.high_watermark == 5  # 3 records, 2 markers
+    assert [a.producer_id for a in fetched.aborted_transactions] == [pid]
+    assert conn.group_offsets(group, topic, [0]) == {0: (0, 2)}
+    # Transactions v1 beside it: Produce v11 needs AddPartitionsToTxn.
+    assert conn.produce(topic, 0, txn_batch(pid, 2, 0, [b"d"]), txn_id, version=11)[0] == \
+        E.TRANSACTION_ABORTABLE
+    assert conn.add(txn_id, pid, 2, {topic: [0]}) == {(topic, 0): 0}
+    assert conn.produce(topic, 0, txn_batch(pid, 2, 0, [b"d"]), txn_id, version=11)[0] == 0
+    assert conn.end(txn_id, pid, 2, True) == 0
+    conn.close()
+
+
+def versions_sent(proxy: KafkaCaptureProxy) -> dict[str, set[int]]:
+    """The versions of the transaction APIs the client sent, by API name."""
+    sent = proxy.api_versions_seen()
+    return {api.name: {version for key, version in sent if key == api.key}
+            for api in (PRODUCE, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT, END_TXN)}
+
+
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
+@pytest.mark.parametrize("version", [maven.KAFKA_VERSION, maven.KAFKA_3_VERSION])
+def test_java_clients_choose_their_transactions_version(broker, version):
+    try:
+        classpath = maven.build_project(PROJECT, {"kafka.version": version})
+        with KafkaCaptureProxy(broker.bootstrap_servers) as proxy:
+            command = maven.java_command(classpath, "sluice.compat.CompatSuite", proxy.bootstrap, "transactions")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
+            seen = versions_sent(proxy)
+    except maven.MavenUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and len(lines) == 1 and "error" not in lines[0], (done.stdout, done.stderr)
+    result = lines[0]
+    assert result["read_committed"] == [f"out-in-{i}" for i in range(5)] + ["from-the-successor"]
+    assert result["group_committed_offset"] == 5
+    if version == maven.KAFKA_VERSION:
+        assert seen == {"Produce": {12}, "AddPartitionsToTxn": set(), "AddOffsetsToTxn": set(),
+                        "TxnOffsetCommit": {5}, "EndTxn": {5}}
+    else:  # each at the newest version of transactions v1
+        assert seen == {"Produce": {11}, "AddPartitionsToTxn": {3}, "AddOffsetsToTxn": {4},
+                        "TxnOffsetCommit": {4}, "EndTxn": {4}}
+
+
+def test_librdkafka_stays_on_transactions_v1(broker):
+    ck = pytest.importorskip("confluent_kafka")
+    topic = Raw(broker.port).create_topic(unique("rdkafka-v1"), 1)
+    with KafkaCaptureProxy(broker.bootstrap_servers) as proxy:
+        producer = ck.Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": unique("rdkafka"),
+                                "linger.ms": 5})
+        producer.init_transactions(15)
+        for commit in (True, False):
+            producer.begin_transaction()
+            producer.produce(topic, value=b"committed" if commit else b"aborted", partition=0)
+            if commit:
+                producer.commit_transaction(15)
+            else:
+                assert producer.flush(15) == 0
+                producer.abort_transaction(15)
+        seen = versions_sent(proxy)
+    assert seen["AddPartitionsToTxn"] and max(seen["EndTxn"]) < 5 and max(seen["Produce"]) < 12, seen
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": unique("rdkafka-reader"),
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "enable.partition.eof": True})
+    consumer.assign([ck.TopicPartition(topic, 0, 0)])
+    values = []
+    for _ in range(50):
+        message = consumer.poll(1)
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == ck.KafkaError._PARTITION_EOF, message.error()
+            break
+        values.append(message.value())
+    consumer.close()
+    assert values == [b"committed"]

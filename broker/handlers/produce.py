@@ -1,4 +1,4 @@
-"""Produce v0–11.
+"""Produce v0–12.
 
 - acks must be -1 (all in-sync replicas), 0 or 1, else INVALID_REQUIRED_ACKS.
 - The internal topics (__consumer_offsets, __transaction_state) are the broker's:
@@ -39,8 +39,8 @@
   it is not (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced
   epoch, INVALID_PRODUCER_ID_MAPPING for another producer id, NOT_ENOUGH_REPLICAS
   (retriable) while the transaction completes.
-  In a cluster the leader is usually not the coordinator, and it does what Kafka's
-  leaders do without KIP-890's verification: it appends the transactional batch
+  In a cluster the leader is usually not the coordinator, and up to Produce v11 it
+  does what Kafka's leaders do without KIP-890's verification: it appends the transactional batch
   without asking (no round trip to the coordinator on a produce's path). Fencing then
   rests on the partition's producer state: once the coordinator wrote a marker with a
   bumped epoch (InitProducerId of a new producer, a timed-out transaction), the old
@@ -50,6 +50,15 @@
   admin's WriteTxnMarkers (kafka-transactions.sh abort); clients do not send such
   batches (they send to a partition only after AddPartitionsToTxn succeeded, and
   abort only after their produces are answered).
+- Transactions v2 (Produce v12+, KIP-890 part 2): the producer sends no
+  AddPartitionsToTxn; before appending its transactional batches the leader adds their
+  partitions to the transaction through the coordinator, on this broker or another
+  (`broker.transactions.add_partitions_manager`), in both modes, and a partition the
+  coordinator refuses gets its answer as Kafka's leaders pass it on
+  (`broker.transactions.coordinator.leader_error`: INVALID_PRODUCER_EPOCH for a fenced
+  epoch, NOT_ENOUGH_REPLICAS, retriable, while the previous transaction completes or
+  the coordinator moves). The batch is appended only once its partition is in the
+  transaction, so a zombie's or a late batch cannot open a transaction at a partition.
 - Compacted topics (cleanup.policy with compact): every record needs a key, as Kafka's
   LogValidator checks (the batch is decoded for it): a batch with keyless records is
   INVALID_RECORD at every version, each of them in record_errors (v8+) with Kafka's
@@ -80,6 +89,7 @@ from wire.records import (MAGIC, build_batch_columns, decode_batch, has_valid_cr
 
 from broker.client_quotas import throttle_ms
 from broker.errors import BrokerError
+from broker.transactions.coordinator import leader_error
 from broker.handlers.leader_discovery import name_leaders
 from broker.security.acls import DENIED, permitted, refused
 from broker.handler_results import CloseConnection, ResponseLater, Throttled
@@ -91,7 +101,8 @@ _MAGIC_AT = 16
 # compression.type -> codec id; "producer" (keep the batch's codec) is absent.
 _TOPIC_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 _LAST_MESSAGE_SET_VERSION = 2  # Produce v3+ carries record batches only
-MAX_VERSION = 11  # v13 names topics by id
+MAX_VERSION = 12  # v13 names topics by id
+TRANSACTIONS_V2_VERSION = 12  # the leader adds a transactional batch's partition to its transaction
 
 
 def _is_message_set(records) -> bool:
@@ -259,7 +270,51 @@ def _writable(view):
 
 def handle(broker, header, request, session):
     """The response, or (acks=all while the high watermark is short of a batch) the
-    response later: the batches are appended, only their acknowledgement waits."""
+    response later: the batches are appended, only their acknowledgement waits. A
+    transactions v2 produce first waits for its partitions to join the transaction."""
+    if header.request_api_version >= TRANSACTIONS_V2_VERSION and request.transactional_id is not None:
+        producer, partitions = _transactional_partitions(broker, request)
+        if partitions:
+            return _added_then_appended(broker, header, request, session, producer, partitions)
+    return _append(broker, header, request, session)
+
+
+def _transactional_partitions(broker, request) -> tuple[tuple[int, int] | None, set[tuple[str, int]]]:
+    """(producer id, epoch) of the request's transactional batches and the partitions
+    this broker leads that they go to: what the leader adds to the transaction before
+    appending (whatever else is wrong with a partition is answered by the append)."""
+    producer, partitions = None, set()
+    for topic_data in request.topic_data:
+        if topic_data.name in INTERNAL_TOPICS:
+            continue
+        for data in topic_data.partition_data:
+            records = data.records
+            if records is None or _is_message_set(records):
+                continue
+            try:
+                header = parse_header(records)
+                broker.topics.partition(topic_data.name, data.index).check_leader()
+            except (DecodeError, BrokerError):
+                continue
+            if header.is_transactional and header.producer_id >= 0:
+                producer = producer or (header.producer_id, header.producer_epoch)
+                partitions.add((topic_data.name, data.index))
+    return producer, partitions
+
+
+async def _added_then_appended(broker, header, request, session, producer: tuple[int, int],
+                               partitions: set[tuple[str, int]]):
+    codes = await broker.transactions.partition_adder.add(request.transactional_id, *producer, partitions)
+    refused = {tp: leader_error(code) for tp, code in codes.items() if code != ErrorCode.NONE}
+    result = _append(broker, header, request, session, refused)
+    if isinstance(result, ResponseLater):
+        return await result.awaitable
+    return result
+
+
+def _append(broker, header, request, session, refused_by_coordinator=None):
+    """Append the request's batches, but not to the partitions the transaction
+    coordinator refused (code by (topic, partition)) to add to a transaction."""
     acks = request.acks
     responses = []
     failed = None
@@ -286,6 +341,10 @@ def handle(broker, header, request, session):
                 if topic_data.name in INTERNAL_TOPICS:
                     raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                       f"topic {topic_data.name} is internal: only the broker writes it")
+                if refused_by_coordinator and (topic_data.name, data.index) in refused_by_coordinator:
+                    code = refused_by_coordinator[(topic_data.name, data.index)]
+                    raise BrokerError(code, f"the transaction coordinator refused to add {topic_data.name}-"
+                                            f"{data.index} to the transaction of {request.transactional_id!r}")
                 partition = broker.topics.partition(topic_data.name, data.index)
                 partition.check_leader()
                 config = partition.config

@@ -1,4 +1,4 @@
-"""AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–4,
+"""AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–5,
 WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–1, DescribeProducers v0.
 
 The transaction rules themselves live in `broker.transactions.coordinator`; here:
@@ -8,10 +8,13 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   answered on its own. A partition that does not exist fails the whole transaction's
   request: UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED for the others.
   Otherwise every partition gets the coordinator's answer. `verify_only` (v4+) adds
-  nothing and answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE.
+  nothing and answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE;
+  v4+ without it is a partition leader's implicit add for a producer of transactions v2
+  (`broker.transactions.add_partitions_manager`).
 - AddOffsetsToTxn adds the group's `__consumer_offsets` partition to the transaction.
-- EndTxn v5 returns the producer id and epoch (unchanged: transactions version 1, no
-  epoch bump per transaction).
+- EndTxn v5 is transactions v2: the coordinator bumps the epoch (see
+  `broker.transactions.coordinator`), and the answer names the producer id and epoch the
+  producer goes on with (-1 with an error).
 - TxnOffsetCommit: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION; the group checks
   the member, instance and generation when given (v3+: UNKNOWN_MEMBER_ID,
   FENCED_INSTANCE_ID, ILLEGAL_GENERATION); on the single node the group's offsets
@@ -21,7 +24,11 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   COORDINATOR_NOT_AVAILABLE so that the client retries). In a cluster the group
   coordinator does not ask the transaction coordinator (Kafka without KIP-890's
   verification; see `broker.handlers.produce`). The offsets stay pending until the
-  transaction ends.
+  transaction ends. v5 is transactions v2: no AddOffsetsToTxn came before it, so the
+  group coordinator first adds the group's `__consumer_offsets` partition to the
+  transaction through the transaction coordinator, as a partition leader does for a
+  Produce v12 (`broker.transactions.add_partitions_manager`; its refusal answered as
+  above).
 - WriteTxnMarkers (what a transaction coordinator on another broker sends to the
   partition leaders, one request holding the markers of several transactions; also
   used by admin tools to abort hanging transactions) appends every marker as asked,
@@ -74,11 +81,15 @@ from broker.groups import offsets_log
 from broker.groups.offsets_log import CommittedOffset
 from broker.security.acls import DENIED, permitted, refused, require
 from broker.replica.topics import INTERNAL_TOPICS
+from broker.transactions.coordinator import leader_error
 from broker.transactions.markers import append_local_markers
 from broker.transactions.txn_log import STATES_BY_NAME
 
 
-TXN_OFFSET_COMMIT_MAX_VERSION = 4  # v6 names topics by id
+TXN_OFFSET_COMMIT_MAX_VERSION = 5  # v6 names topics by id
+# The first versions of transactions v2 (KIP-890 part 2).
+END_TXN_V2_VERSION = 5
+TXN_OFFSET_COMMIT_V2_VERSION = 5
 
 
 def fenced_for(code: int, version: int, since: int) -> int:
@@ -108,7 +119,8 @@ async def _add_one(broker, version, transactional_id, producer_id, epoch, verify
     try:
         if verify_only:
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
-        await coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions))
+        await coordinator.add_partitions(transactional_id, producer_id, epoch, set(partitions),
+                                         transactions_v2=version >= 4)
         code = ErrorCode.NONE
     except BrokerError as exc:
         code = fenced_for(exc.code, version, 2)
@@ -164,16 +176,16 @@ async def add_offsets_to_txn(broker, header, request, session):
 
 
 async def end_txn(broker, header, request, session):
+    version = header.request_api_version
     try:
         require(broker, session, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-        await broker.transactions.end_txn(request.transactional_id, request.producer_id,
-                                          request.producer_epoch, request.committed)
+        producer_id, epoch = await broker.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            transactions_v2=version >= END_TXN_V2_VERSION)
     except BrokerError as exc:
-        return END_TXN.response(throttle_time_ms=0,
-                                error_code=fenced_for(exc.code, header.request_api_version, 2),
+        return END_TXN.response(throttle_time_ms=0, error_code=fenced_for(exc.code, version, 2),
                                 producer_id=-1, producer_epoch=-1)
-    return END_TXN.response(throttle_time_ms=0, error_code=0, producer_id=request.producer_id,
-                            producer_epoch=request.producer_epoch)
+    return END_TXN.response(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=epoch)
 
 
 def _offset_commit_error(code: int, version: int) -> int:
@@ -208,6 +220,14 @@ async def txn_offset_commit(broker, header, request, session):
                 continue
             offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch,
                                           p.committed_metadata or "", now)
+    if offsets and version >= TXN_OFFSET_COMMIT_V2_VERSION:
+        partition = broker.groups.partition_for(request.group_id)
+        added = await broker.transactions.partition_adder.add(
+            request.transactional_id, request.producer_id, request.producer_epoch, {(offsets_log.TOPIC, partition)})
+        code = added[(offsets_log.TOPIC, partition)]
+        if code != ErrorCode.NONE:
+            codes.update(dict.fromkeys(offsets, _offset_commit_error(leader_error(code), version)))
+            offsets = {}
     if offsets:
         def verify():
             partition = broker.groups.partition_for(request.group_id)

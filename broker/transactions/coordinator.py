@@ -19,8 +19,8 @@ while it is being written the id has a pending transition and other requests for
 get CONCURRENT_TRANSACTIONS. A failed write changes nothing (NOT_COORDINATOR when the
 leadership moved, COORDINATOR_NOT_AVAILABLE otherwise: the client retries).
 
-Rules (Kafka's, transactions version 1: the epoch changes only through
-InitProducerId and fencing, not with every transaction):
+Rules (Kafka's; with transactions version 1 the epoch changes only through
+InitProducerId and fencing, with version 2 also at every EndTxn, see below):
 - InitProducerId: a new transactional id gets a new producer id at epoch 0; a known
   one gets its epoch bumped (which fences the previous producer), or a new producer id
   at epoch 0 once the epoch is exhausted (32766). If a transaction is Ongoing, it is
@@ -52,6 +52,20 @@ InitProducerId and fencing, not with every transaction):
   partition leaders retry a transaction's AddPartitionsToTxn on the server side for as
   long, KAFKA-18654). A retry of a completed EndTxn with the same result succeeds; the
   opposite result, or EndTxn with no transaction, is INVALID_TXN_STATE.
+- Transactions version 2 (KIP-890 part 2; a client uses it when ApiVersions finalizes
+  `transaction.version` 2, see broker.features), chosen per request as Kafka's
+  coordinator chooses it: by EndTxn v5+, and by the partition leaders' implicit
+  AddPartitionsToTxn for Produce v12+ and TxnOffsetCommit v5+. EndTxn bumps the epoch
+  as it logs PrepareCommit/PrepareAbort (the markers carry the new epoch, which fences
+  any write of the ended transaction still on its way) and answers the producer id and
+  epoch to go on with; at an exhausted epoch (32766) the epoch goes to 32767 for the
+  markers and a new producer id is allocated (`next_producer_id`), which takes over at
+  epoch 0 when the transaction completes. On a transaction that went through
+  transactions v2 a retried EndTxn names the epoch before the bump (or, after an
+  overflow, the previous producer id at 32766): answered CONCURRENT_TRANSACTIONS while
+  its markers are written, NONE once complete; any other epoch, the current one
+  included (it is the next transaction's), is PRODUCER_FENCED, as in Kafka. A fence
+  (a timeout's or InitProducerId's abort) ends a transaction as version 1 does.
 - Transactions Ongoing for longer than their timeout are aborted by a background task
   (every transaction.abort.timed.out.transaction.cleanup.interval.ms) with a bumped
   epoch, so the abandoned producer is fenced. Transactions found in PrepareCommit or
@@ -75,6 +89,7 @@ from broker.coordinator_runtime import CoordinatorRuntime
 from broker.errors import BrokerError
 from broker.failpoints import fail_point
 from broker.transactions import txn_log
+from broker.transactions.add_partitions_manager import AddPartitionsToTxnManager
 from broker.transactions.markers import MarkerWriter
 from broker.transactions.txn_log import (COMPLETE_ABORT, COMPLETE_COMMIT, DEAD, EMPTY, ONGOING,
                                          PREPARE_ABORT, PREPARE_COMMIT, PREPARE_EPOCH_FENCE,
@@ -88,10 +103,25 @@ _MAX_EPOCH = 32767  # Short.MaxValue: reserved so that a producer can always be 
 _COMPLETING = (PREPARE_COMMIT, PREPARE_ABORT)
 _COMPLETE = (COMPLETE_COMMIT, COMPLETE_ABORT)
 _WRITE_TIMEOUT_S = 10.0  # for a state change to be committed (COORDINATOR_NOT_AVAILABLE after)
+TRANSACTIONS_V0, TRANSACTIONS_V2 = 0, 2  # Kafka's TransactionVersion as the log records it
 
 
 def epoch_exhausted(epoch: int) -> bool:
     return epoch >= _MAX_EPOCH - 1
+
+
+# A coordinator's answer as Kafka's partition leaders pass it on to a transactional
+# write: a fenced epoch as the partition's own error, a coordinator moving, loading or
+# completing the previous transaction as one the client retries.
+_LEADER_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+                  ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+                  ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_ENOUGH_REPLICAS,
+                  ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
+                  ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS}
+
+
+def leader_error(code: int) -> int:
+    return _LEADER_ERRORS.get(code, code)
 
 
 
@@ -111,6 +141,8 @@ class TxnMetadata:
     pending: bool = False  # a state change is being written (Kafka's pendingState)
     completion: asyncio.Task | None = None  # writing the markers, then Complete*
     log_partition: int = -1  # the partition of `__transaction_state` holding the id
+    next_producer_id: int = NO_PRODUCER_ID  # taking over when an overflowed transaction completes
+    transactions_v2: bool = False  # the transaction went through transactions v2 (Kafka's clientTransactionVersion)
 
     @property
     def state_name(self) -> str:
@@ -130,6 +162,7 @@ class TransactionCoordinator:
                                           cfg.transaction_state_log_segment_bytes,
                                           self.load_partition, self.unload_partition)
         self.markers = MarkerWriter(broker)
+        self.partition_adder = AddPartitionsToTxnManager(broker)  # transactions v2's implicit adds
         self._background: set[asyncio.Task] = set()
 
     # -- where a transactional id lives ------------------------------------------------
@@ -164,12 +197,16 @@ class TransactionCoordinator:
         self._check_not_pending(meta)
         fields = {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                   "timeout_ms": meta.timeout_ms, "state": meta.state,
-                  "partitions": meta.partitions, "start_ms": meta.start_ms}
+                  "partitions": meta.partitions, "start_ms": meta.start_ms,
+                  "last_producer_id": meta.last_producer_id, "next_producer_id": meta.next_producer_id,
+                  "transactions_v2": meta.transactions_v2}
         fields.update(changes)
         now = self.clock.wall_ms()
         record = txn_log.txn_record(meta.transactional_id, fields["producer_id"],
                                     fields["producer_epoch"], fields["timeout_ms"], fields["state"],
-                                    fields["partitions"], now, fields["start_ms"])
+                                    fields["partitions"], now, fields["start_ms"], fields["last_producer_id"],
+                                    fields["next_producer_id"],
+                                    TRANSACTIONS_V2 if fields["transactions_v2"] else TRANSACTIONS_V0)
         meta.pending = True
         write = self._in_background(self._write_transition(meta, index, epoch, record, changes, now),
                                     f"writing the state of {meta.transactional_id}")
@@ -216,10 +253,12 @@ class TransactionCoordinator:
             return
         partitions = {(p.topic, i) for p in (v.transaction_partitions or ()) for i in p.partition_ids}
         self.txns[txn_id] = TxnMetadata(
-            txn_id, v.producer_id, getattr(v, "previous_producer_id", NO_PRODUCER_ID),
+            txn_id, v.producer_id, v.previous_producer_id,
             v.producer_epoch, NO_PRODUCER_EPOCH, v.transaction_timeout_ms,
             v.transaction_status, partitions if v.transaction_status not in _COMPLETE else set(),
-            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, log_partition=index)
+            v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, log_partition=index,
+            next_producer_id=v.next_producer_id,
+            transactions_v2=v.client_transaction_version >= TRANSACTIONS_V2)
 
     def _ids_of(self, index: int) -> list[TxnMetadata]:
         return [m for m in self.txns.values() if m.log_partition == index]
@@ -352,21 +391,28 @@ class TransactionCoordinator:
         return meta, index, coordinator_epoch
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                             partitions: set[tuple[str, int]]) -> None:
-        meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
+                             partitions: set[tuple[str, int]], transactions_v2: bool = False) -> None:
+        """Add `partitions` to the producer's transaction, starting one if none is
+        Ongoing; `transactions_v2`: a partition leader's implicit add for a Produce v12+
+        or TxnOffsetCommit v5+, which marks the transaction as one of version 2."""
+        meta, _, _ = self._known(transactional_id)
         if meta.state in _COMPLETING and meta.completion is not None and not meta.completion.done():
             # The previous transaction's markers are being written: wait for them a while
-            # (see the module's docstring), then look again, as a retry would.
+            # (see the module's docstring), then look again, as a retry would. Before the
+            # producer id is checked: after an epoch overflow the producer goes on with
+            # the id that takes over once they are written.
             await asyncio.wait([meta.completion], timeout=self.completion_wait_s)
-            meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
+        meta, index, coordinator_epoch = self._current(transactional_id, producer_id, epoch)
         self._check_not_pending(meta)
         if meta.state in _COMPLETING:
             raise BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
-        if meta.state == ONGOING and partitions <= meta.partitions:
+        if meta.state == ONGOING and partitions <= meta.partitions \
+                and meta.transactions_v2 >= transactions_v2:
             return
         start = self.clock.wall_ms() if meta.state in (EMPTY, *_COMPLETE) else meta.start_ms
         await self._transition(meta, index, coordinator_epoch, state=ONGOING,
-                               partitions=meta.partitions | partitions, start_ms=start)
+                               partitions=meta.partitions | partitions, start_ms=start,
+                               transactions_v2=transactions_v2 or (meta.state == ONGOING and meta.transactions_v2))
 
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                           partitions) -> dict[tuple[str, int], int]:
@@ -382,46 +428,74 @@ class TransactionCoordinator:
                     tp: tuple[str, int]) -> ErrorCode | None:
         """None when a transactional write to `tp` (a produce or offset commit) belongs
         to the producer's ongoing transaction; else the coordinator's reason, mapped as
-        Kafka's partition leaders map it (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH,
-        CONCURRENT_TRANSACTIONS and a coordinator moving or loading -> NOT_ENOUGH_REPLICAS,
-        so that clients retry)."""
+        Kafka's partition leaders map it (`leader_error`)."""
         try:
             code = self.verify_partitions(transactional_id, producer_id, epoch, [tp])[tp]
         except BrokerError as exc:
-            code = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
-                    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
-                    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_ENOUGH_REPLICAS,
-                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
-                    }.get(exc.code, exc.code)
+            code = leader_error(exc.code)
         return None if code == ErrorCode.NONE else code
 
     # -- ending transactions ---------------------------------------------------------
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """End the producer's transaction. Answered once PrepareCommit/PrepareAbort is
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                      transactions_v2: bool = False) -> tuple[int, int]:
+        """End the producer's transaction; the producer id and epoch it goes on with.
+        Answered once PrepareCommit/PrepareAbort is
         committed, as Kafka answers it: the decision is durable, and the coordinator (or
         the next one, loading it) writes the markers and CompleteCommit/CompleteAbort
         after the answer. Until then the id's next AddPartitionsToTxn, AddOffsetsToTxn,
         InitProducerId and EndTxn get CONCURRENT_TRANSACTIONS (the client retries), so
         that its next transaction writes nothing before the markers of this one; a
-        read_committed reader sees the records once their partition has its marker."""
+        read_committed reader sees the records once their partition has its marker.
+        `transactions_v2` (EndTxn v5+) bumps the epoch (see the module's docstring)."""
         meta, index, coordinator_epoch = self._known(transactional_id)
-        await self._end(meta, index, coordinator_epoch, producer_id, epoch, commit, from_client=True)
+        await self._end(meta, index, coordinator_epoch, producer_id, epoch, commit, from_client=True,
+                        transactions_v2=transactions_v2)
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return meta.next_producer_id, 0
+        return meta.producer_id, meta.producer_epoch
+
+    @staticmethod
+    def _valid_end_epoch(meta: TxnMetadata, producer_id: int, epoch: int) -> tuple[bool, bool]:
+        """(whether a client's EndTxn names a valid epoch, whether it retries one that
+        overflowed the epoch), as Kafka's coordinator checks them: strictly the current
+        epoch, but for a transaction that went through transactions v2 the epoch before
+        the bump once it is ending or complete."""
+        if not meta.transactions_v2:
+            return epoch == meta.producer_epoch, False
+        retry_on_overflow = (producer_id == meta.last_producer_id and epoch == _MAX_EPOCH - 1
+                             and meta.producer_epoch == 0)
+        retry_on_bump = meta.producer_epoch == epoch + 1
+        if meta.state in _COMPLETING:
+            return retry_on_bump, False
+        if meta.state in _COMPLETE:
+            return retry_on_bump or retry_on_overflow, retry_on_overflow
+        return epoch == meta.producer_epoch, False
 
     async def _end(self, meta: TxnMetadata, index: int, coordinator_epoch: int, producer_id: int,
-                   epoch: int, commit: bool, from_client: bool) -> None:
-        if meta.producer_id != producer_id:
+                   epoch: int, commit: bool, from_client: bool, transactions_v2: bool = False) -> None:
+        valid_epoch, retry_on_overflow = (self._valid_end_epoch(meta, producer_id, epoch) if from_client
+                                          else (epoch >= meta.producer_epoch, False))
+        if meta.producer_id != producer_id and not retry_on_overflow:
             raise BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                               f"producer {producer_id} is not {meta.transactional_id!r}'s ({meta.producer_id})")
-        if (from_client and epoch != meta.producer_epoch) or epoch < meta.producer_epoch:
+        if not valid_epoch:
             raise BrokerError(ErrorCode.PRODUCER_FENCED,
                               f"epoch {epoch} of producer {producer_id} is not the current {meta.producer_epoch}")
         self._check_not_pending(meta)
         result = "commit" if commit else "abort"
         if meta.state == ONGOING:
-            fenced = {} if epoch == meta.producer_epoch else {"last_producer_epoch": NO_PRODUCER_EPOCH}
-            await self._transition(meta, index, coordinator_epoch, producer_epoch=epoch,
-                                   state=PREPARE_COMMIT if commit else PREPARE_ABORT,
-                                   **fenced)  # a fence: no retry may resume
+            if transactions_v2:  # the epoch bumped, the producer id rotated once it is exhausted
+                changes = {"producer_epoch": epoch + 1, "last_producer_epoch": epoch, "transactions_v2": True,
+                           "next_producer_id": (self.broker.producer_ids.allocate() if epoch_exhausted(epoch)
+                                                else NO_PRODUCER_ID)}
+            elif epoch == meta.producer_epoch:
+                changes = {}
+            else:
+                # A fence: no retry may resume, nor pass for a retry of a bumped EndTxn.
+                changes = {"producer_epoch": epoch, "last_producer_epoch": NO_PRODUCER_EPOCH,
+                           "transactions_v2": False}
+            await self._transition(meta, index, coordinator_epoch,
+                                   state=PREPARE_COMMIT if commit else PREPARE_ABORT, **changes)
         elif meta.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
         elif meta.state in _COMPLETING:
@@ -455,8 +529,12 @@ class TransactionCoordinator:
         commit = meta.state == PREPARE_COMMIT
         await self.markers.write(meta.producer_id, meta.producer_epoch, coordinator_epoch, commit,
                                  meta.partitions, lambda: self._coordinating(index, coordinator_epoch))
+        # A transaction whose epoch overflowed hands over to its next producer id.
+        rotated = {} if meta.next_producer_id == NO_PRODUCER_ID else {
+            "producer_id": meta.next_producer_id, "producer_epoch": 0, "next_producer_id": NO_PRODUCER_ID,
+            "last_producer_id": meta.producer_id, "last_producer_epoch": meta.producer_epoch}
         await self._transition(meta, index, coordinator_epoch,
-                               state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set())
+                               state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set(), **rotated)
         log.debug("transaction of %s %s", meta.transactional_id, "committed" if commit else "aborted")
 
     # -- background ------------------------------------------------------------------
@@ -507,6 +585,7 @@ class TransactionCoordinator:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.markers.close()
+        await self.partition_adder.close()
 
     # -- describing ------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata:

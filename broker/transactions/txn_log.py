@@ -1,9 +1,12 @@
 """The `__transaction_state` topic: every transactional id's state, durably.
 
 Records use Kafka's layout so tools that read the topic can follow it: key
-TransactionLogKey (key version 0: transactional id), value TransactionLogValue v0
+TransactionLogKey (key version 0: transactional id), value TransactionLogValue v1
 (producer id and epoch, timeout, status, the transaction's partitions, last update
-and start timestamps); a null value (tombstone) forgets an expired transactional id.
+and start timestamps; tagged: the previous and next producer ids and the client's
+transaction version, which transactions v2 need after a failover: a transaction whose
+epoch overflowed moves to the next producer id when it completes); v0 values, written
+before, are read too. A null value (tombstone) forgets an expired transactional id.
 The status byte is Kafka's: Empty 0, Ongoing 1, PrepareCommit 2, PrepareAbort 3,
 CompleteCommit 4, CompleteAbort 5, Dead 6, PrepareEpochFence 7. The partition list
 is null for Empty and empty once a transaction completed, as Kafka writes them.
@@ -27,7 +30,7 @@ __all__ = ["TOPIC", "EMPTY", "ONGOING", "PREPARE_COMMIT", "PREPARE_ABORT", "COMP
 
 TOPIC = "__transaction_state"
 _KEY_VERSION = 0
-_VALUE_VERSION = 0
+_VALUE_VERSION = 1
 
 (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD,
  PREPARE_EPOCH_FENCE) = range(8)
@@ -39,7 +42,8 @@ STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
 
 
 def txn_record(transactional_id: str, producer_id: int, producer_epoch: int, timeout_ms: int,
-               state: int, partitions, last_update_ms: int, start_ms: int) -> tuple[bytes, bytes]:
+               state: int, partitions, last_update_ms: int, start_ms: int, previous_producer_id: int,
+               next_producer_id: int, client_transaction_version: int) -> tuple[bytes, bytes]:
     """The (key, value) of one transactional id's state; `partitions` are (topic, partition)."""
     key = TRANSACTION_LOG_KEY.encode_versioned(
         _KEY_VERSION, TRANSACTION_LOG_KEY(transactional_id=transactional_id))
@@ -53,7 +57,8 @@ def txn_record(transactional_id: str, producer_id: int, producer_epoch: int, tim
         producer_id=producer_id, producer_epoch=producer_epoch, transaction_timeout_ms=timeout_ms,
         transaction_status=state, transaction_partitions=listed,
         transaction_last_update_timestamp_ms=last_update_ms,
-        transaction_start_timestamp_ms=start_ms)
+        transaction_start_timestamp_ms=start_ms, previous_producer_id=previous_producer_id,
+        next_producer_id=next_producer_id, client_transaction_version=client_transaction_version)
     return key, TRANSACTION_LOG_VALUE.encode_versioned(_VALUE_VERSION, value)
 
 
