@@ -23,7 +23,9 @@
   transaction, and output == input exactly once as two independent read_committed
   consumers (confluent-kafka, kafka-python) read it: lost, duplicated, aborted reads,
   non-monotonic offsets and inconsistent offsets between consumers all 0. A marker with the old coordinator epoch is then refused
-  (TRANSACTION_COORDINATOR_FENCED).
+  (TRANSACTION_COORDINATOR_FENCED). The same copy by Kafka's Java client 4.4, which uses
+  transactions v2 (its produces and offset commits add their partitions through the
+  leaders and the group coordinator, its EndTxn bumps the epoch): exactly once too.
 - `chaos`: the same copy under random SIGKILLs of the coordinator, of a partition
   leader and of the controller (seed printed; SLUICE_SEED replays it); rounds in which
   the coordinator dies right after answering EndTxn, before any marker (fail point
@@ -36,9 +38,11 @@
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import queue
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -47,9 +51,11 @@ import pytest
 
 from broker.cluster.metadata import COORDINATOR_TOPICS
 from broker.coordinator_runtime import partition_for
+from sluice import maven
 from tests.anomalies import INCONSISTENT, NON_MONOTONIC, offset_anomalies, read_by_two
 from tests.cluster import FAST_FAILOVER, Cluster, pick_seed
 from tests.support.polling import wait_for
+from tests.test_java_clients import PROJECT as JAVA_PROJECT
 from tests.test_metrics import requests_answered
 from tests.test_transactions import Raw
 from wire.client import PREFERRED_ELECTION, Client
@@ -773,6 +779,77 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
             conn.close()
             code = answer.markers[0].topics[0].partitions[0].error_code
             assert code == ErrorCode.TRANSACTION_COORDINATOR_FENCED, (partition, code)
+    finally:
+        cluster.close()
+
+
+class JavaCopier(Copier):
+    """The same copy by Kafka's Java client 4.4 (tests/java's TxnCopy), which uses
+    transactions v2: no AddPartitionsToTxn nor AddOffsetsToTxn, the epoch bumped by every
+    EndTxn. Its attempts are read from the JVM's output as they end."""
+
+    def _copy(self) -> None:
+        classpath = maven.build_project(JAVA_PROJECT, {"kafka.version": maven.KAFKA_VERSION})
+        command = maven.java_command(classpath, "sluice.compat.TxnCopy", self.cluster.all_servers, self.source,
+                                     self.sink, self.txn_id, self.group, str(self.expected), str(int(self.timeout)))
+        self.step = "copying"
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as java:
+            try:
+                for line in java.stdout:
+                    if not line.startswith("{"):
+                        continue
+                    attempt = json.loads(line)
+                    if "error" in attempt:
+                        self.failures[attempt["error"].split(":")[0]] += 1
+                    if attempt["outcome"] == "committed":
+                        self.committed.add(attempt["attempt"])
+                        self.copied += attempt["records"]
+                    elif attempt["outcome"] == "aborted":
+                        self.aborted.add(attempt["attempt"])
+            finally:
+                if java.poll() is None:
+                    java.kill()
+
+
+def test_java_copy_with_transactions_v2_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(
+        tmp_path, zookeeper, monkeypatch):
+    """Kafka's Java client 4.4 (transactions v2): the coordinator dies once PrepareCommit,
+    with the bumped epoch, is replicated; the new one loads the transaction as one of
+    version 2 and completes it, the producer's retried EndTxn (the epoch before the bump)
+    is answered as a retry, and the copy goes on at the bumped epoch, exactly once."""
+    victim = 2
+    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES)
+    try:
+        for broker_id in cluster.ids:
+            if broker_id == victim:
+                monkeypatch.setenv("SLUICE_FAILPOINTS", "txn-after-prepare-commit")
+            cluster.processes[broker_id].start()
+            monkeypatch.delenv("SLUICE_FAILPOINTS", raising=False)
+        cluster.wait_for_brokers()
+        source, sink = unique("java-copy-in"), unique("java-copy-out")
+        for topic in (source, sink):
+            cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
+        inputs = feed(cluster, source, 600)
+        txn_id = coordinated_by(cluster, victim)
+        copier = JavaCopier(cluster, source, sink, txn_id, len(inputs)).start()
+        wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
+                 "the coordinator to die at its fail point")
+        cluster.kill(victim)
+        assert "fail point txn-after-prepare-commit reached" in cluster.output(victim, 200)
+        copier.finish()
+        successor = coordinator_of(cluster, txn_id)
+        assert successor != victim
+        assert "(1 to complete)" in "".join(cluster.processes[successor].output), \
+            "the new coordinator did not complete the prepared transaction on load"
+        anomalies = copier.anomalies("Java copy (transactions v2) across a coordinator killed after PrepareCommit",
+                                     inputs)
+        assert anomalies == COPY_CLEAN
+        # Every EndTxn bumped the epoch: one per committed or aborted transaction at least.
+        conn = raw(cluster, successor)
+        state = conn.completed(txn_id)
+        conn.close()
+        assert state.transaction_state == "CompleteCommit"
+        assert state.producer_epoch >= len(copier.committed) + len(copier.aborted), state
     finally:
         cluster.close()
 
