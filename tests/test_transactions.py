@@ -110,12 +110,13 @@ class Raw:
                                  api.request(**fields))
         self.sock.sendall(_SIZE.pack(len(payload)) + payload)
 
-    def receive(self, api, version: int):
-        """The answer to the last request sent."""
+    def receive(self, api, version: int, correlation: int | None = None):
+        """The answer to the last request sent (or, requests pipelined, the one sent with
+        `correlation`)."""
         data = self._frame()
         assert data is not None, f"{api.name} v{version}: connection closed"
         header, body = decode_response(api.key, version, data)
-        assert header.correlation_id == self.correlation
+        assert header.correlation_id == (self.correlation if correlation is None else correlation)
         return body
 
     def send_expecting_close(self, api, version: int, timeout: float = 20, **fields) -> None:

@@ -12,6 +12,10 @@
   PRODUCER_FENCED, another producer id INVALID_PRODUCER_ID_MAPPING; a Produce v12 with the
   epoch before the bump INVALID_PRODUCER_EPOCH. Produce v11 still needs
   AddPartitionsToTxn (transactions v1).
+- Epoch overflow: EndTxn v5 at the exhausted epoch (32766, reached through InitProducerId)
+  answers a new producer id at epoch 0, which takes over once the markers (the old id
+  at 32767) are written; a retry with the old id and epoch gets the new ones, and the
+  next transaction runs under the new id.
 - Kafka's Java clients through the capturing proxy (tests/kafka_capture.py), both against
   one broker, in the consume-transform-produce scenario of tests/java (one transaction
   committed, one aborted, with sendOffsetsToTransaction; the read_committed consumer
@@ -35,8 +39,8 @@ from tests.kafka_capture import KafkaCaptureProxy
 from tests.test_java_clients import PROJECT, SUITE_TIMEOUT_S
 from tests.test_transactions import Raw, broker, own_broker, txn_batch, unique  # noqa: F401 (fixture)
 from wire.error_codes import ErrorCode
-from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, END_TXN, PRODUCE,
-                           TXN_OFFSET_COMMIT)
+from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, API_VERSIONS, END_TXN, INIT_PRODUCER_ID,
+                           PRODUCE, TXN_OFFSET_COMMIT)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -119,6 +123,41 @@ def test_transactions_v2_over_raw_requests(broker):
     assert conn.add(txn_id, pid, 2, {topic: [0]}) == {(topic, 0): 0}
     assert conn.produce(topic, 0, txn_batch(pid, 2, 0, [b"d"]), txn_id, version=11)[0] == 0
     assert conn.end(txn_id, pid, 2, True) == 0
+    conn.close()
+
+
+EXHAUSTED_EPOCH = 32766  # Short.MaxValue - 1: the last epoch a producer gets
+
+
+def test_an_exhausted_epoch_moves_to_a_new_producer_id(broker):
+    E = ErrorCode
+    conn = Raw(broker.port)
+    topic = conn.create_topic(unique("v2-overflow"), 1)
+    txn_id = unique("v2-overflow")
+    code, pid, epoch = conn.init(txn_id)
+    assert (code, epoch) == (0, 0)
+    while epoch < EXHAUSTED_EPOCH:  # InitProducerId bumps the epoch by one, pipelined in rounds
+        rounds = min(1000, EXHAUSTED_EPOCH - epoch)
+        first = conn.correlation + 1
+        for _ in range(rounds):
+            conn.send(INIT_PRODUCER_ID, 4, transactional_id=txn_id, transaction_timeout_ms=60_000,
+                      producer_id=-1, producer_epoch=-1)
+        for correlation in range(first, first + rounds):
+            body = conn.receive(INIT_PRODUCER_ID, 4, correlation)
+        assert (body.error_code, body.producer_id, body.producer_epoch) == (0, pid, epoch + rounds)
+        epoch = body.producer_epoch
+    assert conn.produce(topic, 0, txn_batch(pid, epoch, 0, [b"last-of-the-old-id"]), txn_id, version=12)[0] == 0
+    code, new_pid, new_epoch = end_v5(conn, txn_id, pid, epoch, True)
+    assert code == 0 and new_pid != pid and new_epoch == 0
+    state = conn.completed(txn_id)
+    assert (state.transaction_state, state.producer_id, state.producer_epoch) == ("CompleteCommit", new_pid, 0)
+    assert end_v5(conn, txn_id, pid, epoch, True) == (0, new_pid, 0)  # a retry of the overflowing EndTxn
+    assert end_v5(conn, txn_id, pid, epoch + 1, True) == (E.INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    assert conn.produce(topic, 0, txn_batch(new_pid, 0, 0, [b"first-of-the-new-id"]), txn_id, version=12)[0] == 0
+    assert end_v5(conn, txn_id, new_pid, 0, True) == (0, new_pid, 1)
+    conn.completed(txn_id)
+    fetched = conn.fetch(topic, 0, 0, committed=True)
+    assert fetched.last_stable_offset == 4 and not fetched.aborted_transactions  # 2 records, 2 markers
     conn.close()
 
 
