@@ -307,6 +307,11 @@ REFUSED = {
     "Produce transactional": (PRODUCE, 9, lambda: PRODUCE.request(
         acks=-1, timeout_ms=10_000, transactional_id="tx", topic_data=produce_body("t", 0, _batch()).topic_data),
                               lambda r: _topic_codes(r.responses, "partition_responses"), {TXN_DENIED}),
+    "Produce transactional, transactions v2": (PRODUCE, 12, lambda: PRODUCE.request(
+        acks=-1, timeout_ms=10_000, transactional_id="tx", topic_data=produce_body(
+            "t", 0, build_batch([(None, b"v", (), 0)], producer_id=1, producer_epoch=0, base_sequence=0,
+                                transactional=True)).topic_data),
+        lambda r: _topic_codes(r.responses, "partition_responses"), {TXN_DENIED}),
     "Fetch": (FETCH, 12, lambda: fetch_body([("t", 0, 0), ("other", 0, 0), ("unknown", 0, 0)]),
               lambda r: _topic_codes(r.responses), {TOPIC_DENIED}),
     "Fetch from a follower": (FETCH, 12, lambda: _follower(fetch_body([("t", 0, 0)])),

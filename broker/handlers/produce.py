@@ -273,19 +273,35 @@ def handle(broker, header, request, session):
     response later: the batches are appended, only their acknowledgement waits. A
     transactions v2 produce first waits for its partitions to join the transaction."""
     if header.request_api_version >= TRANSACTIONS_V2_VERSION and request.transactional_id is not None:
-        producer, partitions = _transactional_partitions(broker, request)
+        producer, partitions = _transactional_partitions(broker, request, session)
         if partitions:
             return _added_then_appended(broker, header, request, session, producer, partitions)
     return _append(broker, header, request, session)
 
 
-def _transactional_partitions(broker, request) -> tuple[tuple[int, int] | None, set[tuple[str, int]]]:
+def _authorization(broker, request, session):
+    """(the refusal of every partition or None, the topics the client may not write)."""
+    refusal, denied = None, frozenset()
+    if broker.authorizer is not None:
+        transactional_id = request.transactional_id
+        if transactional_id is not None and not permitted(broker, session, Operation.WRITE,
+                                                          ResourceType.TRANSACTIONAL_ID, transactional_id):
+            refusal = DENIED[ResourceType.TRANSACTIONAL_ID]
+        denied = refused(broker, session, Operation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data))
+    return refusal, denied
+
+
+def _transactional_partitions(broker, request, session) -> tuple[tuple[int, int] | None, set[tuple[str, int]]]:
     """(producer id, epoch) of the request's transactional batches and the partitions
-    this broker leads that they go to: what the leader adds to the transaction before
-    appending (whatever else is wrong with a partition is answered by the append)."""
+    this broker leads that they go to, the client may write: what the leader adds to the
+    transaction before appending (whatever else is wrong with a partition is answered by
+    the append)."""
+    refusal, denied = _authorization(broker, request, session)
+    if refusal is not None:
+        return None, set()
     producer, partitions = None, set()
     for topic_data in request.topic_data:
-        if topic_data.name in INTERNAL_TOPICS:
+        if topic_data.name in INTERNAL_TOPICS or topic_data.name in denied:
             continue
         for data in topic_data.partition_data:
             records = data.records
@@ -319,13 +335,7 @@ def _append(broker, header, request, session, refused_by_coordinator=None):
     responses = []
     failed = None
     waiting = []  # acks=all: (partition, offset the high watermark must reach, result)
-    refusal, denied = None, frozenset()  # for every partition; topics not writable
-    if broker.authorizer is not None:
-        transactional_id = request.transactional_id
-        if transactional_id is not None and not permitted(broker, session, Operation.WRITE,
-                                                          ResourceType.TRANSACTIONAL_ID, transactional_id):
-            refusal = DENIED[ResourceType.TRANSACTIONAL_ID]
-        denied = refused(broker, session, Operation.WRITE, ResourceType.TOPIC, (t.name for t in request.topic_data))
+    refusal, denied = _authorization(broker, request, session)
     for topic_data in request.topic_data:
         partitions = []
         for data in topic_data.partition_data:
