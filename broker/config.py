@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from broker.features import TRANSACTION_VERSION
+from broker.features import FEATURES
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -559,9 +559,10 @@ BROKER_KEYS = {key.name: key for key in (
              "how often expired transactional ids are removed", 1),
     _int_key("transactional.id.expiration.ms", 7 * 24 * 3600 * 1000,
              "how long an idle transactional id is kept", 1),
-    _int_key("transaction.version", TRANSACTION_VERSION.max_version,
-             "the finalized transaction.version feature level listed by ApiVersions (kafka-features.sh's)",
-             TRANSACTION_VERSION.min_version, TRANSACTION_VERSION.max_version),
+    # Each feature's finalized level (broker.features), named as the feature.
+    *(_int_key(feature.name, feature.max_version,
+               f"the finalized {feature.name} feature level listed by ApiVersions (kafka-features.sh's)",
+               feature.min_version, feature.max_version) for feature in FEATURES),
     _int_key("add.partitions.to.txn.retry.backoff.max.ms", 100,
              "how long an AddPartitionsToTxn waits for the previous transaction's markers", 0),
     _int_key("max.connections", INT_MAX, "the connections accepted at once", 0),

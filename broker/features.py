@@ -8,7 +8,8 @@ pins the level instead (default: the newest supported, as a new Kafka 4 cluster'
 to keep Kafka 4 producers on transactions v1). The coordinator goes by each request's
 version, as Kafka's does, so the level only steers what clients choose.
 
-The levels are fixed for a broker's lifetime: finalized features epoch 0 (Kafka's epoch
+A feature is one line of FEATURES (`group.version` for KIP-848 would be the next); its
+broker config comes with it. The levels are fixed for a broker's lifetime: finalized features epoch 0 (Kafka's epoch
 is its metadata offset; a client takes the levels of the broker with the highest epoch).
 """
 
@@ -21,14 +22,17 @@ FINALIZED_FEATURES_EPOCH = 0
 
 @dataclass(frozen=True)
 class Feature:
-    name: str  # Kafka's feature name
-    min_version: int  # the supported range
+    """A feature as Kafka names it, its supported range, and (broker.config) a broker
+    config of the same name pinning its finalized level."""
+
+    name: str
+    min_version: int
     max_version: int
-    config_attr: str  # the BrokerConfig attribute holding the finalized level
 
 
-TRANSACTION_VERSION = Feature("transaction.version", 0, 2, "transaction_version")
-FEATURES = (TRANSACTION_VERSION,)
+FEATURES = (
+    Feature("transaction.version", 0, 2),
+)
 
 
 def supported(api_version: int) -> list[tuple[str, int, int]]:
@@ -41,5 +45,5 @@ def supported(api_version: int) -> list[tuple[str, int, int]]:
 
 def finalized(config) -> dict[str, int]:
     """The finalized level of each feature, level 0 left out as Kafka leaves it out."""
-    levels = {f.name: getattr(config, f.config_attr) for f in FEATURES}
+    levels = {f.name: getattr(config, f.name.replace(".", "_")) for f in FEATURES}
     return {name: level for name, level in levels.items() if level != 0}
