@@ -24,6 +24,7 @@
   v5, EndTxn v5, no AddPartitionsToTxn or AddOffsetsToTxn), kafka-clients 3.9 stays on v1
   (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn below v5, Produce below v12).
   librdkafka (confluent-kafka 2.16) has no transactions v2 either: it stays on v1 too.
+  A broker pinned at `transaction.version=1` keeps kafka-clients 4.4 on v1.
 Every wait is bounded; servers bind to 127.0.0.1 only.
 """
 
@@ -170,12 +171,20 @@ def versions_sent(proxy: KafkaCaptureProxy) -> dict[str, set[int]]:
 
 
 
-@pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
-@pytest.mark.parametrize("version", [maven.KAFKA_VERSION, maven.KAFKA_3_VERSION])
-def test_java_clients_choose_their_transactions_version(broker, version):
+# Each at the newest version of its transactions version.
+TRANSACTIONS_V2 = {"Produce": {12}, "AddPartitionsToTxn": set(), "AddOffsetsToTxn": set(),
+                   "TxnOffsetCommit": {5}, "EndTxn": {5}}
+TRANSACTIONS_V1 = {"Produce": {11}, "AddPartitionsToTxn": {3}, "AddOffsetsToTxn": {4},
+                   "TxnOffsetCommit": {4}, "EndTxn": {4}}
+
+
+def java_transactions(proc, version: str) -> dict[str, set[int]]:
+    """Run tests/java's consume-transform-produce scenario with kafka-clients `version`
+    through the capturing proxy, check what it read, and return the transaction APIs'
+    versions it sent."""
     try:
         classpath = maven.build_project(PROJECT, {"kafka.version": version})
-        with KafkaCaptureProxy(broker.bootstrap_servers) as proxy:
+        with KafkaCaptureProxy(proc.bootstrap_servers) as proxy:
             command = maven.java_command(classpath, "sluice.compat.CompatSuite", proxy.bootstrap, "transactions")
             done = subprocess.run(command, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
             seen = versions_sent(proxy)
@@ -186,12 +195,22 @@ def test_java_clients_choose_their_transactions_version(broker, version):
     result = lines[0]
     assert result["read_committed"] == [f"out-in-{i}" for i in range(5)] + ["from-the-successor"]
     assert result["group_committed_offset"] == 5
-    if version == maven.KAFKA_VERSION:
-        assert seen == {"Produce": {12}, "AddPartitionsToTxn": set(), "AddOffsetsToTxn": set(),
-                        "TxnOffsetCommit": {5}, "EndTxn": {5}}
-    else:  # each at the newest version of transactions v1
-        assert seen == {"Produce": {11}, "AddPartitionsToTxn": {3}, "AddOffsetsToTxn": {4},
-                        "TxnOffsetCommit": {4}, "EndTxn": {4}}
+    return seen
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
+@pytest.mark.parametrize("version", [maven.KAFKA_VERSION, maven.KAFKA_3_VERSION])
+def test_java_clients_choose_their_transactions_version(broker, version):
+    assert java_transactions(broker, version) == (TRANSACTIONS_V2 if version == maven.KAFKA_VERSION
+                                                  else TRANSACTIONS_V1)
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
+def test_a_broker_pinned_at_transaction_version_1_keeps_kafka_4_clients_on_v1(tmp_path):
+    with own_broker(tmp_path, "transaction.version=1\n") as proc:
+        # The scenario's input producer (not transactional) still sends Produce v12; the
+        # transactional one stays below it.
+        assert java_transactions(proc, maven.KAFKA_VERSION) == {**TRANSACTIONS_V1, "Produce": {11, 12}}
 
 
 def test_librdkafka_stays_on_transactions_v1(broker):
