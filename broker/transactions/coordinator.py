@@ -124,8 +124,6 @@ def leader_error(code: int) -> int:
     return _LEADER_ERRORS.get(code, code)
 
 
-
-
 @dataclass
 class TxnMetadata:
     transactional_id: str
