@@ -50,7 +50,7 @@ BROKER_LAYERS = [
     # the APIs
     {"broker.handlers"},
     # the broker assembled, and what runs it
-    {"broker.metrics", "broker.broker", "broker.embedded", "broker.cli", "broker.__main__", "broker"},
+    {"broker.metrics", "broker.broker", "broker.embedded", "broker.cli", "broker.__main__"},
 ]
 
 
@@ -103,7 +103,9 @@ def _top(module: str) -> str:
 
 
 def _broker_layer(module: str) -> int:
-    for depth in range(module.count(".") + 1, 0, -1):
+    if module == "broker":
+        return len(BROKER_LAYERS) - 1
+    for depth in range(module.count(".") + 1, 1, -1):  # the longest prefix named, not `broker` alone
         prefix = ".".join(module.split(".")[:depth])
         for index, layer in enumerate(BROKER_LAYERS):
             if prefix in layer:
