@@ -305,6 +305,7 @@ def next_batch(checkpoint: str) -> int:
 # -- 1: exactly once through SIGKILLs at every point ---------------------------------------
 
 @pytest.mark.long  # minutes of SIGKILLed drivers: `make test-long`
+@pytest.mark.timeout((len(EOS_POINTS) + 1) * DRIVER_TIMEOUT)  # each driver run bounded on its own
 def test_exactly_once_survives_driver_kills_at_every_point(kafka, tmp_path):
     partitions, count = 3, 3000
     driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "eos", partitions, count)
@@ -367,6 +368,7 @@ def test_exactly_once_survives_driver_kills_at_every_point(kafka, tmp_path):
 # -- 3: at least once through the same kills -----------------------------------------------
 
 @pytest.mark.long  # minutes of SIGKILLed drivers: `make test-long`
+@pytest.mark.timeout((len(ALO_POINTS) + 1) * DRIVER_TIMEOUT)  # each driver run bounded on its own
 def test_at_least_once_survives_driver_kills_without_loss(kafka, tmp_path):
     partitions, count = 3, 2000
     driver, output, expected, checkpoint = stream_case(kafka, tmp_path, "alo", partitions, count, "at_least_once")
