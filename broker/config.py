@@ -520,6 +520,8 @@ BROKER_KEYS = {key.name: key for key in (
     _int_key("default.replication.factor", 1, "the replication factor of a topic created without one", 1),
     _bool_key("auto.create.topics.enable", True, "whether a Metadata request creates the topics it names",
               attr="auto_create_topics"),
+    _int_key("max.request.partition.size.limit", 2000,
+             "the most partitions a DescribeTopicPartitions answer describes", 1),
     _int_key("socket.request.max.bytes", 100 * 1024 * 1024, "the largest request accepted", 1),
     _long_key("log.retention.check.interval.ms", 300_000, "how often retention is enforced", 1,
               attr="retention_check_interval_ms"),

@@ -37,7 +37,8 @@ from wire.messages import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, ALTER_CLIE
                            CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT,
                            ALTER_USER_SCRAM_CREDENTIALS, CONTROLLED_SHUTDOWN, CREATE_PARTITIONS, CREATE_TOPICS,
                            DELETE_GROUPS, DELETE_RECORDS, DELETE_TOPICS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CLUSTER,
-                           DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS,
+                           DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS,
+                           DESCRIBE_TRANSACTIONS,
                            DESCRIBE_USER_SCRAM_CREDENTIALS, ELECT_LEADERS,
                            END_TXN, FETCH, FIND_COORDINATOR, HEARTBEAT, INCREMENTAL_ALTER_CONFIGS, INIT_PRODUCER_ID,
                            JOIN_GROUP, LEADER_AND_ISR, LEAVE_GROUP, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
@@ -254,6 +255,23 @@ def test_metadata(broker, admin):
         grant(admin, ANONYMOUS, (CLUSTER, "kafka-cluster", Operation.DESCRIBE))
         cluster = roundtrip(sock, METADATA, 10, Req(topics=[], include_cluster_authorized_operations=True), 3)
         assert cluster.cluster_authorized_operations == 1 << Operation.DESCRIBE
+
+
+def test_describe_topic_partitions(broker, admin):
+    """As Kafka's: all topics leave out the undescribable; one named and not describable is
+    TOPIC_AUTHORIZATION_FAILED, existing or not, after the others; operations as bit fields."""
+    for topic in ("dtp-visible", "dtp-hidden"):
+        create_topic(admin, topic)
+    grant(admin, ANONYMOUS, (TOPIC, "dtp-visible", Operation.DESCRIBE))
+    Req = DESCRIBE_TOPIC_PARTITIONS.request
+    with connect(broker.port) as sock:
+        every = roundtrip(sock, DESCRIBE_TOPIC_PARTITIONS, 0, Req(topics=[]), 1).topics
+        assert [(t.name, t.topic_authorized_operations) for t in every if t.name.startswith("dtp-")] == [
+            ("dtp-visible", 1 << Operation.DESCRIBE)]
+        named = roundtrip(sock, DESCRIBE_TOPIC_PARTITIONS, 0, Req(topics=[
+            Req.TopicRequest(name=n) for n in ("dtp-unknown", "dtp-hidden", "dtp-visible")]), 2).topics
+        assert [(t.name, t.error_code, len(t.partitions)) for t in named] == [
+            ("dtp-visible", 0, 1), ("dtp-hidden", TOPIC_DENIED, 0), ("dtp-unknown", TOPIC_DENIED, 0)]
 
 
 # -- every API, refused ----------------------------------------------------------------------

@@ -35,7 +35,7 @@ from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
 from wire.client import Client, NewTopic
 from wire.error_codes import ErrorCode
-from wire.messages import API_VERSIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER
+from wire.messages import API_VERSIONS, DESCRIBE_TOPIC_PARTITIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER
 from wire.protocol import RequestHeader, decode_response, encode_request
 from wire.records import CONTROL_COMMIT, build_batch, build_control_batch, parse_header
 
@@ -658,6 +658,40 @@ def test_metadata_by_topic_id_with_an_empty_name(guarded, version):
     assert (found.error_code, found.topic_id, found.name, len(found.partitions)) == (0, known, VICTIM, 2)
     assert (missing.error_code, missing.topic_id, missing.name) == (
         ErrorCode.UNKNOWN_TOPIC_ID, unknown, None if version >= 12 else "")
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(guarded):
+    """DescribeTopicPartitions as Kafka answers it: topics in name order, at most
+    `response_partition_limit` partitions, `next_cursor` where they run out (at partition 0
+    of the next topic when the limit ends with one); unknown and invalid names get their
+    errors; a cursor outside the topics named, or at a negative partition, INVALID_REQUEST."""
+    Req = DESCRIBE_TOPIC_PARTITIONS.request
+
+    def describe(names, limit, cursor=None, correlation_id=1):
+        body = Req(topics=[Req.TopicRequest(name=n) for n in names], response_partition_limit=limit,
+                   cursor=None if cursor is None else Req.Cursor(topic_name=cursor[0], partition_index=cursor[1]))
+        response = roundtrip(sock, DESCRIBE_TOPIC_PARTITIONS, 0, body, correlation_id)
+        pages = [(t.name, t.error_code, [p.partition_index for p in t.partitions]) for t in response.topics]
+        after = response.next_cursor
+        return pages, None if after is None else (after.topic_name, after.partition_index)
+
+    with connect(guarded.port) as sock:
+        assert describe([VICTIM, CANARY], 2) == ([(CANARY, 0, [0]), (VICTIM, 0, [0])], (VICTIM, 1))
+        assert describe([VICTIM, CANARY], 2, (VICTIM, 1)) == ([(VICTIM, 0, [1])], None)
+        assert describe([VICTIM, CANARY], 1) == ([(CANARY, 0, [0])], (VICTIM, 0))
+        assert describe(["no-such-topic", "bad/name"], 10) == (
+            [("bad/name", ErrorCode.INVALID_TOPIC_EXCEPTION, []),
+             ("no-such-topic", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])], None)
+        assert describe([CANARY], 10, (VICTIM, 0)) == ([(CANARY, ErrorCode.INVALID_REQUEST, [])], None)
+        assert describe([VICTIM], 10, (VICTIM, -1)) == ([(VICTIM, ErrorCode.INVALID_REQUEST, [])], None)
+        every, _ = describe([], 1000, (VICTIM, 1))  # all topics from the cursor on
+        assert every[0] == (VICTIM, 0, [1]) and all(name > VICTIM for name, _, _ in every[1:])
+        body = Req(topics=[Req.TopicRequest(name=VICTIM)])
+        [victim] = roundtrip(sock, DESCRIBE_TOPIC_PARTITIONS, 0, body, 2).topics
+    assert victim.topic_id == guarded.client.metadata([VICTIM]).topics[VICTIM].topic_id
+    assert not victim.is_internal and victim.topic_authorized_operations > 0
+    assert [(p.leader_id, p.replica_nodes, p.isr_nodes, p.eligible_leader_replicas, p.last_known_elr)
+            for p in victim.partitions] == [(0, [0], [0], [], [])] * VICTIM_PARTITIONS
 
 
 def test_fetch_out_of_range_offset(guarded):

@@ -2,7 +2,8 @@
 `org.apache.kafka:kafka-tools`) run with `java -cp` against the real broker process.
 
 - kafka-topics: `--create` (then the partitions seen by a Python client), `--describe`
-  (partition count, replication factor, each partition's leader, replicas and ISR), `--list`.
+  (partition count, replication factor, each partition's leader, replicas and ISR), `--list`;
+  `--describe` in pages of DescribeTopicPartitions, seen on the wire through a capture proxy.
 - kafka-consumer-groups: `--list` (with `--state`), `--describe` of a group with a live
   member and of the same group once it left (current offset, log-end offset and lag per
   partition; the member's id, host and client id), `--reset-offsets --to-earliest
@@ -39,6 +40,9 @@ import pytest
 
 from sluice import maven
 from sluice.broker_process import BrokerProcess
+from tests.kafka_capture import KafkaCaptureProxy
+from wire.messages import DESCRIBE_TOPIC_PARTITIONS
+from wire.protocol import decode_request
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -158,6 +162,27 @@ def test_topics_create_describe_list(kafka_broker):
 
     listed = tool(TOPICS, "--bootstrap-server", bootstrap, "--list")
     assert topic in listed.stdout.split()
+
+
+def test_topics_describe_pages_through_describe_topic_partitions(kafka_broker):
+    """kafka-topics 4.4 --describe asks DescribeTopicPartitions, here two partitions a page:
+    five partitions take three requests, each after the first at the cursor the answer
+    before named, and every partition is printed once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = unique("paged-topic")
+    _create_topic(bootstrap, topic, 5)
+    with KafkaCaptureProxy(bootstrap) as proxy:
+        described = tool(TOPICS, "--bootstrap-server", proxy.bootstrap, "--describe", "--topic", topic,
+                         "--partition-size-limit-per-response", "2")
+        pages = [decode_request(f.data)[1] for f in proxy.requests()
+                 if f.api_key == DESCRIBE_TOPIC_PARTITIONS.key]
+    assert [(p.cursor.topic_name, p.cursor.partition_index) if p.cursor else None for p in pages] == [
+        None, (topic, 2), (topic, 4)]
+    assert {p.response_partition_limit for p in pages} == {2}
+    lines = [line.strip() for line in described.stdout.splitlines() if line.strip()]
+    assert dict(re.findall(r"(\w+): (\S*)", lines[0]))["PartitionCount"] == "5"
+    partitions = [dict(re.findall(r"(\w+): (\S+)", line)) for line in lines[1:]]
+    assert [p["Partition"] for p in partitions] == ["0", "1", "2", "3", "4"]
 
 
 def test_consumer_groups_list_describe_reset_delete_offsets(kafka_broker):

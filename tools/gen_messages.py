@@ -39,6 +39,8 @@ API_NAMES = [
     "AlterPartitionReassignments", "ListPartitionReassignments",
     # KIP-848 consumer groups, at Kafka 4.4's versions (NEWER_MESSAGES).
     "ConsumerGroupHeartbeat", "ConsumerGroupDescribe",
+    # Kafka 4's topic description in pages (NEWER_MESSAGES), which kafka-topics.sh --describe uses.
+    "DescribeTopicPartitions",
 ]
 # APIs whose definitions ../shared/kafka-protocol lacks: generated from Kafka 3.9's,
 # found in an apache/kafka checkout (clients/src/main/resources/common/message) given as a

@@ -1526,6 +1526,44 @@ CONSUMER_GROUP_DESCRIBE = Api(69, 'ConsumerGroupDescribe', '0-1', flexible='0+',
     ),
 )
 
+DESCRIBE_TOPIC_PARTITIONS = Api(75, 'DescribeTopicPartitions', '0', flexible='0+',
+    request=(
+        F('topics', '[]TopicRequest', '0+', fields=(
+            F('name', 'string', '0+'),
+        )),
+        F('response_partition_limit', 'int32', '0+', default=2000),
+        F('cursor', 'Cursor', '0+', nullable='0+', default=None, fields=(
+            F('topic_name', 'string', '0+'),
+            F('partition_index', 'int32', '0+'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '0+'),
+        F('topics', '[]DescribeTopicPartitionsResponseTopic', '0+', fields=(
+            F('error_code', 'int16', '0+'),
+            F('name', 'string', '0+', nullable='0+'),
+            F('topic_id', 'uuid', '0+'),
+            F('is_internal', 'bool', '0+', default=False),
+            F('partitions', '[]DescribeTopicPartitionsResponsePartition', '0+', fields=(
+                F('error_code', 'int16', '0+'),
+                F('partition_index', 'int32', '0+'),
+                F('leader_id', 'int32', '0+'),
+                F('leader_epoch', 'int32', '0+', default=-1),
+                F('replica_nodes', '[]int32', '0+'),
+                F('isr_nodes', '[]int32', '0+'),
+                F('eligible_leader_replicas', '[]int32', '0+', nullable='0+', default=None),
+                F('last_known_elr', '[]int32', '0+', nullable='0+', default=None),
+                F('offline_replicas', '[]int32', '0+'),
+            )),
+            F('topic_authorized_operations', 'int32', '0+', default=-2147483648),
+        )),
+        F('next_cursor', 'Cursor', '0+', nullable='0+', default=None, fields=(
+            F('topic_name', 'string', '0+'),
+            F('partition_index', 'int32', '0+'),
+        )),
+    ),
+)
+
 REQUEST_HEADER = Data('RequestHeader', '0-2', flexible='2+', fields=(
     F('request_api_key', 'int16', '0+'),
     F('request_api_version', 'int16', '0+'),
@@ -1741,4 +1779,5 @@ APIS = {api.key: api for api in (
     LIST_TRANSACTIONS,
     CONSUMER_GROUP_HEARTBEAT,
     CONSUMER_GROUP_DESCRIBE,
+    DESCRIBE_TOPIC_PARTITIONS,
 )}

@@ -24,7 +24,7 @@ from wire.messages import (CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR, S
                            SYNC_GROUP, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, SASL_HANDSHAKE,
                            SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
                            DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS,
-                           CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE)
+                           CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE, DESCRIBE_TOPIC_PARTITIONS)
 
 from broker.config import markdown_row
 from broker.handlers import (acls, alter_configs, api_versions, client_quotas, cluster, configs, delete_records,
@@ -35,6 +35,7 @@ from broker.handlers import (acls, alter_configs, api_versions, client_quotas, c
 HANDLERS = {
     API_VERSIONS.key: api_versions.handle,
     METADATA.key: metadata.handle,
+    DESCRIBE_TOPIC_PARTITIONS.key: metadata.describe_topic_partitions,
     PRODUCE.key: produce.handle,
     FETCH.key: fetch.handle,
     LIST_OFFSETS.key: list_offsets.handle,

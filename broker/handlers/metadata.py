@@ -22,6 +22,17 @@ or on the topic (TOPIC_AUTHORIZATION_FAILED otherwise). v8+ authorized operation
 topics' when asked, v8-10 the cluster's: 0 without DESCRIBE on it) are Kafka's bit
 fields; without an authorizer every operation the resource supports.
 
+DescribeTopicPartitions v0 (Kafka 4's kafka-topics.sh --describe), as Kafka's handler:
+- The topics asked for, or all with an empty list (leaving out, unnamed, those one may not
+  describe), in name order from the cursor's topic on, the cursor's partition first.
+- At most min(`response_partition_limit`, `max.request.partition.size.limit`) partitions (at
+  least one): where they run out, `next_cursor` names the next topic and partition.
+- A named topic not known is UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an
+  invalid name), one not authorized TOPIC_AUTHORIZATION_FAILED, after the others; a cursor
+  whose topic is not among those named, or whose partition is negative, INVALID_REQUEST
+  for every topic named. Each topic carries its authorized operations; no eligible leader
+  replicas (ELR is KRaft's), so both ELR lists are empty.
+
 A topic's entry is encoded once per version and reused until its partitions' state changes:
 building and encoding 10,000 partition entries took 50 ms per request, now about 1 ms.
 """
@@ -31,7 +42,7 @@ from __future__ import annotations
 from wire.acl_types import CLUSTER_RESOURCE_NAME, Operation, ResourceType
 from wire.error_codes import ErrorCode
 from wire.internal_topics import CLIENT_INTERNAL_TOPICS
-from wire.messages import METADATA
+from wire.messages import DESCRIBE_TOPIC_PARTITIONS, METADATA
 from wire.primitives import ZERO_UUID
 
 from broker.errors import BrokerError
@@ -58,6 +69,10 @@ def topic_metadata(broker, topic, version, operations: int | None = None):
     return cached[1]
 
 
+def _is_internal(topic) -> bool:
+    return topic.internal or topic.name in CLIENT_INTERNAL_TOPICS
+
+
 def _topic_entry(topic, states):
     partitions = [_Resp.MetadataResponsePartition(
         error_code=ErrorCode.NONE if s.leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
@@ -66,8 +81,7 @@ def _topic_entry(topic, states):
         for s in states]
     return _Resp.MetadataResponseTopic(
         error_code=0, name=topic.name, topic_id=topic.topic_id,
-        is_internal=topic.internal or topic.name in CLIENT_INTERNAL_TOPICS,
-        partitions=partitions, topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
+        is_internal=_is_internal(topic), partitions=partitions, topic_authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS)
 
 
 def _error_topic(name, code, topic_id=ZERO_UUID):
@@ -148,3 +162,57 @@ def handle(broker, header, request, session):
                  for b in metadata.brokers(session.listener)],
         cluster_id=metadata.cluster_id, controller_id=metadata.controller_id, topics=results,
         cluster_authorized_operations=cluster_operations)
+
+
+_Described = DESCRIBE_TOPIC_PARTITIONS.response
+
+
+def describe_topic_partitions(broker, header, request, session):
+    metadata = broker.metadata
+    cursor = request.cursor
+    first = cursor.topic_name if cursor is not None else ""
+    every_topic = not request.topics
+    if every_topic:
+        names = {t.name for t in metadata.topics() if t.name >= first}
+    else:
+        names = {t.name for t in request.topics if t.name >= first}
+    if cursor is not None and ((not every_topic and cursor.topic_name not in names) or cursor.partition_index < 0):
+        return _Described(topics=[_Described.DescribeTopicPartitionsResponseTopic(
+            error_code=ErrorCode.INVALID_REQUEST, name=t.name, partitions=[]) for t in request.topics])
+    hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TOPIC, names)
+    remaining = max(min(broker.config.max_request_partition_size_limit, request.response_partition_limit), 1)
+    topics, next_cursor = [], None
+    for name in sorted(names - hidden):
+        if remaining == 0:
+            next_cursor = _Described.Cursor(topic_name=name, partition_index=0)
+            break
+        topic = metadata.topic(name)
+        if topic is None:
+            try:
+                validate_topic_name(name)
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            except BrokerError as exc:
+                code = exc.code
+            entry = _Described.DescribeTopicPartitionsResponseTopic(error_code=code, name=name, partitions=[])
+        else:
+            start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+            states = [s for s in metadata.partition_states(topic) if s.index >= start]
+            taken = states[:remaining]
+            remaining -= len(taken)
+            entry = _Described.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=_is_internal(topic),
+                partitions=[_Described.DescribeTopicPartitionsResponsePartition(
+                    error_code=ErrorCode.NONE if s.leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=s.index, leader_id=s.leader_id, leader_epoch=s.leader_epoch,
+                    replica_nodes=list(s.replicas), isr_nodes=list(s.isr), eligible_leader_replicas=[],
+                    last_known_elr=[], offline_replicas=list(s.offline_replicas)) for s in taken])
+            if len(taken) < len(states):
+                next_cursor = _Described.Cursor(topic_name=name, partition_index=states[len(taken)].index)
+        entry.topic_authorized_operations = authorized_operations(broker, session, ResourceType.TOPIC, name)
+        topics.append(entry)
+        if next_cursor is not None:
+            break
+    if not every_topic:
+        topics += [_Described.DescribeTopicPartitionsResponseTopic(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[]) for name in sorted(hidden)]
+    return _Described(topics=topics, next_cursor=next_cursor)
