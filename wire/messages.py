@@ -158,7 +158,7 @@ LIST_OFFSETS = Api(2, 'ListOffsets', '0-10', flexible='6+',
     ),
 )
 
-METADATA = Api(3, 'Metadata', '0-12', flexible='9+',
+METADATA = Api(3, 'Metadata', '0-13', flexible='9+',
     request=(
         F('topics', '[]MetadataRequestTopic', '0+', nullable='1+', fields=(
             F('topic_id', 'uuid', '10+'),
@@ -195,6 +195,7 @@ METADATA = Api(3, 'Metadata', '0-12', flexible='9+',
             F('topic_authorized_operations', 'int32', '8+', default=-2147483648),
         )),
         F('cluster_authorized_operations', 'int32', '8-10', default=-2147483648),
+        F('error_code', 'int16', '13+'),
     ),
 )
 

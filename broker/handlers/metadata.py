@@ -1,4 +1,4 @@
-"""Metadata v0–12.
+"""Metadata v0–13.
 
 - v0: an empty topic list means all topics; v1+: null means all, empty means none.
 - v4+: `allow_auto_topic_creation` (before v4 it is implicitly true); a topic is only
@@ -11,6 +11,8 @@
   "" below v12, where names cannot be null.
 - Topics, brokers, the controller, and each partition's leader, leader epoch, replicas,
   ISR and offline replicas come from the cluster metadata view (`broker.cluster.metadata`).
+- v13+: a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED is for a broker not of the
+  cluster asked for), always NONE, as Kafka's brokers answer.
 - `is_internal`: the broker's own topics, and those Sluice's clients own
   (`wire.internal_topics`), so that pattern subscriptions leave them out.
 
