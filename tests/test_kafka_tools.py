@@ -19,6 +19,7 @@
 - kafka-delete-records: the new low watermarks, as printed and as a client sees them.
 - kafka-transactions list, describe and describe-producers of an open transaction.
 - kafka-log-dirs --describe: the log directory and each partition's size.
+- kafka-cluster list-endpoints --include-fenced-brokers: DescribeCluster v2, the broker unfenced.
 
 One broker for the module (every test uses its own topics and groups), with
 `group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
@@ -41,8 +42,8 @@ import pytest
 from sluice import maven
 from sluice.broker_process import BrokerProcess
 from tests.kafka_capture import KafkaCaptureProxy
-from wire.messages import DESCRIBE_TOPIC_PARTITIONS
-from wire.protocol import decode_request
+from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS
+from wire.protocol import decode_request, decode_response
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -467,3 +468,19 @@ def test_log_dirs(kafka_broker):
     sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
     assert sizes[f"{topic}-0"] == 0 and 1000 < sizes[f"{topic}-1"] < 1200, sizes
     assert set(sizes) == {f"{topic}-0", f"{topic}-1"}
+
+
+def test_cluster_list_endpoints_with_fenced_brokers(kafka_broker):
+    """kafka-cluster list-endpoints --include-fenced-brokers sends DescribeCluster v2: the
+    broker is listed with its endpoint, not fenced."""
+    with KafkaCaptureProxy(kafka_broker.bootstrap_servers) as proxy:
+        done = tool("org.apache.kafka.tools.ClusterTool", "list-endpoints", "--bootstrap-server",
+                    proxy.bootstrap, "--include-fenced-brokers")
+        answers = [(f.api_version, decode_response(f.api_key, f.api_version, f.data)[1])
+                   for f in proxy.responses() if f.api_key == DESCRIBE_CLUSTER.key]
+        advertised = proxy.listener_ports[kafka_broker.bootstrap_servers]  # the proxy's stand-in
+    assert [(version, [(b.broker_id, b.is_fenced) for b in body.brokers]) for version, body in answers] == [
+        (2, [(0, False)])]
+    header, row = (line.split() for line in done.stdout.splitlines()[:2])
+    assert dict(zip(header, row)) == {"ID": "0", "HOST": "127.0.0.1", "PORT": str(advertised),
+                                      "RACK": "null", "STATE": "unfenced", "ENDPOINT_TYPE": "broker"}

@@ -40,7 +40,7 @@ REQUIRED_API_VERSIONS = {
     "OffsetCommit": 9, "OffsetFetch": 9, "FindCoordinator": 6, "JoinGroup": 9, "SyncGroup": 5,
     "Heartbeat": 4, "LeaveGroup": 5, "DescribeGroups": 5, "ListGroups": 5, "DeleteGroups": 2,
     "CreateTopics": 7, "DeleteTopics": 6, "CreatePartitions": 3, "DescribeConfigs": 4,
-    "DescribeCluster": 1, "InitProducerId": 5, "AddPartitionsToTxn": 5, "AddOffsetsToTxn": 4,
+    "DescribeCluster": 2, "InitProducerId": 5, "AddPartitionsToTxn": 5, "AddOffsetsToTxn": 4,
     "EndTxn": 5, "TxnOffsetCommit": 4, "WriteTxnMarkers": 1, "OffsetForLeaderEpoch": 4,
     "DeleteRecords": 2, "SaslHandshake": 1, "SaslAuthenticate": 2,
     "ConsumerGroupHeartbeat": 1, "ConsumerGroupDescribe": 1,

@@ -1360,10 +1360,11 @@ ALTER_PARTITION = Api(56, 'AlterPartition', '0-3', flexible='0+',
     ),
 )
 
-DESCRIBE_CLUSTER = Api(60, 'DescribeCluster', '0-1', flexible='0+',
+DESCRIBE_CLUSTER = Api(60, 'DescribeCluster', '0-2', flexible='0+',
     request=(
         F('include_cluster_authorized_operations', 'bool', '0+'),
         F('endpoint_type', 'int8', '1+', default=1),
+        F('include_fenced_brokers', 'bool', '2+'),
     ),
     response=(
         F('throttle_time_ms', 'int32', '0+'),
@@ -1377,6 +1378,7 @@ DESCRIBE_CLUSTER = Api(60, 'DescribeCluster', '0-1', flexible='0+',
             F('host', 'string', '0+'),
             F('port', 'int32', '0+'),
             F('rack', 'string', '0+', nullable='0+', default=None),
+            F('is_fenced', 'bool', '2+'),
         )),
         F('cluster_authorized_operations', 'int32', '0+', default=-2147483648),
     ),

@@ -1,7 +1,9 @@
-"""DescribeCluster v0–1, DescribeLogDirs v0–4 and InitProducerId v0–5 (idempotent producers).
+"""DescribeCluster v0–2, DescribeLogDirs v0–4 and InitProducerId v0–5 (idempotent producers).
 
 - DescribeCluster: the brokers and controller of the cluster metadata view; v1
   `endpoint_type` 1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
+  v2 `include_fenced_brokers` (kafka-cluster.sh list-endpoints): a broker is listed while
+  registered and none is fenced (KRaft's state), so each answers `is_fenced` false.
 - DescribeLogDirs (kafka-log-dirs.sh): the one log directory, its absolute path, with
   the size of each partition asked for (all when `topics` is null; partitions this
   broker does not have are left out, as Kafka does), offset lag 0 (no future replicas)
@@ -54,7 +56,8 @@ def describe_cluster(broker, header, request, session):
             operations = authorized_operations(broker, session, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
     return Resp(error_code=0, error_message=None, endpoint_type=1, cluster_id=metadata.cluster_id,
                 controller_id=metadata.controller_id,
-                brokers=[Resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                brokers=[Resp.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
+                                                    is_fenced=False)
                          for b in metadata.brokers(session.listener)],
                 cluster_authorized_operations=operations)
 
