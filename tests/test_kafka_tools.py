@@ -42,7 +42,7 @@ import pytest
 from sluice import maven
 from sluice.broker_process import BrokerProcess
 from tests.kafka_capture import KafkaCaptureProxy
-from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS
+from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS
 from wire.protocol import decode_request, decode_response
 
 pytestmark = pytest.mark.timeout(180)
@@ -448,7 +448,8 @@ def test_transactions_tool(kafka_broker):
 
 
 def test_log_dirs(kafka_broker):
-    """kafka-log-dirs --describe: the broker's log directory with each partition's size."""
+    """kafka-log-dirs --describe (DescribeLogDirs v5, no directory cordoned): the broker's log
+    directory with each partition's size."""
     import json
 
     from confluent_kafka import Producer
@@ -459,8 +460,12 @@ def test_log_dirs(kafka_broker):
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, b"x" * 1000, partition=1)
     assert producer.flush(15) == 0
-    done = tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", bootstrap, "--describe",
-                "--topic-list", topic)
+    with KafkaCaptureProxy(bootstrap) as proxy:
+        done = tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", proxy.bootstrap, "--describe",
+                    "--topic-list", topic)
+        answers = [(f.api_version, decode_response(f.api_key, f.api_version, f.data)[1])
+                   for f in proxy.responses() if f.api_key == DESCRIBE_LOG_DIRS.key]
+    assert [(version, [d.is_cordoned for d in body.results]) for version, body in answers] == [(5, [False])]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     (only_broker,) = report["brokers"]
     (log_dir,) = only_broker["logDirs"]

@@ -1026,7 +1026,7 @@ ALTER_CONFIGS = Api(33, 'AlterConfigs', '0-2', flexible='2+',
     ),
 )
 
-DESCRIBE_LOG_DIRS = Api(35, 'DescribeLogDirs', '0-4', flexible='2+',
+DESCRIBE_LOG_DIRS = Api(35, 'DescribeLogDirs', '1-5', flexible='2+',
     request=(
         F('topics', '[]DescribableLogDirTopic', '0+', nullable='0+', fields=(
             F('topic', 'string', '0+'),
@@ -1050,6 +1050,7 @@ DESCRIBE_LOG_DIRS = Api(35, 'DescribeLogDirs', '0-4', flexible='2+',
             )),
             F('total_bytes', 'int64', '4+', default=-1),
             F('usable_bytes', 'int64', '4+', default=-1),
+            F('is_cordoned', 'bool', '5+', default=False),
         )),
     ),
 )

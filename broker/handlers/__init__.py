@@ -107,8 +107,9 @@ def exempt_from_request_quota(header, request) -> bool:
         api_key == FETCH.key and fetch.fetching_replica(request, header.request_api_version) >= 0)
 
 
-# Oldest versions served: older Fetch/ListOffsets would need message-format v0/v1.
-MIN_VERSIONS = {key: 0 for key in (*HANDLERS, *CLUSTER_HANDLERS)}
+# Oldest versions served: those Kafka defines (Kafka 4 removed some, KIP-896); older
+# Fetch/ListOffsets would need message-format v0/v1.
+MIN_VERSIONS = {key: APIS[key].versions.lo for key in (*HANDLERS, *CLUSTER_HANDLERS)}
 MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 MIN_VERSIONS[LIST_OFFSETS.key] = list_offsets.MIN_VERSION
 

@@ -1,4 +1,4 @@
-"""DescribeCluster v0–2, DescribeLogDirs v0–4 and InitProducerId v0–5 (idempotent producers).
+"""DescribeCluster v0–2, DescribeLogDirs v1–5 and InitProducerId v0–5 (idempotent producers).
 
 - DescribeCluster: the brokers and controller of the cluster metadata view; v1
   `endpoint_type` 1 (brokers) is served, 2 (controllers) gets UNSUPPORTED_ENDPOINT_TYPE.
@@ -7,7 +7,9 @@
 - DescribeLogDirs (kafka-log-dirs.sh): the one log directory, its absolute path, with
   the size of each partition asked for (all when `topics` is null; partitions this
   broker does not have are left out, as Kafka does), offset lag 0 (no future replicas)
-  and, v4+, the file system's total and usable bytes.
+  and, v4+, the file system's total and usable bytes; v5+ `is_cordoned` false, as no
+  directory is cordoned (KIP-1066's `cordoned.log.dirs` is not a Sluice key). Kafka 4
+  dropped v0 (KIP-896).
 - InitProducerId without a transactional id hands out a fresh producer id at epoch 0.
   v3+ may name the caller's current id and epoch (KIP-360): the epoch is bumped, or a
   new id is handed out when the epoch would overflow.
@@ -112,7 +114,7 @@ def describe_log_dirs(broker, header, request, session):
                 local = topics[asked.topic].partitions
                 wanted.setdefault(asked.topic, []).extend(p for p in asked.partitions if p in local)
     directory = os.path.abspath(broker.topics.data_dir)
-    result = Resp.DescribeLogDirsResult(log_dir=directory, topics=[
+    result = Resp.DescribeLogDirsResult(log_dir=directory, is_cordoned=False, topics=[
         Resp.DescribeLogDirsTopic(name=name, partitions=[
             Resp.DescribeLogDirsPartition(partition_index=p, partition_size=topics[name].partitions[p].size_bytes,
                                           offset_lag=0, is_future_key=False)
