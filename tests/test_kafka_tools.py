@@ -17,7 +17,8 @@
 - kafka-producer-perf-test then kafka-consumer-perf-test: the counts each reports, and the
   log-end offsets the broker reports.
 - kafka-delete-records: the new low watermarks, as printed and as a client sees them.
-- kafka-transactions list, describe and describe-producers of an open transaction.
+- kafka-transactions list (also --transactional-id-pattern), describe and describe-producers
+  of an open transaction.
 - kafka-log-dirs --describe: the log directory and each partition's size.
 - kafka-cluster list-endpoints --include-fenced-brokers: DescribeCluster v2, the broker unfenced.
 
@@ -417,7 +418,8 @@ def test_delete_records(kafka_broker, tmp_path):
 
 
 def test_transactions_tool(kafka_broker):
-    """kafka-transactions: list, describe and describe-producers of an open transaction."""
+    """kafka-transactions: list (also by a transactional id pattern), describe and
+    describe-producers of an open transaction."""
     from confluent_kafka import Producer
 
     bootstrap = kafka_broker.bootstrap_servers
@@ -434,6 +436,11 @@ def test_transactions_tool(kafka_broker):
         listed = table(tool(command, "--bootstrap-server", bootstrap, "list").stdout, "TransactionalId")
         mine = [row for row in listed if row["TransactionalId"] == transactional_id]
         assert len(mine) == 1 and mine[0]["TransactionState"] == "Ongoing", listed
+        matching = table(tool(command, "--bootstrap-server", bootstrap, "list", "--transactional-id-pattern",
+                              "tools-txn-id-[0-9a-f]+").stdout, "TransactionalId")  # ListTransactions v2
+        assert mine[0] in matching and {row["TransactionalId"][:13] for row in matching} == {"tools-txn-id-"}
+        assert not table(tool(command, "--bootstrap-server", bootstrap, "list", "--transactional-id-pattern",
+                              "tools-txn-id").stdout, "TransactionalId")  # the whole id must match
         described = table(tool(command, "--bootstrap-server", bootstrap, "describe", "--transactional-id",
                                transactional_id).stdout, "CoordinatorId")
         assert described and described[0]["TransactionState"] == "Ongoing", described

@@ -2,6 +2,8 @@
 through tests/kafka_capture.py's proxy) or, where no client here asks one, as raw frames.
 
 - Metadata v13 (librdkafka): the top-level error code, 0 as Kafka's brokers answer it.
+- ListTransactions v2 (kafka-transactions.sh list --transactional-id-pattern is in
+  tests/test_kafka_tools.py): a pattern that does not compile, INVALID_REGULAR_EXPRESSION.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import uuid
 import pytest
 
 from tests.kafka_capture import KafkaCaptureProxy
-from wire.messages import METADATA
+from tests.test_broker_failures import connect, roundtrip
+from wire.error_codes import ErrorCode
+from wire.messages import LIST_TRANSACTIONS, METADATA
 from wire.protocol import decode_response
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,3 +42,11 @@ def test_librdkafka_asks_metadata_v13(broker):
         answers = answered(proxy, METADATA)
     assert answers and {version for version, _ in answers} == {13}
     assert {body.error_code for _, body in answers} == {0}
+
+
+def test_list_transactions_v2_refuses_a_pattern_that_does_not_compile(broker):
+    with connect(broker.port) as sock:
+        for correlation_id, (pattern, code) in enumerate(
+                [("tx-[", ErrorCode.INVALID_REGULAR_EXPRESSION), ("", ErrorCode.NONE), (None, ErrorCode.NONE)]):
+            body = LIST_TRANSACTIONS.request(transactional_id_pattern=pattern)
+            assert roundtrip(sock, LIST_TRANSACTIONS, 2, body, correlation_id).error_code == code, pattern

@@ -1435,11 +1435,12 @@ DESCRIBE_TRANSACTIONS = Api(65, 'DescribeTransactions', '0', flexible='0+',
     ),
 )
 
-LIST_TRANSACTIONS = Api(66, 'ListTransactions', '0-1', flexible='0+',
+LIST_TRANSACTIONS = Api(66, 'ListTransactions', '0-2', flexible='0+',
     request=(
         F('state_filters', '[]string', '0+'),
         F('producer_id_filters', '[]int64', '0+'),
         F('duration_filter', 'int64', '1+', default=-1),
+        F('transactional_id_pattern', 'string', '2+', nullable='2+', default=None),
     ),
     response=(
         F('throttle_time_ms', 'int32', '0+'),

@@ -1,5 +1,5 @@
 """AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–5,
-WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–1, DescribeProducers v0.
+WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–2, DescribeProducers v0.
 
 The transaction rules themselves live in `broker.transactions.coordinator`; here:
 - PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to AddPartitionsToTxn,
@@ -42,8 +42,10 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   COORDINATOR_LOAD_IN_PROGRESS while it loads it; ListTransactions lists the
   transactions of the partitions coordinated here.
 - DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an unknown id. ListTransactions
-  filters by state names (unknown ones are listed back), producer ids and, v1+, by
-  running longer than `duration_filter` ms.
+  filters by state names (unknown ones are listed back), producer ids, v1+ by running
+  longer than `duration_filter` ms and v2+ by a `transactional_id_pattern` the whole id
+  matches (none when null or empty; Python's regular expressions where Kafka has Java's,
+  alike but for rare constructs); one that does not compile is INVALID_REGULAR_EXPRESSION.
 - DescribeProducers (kafka-transactions.sh describe-producers): each partition's
   producers with state (epoch, last sequence and timestamp, the coordinator epoch of
   their last marker, the first offset of their open transaction or -1);
@@ -69,6 +71,7 @@ Authorization (broker.security.acls), as Kafka's KafkaApis:
 from __future__ import annotations
 
 import asyncio
+import re
 
 from wire.acl_types import Operation, ResourceType
 from wire.error_codes import ErrorCode
@@ -301,6 +304,12 @@ def describe_transactions(broker, header, request, session):
 
 def list_transactions(broker, header, request, session):
     Resp = LIST_TRANSACTIONS.response
+    pattern = None
+    if header.request_api_version >= 2 and request.transactional_id_pattern:
+        try:
+            pattern = re.compile(request.transactional_id_pattern)
+        except re.error:
+            return Resp(error_code=ErrorCode.INVALID_REGULAR_EXPRESSION)
     unknown = [name for name in request.state_filters if name not in STATES_BY_NAME]
     states = {STATES_BY_NAME[name] for name in request.state_filters if name in STATES_BY_NAME}
     if request.state_filters and not states:
@@ -311,7 +320,8 @@ def list_transactions(broker, header, request, session):
                                           duration)
         hidden = refused(broker, session, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                          (m.transactional_id for m in listed))
-        listed = [m for m in listed if m.transactional_id not in hidden]
+        listed = [m for m in listed if m.transactional_id not in hidden
+                  and (pattern is None or pattern.fullmatch(m.transactional_id))]
     return Resp(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
                 transaction_states=[Resp.TransactionState(
                     transactional_id=m.transactional_id, producer_id=m.producer_id,
