@@ -21,6 +21,7 @@
   of an open transaction.
 - kafka-log-dirs --describe: the log directory and each partition's size.
 - kafka-cluster list-endpoints --include-fenced-brokers: DescribeCluster v2, the broker unfenced.
+- kafka-get-offsets --time earliest-pending-upload: ListOffsets v11, no offset (no tiered storage).
 
 One broker for the module (every test uses its own topics and groups), with
 `group.initial.rebalance.delay.ms=0` (as Kafka's own test clusters are configured), so that no JVM waits
@@ -43,7 +44,7 @@ import pytest
 from sluice import maven
 from sluice.broker_process import BrokerProcess
 from tests.kafka_capture import KafkaCaptureProxy
-from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS
+from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS, LIST_OFFSETS
 from wire.protocol import decode_request, decode_response
 
 pytestmark = pytest.mark.timeout(180)
@@ -496,3 +497,24 @@ def test_cluster_list_endpoints_with_fenced_brokers(kafka_broker):
     header, row = (line.split() for line in done.stdout.splitlines()[:2])
     assert dict(zip(header, row)) == {"ID": "0", "HOST": "127.0.0.1", "PORT": str(advertised),
                                       "RACK": "null", "STATE": "unfenced", "ENDPOINT_TYPE": "broker"}
+
+
+def test_get_offsets_earliest_pending_upload(kafka_broker):
+    """kafka-get-offsets asks ListOffsets v11: the earliest offset pending upload to tiered
+    storage (-6) is answered offset -1, as Kafka's broker without tiered storage, and the
+    tool prints none; the earliest offsets (-2) are printed."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = unique("tools-offsets")
+    _create_topic(bootstrap, topic, 2)
+    with KafkaCaptureProxy(bootstrap) as proxy:
+        pending = tool("org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", proxy.bootstrap,
+                       "--topic", topic, "--time", "earliest-pending-upload")
+        answers = [(f.api_version, decode_response(f.api_key, f.api_version, f.data)[1])
+                   for f in proxy.responses() if f.api_key == LIST_OFFSETS.key]
+    assert [(version, sorted((p.partition_index, p.error_code, p.offset, p.timestamp)
+                             for t in body.topics for p in t.partitions)) for version, body in answers] == [
+        (11, [(0, 0, -1, -1), (1, 0, -1, -1)])]
+    assert pending.stdout.strip() == ""
+    earliest = tool("org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", bootstrap, "--topic", topic,
+                    "--time", "earliest")
+    assert sorted(earliest.stdout.split()) == [f"{topic}:0:0", f"{topic}:1:0"]

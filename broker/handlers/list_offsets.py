@@ -1,9 +1,12 @@
-"""ListOffsets v1–10 (v0's multi-offset form is not served).
+"""ListOffsets v1–11 (v0's multi-offset form is not served, nor defined by Kafka 4).
 
 - timestamp -2: the log start offset; -1: the high watermark, or the last stable
   offset for read_committed (v2+); -3 (v7+): the record with the largest timestamp;
-  -4 (v8+, earliest local) answers as -2, as every segment is local; -5 (v9+,
-  earliest pending upload) answers -1/-1 (no tiered storage).
+  -4 (v8+, earliest local) answers as -2, as every segment is local; -5 (v9+, latest
+  tiered) and -6 (v11+, earliest pending upload, KIP-1023) answer offset -1, timestamp
+  -1, as Kafka's for a topic without tiered storage.
+- v10+'s `timeout_ms` bounds Kafka's wait on remote storage (KIP-1075): nothing to wait
+  for here, every offset being local.
 - timestamp >= 0: the first record whose timestamp is at or after it, found through
   the time index; offset -1 and timestamp -1 when there is none (or, for
   read_committed, when it lies at or beyond the last stable offset, as in Kafka).
@@ -25,9 +28,8 @@ from broker.errors import BrokerError
 from broker.handlers.fetch import READ_COMMITTED
 from broker.security.acls import DENIED, refused
 
-MIN_VERSION = 1
 _Resp = LIST_OFFSETS.response
-EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5, -6
 
 
 def _lookup(partition, timestamp: int, committed: bool) -> tuple[int, int]:
@@ -38,7 +40,7 @@ def _lookup(partition, timestamp: int, committed: bool) -> tuple[int, int]:
     if timestamp == MAX_TIMESTAMP:
         found = partition.max_timestamp()
         return (found[1], found[0]) if found else (-1, -1)
-    if timestamp == EARLIEST_PENDING_UPLOAD:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1
     if timestamp < 0:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"timestamp {timestamp} has no meaning")
