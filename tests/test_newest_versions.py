@@ -2,12 +2,16 @@
 through tests/kafka_capture.py's proxy) or, where no client here asks one, as raw frames.
 
 - Metadata v13 (librdkafka): the top-level error code, 0 as Kafka's brokers answer it.
+- Fetch v18 (KIP-1166), a follower's raw fetch: telling a high watermark behind the
+  leader's, it is answered at once whatever min_bytes; telling the current one, it waits
+  its max_wait_ms out.
 - ListTransactions v2 (kafka-transactions.sh list --transactional-id-pattern is in
   tests/test_kafka_tools.py): a pattern that does not compile, INVALID_REGULAR_EXPRESSION.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -15,7 +19,8 @@ import pytest
 from tests.kafka_capture import KafkaCaptureProxy
 from tests.test_broker_failures import connect, roundtrip
 from wire.error_codes import ErrorCode
-from wire.messages import LIST_TRANSACTIONS, METADATA
+from wire.client import Client, NewTopic
+from wire.messages import FETCH, LIST_TRANSACTIONS, METADATA
 from wire.protocol import decode_response
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,3 +55,31 @@ def test_list_transactions_v2_refuses_a_pattern_that_does_not_compile(broker):
                 [("tx-[", ErrorCode.INVALID_REGULAR_EXPRESSION), ("", ErrorCode.NONE), (None, ErrorCode.NONE)]):
             body = LIST_TRANSACTIONS.request(transactional_id_pattern=pattern)
             assert roundtrip(sock, LIST_TRANSACTIONS, 2, body, correlation_id).error_code == code, pattern
+
+
+def test_fetch_v18_answers_a_follower_behind_on_the_high_watermark_at_once(broker):
+    topic = unique("fetch-v18")
+    with Client(broker.bootstrap_servers) as client:
+        assert client.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
+        client.produce(topic, 0, [(b"k", b"v")] * 3)
+        topic_id = client.metadata([topic]).topics[topic].topic_id
+    Req = FETCH.request
+
+    def follower_fetch(known_high_watermark, max_wait_ms, correlation_id):
+        body = Req(replica_state=Req.ReplicaState(replica_id=1, replica_epoch=-1), max_wait_ms=max_wait_ms,
+                   min_bytes=1 << 20, max_bytes=1 << 20, session_epoch=-1, topics=[Req.FetchTopic(
+                       topic_id=topic_id, partitions=[Req.FetchPartition(
+                           partition=0, fetch_offset=3, partition_max_bytes=1 << 20,
+                           high_watermark=known_high_watermark)])])
+        started = time.monotonic()
+        response = roundtrip(sock, FETCH, 18, body, correlation_id)
+        [answer] = response.responses[0].partitions
+        return answer.error_code, answer.high_watermark, time.monotonic() - started
+
+    with connect(broker.port) as sock:
+        code, high_watermark, took = follower_fetch(-1, 30_000, 1)
+        assert (code, high_watermark) == (0, 3) and took < 10, took
+        code, high_watermark, took = follower_fetch(0, 30_000, 2)
+        assert (code, high_watermark) == (0, 3) and took < 10, took
+        code, high_watermark, took = follower_fetch(3, 1_000, 3)  # nothing new to tell: the long poll
+        assert (code, high_watermark) == (0, 3) and took >= 0.9, took

@@ -36,7 +36,7 @@ needs_reference = pytest.mark.skipif(
 
 # Versions the project has to cover (from the issue): API name -> newest required version.
 REQUIRED_API_VERSIONS = {
-    "ApiVersions": 4, "Metadata": 13, "Produce": 11, "Fetch": 17, "ListOffsets": 11,
+    "ApiVersions": 4, "Metadata": 13, "Produce": 11, "Fetch": 18, "ListOffsets": 11,
     "OffsetCommit": 9, "OffsetFetch": 9, "FindCoordinator": 6, "JoinGroup": 9, "SyncGroup": 5,
     "Heartbeat": 4, "LeaveGroup": 5, "DescribeGroups": 5, "ListGroups": 5, "DeleteGroups": 2,
     "CreateTopics": 7, "DeleteTopics": 6, "CreatePartitions": 3, "DescribeConfigs": 4,

@@ -51,7 +51,7 @@ PRODUCE = Api(0, 'Produce', '0-13', flexible='9+',
     ),
 )
 
-FETCH = Api(1, 'Fetch', '0-17', flexible='12+',
+FETCH = Api(1, 'Fetch', '4-18', flexible='12+',
     request=(
         F('cluster_id', 'string', '12+', nullable='12+', tag=0, default=None),
         F('replica_id', 'int32', '0-14', default=-1),
@@ -76,6 +76,7 @@ FETCH = Api(1, 'Fetch', '0-17', flexible='12+',
                 F('log_start_offset', 'int64', '5+', default=-1),
                 F('partition_max_bytes', 'int32', '0+'),
                 F('replica_directory_id', 'uuid', '17+', tag=0),
+                F('high_watermark', 'int64', '18+', tag=1, default=9223372036854775807),
             )),
         )),
         F('forgotten_topics_data', '[]ForgottenTopic', '7+', fields=(

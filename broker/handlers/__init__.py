@@ -107,10 +107,9 @@ def exempt_from_request_quota(header, request) -> bool:
         api_key == FETCH.key and fetch.fetching_replica(request, header.request_api_version) >= 0)
 
 
-# Oldest versions served: those Kafka defines (Kafka 4 removed some, KIP-896); older
-# Fetch would need message-format v0/v1.
+# Oldest versions served: those Kafka defines (Kafka 4 removed some, KIP-896: Fetch
+# below v4 would need message-format v0/v1).
 MIN_VERSIONS = {key: APIS[key].versions.lo for key in (*HANDLERS, *CLUSTER_HANDLERS)}
-MIN_VERSIONS[FETCH.key] = fetch.MIN_VERSION
 
 # Newest versions served, where wire.messages knows newer ones (Kafka 4.4's topic ids).
 MAX_VERSIONS = {key: APIS[key].versions.hi for key in (*HANDLERS, *CLUSTER_HANDLERS)}

@@ -1,4 +1,4 @@
-"""Fetch v4–17 (older versions would need message-format down-conversion).
+"""Fetch v4–18 (older versions would need message-format down-conversion).
 
 - Long poll: the response waits until `min_bytes` are available or `max_wait_ms`
   passes, woken when the high watermark of a requested partition moves. As Kafka's
@@ -37,6 +37,9 @@
   gets no records and `diverging_epoch` (the epoch and end offset to truncate to); an
   epoch that cannot be placed, or an offset below the log start, is OFFSET_OUT_OF_RANGE.
 - v13+ topics are named by id (UNKNOWN_TOPIC_ID for an unknown one).
+- v18+ a follower tells the high watermark it knows (KIP-1166; the largest long when it
+  does not say): behind the leader's, the fetch is answered at once, and a long poll ends
+  when the high watermark moves, so that the follower learns it without waiting for data.
 - Record bytes are sent from the segment files unchanged (sendfile for large ranges).
 - Replication throttle, as Kafka's leader applies it: the replicas a topic lists in
   `leader.replication.throttled.replicas` for this broker are read, for followers out of
@@ -73,8 +76,8 @@ from broker.security.acls import permitted, refused
 from broker.handler_results import Throttled
 
 
-MIN_VERSION = 4
 _Resp = FETCH.response
+_HIGH_WATERMARK_NOT_TOLD = 0x7FFFFFFFFFFFFFFF  # v18's default: the follower does not say
 READ_COMMITTED = 1
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -151,6 +154,8 @@ def _build(broker, fetch):
                 out.diverging_epoch = _Resp.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1])
             elif replica_id >= 0:
                 region = None
+                if version >= 18 and wanted.high_watermark < partition.high_watermark:
+                    settled = True  # KIP-1166: the follower learns the high watermark now
                 # A follower at the log end has nothing to read (nor to hold back for a throttle).
                 if partition.update_follower(replica_id, wanted.fetch_offset, wanted.log_start_offset) \
                         and wanted.fetch_offset != partition.log_end_offset:
@@ -347,7 +352,7 @@ def _readable_ends(broker, fetch) -> list:
     DelayedFetch checks it: each partition's replica here, leader epoch and leadership,
     and the offset reads stop at (the log end for a follower, the last stable offset or
     the high watermark for a consumer). A high watermark moving without new bytes
-    changes nothing for a follower."""
+    changes nothing for a follower, but for one telling the high watermark it knows (v18+)."""
     by_id = fetch.version >= 13
     follower = fetch.replica_id >= 0
     committed = fetch.request.isolation_level == READ_COMMITTED
@@ -360,6 +365,8 @@ def _readable_ends(broker, fetch) -> list:
             continue
         end = (partition.log_end_offset if follower else
                partition.last_stable_offset if committed else partition.high_watermark)
+        if follower and fetch.version >= 18 and wanted.high_watermark != _HIGH_WATERMARK_NOT_TOLD:
+            end = (end, partition.high_watermark)
         ends.append((partition, partition.leader_epoch, partition.is_leader, end))
     return ends
 
