@@ -5,7 +5,7 @@ ranges, nullable versions, tags and defaults; error codes with their names. Usag
 
     python tools/gen_messages.py [PATH/TO/kafka-protocol [MORE/MESSAGE/DIRS ...]]
     # default: ../shared/kafka-protocol; a definition is taken from the first directory holding
-    # it, tests/data/kafka-4.4-messages before all
+    # it, tests/data/kafka-4.4-messages before all; the error codes are Kafka 4.4's, from there
 """
 
 from __future__ import annotations
@@ -226,4 +226,4 @@ if __name__ == "__main__":
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else repo.parent / "shared" / "kafka-protocol"
     messages = repo / "wire" / "messages.py"
     messages.write_text(generate(source / "messages", *map(Path, sys.argv[2:]), committed=messages.read_text()))
-    (repo / "wire" / "error_codes.py").write_text(generate_error_codes(source / "error-codes.json"))
+    (repo / "wire" / "error_codes.py").write_text(generate_error_codes(NEWER_MESSAGES / "error-codes.json"))
