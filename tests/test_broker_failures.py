@@ -537,7 +537,7 @@ def test_api_versions_at_unknown_version_lists_ours(guarded, body):
         assert header.correlation_id == 42
         assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
         ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        assert ranges[API_VERSIONS.key] == (0, 4)
+        assert ranges[API_VERSIONS.key] == (0, 5)
         assert ranges[PRODUCE.key][0] == 0 and ranges[PRODUCE.key][1] >= PRODUCE_VERSION
         assert ranges[FETCH.key][0] == 4
         retry = roundtrip(sock, API_VERSIONS, ranges[API_VERSIONS.key][1], api_versions_body(), 43)

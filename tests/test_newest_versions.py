@@ -1,6 +1,8 @@
 """Kafka 4.4's newest version of the APIs served, as real clients ask them (seen on the wire
 through tests/kafka_capture.py's proxy) or, where no client here asks one, as raw frames.
 
+- ApiVersions v5 (KIP-1242): Kafka 4.4's admin client asks it and is answered at once; a
+  client naming another cluster or node than the broker's, REBOOTSTRAP_REQUIRED.
 - Metadata v13 (librdkafka): the top-level error code, 0 as Kafka's brokers answer it.
 - Fetch v18 (KIP-1166), a follower's raw fetch: telling a high watermark behind the
   leader's, it is answered at once whatever min_bytes; telling the current one, it waits
@@ -20,7 +22,7 @@ from tests.kafka_capture import KafkaCaptureProxy
 from tests.test_broker_failures import connect, roundtrip
 from wire.error_codes import ErrorCode
 from wire.client import Client, NewTopic
-from wire.messages import FETCH, LIST_TRANSACTIONS, METADATA
+from wire.messages import API_VERSIONS, FETCH, LIST_TRANSACTIONS, METADATA
 from wire.protocol import decode_response
 
 pytestmark = pytest.mark.timeout(120)
@@ -83,3 +85,23 @@ def test_fetch_v18_answers_a_follower_behind_on_the_high_watermark_at_once(broke
         assert (code, high_watermark) == (0, 3) and took < 10, took
         code, high_watermark, took = follower_fetch(3, 1_000, 3)  # nothing new to tell: the long poll
         assert (code, high_watermark) == (0, 3) and took >= 0.9, took
+
+
+def test_api_versions_v5_checks_the_cluster_and_node_a_client_means(broker):
+    from tests.test_kafka_tools import TOPICS, tool
+
+    with Client(broker.bootstrap_servers) as client:
+        cluster_id = client.metadata([]).cluster_id
+    with KafkaCaptureProxy(broker.bootstrap_servers) as proxy:
+        tool(TOPICS, "--bootstrap-server", proxy.bootstrap, "--list")
+        answers = [(version, body.error_code) for version, body in answered(proxy, API_VERSIONS)]
+    assert answers and set(answers) == {(5, 0)}
+    with connect(broker.port) as sock:
+        for correlation_id, (meant, node_id, code) in enumerate([
+                (cluster_id, 0, ErrorCode.NONE), (None, -1, ErrorCode.NONE), (None, 7, ErrorCode.NONE),
+                ("another-cluster", 0, ErrorCode.REBOOTSTRAP_REQUIRED),
+                (cluster_id, 7, ErrorCode.REBOOTSTRAP_REQUIRED)]):
+            response = roundtrip(sock, API_VERSIONS, 5, API_VERSIONS.request(
+                client_software_name="test", client_software_version="1", cluster_id=meant, node_id=node_id),
+                correlation_id)
+            assert (response.error_code, bool(response.api_keys)) == (code, code == ErrorCode.NONE), meant

@@ -602,10 +602,12 @@ SASL_HANDSHAKE = Api(17, 'SaslHandshake', '0-1', flexible='none',
     ),
 )
 
-API_VERSIONS = Api(18, 'ApiVersions', '0-4', flexible='3+',
+API_VERSIONS = Api(18, 'ApiVersions', '0-5', flexible='3+',
     request=(
         F('client_software_name', 'string', '3+'),
         F('client_software_version', 'string', '3+'),
+        F('cluster_id', 'string', '5+', nullable='5+', default=None),
+        F('node_id', 'int32', '5+', default=-1),
     ),
     response=(
         F('error_code', 'int16', '0+'),
