@@ -7,6 +7,8 @@ through tests/kafka_capture.py's proxy) or, where no client here asks one, as ra
 - Fetch v18 (KIP-1166), a follower's raw fetch: telling a high watermark behind the
   leader's, it is answered at once whatever min_bytes; telling the current one, it waits
   its max_wait_ms out.
+- WriteTxnMarkers v2, raw (a coordinator's request): a transactions-v2 marker must carry an
+  epoch newer than the open transaction's, then repeating it is a harmless retry.
 - ListTransactions v2 (kafka-transactions.sh list --transactional-id-pattern is in
   tests/test_kafka_tools.py): a pattern that does not compile, INVALID_REGULAR_EXPRESSION.
 """
@@ -22,7 +24,7 @@ from tests.kafka_capture import KafkaCaptureProxy
 from tests.test_broker_failures import connect, roundtrip
 from wire.error_codes import ErrorCode
 from wire.client import Client, NewTopic
-from wire.messages import API_VERSIONS, FETCH, LIST_TRANSACTIONS, METADATA
+from wire.messages import API_VERSIONS, DESCRIBE_PRODUCERS, FETCH, LIST_TRANSACTIONS, METADATA, WRITE_TXN_MARKERS
 from wire.protocol import decode_response
 
 pytestmark = pytest.mark.timeout(120)
@@ -105,3 +107,43 @@ def test_api_versions_v5_checks_the_cluster_and_node_a_client_means(broker):
                 client_software_name="test", client_software_version="1", cluster_id=meant, node_id=node_id),
                 correlation_id)
             assert (response.error_code, bool(response.api_keys)) == (code, code == ErrorCode.NONE), meant
+
+
+def test_write_txn_markers_v2_needs_the_bumped_epoch_of_transactions_v2(broker):
+    from confluent_kafka import Producer
+
+    topic = unique("markers-v2")
+    with Client(broker.bootstrap_servers) as client:
+        assert client.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique("tv2"),
+                         "transaction.timeout.ms": 60_000})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(15) == 0
+
+    with connect(broker.port) as sock:
+        def producer_here(correlation_id):
+            body = DESCRIBE_PRODUCERS.request(topics=[DESCRIBE_PRODUCERS.request.TopicRequest(
+                name=topic, partition_indexes=[0])])
+            [state] = roundtrip(sock, DESCRIBE_PRODUCERS, 0, body, correlation_id).topics[0] \
+                .partitions[0].active_producers
+            return state
+
+        def marker(epoch, correlation_id):
+            Req = WRITE_TXN_MARKERS.request
+            body = Req(markers=[Req.WritableTxnMarker(
+                producer_id=opened.producer_id, producer_epoch=epoch, transaction_result=True,
+                coordinator_epoch=opened.coordinator_epoch, transaction_version=2,
+                topics=[Req.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])])
+            response = roundtrip(sock, WRITE_TXN_MARKERS, 2, body, correlation_id)
+            return response.markers[0].topics[0].partitions[0].error_code
+
+        opened = producer_here(1)
+        assert opened.current_txn_start_offset == 0
+        assert marker(opened.producer_epoch, 2) == ErrorCode.INVALID_PRODUCER_EPOCH  # the epoch not bumped
+        assert producer_here(3).current_txn_start_offset == 0  # still open
+        assert marker(opened.producer_epoch + 1, 4) == ErrorCode.NONE
+        ended = producer_here(5)
+        assert (ended.producer_epoch, ended.current_txn_start_offset) == (opened.producer_epoch + 1, -1)
+        assert marker(opened.producer_epoch + 1, 6) == ErrorCode.NONE  # a retry of the marker written

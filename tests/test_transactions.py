@@ -709,7 +709,7 @@ def test_bad_input_gets_kafkas_error_codes(broker):
                 for a in conn.call(API_VERSIONS, 3, client_software_name="t",
                                    client_software_version="1").api_keys}
     assert {k: versions[k] for k in (22, 24, 25, 26, 27, 28, 65, 66)} == {
-        22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (0, 1), 28: (0, 5), 65: (0, 0), 66: (0, 1)}
+        22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 5), 65: (0, 0), 66: (0, 2)}
     assert conn.call(FIND_COORDINATOR, 3, key=txn_id, key_type=1).error_code == 0
     assert conn.call(METADATA, 9, topics=None, allow_auto_topic_creation=False,
                      include_cluster_authorized_operations=False,

@@ -827,7 +827,7 @@ END_TXN = Api(26, 'EndTxn', '0-5', flexible='3+',
     ),
 )
 
-WRITE_TXN_MARKERS = Api(27, 'WriteTxnMarkers', '0-1', flexible='1+',
+WRITE_TXN_MARKERS = Api(27, 'WriteTxnMarkers', '1-2', flexible='1+',
     request=(
         F('markers', '[]WritableTxnMarker', '0+', fields=(
             F('producer_id', 'int64', '0+'),
@@ -838,6 +838,7 @@ WRITE_TXN_MARKERS = Api(27, 'WriteTxnMarkers', '0-1', flexible='1+',
                 F('partition_indexes', '[]int32', '0+'),
             )),
             F('coordinator_epoch', 'int32', '0+'),
+            F('transaction_version', 'int8', '2+', default=0),
         )),
     ),
     response=(

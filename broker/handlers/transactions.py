@@ -1,5 +1,5 @@
 """AddPartitionsToTxn v0–5, AddOffsetsToTxn v0–4, EndTxn v0–5, TxnOffsetCommit v0–5,
-WriteTxnMarkers v0–1, DescribeTransactions v0, ListTransactions v0–2, DescribeProducers v0.
+WriteTxnMarkers v1–2, DescribeTransactions v0, ListTransactions v0–2, DescribeProducers v0.
 
 The transaction rules themselves live in `broker.transactions.coordinator`; here:
 - PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to AddPartitionsToTxn,
@@ -36,7 +36,8 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
   per partition (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
   INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older
   than the producer's last marker there, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-  REQUEST_TIMED_OUT).
+  REQUEST_TIMED_OUT). A v2 marker of transactions v2 (`transaction_version` 2) must carry
+  an epoch newer than the producer's open transaction there (INVALID_PRODUCER_EPOCH).
 - Every coordinator request (and DescribeTransactions per id) is answered
   NOT_COORDINATOR by a broker that does not coordinate the transactional id, and
   COORDINATOR_LOAD_IN_PROGRESS while it loads it; ListTransactions lists the
@@ -264,7 +265,8 @@ async def write_txn_markers(broker, header, request, session):
         answers = await asyncio.gather(*[append_local_markers(
             broker, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
             marker.transaction_result, [(topic.name, p) for topic in marker.topics
-                                        for p in topic.partition_indexes])
+                                        for p in topic.partition_indexes],
+            transaction_version=marker.transaction_version)
             for marker in request.markers])
     results = []
     for marker, codes in zip(request.markers, answers):

@@ -267,11 +267,11 @@ class Partition:
         return result
 
     def append_marker_as_leader(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                                commit: bool) -> int:
+                                commit: bool, transaction_version: int = 0) -> int:
         """Append a transaction marker (see `PartitionLog.append_marker`); its offset."""
         self.check_leader()
         offset = self.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit,
-                                        self.leader_epoch)
+                                        self.leader_epoch, transaction_version)
         self._appended()
         return offset
 

@@ -57,6 +57,7 @@ log = logging.getLogger("sluice.storage")
 _LOG_SUFFIX = ".log"
 # Decoding a stored batch (only to find a timestamp's exact offset) may inflate it this far.
 MAX_DECOMPRESSED_BATCH = 256 * 1024 * 1024
+_MAX_PRODUCER_EPOCH = 32767  # Short.MaxValue
 
 
 
@@ -447,16 +448,23 @@ class PartitionLog:
         return AppendResult(base, self.log_end_offset - 1, append_time, False)
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                      commit: bool, leader_epoch: int) -> int:
+                      commit: bool, leader_epoch: int, transaction_version: int = 0) -> int:
         """Append a COMMIT or ABORT marker for a producer's transaction (from the
         transaction coordinator); returns its offset. Refused (BrokerError) for an epoch
         older than the producer's here, or an older coordinator epoch. A marker for a
-        producer without an open transaction here is written and closes nothing."""
+        producer without an open transaction here is written and closes nothing.
+        Transactions v2 (`transaction_version` 2+, KIP-890) end with the epoch bumped, so
+        there the marker's epoch must be newer than the producer's, as Kafka's
+        ProducerAppendInfo checks: the same epoch only as a retry, with no transaction open
+        here (or at the largest epoch)."""
         entry = self.producer_state.producers.get(producer_id)
-        if entry is not None and producer_epoch < entry.epoch:
+        if entry is not None and (producer_epoch < entry.epoch or (
+                transaction_version >= 2 and producer_epoch == entry.epoch
+                and entry.txn_first_offset >= 0 and producer_epoch != _MAX_PRODUCER_EPOCH)):
+            newer = "newer than" if transaction_version >= 2 else "at least"
             raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                              f"marker epoch {producer_epoch} of producer {producer_id} is older "
-                              f"than {entry.epoch} in {self.topic}-{self.partition}")
+                              f"marker epoch {producer_epoch} of producer {producer_id} is not {newer} "
+                              f"{entry.epoch} in {self.topic}-{self.partition}")
         if entry is not None and coordinator_epoch < entry.coordinator_epoch:
             raise BrokerError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                               f"coordinator epoch {coordinator_epoch} is older than "

@@ -64,7 +64,7 @@ _RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_R
 
 def append_local_markers(broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                          commit: bool, partitions, timeout_s: float = MARKER_TIMEOUT_S,
-                         between: Callable[[], None] | None = None,
+                         between: Callable[[], None] | None = None, transaction_version: int = 0,
                          ) -> Awaitable[dict[tuple[str, int], ErrorCode]]:
     """Append a marker to each of `partitions` (led here; `between()` runs between two
     appends) now, and return the wait until each is committed: the error code of each.
@@ -81,7 +81,8 @@ def append_local_markers(broker, producer_id: int, producer_epoch: int, coordina
                 raise BrokerError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                   f"{len(partition.isr)} in-sync replica(s) of {topic}-{number} are "
                                   f"fewer than min.insync.replicas")
-            partition.append_marker_as_leader(producer_id, producer_epoch, coordinator_epoch, commit)
+            partition.append_marker_as_leader(producer_id, producer_epoch, coordinator_epoch, commit,
+                                              transaction_version)
         except BrokerError as exc:
             codes[(topic, number)] = exc.code
             continue
