@@ -6,6 +6,8 @@ leader elections on demand.
   ISR, a preferred election gives it back its leadership; a second run finds nothing to
   do; unclean elections, unknown partitions and bad JSON files get Kafka's lines or a
   readable error. Then Kafka's own kafka-leader-election (LeaderElectionCommand).
+- Kafka 4.4's kafka-topics --describe pages through DescribeTopicPartitions of the
+  cluster's metadata: leaders, replicas and ISRs as Metadata has them.
 - CreateTopics, CreatePartitions and DeleteTopics sent to a broker that is not the
   controller (a raw request on one connection: the clients would route them to the
   controller), and confluent-kafka's AdminClient bootstrapped from one such broker.
@@ -37,6 +39,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -707,3 +710,26 @@ def test_metadata_auto_creation_answers_the_creation_error(cluster):
              "Metadata to answer the failed creation's error")
     assert [ask("auto.collides") for _ in range(3)] == [ErrorCode.INVALID_TOPIC_EXCEPTION] * 3
     assert "auto.collides" not in cluster.metadata(via).topics
+
+
+def test_kafka_topics_describe_reads_the_cluster_view(cluster):
+    """Kafka 4.4's kafka-topics.sh --describe asks DescribeTopicPartitions (seen through a capture
+    proxy), in pages of one partition here, of whichever broker: each partition's leader,
+    replicas and ISR as the cluster's metadata has them."""
+    from tests.kafka_capture import KafkaCaptureProxy
+    from tests.test_kafka_tools import TOPICS, tool
+    from wire.messages import DESCRIBE_TOPIC_PARTITIONS
+
+    topic = "described-in-pages"
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    cluster.wait_for_leaders(topic, full_isr=True)
+    expected = {p.id: (str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))
+                for p in confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+                .list_topics(topic, timeout=15).topics[topic].partitions.values()}
+    with KafkaCaptureProxy(cluster.bootstrap_servers.split(",")[0]) as proxy:  # the others it learns
+        described = tool(TOPICS, "--bootstrap-server", proxy.bootstrap, "--describe", "--topic", topic,
+                         "--partition-size-limit-per-response", "1")
+        pages = [f for f in proxy.responses() if f.api_key == DESCRIBE_TOPIC_PARTITIONS.key]
+    assert len(pages) == 2
+    rows = [dict(re.findall(r"(\w+): (\S+)", line)) for line in described.stdout.splitlines()[1:] if line.strip()]
+    assert {int(r["Partition"]): (r["Leader"], r["Replicas"], r["Isr"]) for r in rows} == expected
