@@ -12,7 +12,7 @@
   has no committed offsets). A KIP-848 group (group.protocol=consumer) described too: its
   offsets and lag per partition, its member, its state and the broker's assignor.
 - kafka-console-producer with keys (`parse.key`, `key.separator`) from stdin, then
-  kafka-console-consumer `--from-beginning --max-messages N` printing keys: the same lines;
+  kafka-console-consumer `--from-beginning --max-messages N` (Fetch v18) printing keys: the same lines;
   the keys and values checked independently with confluent-kafka.
 - kafka-producer-perf-test then kafka-consumer-perf-test: the counts each reports, and the
   log-end offsets the broker reports.
@@ -44,7 +44,7 @@ import pytest
 from sluice import maven
 from sluice.broker_process import BrokerProcess
 from tests.kafka_capture import KafkaCaptureProxy
-from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS, LIST_OFFSETS
+from wire.messages import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_TOPIC_PARTITIONS, FETCH, LIST_OFFSETS
 from wire.protocol import decode_request, decode_response
 
 pytestmark = pytest.mark.timeout(180)
@@ -353,11 +353,16 @@ def test_console_producer_then_console_consumer(kafka_broker):
         reader.close()
     assert sorted(stored) == sorted(lines)
 
-    consumed = tool(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
-                    "--from-beginning", "--max-messages", str(len(lines)),
-                    "--timeout-ms", "30000",
-                    "--formatter-property", "print.key=true",
-                    "--formatter-property", "key.separator=:")
+    with KafkaCaptureProxy(bootstrap) as proxy:  # Kafka 4.4's consumer fetches at v18, by topic id
+        consumed = tool(CONSOLE_CONSUMER, "--bootstrap-server", proxy.bootstrap, "--topic", topic,
+                        "--from-beginning", "--max-messages", str(len(lines)),
+                        "--timeout-ms", "30000",
+                        "--formatter-property", "print.key=true",
+                        "--formatter-property", "key.separator=:")
+        fetched = {(f.api_version, error_code) for f in proxy.responses() if f.api_key == FETCH.key
+                   for t in decode_response(FETCH.key, f.api_version, f.data)[1].responses
+                   for error_code in {p.error_code for p in t.partitions}}
+    assert fetched == {(18, 0)}
     output = [line for line in consumed.stdout.splitlines() if line]
     assert sorted(output) == sorted(lines)
     # Records with one key share a partition, which the consumer reads in order.
