@@ -45,7 +45,7 @@ The transaction rules themselves live in `broker.transactions.coordinator`; here
 - DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an unknown id. ListTransactions
   filters by state names (unknown ones are listed back), producer ids, v1+ by running
   longer than `duration_filter` ms and v2+ by a `transactional_id_pattern` the whole id
-  matches (none when null or empty; Python's regular expressions where Kafka has Java's,
+  matches (none when null or empty; Python's regular expressions where Kafka has RE2/J's,
   alike but for rare constructs); one that does not compile is INVALID_REGULAR_EXPRESSION.
 - DescribeProducers (kafka-transactions.sh describe-producers): each partition's
   producers with state (epoch, last sequence and timestamp, the coordinator epoch of
