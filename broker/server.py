@@ -8,11 +8,11 @@ connection that must authenticate with SASL reads frames of at most
 bound. Zero-copy sends (sendfile) go straight to the socket, so only without TLS; a TLS
 connection's file regions are read in 1 MiB pieces and written through the transport.
 
-Reading: bytes arrive in a read buffer, from which every complete small frame is cut
-(several per read when a client pipelines). The server lends read buffers from a small
-pool and a connection gives its own back once it holds no partial frame, so an idle
-connection holds none. A frame too
-large for that buffer is read straight into a buffer of its own (so the broker may
+Reading: each connection's wire.frames.FrameReader cuts its frames (the client's
+connections use the same reader). Bytes arrive in a read buffer, from which every
+complete small frame is cut (several per read when a client pipelines). The server lends
+read buffers from a small pool and a connection gives its own back once it holds no
+partial frame, so an idle connection holds none. A frame too large for that buffer is read straight into a buffer of its own (so the broker may
 patch record batches in place): an anonymous private mapping of the frame's size, whose
 pages the kernel provides as bytes actually arrive, so a forged size prefix costs
 nothing until the bytes exist and a large frame is never copied or regrown. A prefix
@@ -71,7 +71,6 @@ import dataclasses
 import errno
 import inspect
 import logging
-import mmap
 import os
 import socket
 import ssl
@@ -79,7 +78,7 @@ import struct
 import time
 from typing import Awaitable, Callable, Union
 
-from wire.frame_buffers import FrameBuffers
+from wire.frames import FrameBuffers, FrameReader, FrameSizeError, ReadBuffers
 
 from broker.handler_results import CloseConnection, ResponseLater, Throttled
 from broker.security.listeners import Endpoint
@@ -94,7 +93,7 @@ _SENDFILE_MIN = 64 * 1024
 _COPY_PIECE = 1 << 20  # a TLS connection's file region is written in pieces of this size
 _READ_BUFFER = 64 * 1024
 _POOLED_READ_BUFFERS = 16
-_KEPT_FRAMES = 4                   # large frame buffers kept for reuse (wire.frame_buffers),
+_KEPT_FRAMES = 4                   # large frame buffers kept for reuse (wire.frames),
 _KEPT_FRAME_MAX = 2 << 20          # each of at most this size
 _MAX_QUEUED = 8                    # frames read but not yet answered, per connection
 _MAX_QUEUED_BYTES = 1 << 20        # and their bytes: reading pauses at either
@@ -179,11 +178,9 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.session = session
         self.last_active = time.monotonic()  # of the last bytes read or response finished
-        self._buf: bytearray | None = None  # lent by the server while reading
-        self._start = self._end = 0       # bytes of frames not yet cut: _buf[_start:_end]
-        self._frame: mmap.mmap | None = None  # a large frame being read in place
+        self._reader = FrameReader(self._queue, server.read_buffers, server.frame_buffers,
+                                   self._max_frame_bytes())
         self._fd = -1  # the socket's, for sendfile straight to it
-        self._expected = self._filled = 0
         self._frames: collections.deque = collections.deque()  # bytearray, or a view of a large frame
         self._queued_bytes = 0            # of _frames
         self._out: list = []              # response bytes for the next write
@@ -226,59 +223,26 @@ class Connection(asyncio.BufferedProtocol):
             self.abort()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
-        if self._buf is None:
-            self._buf = self.server.lend_read_buffer()
-        elif self._end == len(self._buf):  # a partial frame at the end: move it to the front
-            rest = self._end - self._start
-            self._buf[:rest] = self._buf[self._start:self._end]
-            self._start, self._end = 0, rest
-        return memoryview(self._buf)[self._end:]
+        return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled < self._expected:
+        reader = self._reader
+        reader.max_size = self._max_frame_bytes()
+        try:
+            if not reader.buffer_updated(nbytes):
                 return
-            self._queue(self.server.frame_buffers.keep(self._frame))
-            self._frame = None
-        else:
-            self._end += nbytes
-            if not self._cut_frames():
-                return
+        except FrameSizeError as exc:
+            _log_closing("closing %s: request size %d outside [4, %d]", self.peer, exc.size, exc.max_size)
+            self.close()
+            return
         self._answer()
 
-    def _cut_frames(self) -> bool:
-        """Move every complete frame out of the read buffer; a frame larger than the
-        buffer continues in a buffer of its own. False when the connection closed."""
-        buf, start, end = self._buf, self._start, self._end
-        limit = self.max_request_bytes if self.session.authenticated else \
-            min(self.max_request_bytes, self.server.limits.sasl_max_receive_bytes)
-        while end - start >= 4:
-            size = _SIZE.unpack_from(buf, start)[0]
-            if size < 4 or size > limit:
-                _log_closing("closing %s: request size %d outside [4, %d]", self.peer, size, limit)
-                self.close()
-                return False
-            if end - start - 4 >= size:
-                self._queue(buf[start + 4:start + 4 + size])
-                start += 4 + size
-                continue
-            if 4 + size > len(buf):
-                have = end - start - 4
-                self._frame = self.server.frame_buffers.lend(size)
-                self._frame[:have] = buf[start + 4:end]
-                self._expected, self._filled = size, have
-                start = end
-            break
-        if start == end:
-            self.server.return_read_buffer(buf)
-            self._buf = None
-            start = end = 0
-        self._start, self._end = start, end
-        return True
+    def _max_frame_bytes(self) -> int:
+        """socket.request.max.bytes, and sasl.server.max.receive.size until authenticated."""
+        if self.session.authenticated:
+            return self.max_request_bytes
+        return min(self.max_request_bytes, self.server.limits.sasl_max_receive_bytes)
 
     def _queue(self, frame) -> None:
         self._frames.append(frame)
@@ -301,9 +265,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
-        if self._buf is not None:
-            self.server.return_read_buffer(self._buf)
-            self._buf = None
+        self._reader.close()
         self.server.connection_closed(self)
         self.server.requests_queued(-len(self._frames))
         self._frames.clear()
@@ -611,16 +573,9 @@ class KafkaServer:
         self._retry_delay = _ACCEPT_RETRY_MIN
         self._sweeper: asyncio.Task | None = None
         self._closing = False
-        self._read_buffers: list[bytearray] = []
-        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # for large frames, all connections
-
-    def lend_read_buffer(self) -> bytearray:
-        return self._read_buffers.pop() if self._read_buffers else bytearray(_READ_BUFFER)
-
-    def return_read_buffer(self, buf: bytearray) -> None:
-        """Keep a few for reuse: one connection is read at a time, so few are lent at once."""
-        if len(self._read_buffers) < _POOLED_READ_BUFFERS:
-            self._read_buffers.append(buf)
+        # All connections' (one connection is read at a time, so few read buffers are lent at once).
+        self.read_buffers = ReadBuffers(_READ_BUFFER, _POOLED_READ_BUFFERS)
+        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # for large frames
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

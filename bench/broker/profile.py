@@ -55,8 +55,7 @@ def leaf_shares(raw_lines, top: int = PROFILE_TOP) -> tuple[int, list[dict]]:
 STAGES = (
     ("request read", (("selector_events.py", "_SelectorSocketTransport._read_ready__get_buffer"),
                       ("server.py", "Connection.get_buffer"), ("server.py", "Connection.buffer_updated"),
-                      ("server.py", "Connection._cut_frames"), ("server.py", "KafkaServer.lend_frame"),
-                      ("server.py", "KafkaServer.return_frame"))),
+                      ("frames.py", None))),
     ("decode", (("protocol.py", None), ("schema.py", None), ("primitives.py", None))),
     ("validation", (("records.py", None),)),
     ("idempotence check", (("producer_state.py", None),)),

@@ -13,7 +13,7 @@ retried) and closes the connection. When the broker gives the session a lifetime
 it, before its next request, which waits; a refusal then closes it the same way.
 
 Many requests may be in flight at once. The socket's protocol (`_Wire`) cuts responses
-off the socket as they arrive and hands each to the request with the same correlation
+off the socket as they arrive (wire.frames.FrameReader, as the broker's listener does) and hands each to the request with the same correlation
 id; decoding happens in the requesting task. A large response (a Fetch's records) is
 read in place into a buffer of its own, which serves again for a later response once
 nothing refers to the earlier one. Kafka answers a connection's requests in order, so
@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import mmap
 import os
 import random
 import socket
@@ -38,7 +37,7 @@ from wire.client.errors import (AuthenticationFailed, ClientError, ConnectionFai
 from wire.client.security import ClientSecurity
 from wire.client.versions import CLIENT_VERSIONS, choose_version
 from wire.error_codes import ErrorCode
-from wire.frame_buffers import FrameBuffers
+from wire.frames import FrameBuffers, FrameReader, FrameSizeError, ReadBuffers
 from wire.errors import KafkaError
 from wire.messages import API_VERSIONS, RESPONSE_HEADER, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from wire.primitives import DecodeError, EncodeError, Reader
@@ -55,7 +54,7 @@ _ERROR_CODE = struct.Struct(">h")
 # How many correlation ids of unanswered requests (acks=0 Produce) are remembered.
 _MAX_UNANSWERED = 1024
 _READ_BUFFER = 64 * 1024  # responses up to this size are copied out of one read buffer
-_KEPT_FRAMES = 4          # buffers of larger responses kept for reuse (wire.frame_buffers),
+_KEPT_FRAMES = 4          # buffers of larger responses kept for reuse (wire.frames),
 _KEPT_FRAME_MAX = 2 << 20  # each of at most this size, per connection
 _MAX_SASL_ROUNDS = 8  # more than any supported mechanism needs (SCRAM: 2)
 
@@ -86,7 +85,9 @@ class BrokerConnection:
         self._unanswered: collections.deque[int] = collections.deque(maxlen=_MAX_UNANSWERED)
         self._correlation_ids = itertools.count()
         self._open_lock = asyncio.Lock()
-        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)  # this connection's, across reconnects
+        # This connection's, across reconnects:
+        self.read_buffers = ReadBuffers(_READ_BUFFER, 1)
+        self.frame_buffers = FrameBuffers(_KEPT_FRAMES, _KEPT_FRAME_MAX)
         self._closed = False  # by close(): no reconnecting
         self._reauthenticate_at: float | None = None  # the loop's time, when the broker gave a session lifetime
 
@@ -343,8 +344,6 @@ class BrokerConnection:
         """A response off the socket: to the request with its correlation id."""
         if wire is not self._wire:
             return
-        if len(frame) < 4:
-            raise ProtocolViolation(f"{self.address} sent a response frame of {len(frame)} bytes")
         correlation_id = _CORRELATION_ID.unpack_from(frame)[0]
         future = self._pending.pop(correlation_id, None)
         if future is None:
@@ -396,82 +395,51 @@ def _close_if_connected(connecting: asyncio.Task) -> None:
 
 
 class _Wire(asyncio.BufferedProtocol):
-    """The socket of one BrokerConnection: cuts response frames out of what arrives and
-    passes each to the connection, in order. Frames up to _READ_BUFFER bytes are copied
-    out of one read buffer; a larger one is read in place into a buffer from the
-    connection's `frame_buffers` and passed as a view (wire.frame_buffers)."""
+    """The socket of one BrokerConnection: its FrameReader (wire.frames) cuts response
+    frames out of what arrives and passes each to the connection, in order."""
 
     def __init__(self, connection: BrokerConnection):
         self.connection = connection
         self.transport: asyncio.Transport | None = None
         self.lost = asyncio.get_running_loop().create_future()  # done when the socket closes
         self.lost_with: Exception | None = None  # the error that closed it, if any
-        self._buf = bytearray(_READ_BUFFER)
-        self._start = self._end = 0
-        self._frame: mmap.mmap | None = None  # a large frame being read
-        self._filled = 0
+        self._reader = FrameReader(self._on_frame, connection.read_buffers, connection.frame_buffers,
+                                   connection.max_response_bytes)
         self._writable: asyncio.Future | None = None  # while writing is paused
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled:]
-        if self._end == len(self._buf):  # a partial frame at the end: move it to the front
-            rest = self._end - self._start
-            self._buf[:rest] = self._buf[self._start:self._end]
-            self._start, self._end = 0, rest
-        return memoryview(self._buf)[self._end:]
+        return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            if self._frame is not None:
-                self._filled += nbytes
-                if self._filled < len(self._frame):
-                    return
-                frame, self._frame = self._frame, None
-                self.connection._on_frame(self, self.connection.frame_buffers.keep(frame))
-                return
-            self._end += nbytes
-            self._cut_frames()
+            self._reader.buffer_updated(nbytes)
+        except FrameSizeError as exc:
+            self.connection._drop(self._frame_size_error(exc), self)
         except ClientError as exc:
             self.connection._drop(exc, self)
 
-    def _cut_frames(self) -> None:
-        buf = self._buf
-        while self._end - self._start >= 4:
-            size = _SIZE.unpack_from(buf, self._start)[0]
-            if size > self.connection.max_response_bytes:
-                if _looks_like_tls(buf, self._start) and not self.connection.tls:
-                    raise ProtocolViolation(f"{self.connection.address} answered with TLS: it is a TLS "
-                                            f"listener (set security.protocol to SSL or SASL_SSL)")
-                raise ResponseTooLarge(f"{self.connection.address} announced a {size}-byte "
-                                       f"response, above max_response_bytes="
-                                       f"{self.connection.max_response_bytes}")
-            if size < 4:
-                raise ProtocolViolation(f"{self.connection.address} sent a response frame of "
-                                        f"{size} bytes")
-            start = self._start + 4
-            have = self._end - start
-            if have >= size:
-                self._start = start + size
-                self.connection._on_frame(self, memoryview(bytes(memoryview(buf)[start:start + size])))
-                continue
-            if 4 + size > len(buf):
-                self._frame = self.connection.frame_buffers.lend(size)
-                self._frame[:have] = buf[start:self._end]
-                self._filled = have
-                self._start = self._end = 0
-            break
-        if self._start == self._end:
-            self._start = self._end = 0
+    def _on_frame(self, frame) -> None:
+        self.connection._on_frame(self, frame)
+
+    def _frame_size_error(self, exc: FrameSizeError) -> ClientError:
+        connection = self.connection
+        if exc.size < 4:
+            return ProtocolViolation(f"{connection.address} sent a response frame of {exc.size} bytes")
+        if _looks_like_tls(_SIZE.pack(exc.size)) and not connection.tls:
+            return ProtocolViolation(f"{connection.address} answered with TLS: it is a TLS "
+                                     f"listener (set security.protocol to SSL or SASL_SSL)")
+        return ResponseTooLarge(f"{connection.address} announced a {exc.size}-byte response, above "
+                                f"max_response_bytes={connection.max_response_bytes}")
 
     def eof_received(self) -> bool:
         return False  # the transport closes: connection_lost follows
 
     def connection_lost(self, exc) -> None:
         self.lost_with = exc
+        self._reader.close()
         if exc is None:
             error = ConnectionFailed(f"connection to {self.connection.address} closed by the broker")
         else:
@@ -508,10 +476,10 @@ def _decode_body(api: Api, version: int, frame: memoryview) -> Struct:
     return api.response.decode(version, reader)
 
 
-def _looks_like_tls(buf: bytearray, start: int) -> bool:
-    """Whether bytes read as a frame size are a TLS record header instead: an alert (21)
-    or handshake (22) record of TLS 1.0-1.3 (version 3.1-3.4)."""
-    return buf[start] in (21, 22) and buf[start + 1] == 3 and buf[start + 2] <= 4
+def _looks_like_tls(size: bytes) -> bool:
+    """Whether the bytes read as a frame size are a TLS record header instead: an alert
+    (21) or handshake (22) record of TLS 1.0-1.3 (version 3.1-3.4)."""
+    return size[0] in (21, 22) and size[1] == 3 and size[2] <= 4
 
 
 def _error_code_of(frame: memoryview) -> int | None:
