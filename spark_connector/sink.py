@@ -37,8 +37,8 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from spark_connector.errors import message_first
 from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
-from wire._columns import murmur2_positive
 from wire.client import Client, ClientError, NewTopic
+from wire.client.partitioner import DefaultPartitioner
 from wire.client.sync import Call
 from wire.errors import ErrorCode, KafkaError
 from wire.internal_topics import SINK_INTENTS_TOPIC
@@ -103,10 +103,10 @@ class TaskCommit(WriterCommitMessage):
 class _Partitioner:
     """Where rows go. Each topic's partition count comes from Metadata requests that allow
     auto-creation, as a Kafka producer sends them; rows without a partition go where
-    Kafka's default partitioner puts them: murmur2 of the key, keyless rows round-robin."""
+    Kafka's default partitioner puts them (wire.client.partitioner)."""
 
     counts: dict = field(default_factory=dict)
-    round_robin: dict = field(default_factory=dict)
+    default: DefaultPartitioner = field(default_factory=DefaultPartitioner)
 
     def count(self, client: Client, topic: str) -> int:
         count = self.counts.get(topic)
@@ -115,13 +115,7 @@ class _Partitioner:
         return count
 
     def partitions(self, client: Client, topic: str, keys: list) -> list[int]:
-        count = self.count(client, topic)
-        if None not in keys:
-            return [murmur2_positive(key) % count for key in keys]
-        start = self.round_robin.get(topic, 0)
-        self.round_robin[topic] = start + keys.count(None)
-        spread = iter(range(start, start + len(keys)))
-        return [next(spread) % count if key is None else murmur2_positive(key) % count for key in keys]
+        return self.default.partitions(topic, keys, self.count(client, topic))
 
 
 def _partition_count(client: Client, topic: str) -> int:
