@@ -161,7 +161,7 @@ class LocalCluster:
 
     def metadata(self, broker_id: int, topics):
         """One broker's Metadata, or None when it does not answer."""
-        from wire.client import Client, ClientError
+        from sluice_client import Client, ClientError
         from wire.errors import KafkaError
 
         try:
@@ -206,7 +206,7 @@ class LocalCluster:
                                                 "in every broker's Metadata")
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
-        from wire.client import Client, NewTopic
+        from sluice_client import Client, NewTopic
 
         with Client(self.bootstrap, call_timeout=self.timeout, request_timeout=self.timeout) as client:
             results = client.create_topics({name: NewTopic(partitions, REPLICATION, dict(configs or {}))
@@ -219,7 +219,7 @@ class LocalCluster:
             self.leaders(name)
 
     def delete_topic(self, topic: str) -> None:
-        from wire.client import Client
+        from sluice_client import Client
 
         with Client(self.bootstrap, call_timeout=self.timeout) as client:
             client.delete_topics([topic])
@@ -249,7 +249,7 @@ def serve_a_group(bootstrap: str, timeout: float) -> None:
     """Describe a group through its coordinator, as a target that has served consumer
     groups is: the first lookup creates __consumer_offsets (50 partitions, RF=3 on the
     cluster), which must not happen in the middle of a measurement."""
-    from wire.client import Client
+    from sluice_client import Client
 
     with Client(bootstrap, call_timeout=timeout, retry_timeout=timeout) as client:
         client.describe_groups(["bench-warm-up"])

@@ -191,7 +191,7 @@ class SluiceTarget(Target):
         self.client = None
 
     def start(self) -> "SluiceTarget":
-        from wire.client import Client
+        from sluice_client import Client
 
         self.process.start(timeout=60)
         self.client = Client(self.bootstrap, call_timeout=self.timeout)
@@ -202,7 +202,7 @@ class SluiceTarget(Target):
         return self.process.proc.pid
 
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
-        from wire.client import NewTopic
+        from sluice_client import NewTopic
 
         results = self.client.create_topics(
             {name: NewTopic(partitions, 1, dict(configs or {})) for name, partitions in topics.items()},

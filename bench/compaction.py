@@ -124,7 +124,7 @@ class Broker:
 
     def start(self) -> float:
         """Start the process and open the client; seconds until the broker listened."""
-        from wire.client import Client
+        from sluice_client import Client
 
         started = time.monotonic()
         self.process.start(timeout=self.timeout)
@@ -144,21 +144,21 @@ class Broker:
             self.process.stop(120)
 
     def create_topic(self, name: str, partitions: int, configs: dict) -> None:
-        from wire.client import NewTopic
+        from sluice_client import NewTopic
 
         result = self.client.create_topics({name: NewTopic(partitions, 1, configs)})[name]
         if result.error is not None:
             raise RuntimeError(f"cannot create {name}: {result.error}")
 
     def set_topic_config(self, name: str, key: str, value: str) -> None:
-        from wire.client import SET_CONFIG, TOPIC_RESOURCE
+        from sluice_client import SET_CONFIG, TOPIC_RESOURCE
 
         errors = self.client.incremental_alter_configs({(TOPIC_RESOURCE, name): [(key, SET_CONFIG, value)]})
         if any(errors.values()):
             raise RuntimeError(f"cannot set {key}={value} on {name}: {errors}")
 
     def end_offset(self, topic: str, partition: int = 0) -> int:
-        from wire.client import LATEST
+        from sluice_client import LATEST
 
         return self.client.list_offsets(topic, [partition], LATEST)[partition].offset
 
@@ -366,7 +366,7 @@ async def commit_offsets(bootstrap: str, topic: str, groups: list[str], partitio
                          first_round: int, rounds: int) -> None:
     """`rounds` OffsetCommit requests per group (the groups in parallel, each in order),
     round r committing offset r for every partition."""
-    from wire.client import AsyncClient
+    from sluice_client import AsyncClient
 
     async with AsyncClient(bootstrap) as client:
         async def rounds_of(group: str) -> None:
@@ -378,7 +378,7 @@ async def commit_offsets(bootstrap: str, topic: str, groups: list[str], partitio
 def time_until_served(broker: Broker, groups: list[str], expected: dict, timeout: float) -> float:
     """Start the (stopped) broker; seconds from the process start until OffsetFetch of
     every group answers the expected offsets."""
-    from wire.client import Client, ClientError
+    from sluice_client import Client, ClientError
     from wire.errors import KafkaError
 
     started = time.monotonic()

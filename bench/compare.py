@@ -78,9 +78,9 @@ def describe_revision(revision: str) -> str:
 
 def head_state() -> str:
     commit = describe_revision("HEAD")
-    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "wire", "broker"],
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "wire", "sluice_client", "broker"],
                            capture_output=True, text=True, timeout=30).stdout.strip()
-    return commit + (" with uncommitted changes to wire/ or broker/" if dirty else "")
+    return commit + (" with uncommitted changes to wire/, sluice_client/ or broker/" if dirty else "")
 
 
 def run(base: str, records: int, repeats: int, log=print, sizes: Sizes = FULL) -> dict:

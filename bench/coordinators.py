@@ -141,14 +141,14 @@ def _producer_thread(bootstrap: str, topic: str, stop: threading.Event) -> threa
 
 
 def _coordinator(cluster: LocalCluster, group: str) -> int:
-    from wire.client import Client
+    from sluice_client import Client
 
     with Client(cluster.bootstrap, call_timeout=cluster.timeout) as client:
         return client.find_coordinator(group).node_id
 
 
 def _stable_on_live_coordinator(cluster: LocalCluster, group: str) -> bool:
-    from wire.client import Client, ClientError
+    from sluice_client import Client, ClientError
     from wire.errors import KafkaError
 
     try:
@@ -299,7 +299,7 @@ def transaction_profile(target, seconds: float) -> dict:
     written (to within one DescribeTransactions)."""
     import logging
 
-    from wire.client import Client
+    from sluice_client import Client
 
     rtts = {name: [] for name in PROFILED_REQUESTS}
 

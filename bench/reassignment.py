@@ -308,7 +308,7 @@ def move_once(cluster: LocalCluster, client, tp: tuple[str, int], target: tuple[
 
 
 def bench_moves(zookeeper, workdir: str, sizes: Sizes, pool, log) -> dict:
-    from wire.client import Client
+    from sluice_client import Client
 
     cluster = LocalCluster(workdir, zookeeper, brokers=BROKERS, timeout=sizes.step_timeout).start()
     try:
@@ -395,7 +395,7 @@ class LeaderSampler:
 
 
 def bench_decommission(zookeeper, workdir: str, sizes: Sizes, pool, log) -> dict:
-    from wire.client import Client
+    from sluice_client import Client
 
     cluster = LocalCluster(workdir, zookeeper, brokers=BROKERS, timeout=sizes.step_timeout).start()
     try:

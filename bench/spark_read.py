@@ -61,7 +61,7 @@ def with_kafka_connector(builder):
 
 
 def produce(bootstrap: str, topic: str, rows: int) -> None:
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
     from wire.records import build_batch
 
     per_partition = rows // PARTITIONS

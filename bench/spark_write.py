@@ -38,7 +38,7 @@ TARGET = 0.5  # sink exactly_once rows/s over confluent-kafka's
 FULL = {"rows": 1_000_000, "repeats": 3, "read_rows": 2_000_000, "read_repeats": 2}
 QUICK = {"rows": 100_000, "repeats": 1, "read_rows": 200_000, "read_repeats": 1}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MEASURED_CODE = ("spark_connector", "wire", "broker")
+MEASURED_CODE = ("spark_connector", "sluice_client", "wire", "broker")
 STEP_TIMEOUT = 600.0  # seconds any one write may take before the run fails
 
 # The ways of writing: (key, label in the report). Each repeat runs confluent-kafka first
@@ -170,7 +170,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
     import pyspark
 
     from sluice.broker_process import BrokerProcess
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
 
     results = {"mode": mode, "date": datetime.date.today().isoformat(),
                "started": datetime.datetime.now().isoformat(timespec="seconds"),

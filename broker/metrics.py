@@ -98,7 +98,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
                                     SummaryMetricFamily)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.samples import Sample
-from wire.http import HttpRequest, HttpResponse, HttpServer
+from broker.http import HttpRequest, HttpResponse, HttpServer
 from wire.messages import APIS, FETCH, PRODUCE
 
 from broker.groups.coordinator import DEAD

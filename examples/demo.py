@@ -51,7 +51,7 @@ def produce_page_views(bootstrap: str) -> None:
 
 
 def lag(client, topic: str) -> int:
-    from wire.client import LATEST
+    from sluice_client import LATEST
 
     ends = client.list_offsets(topic, range(PARTITIONS), LATEST)
     committed = client.fetch_offsets(GROUP, [(topic, p) for p in range(PARTITIONS)])
@@ -95,7 +95,7 @@ def main() -> int:
 
     from broker.embedded import EmbeddedBroker
     from examples._support import spark_session
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
 
     work = tempfile.mkdtemp(prefix="sluice-demo-")
     try:

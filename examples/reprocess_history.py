@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from examples._support import broker_from_args, spark_session
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 
 with broker_from_args(__doc__) as bootstrap:
     now = int(time.time() * 1000)

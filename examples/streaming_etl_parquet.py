@@ -9,7 +9,7 @@ import tempfile
 from pyspark.sql import functions as F
 
 from examples._support import broker_from_args, spark_session
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 
 with broker_from_args(__doc__) as bootstrap:
     # Some orders to process: three partitions, keyed by customer.

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from wire.acl_types import (CLUSTER_RESOURCE_NAME, WILDCARD, Operation, PatternType, Permission,
                             ResourceType)
-from wire.client import AsyncClient
-from wire.client.model import AclBinding, AclBindingFilter
+from sluice_client import AsyncClient
+from sluice_client.model import AclBinding, AclBindingFilter
 from wire.errors import KafkaError
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,

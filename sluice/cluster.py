@@ -422,7 +422,7 @@ def wait_for_cluster(data_dir: Path, state: ClusterState, processes: dict[int, s
     """Until a broker's Metadata lists every broker and a controller; a broker that exits
     meanwhile (`processes`, by broker id, are the ones just launched) ends the wait with how
     it ended and the end of its log."""
-    from wire.client import AsyncClient, ClientError
+    from sluice_client import AsyncClient, ClientError
     from wire.errors import KafkaError
 
     wanted = {b.id for b in state.brokers}
@@ -459,7 +459,7 @@ def wait_for_cluster(data_dir: Path, state: ClusterState, processes: dict[int, s
 
 def controller_id(state: ClusterState) -> int | None:
     """The controller's id from Metadata, or None when no broker says within a few seconds."""
-    from wire.client import AsyncClient, ClientError
+    from sluice_client import AsyncClient, ClientError
     from wire.errors import KafkaError
 
     async def ask() -> int | None:

@@ -1,11 +1,11 @@
 """What `sluice topics` and `sluice groups` share: connection options, the client, output
 as aligned tables or JSON, and errors as one readable line.
 
-These commands speak only the Kafka protocol, through `wire.client`: they work against
+These commands speak only the Kafka protocol, through `sluice_client`: they work against
 any Kafka-compatible broker and never import `broker`.
 
 `--command-config FILE`, as in Kafka's tools, is a Java properties file of client
-settings; its `security.protocol`, `ssl.*` and `sasl.*` settings (wire.client.security)
+settings; its `security.protocol`, `ssl.*` and `sasl.*` settings (sluice_client.security)
 secure every connection, and other keys are ignored with a warning.
 
 Exit codes: 0 success, 1 an operation failed (unreachable broker, unknown topic or group,
@@ -22,7 +22,7 @@ import sys
 import traceback
 from typing import Awaitable, Callable, Iterable, Sequence
 
-from wire.client import AsyncClient, ClientError, ClientSecurity, SecurityConfigError
+from sluice_client import AsyncClient, ClientError, ClientSecurity, SecurityConfigError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 

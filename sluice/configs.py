@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wire.client import (BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG,
-                         DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, SET_CONFIG,
-                         STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG, AsyncClient)
+from sluice_client import (BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG,
+                           DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, SET_CONFIG,
+                           STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG, AsyncClient)
 from wire.quota_types import CLIENT_ID, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,

@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from wire.client import EARLIEST, LATEST, AsyncClient, GroupDescription, UnsupportedVersion
+from sluice_client import EARLIEST, LATEST, AsyncClient, GroupDescription, UnsupportedVersion
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.primitives import DecodeError

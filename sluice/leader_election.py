@@ -17,7 +17,7 @@ import json
 import sys
 from typing import NamedTuple
 
-from wire.client import PREFERRED_ELECTION, UNCLEAN_ELECTION, AsyncClient
+from sluice_client import PREFERRED_ELECTION, UNCLEAN_ELECTION, AsyncClient
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 

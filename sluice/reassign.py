@@ -32,7 +32,7 @@ import argparse
 import json
 import sys
 
-from wire.client import BROKER_RESOURCE, DELETE_CONFIG, SET_CONFIG, TOPIC_RESOURCE, AsyncClient
+from sluice_client import BROKER_RESOURCE, DELETE_CONFIG, SET_CONFIG, TOPIC_RESOURCE, AsyncClient
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,
                            code_name, emit_json, run_command)

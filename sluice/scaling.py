@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Callable
 
-from wire.client import AsyncClient, ClusterMetadata, OngoingReassignment
+from sluice_client import AsyncClient, ClusterMetadata, OngoingReassignment
 from wire.error_codes import ErrorCode
 
 from sluice.common import (CommandError, code_name, emit_json, format_table, non_negative,

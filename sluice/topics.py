@@ -26,8 +26,8 @@ import argparse
 import asyncio
 import sys
 
-from wire.client import (DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST, TOPIC_RESOURCE,
-                         UNKNOWN_CONFIG, AsyncClient, ClientError, NewTopic, TopicInfo, UnsupportedVersion)
+from sluice_client import (DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST, TOPIC_RESOURCE,
+                           UNKNOWN_CONFIG, AsyncClient, ClientError, NewTopic, TopicInfo, UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.primitives import ZERO_UUID

@@ -25,9 +25,9 @@ import getpass
 import re
 import sys
 
-from wire.client import AsyncClient
-from wire.client.model import (DEFAULT_SCRAM_ITERATIONS, ScramDeletion, ScramMechanism,
-                               ScramUpsertion)
+from sluice_client import AsyncClient
+from sluice_client.model import (DEFAULT_SCRAM_ITERATIONS, ScramDeletion, ScramMechanism,
+                                 ScramUpsertion)
 from wire.error_codes import ErrorCode
 
 from sluice.common import (CommandError, add_connection_options, check_connection_options,

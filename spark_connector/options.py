@@ -4,7 +4,7 @@ Every mistake is reported as `SluiceOptionError` naming the option, before any d
 read. Options Spark's connector documents either work as documented or are errors
 saying why not (the Kafka settings Spark itself forbids). TLS and SASL: the
 `kafka.security.protocol`, `kafka.ssl.*` and `kafka.sasl.*` options are the wire client's
-security settings (wire.client.security: PEM files, PLAIN and SCRAM-SHA-256/512, Kafka's
+security settings (sluice_client.security: PEM files, PLAIN and SCRAM-SHA-256/512, Kafka's
 and librdkafka's names), for the driver and the tasks alike; a setting the client cannot
 honour is an error, never a connection less protected than asked. Options the connector does not know are warnings, not
 errors, as in Spark (whose Kafka clients only log settings they do not know).
@@ -21,8 +21,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from wire.client.errors import SecurityConfigError
-from wire.client.security import ClientSecurity
+from sluice_client.errors import SecurityConfigError
+from sluice_client.security import ClientSecurity
 
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1

@@ -37,9 +37,9 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from spark_connector.errors import message_first
 from spark_connector.options import AT_LEAST_ONCE, CODECS, SinkOptions
-from wire.client import Client, ClientError, NewTopic
-from wire.client.partitioner import DefaultPartitioner
-from wire.client.sync import Call
+from sluice_client import Client, ClientError, NewTopic
+from sluice_client.partitioner import DefaultPartitioner
+from sluice_client.sync import Call
 from wire.errors import ErrorCode, KafkaError
 from wire.internal_topics import SINK_INTENTS_TOPIC
 from wire.records import (CONTROL_COMMIT, build_batch, build_batch_columns, decode_batch,
@@ -103,7 +103,7 @@ class TaskCommit(WriterCommitMessage):
 class _Partitioner:
     """Where rows go. Each topic's partition count comes from Metadata requests that allow
     auto-creation, as a Kafka producer sends them; rows without a partition go where
-    Kafka's default partitioner puts them (wire.client.partitioner)."""
+    Kafka's default partitioner puts them (sluice_client.partitioner)."""
 
     counts: dict = field(default_factory=dict)
     default: DefaultPartitioner = field(default_factory=DefaultPartitioner)

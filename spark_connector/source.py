@@ -63,9 +63,9 @@ from spark_connector.arrow import arrow_schema, columns_to_batch
 from spark_connector.errors import message_first
 from spark_connector.options import (EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions,
                                      parse_source_options)
-from wire.client import Client, ClientError
-from wire.client.client import visible_batches
-from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES
+from sluice_client import Client, ClientError
+from sluice_client.client import visible_batches
+from sluice_client.connection import DEFAULT_MAX_RESPONSE_BYTES
 from wire.columns import decode_batch_columns
 from wire.errors import ErrorCode, KafkaError
 from wire.primitives import ZERO_UUID

@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 
 from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
-from wire.client import Client, ClientError, ClusterMetadata, NewTopic
+from sluice_client import Client, ClientError, ClusterMetadata, NewTopic
 from wire.errors import KafkaError
 
 # Short enough for quick failovers, long enough for 2 busy cores: a broker's session

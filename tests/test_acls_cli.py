@@ -28,9 +28,9 @@ import pytest
 from bench.kafka_broker import KafkaBrokerProcess
 from tests.support.polling import wait_for
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
-from wire.client import Client, NewTopic
-from wire.client.model import (AclBinding, AclBindingFilter, ScramDeletion, ScramMechanism,
-                               ScramUpsertion)
+from sluice_client import Client, NewTopic
+from sluice_client.model import (AclBinding, AclBindingFilter, ScramDeletion, ScramMechanism,
+                                 ScramUpsertion)
 from wire.error_codes import ErrorCode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,5 +1,5 @@
 """AlterConfigs and IncrementalAlterConfigs against the real broker process, from three
-clients (confluent-kafka, kafka-python, wire.client) and `sluice configs`.
+clients (confluent-kafka, kafka-python, sluice_client) and `sluice configs`.
 
 - Topics: SET/DELETE/APPEND/SUBTRACT, replace semantics of AlterConfigs, validate_only,
   per-resource errors naming the key; the change reaches the live logs (a small
@@ -24,9 +24,9 @@ from kafka.admin import ConfigResource as KpResource
 from kafka.admin import ConfigResourceType
 
 from tests.test_cli import fails, ok, ok_json
-from wire.client import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
-                         DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG,
-                         SET_CONFIG, SUBTRACT_CONFIG, TOPIC_RESOURCE, Client, NewTopic)
+from sluice_client import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
+                           DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG,
+                           SET_CONFIG, SUBTRACT_CONFIG, TOPIC_RESOURCE, Client, NewTopic)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 

@@ -14,7 +14,7 @@ restart. The stored batches are checked to carry their producer's codec.
 
 Around the matrix: kcat `-L`, confluent-kafka's AdminClient (create/list/describe
 configs/create partitions/delete), librdkafka's malformed all-topics Metadata request,
-our own `wire.client.Client` topic administration against a real broker, the Spark
+our own `sluice_client.Client` topic administration against a real broker, the Spark
 sink's intents topic reported internal in Metadata (kafka-python's consumer lists it no
 more than `__consumer_offsets`), and `offsets_for_times` on confluent-kafka, before and
 after a restart.
@@ -40,7 +40,7 @@ from typing import NamedTuple
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from wire.client import EARLIEST, LATEST, Client, NewTopic, ProducerRecord
+from sluice_client import EARLIEST, LATEST, Client, NewTopic, ProducerRecord
 from wire.error_codes import ErrorCode
 from wire.internal_topics import SINK_INTENTS_TOPIC
 from wire.messages import FIND_COORDINATOR, METADATA, REQUEST_HEADER

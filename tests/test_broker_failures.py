@@ -33,7 +33,7 @@ import pytest
 
 from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS, DESCRIBE_TOPIC_PARTITIONS, FETCH, METADATA, PRODUCE, REQUEST_HEADER
 from wire.protocol import RequestHeader, decode_response, encode_request

@@ -26,7 +26,7 @@ from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import (API_VERSIONS, FETCH, FETCH_VERSION, api_versions_body,
                                         connect, drain_until_closed, fetch_body, frame,
                                         records_of, recv_frame, roundtrip, rss_kb)
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 
 pytestmark = pytest.mark.timeout(60)
 

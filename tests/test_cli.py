@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from wire.client import (BROKER_RESOURCE, DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, TOPIC_RESOURCE,
-                         UNKNOWN_CONFIG, Client, NewTopic, ProducerRecord, UnsupportedVersion)
+from sluice_client import (BROKER_RESOURCE, DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, TOPIC_RESOURCE,
+                           UNKNOWN_CONFIG, Client, NewTopic, ProducerRecord, UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.messages import (CONSUMER_PROTOCOL_ASSIGNMENT, CONSUMER_PROTOCOL_SUBSCRIPTION,
                            DELETE_GROUPS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, FIND_COORDINATOR,

@@ -1,4 +1,4 @@
-"""wire.client against librdkafka's mock cluster (an independent Kafka implementation),
+"""sluice_client against librdkafka's mock cluster (an independent Kafka implementation),
 and against small loopback servers that misbehave or script exact answers.
 
 Every test is bounded: asyncio work runs under `run(...)`'s deadline and every loop has
@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from wire.client import (CLIENT_VERSIONS, EARLIEST, LATEST, READ_COMMITTED, AsyncClient,
-                         BrokerConnection, BrokerUnreachable, Client, ConnectionFailed, NewTopic, ProducerRecord,
-                         ProtocolViolation, RequestTimedOut, ResponseTooLarge, UnsupportedVersion)
+from sluice_client import (CLIENT_VERSIONS, EARLIEST, LATEST, READ_COMMITTED, AsyncClient,
+                           BrokerConnection, BrokerUnreachable, Client, ConnectionFailed, NewTopic, ProducerRecord,
+                           ProtocolViolation, RequestTimedOut, ResponseTooLarge, UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import (API_VERSIONS, CREATE_TOPICS, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID,
@@ -393,7 +393,7 @@ def test_a_request_cancelled_as_its_response_arrives_is_cancelled(mock_cluster):
 def test_a_connect_cancelled_as_the_connection_is_made_is_cancelled(mock_cluster, monkeypatch):
     """The same for a task stopped as its connection is made (the cancellation lands while
     the connect completes): it stops, and the socket made is closed."""
-    from wire.client import connection as connection_module
+    from sluice_client import connection as connection_module
 
     host, port = mock_cluster.rsplit(":", 1)
     opening: list[tuple[asyncio.Task, int]] = []  # (the task opening, loop steps until its cancel)

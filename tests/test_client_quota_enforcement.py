@@ -57,7 +57,7 @@ from broker.client_quotas import ClientQuotas
 from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, frame, recv_frame
 from tests.test_broker_limits import broker_connections
-from wire.client import Client
+from sluice_client import Client
 from wire.messages import API_VERSIONS, PRODUCE
 from wire.protocol import decode_response
 from wire.quota_types import CLIENT_ID, USER
@@ -106,7 +106,7 @@ def admin(quota_broker):
 
 
 def _topic(admin) -> str:
-    from wire.client import NewTopic
+    from sluice_client import NewTopic
 
     name = f"quota-{uuid.uuid4().hex[:8]}"
     admin.create_topics({name: NewTopic(1, 1)})

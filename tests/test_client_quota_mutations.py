@@ -21,7 +21,7 @@ import pytest
 
 from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, frame, recv_frame
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from wire.protocol import decode_response

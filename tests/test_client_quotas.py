@@ -23,7 +23,7 @@ import json
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from wire.client import Client
+from sluice_client import Client
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.quota_types import CLIENT_ID, MATCH_DEFAULT, MATCH_EXACT, MATCH_SPECIFIED, USER

@@ -1,4 +1,4 @@
-"""The wire client over TLS and SASL (wire.client.security), and what is built on it: the
+"""The wire client over TLS and SASL (sluice_client.security), and what is built on it: the
 Spark connector's kafka.security.protocol / kafka.ssl.* / kafka.sasl.* options and the
 admin CLI's --command-config.
 
@@ -24,9 +24,9 @@ import uuid
 
 import pytest
 
-from wire.client import (AsyncClient, AuthenticationFailed, Client, ClientSecurity, ConnectionFailed,
-                         NewTopic, ProtocolViolation, SecurityConfigError, TlsHandshakeFailed)
-from wire.client.security import ScramExchange
+from sluice_client import (AsyncClient, AuthenticationFailed, Client, ClientSecurity, ConnectionFailed,
+                           NewTopic, ProtocolViolation, SecurityConfigError, TlsHandshakeFailed)
+from sluice_client.security import ScramExchange
 
 trustme = pytest.importorskip("trustme")
 scramp = pytest.importorskip("scramp")
@@ -491,7 +491,7 @@ def test_scramp_is_imported_by_a_scram_login_only():
     done = subprocess.run([sys.executable, "-c", (
         "import sys; import spark_connector.sink, spark_connector.source; "
         "print('scramp' in sys.modules); "
-        "from wire.client.security import ScramExchange; ScramExchange('SCRAM-SHA-256', 'alice', 'pw'); "
+        "from sluice_client.security import ScramExchange; ScramExchange('SCRAM-SHA-256', 'alice', 'pw'); "
         "print('scramp' in sys.modules)")], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "True"], done.stderr
 

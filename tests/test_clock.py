@@ -29,7 +29,7 @@ import pytest
 from broker.broker import Broker
 from broker.config import build_config
 from tests.manual_clock import ManualClock
-from wire.client import AsyncClient, NewTopic
+from sluice_client import AsyncClient, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
 from wire.messages import HEARTBEAT, JOIN_GROUP, SYNC_GROUP

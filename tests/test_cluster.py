@@ -43,7 +43,7 @@ from tests.cluster import (FAST_FAILOVER, Acked, Cluster, Read, Workload, count_
 from tests.log_files import log_bytes
 from tests.test_broker_failures import (PRODUCE_VERSION, assert_closed_by_broker, connect, frame,
                                         produce_body, records_of)
-from wire.client import BrokerConnection
+from sluice_client import BrokerConnection
 from wire.messages import CONTROLLED_SHUTDOWN, PRODUCE
 from wire.records import build_batch
 

@@ -53,7 +53,7 @@ from sluice import maven
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_clients import INVALID_NAME, producing_to_an_invalid_name_fails_with_its_error
 from tests.support.polling import wait_for
-from wire.client import (BROKER_RESOURCE, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+from sluice_client import (BROKER_RESOURCE, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
                          TOPIC_RESOURCE, SET_CONFIG, BrokerConnection, Client, PREFERRED_ELECTION,
                          UNCLEAN_ELECTION)
 from wire.error_codes import ErrorCode

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import Workload, count_anomalies, read_all
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.test_broker_failures import connect, frame, recv_frame
-from wire.client import Client
+from sluice_client import Client
 from wire.error_codes import ErrorCode
 from wire.messages import CREATE_TOPICS, PRODUCE
 from wire.protocol import decode_response

@@ -78,7 +78,7 @@ from tests.support.polling import wait_for
 from tests.replicas import group_coordinator, topic_manager
 from tests.test_consumer_groups import describe as describe_consumer_group, heartbeat, join, owned
 from tests.test_groups import Raw, Worker, _commit, _java_partition, _join, produce, wait_stable
-from wire.client import EARLIEST, AsyncClient, Client, ClientError
+from sluice_client import EARLIEST, AsyncClient, Client, ClientError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, LIST_GROUPS, METADATA,

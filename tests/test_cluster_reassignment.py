@@ -69,7 +69,7 @@ from tests.cluster import FAST_FAILOVER, Cluster, Workload, pick_seed, verify
 from tests.test_cluster import ask_controlled_shutdown
 from tests.test_cluster_admin import sluice
 from tests.test_kafka_tools import tool
-from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, PREFERRED_ELECTION, TOPIC_RESOURCE, Client
+from sluice_client import BROKER_RESOURCE, DEFAULT_CONFIG, PREFERRED_ELECTION, TOPIC_RESOURCE, Client
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 

@@ -43,7 +43,7 @@ from tests.log_files import log_bytes
 from tests.test_cluster_failures import seed  # noqa: F401 (the fixture)
 from tests.test_cluster_groups import OFFSETS_TOPIC, PROPERTIES as GROUP_PROPERTIES, MixedGroup
 from tests.test_cluster_reassignment import create_placed, roles, wait_until_reassigned
-from wire.client import SET_CONFIG, TOPIC_RESOURCE, Client
+from sluice_client import SET_CONFIG, TOPIC_RESOURCE, Client
 
 pytestmark = pytest.mark.timeout(240)
 

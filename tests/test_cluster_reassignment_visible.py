@@ -38,7 +38,7 @@ from tests.test_cluster_reassignment import (cluster, create_placed, shared_clus
                                              wait_until_reassigned)
 from tests.test_console import WAIT, Console, _by, browser  # noqa: F401 (a fixture)
 from tests.test_metrics import metrics_port, scrape, value
-from wire.client import BrokerConnection, Client
+from sluice_client import BrokerConnection, Client
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH, PRODUCE
 from wire.records import build_batch

@@ -31,7 +31,7 @@ from tests.test_cluster_reassignment import create_placed
 from tests.test_cluster_transactions import (COPY_CLEAN, COPY_PARTITIONS, GROUP_KEY, TXN_KEY, Copier,
                                              coordinated_by, coordinator_of, unique)
 from tests.test_groups import Worker, wait_stable
-from wire.client import Client
+from sluice_client import Client
 
 pytestmark = pytest.mark.timeout(400)
 

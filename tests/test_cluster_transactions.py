@@ -58,7 +58,7 @@ from tests.support.polling import wait_for
 from tests.test_java_clients import PROJECT as JAVA_PROJECT
 from tests.test_metrics import requests_answered
 from tests.test_transactions import Raw
-from wire.client import PREFERRED_ELECTION, Client
+from sluice_client import PREFERRED_ELECTION, Client
 from wire.error_codes import ErrorCode
 from wire.messages import (ADD_OFFSETS_TO_TXN, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR,
                            LIST_TRANSACTIONS, WRITE_TXN_MARKERS)
@@ -451,7 +451,7 @@ def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(t
 
 
 def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brokers):
-    """wire.client waits for a transaction coordinator that answers CONCURRENT_TRANSACTIONS
+    """sluice_client waits for a transaction coordinator that answers CONCURRENT_TRANSACTIONS
     (writing the markers of the id's last transaction) until its retry_timeout, as for a
     coordinator moving, not `retries` times: its InitProducerId for an id whose commit
     has a marker held by a paused leader is refused more times than `retries` allows,

@@ -22,7 +22,7 @@ import pytest
 from tests import test_broker_clients as clients
 from tests import test_transactions as txn
 from sluice.broker_process import BrokerProcess
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError

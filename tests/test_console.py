@@ -30,7 +30,7 @@ from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
 from tests.cluster import FAST_FAILOVER, Cluster, free_ports
 from sluice.console.lag import LagHistory, LagSample
-from wire.client import Client, NewTopic, ProducerRecord
+from sluice_client import Client, NewTopic, ProducerRecord
 from wire.quota_types import CLIENT_ID, USER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -46,7 +46,7 @@ import pytest
 from broker.errors import BrokerError
 from tests.support.polling import wait_for
 from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, LIST_GROUPS,
                            OFFSET_COMMIT, OFFSET_FETCH)

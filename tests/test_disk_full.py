@@ -26,7 +26,7 @@ import pytest
 
 from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from broker.errors import BrokerError

@@ -79,7 +79,7 @@ def log_paths(counts, directory: str, suffix: str) -> int:
 
 
 def test_flush_policy_decides_what_is_fsynced(tmp_path):
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
 
     config = tmp_path / "server.properties"
     config.write_text("log.flush.interval.messages=1\n")

@@ -25,7 +25,7 @@ import pytest
 
 from sluice.broker_process import BrokerProcess
 from tests.test_broker_failures import connect, roundtrip
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH, METADATA
 from wire.primitives import ZERO_UUID

@@ -40,7 +40,7 @@ from tests.support.polling import wait_for
 from tests.test_partition import SteppedClock, _fetch, _on_loop, _produce
 from tests.test_metrics import metrics_port, scrape, start_broker, value
 from tests.test_storage import BASE_TS, make_batch
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 
 pytestmark = pytest.mark.timeout(120)
 

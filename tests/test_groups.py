@@ -230,7 +230,7 @@ from tests.manual_clock import ManualClock  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
 from tests.log_files import log_bytes  # noqa: E402
 from tests.replicas import group_coordinator, topic_manager  # noqa: E402
-from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
+from sluice_client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.error_codes import ErrorCode  # noqa: E402
 from wire.messages import (API_VERSIONS, CONSUMER_PROTOCOL_ASSIGNMENT,  # noqa: E402
                            CONSUMER_PROTOCOL_SUBSCRIPTION, DELETE_GROUPS, DESCRIBE_GROUPS,

@@ -1,11 +1,11 @@
-"""wire.http: the HTTP/1.1 server of the metrics endpoint and the web console, over real
+"""broker.http: the HTTP/1.1 server of the metrics endpoint and the web console, over real
 sockets on loopback: keep-alive, query strings, bodies, and the limits a bad client meets."""
 
 import asyncio
 import http.client
 import json
 
-from wire.http import HttpResponse, HttpServer
+from broker.http import HttpResponse, HttpServer
 
 
 async def _echo(request):

@@ -165,7 +165,7 @@ def _install(tmp_path: pathlib.Path, extras: set[str] = frozenset()) -> pathlib.
 # Produces to a topic and reads it back with the installed client; argv: bootstrap servers.
 PRODUCE_AND_CONSUME = """
 import sys
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 with Client(sys.argv[1], call_timeout=60) as client:
     client.create_topics({"installed": NewTopic(partitions=1, replication_factor=1)})
     client.produce("installed", 0, [(b"key", b"from a fresh venv", [], None)])
@@ -175,7 +175,7 @@ with Client(sys.argv[1], call_timeout=60) as client:
 # Every module of the broker, the CLI and the client imports without Spark.
 IMPORT_ALL = """
 import importlib, pkgutil, sys
-for package in ("wire", "broker", "sluice"):
+for package in ("wire", "sluice_client", "broker", "sluice"):
     for module in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)

@@ -34,7 +34,7 @@ from broker.throttled_log import ThrottledLog
 from tests.test_broker_failures import (api_versions_body, assert_closed_by_broker, connect,
                                         roundtrip)
 from wire import RequestHeader, UnsupportedRequest, decode_request, encode_request
-from wire.client import CLIENT_VERSIONS, Client
+from sluice_client import CLIENT_VERSIONS, Client
 from wire.messages import (ALTER_PARTITION, ALTER_PARTITION_REASSIGNMENTS, API_VERSIONS, APIS,
                            CONTROLLED_SHUTDOWN, ELECT_LEADERS, LEADER_AND_ISR,
                            LIST_PARTITION_REASSIGNMENTS, STOP_REPLICA, UPDATE_METADATA)

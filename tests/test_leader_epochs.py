@@ -28,7 +28,7 @@ from broker.storage.leader_epochs import LeaderEpochCache
 from broker.storage.log import LEADER_EPOCH_CHECKPOINT, PartitionLog
 from tests.support.polling import wait_for
 from tests.replicas import leading
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH
 from wire.records import build_batch

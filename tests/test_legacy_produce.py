@@ -36,7 +36,7 @@ from sluice.broker_process import BrokerProcess
 from tests.test_broker_clients import PARTITIONS, Row, consume_confluent
 from tests.test_broker_failures import connect, produce_body, roundtrip
 from tests.test_compression_type import create
-from wire.client import Client
+from sluice_client import Client
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
 from wire.error_codes import ErrorCode
 from wire.message_sets import MessageSet, decode_message_set, split_message_set

@@ -23,7 +23,7 @@ import pytest
 from tests.kafka_capture import KafkaCaptureProxy
 from tests.test_broker_failures import connect, roundtrip
 from wire.error_codes import ErrorCode
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.messages import API_VERSIONS, DESCRIBE_PRODUCERS, FETCH, LIST_TRANSACTIONS, METADATA, WRITE_TXN_MARKERS
 from wire.protocol import decode_response
 

@@ -29,7 +29,7 @@ from broker.groups.offsets_log import decode_record
 from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
 from tests.log_files import log_bytes
-from wire.client import EARLIEST, LATEST, AsyncClient, Client, NewTopic
+from sluice_client import EARLIEST, LATEST, AsyncClient, Client, NewTopic
 
 ck = pytest.importorskip("confluent_kafka")
 

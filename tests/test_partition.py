@@ -28,7 +28,7 @@ from broker.storage.log import PartitionLog
 from tests.support.polling import wait_for
 from tests.test_broker_failures import connect, frame, recv_frame, roundtrip
 from tests.test_storage import BASE_TS, idempotent, make_batch
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.protocol import decode_response
 
 LAG_MS = 10_000

@@ -4,7 +4,7 @@ broker is tests/test_spark_sink.py's."""
 
 from __future__ import annotations
 
-from wire.client.partitioner import DefaultPartitioner, partition_for_key
+from sluice_client.partitioner import DefaultPartitioner, partition_for_key
 
 # Kafka's UtilsTest.testMurmur2: Utils.murmur2 of each key, before Utils.toPositive.
 KAFKA_MURMUR2 = {

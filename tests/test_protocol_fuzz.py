@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from sluice.broker_process import BrokerProcess
-from wire.client import Client, NewTopic
+from sluice_client import Client, NewTopic
 from wire.messages import CREATE_PARTITIONS, CREATE_TOPICS, FETCH, JOIN_GROUP, PRODUCE, SYNC_GROUP
 from wire.primitives import ZERO_UUID, DecodeError
 from wire.protocol import decode_request, decode_response, encode_request

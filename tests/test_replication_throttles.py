@@ -35,9 +35,9 @@ from tests.test_cluster_admin import broker_config, sluice
 from tests.test_cluster_reassignment import (PROPERTIES, create_placed, throttle_configs,
                                              wait_until_reassigned)
 from tests.test_metrics import metrics_port, scrape, value
-from wire.client import (BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG,
-                         DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, SET_CONFIG, TOPIC_RESOURCE,
-                         Client)
+from sluice_client import (BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_BROKER_CONFIG,
+                           DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, SET_CONFIG, TOPIC_RESOURCE,
+                           Client)
 from wire.error_codes import ErrorCode
 
 pytestmark = pytest.mark.timeout(180)

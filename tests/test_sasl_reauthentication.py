@@ -26,7 +26,7 @@ from sluice.broker_process import BrokerProcess
 from tests.support.polling import wait_for
 from tests.test_broker_failures import assert_closed_by_broker
 from tests.test_security_listeners import _request, free_ports
-from wire.client import AuthenticationFailed, Client, ClientError, ClientSecurity
+from sluice_client import AuthenticationFailed, Client, ClientError, ClientSecurity
 from wire.error_codes import ErrorCode
 from wire.messages import METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
 

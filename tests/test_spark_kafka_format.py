@@ -49,7 +49,7 @@ from tests.test_spark_options import offsets_json  # noqa: E402
 from tests.test_spark_sink import consume_to_end  # noqa: E402
 from tests.test_spark_source import (_order, create_topic, error_text, headline, log_offsets,  # noqa: E402
                                      make_records, produce, recreate_topic, rows_of, unique)
-from wire.client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
+from sluice_client import EARLIEST, SET_CONFIG, TOPIC_RESOURCE, Client  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 QUERY_TIMEOUT = 120  # seconds any one streaming query may take

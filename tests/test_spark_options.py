@@ -27,7 +27,7 @@ from tests.kafka_capture import API_FETCH, API_METADATA, API_PRODUCE, KafkaCaptu
 from tests.support.polling import wait_for  # noqa: E402
 from tests.test_spark_source import (QUERY_TIMEOUT, _order, create_topic, headline,  # noqa: E402
                                      make_records, produce, rows_of, source, unique)
-from wire.client import Client  # noqa: E402
+from sluice_client import Client  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
 API_LIST_OFFSETS = 2

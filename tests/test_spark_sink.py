@@ -52,7 +52,7 @@ from spark_connector.sink import (Intent, SluiceSinkError, SluiceStreamWriter, T
                                   _write_slot, last_intent as sink_last_intent)
 from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.test_metrics import BROKER_PROPERTIES, requests_answered, start_broker  # noqa: E402
-from wire.client import LATEST, READ_COMMITTED, TOPIC_RESOURCE, Client, NewTopic  # noqa: E402
+from sluice_client import LATEST, READ_COMMITTED, TOPIC_RESOURCE, Client, NewTopic  # noqa: E402
 from wire.errors import ErrorCode, KafkaError  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 from wire.records import CONTROL_COMMIT, build_batch, decode_batch, decode_control_record, iter_batches  # noqa: E402

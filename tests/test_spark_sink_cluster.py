@@ -46,7 +46,7 @@ from tests.test_cluster_transactions import (coordinated_by, coordinator_of, raw
                                              restart_as_coordinator)
 from tests.test_spark_sink import (EOS_POINTS, Driver, Output, next_batch, produce_input,  # noqa: E402
                                    query_id, record_id, unique)
-from wire.client import Client  # noqa: E402
+from sluice_client import Client  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 PARTITIONS = 3

@@ -26,7 +26,7 @@ from sluice.broker_process import BrokerProcess  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
 from tests.test_spark_sink import (Driver, Output, create_topics, last_intent, next_batch,  # noqa: E402
                                    produce_input, query_id, read_committed_wire, stream_case, unique)
-from wire.client import TOPIC_RESOURCE, Client  # noqa: E402
+from sluice_client import TOPIC_RESOURCE, Client  # noqa: E402
 from wire.internal_topics import SINK_INTENTS_TOPIC  # noqa: E402
 
 TIMEOUT_MS = 15_000  # above a normal batch on a loaded 2-core machine

@@ -39,7 +39,7 @@ from spark_connector.source import (SluiceBatchReader, SluiceDataLossError, Slui
                                     read_range)
 from tests.kafka_capture import API_FETCH, KafkaCaptureProxy  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
-from wire.client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
+from sluice_client import EARLIEST, LATEST, Client, NewTopic  # noqa: E402
 from wire.protocol import decode_request  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from broker.config import NOT_IMPLEMENTED_TOPIC_CONFIGS
-from wire.client import BROKER_RESOURCE, SET_CONFIG, TOPIC_RESOURCE, Client, NewTopic
+from sluice_client import BROKER_RESOURCE, SET_CONFIG, TOPIC_RESOURCE, Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 
@@ -93,7 +93,7 @@ def test_unclean_leader_election_enable_is_a_topic_config(broker):
     """Through CreateTopics, AlterConfigs and IncrementalAlterConfigs, described as a
     BOOLEAN with its source; a value other than true or false is INVALID_CONFIG."""
     from tests.test_broker_failures import connect, roundtrip
-    from wire.client import DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_TOPIC_CONFIG
+    from sluice_client import DEFAULT_CONFIG, DELETE_CONFIG, DYNAMIC_TOPIC_CONFIG
     from wire.messages import DESCRIBE_CONFIGS
 
     key, resource = "unclean.leader.election.enable", (TOPIC_RESOURCE, "elected")
@@ -183,7 +183,7 @@ def test_broker_configs_are_described_with_source_and_read_only(tmp_path):
     """Every broker key the broker understands is described: the topic defaults dynamic,
     the others read-only, each with where its value came from."""
     from sluice.broker_process import BrokerProcess
-    from wire.client import BROKER_RESOURCE, DEFAULT_CONFIG, STATIC_BROKER_CONFIG
+    from sluice_client import BROKER_RESOURCE, DEFAULT_CONFIG, STATIC_BROKER_CONFIG
 
     properties = tmp_path / "server.properties"
     properties.write_text("group.initial.rebalance.delay.ms=0\nmin.insync.replicas=1\n")

@@ -1049,7 +1049,7 @@ def test_transaction_config_keys():
 def test_wire_client_describes_and_lists_transactions(broker):
     """The wire client's DescribeTransactions and ListTransactions (the exactly-once
     sink settles and sweeps transactions with them)."""
-    from wire.client import Client
+    from sluice_client import Client
     from wire.errors import KafkaError
 
     bs = broker.bootstrap_servers
@@ -1083,7 +1083,7 @@ def test_internal_topics_belong_to_the_broker(broker):
     """Clients can neither produce to, delete nor add partitions to __consumer_offsets
     and __transaction_state (INVALID_TOPIC_EXCEPTION); nothing changes on disk, and
     Metadata still lists them as internal."""
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
     from wire.errors import KafkaError
 
     data = broker.data_dir

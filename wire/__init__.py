@@ -1,4 +1,6 @@
-"""The Kafka binary protocol without I/O: primitives, message codecs, record batches.
+"""The Kafka binary protocol without I/O: primitives, message codecs, record batches,
+compression, and framing (`wire.frames`, the one frame reader of the broker's listener
+and the client). The client is `sluice_client`, the broker `broker`.
 
 The facade most code needs:
 

@@ -16,7 +16,7 @@ from sluice.broker_process import BrokerProcess
 def fill_log(bootstrap: str, topic: str, total_bytes: int, pool, timeout: float) -> dict:
     """Small batches at the head, ~1 MiB batches in the middle, small batches at the tail
     (so that a small fetch at either end returns a small batch)."""
-    from wire.client import AsyncClient
+    from sluice_client import AsyncClient
     from wire.records import build_batch
 
     now = int(time.time() * 1000)
@@ -83,7 +83,7 @@ def startup_times(process, repeats: int, timeout: float) -> dict:
 
 
 def bench_log(workdir: str, sizes: Sizes, pool, log) -> dict:
-    from wire.client import Client, NewTopic
+    from sluice_client import Client, NewTopic
 
     timeout = sizes.step_timeout
     out = {}

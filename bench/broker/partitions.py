@@ -14,7 +14,7 @@ from bench.common import VALUE_SIZE, Probe, Sizes, memory_kib, producer_config
 def bench_partitions(makes, workdir: str, sizes: Sizes, log) -> list[dict]:
     from confluent_kafka import Consumer, Producer
 
-    from wire.client import Client
+    from sluice_client import Client
 
     per_topic = sizes.many_partitions_per_topic
     topics = {f"many-{t:04d}": per_topic for t in range(max(1, sizes.many_partitions // per_topic))}

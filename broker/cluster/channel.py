@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import logging
 
-from wire.client.connection import BrokerConnection
-from wire.client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
+from sluice_client.connection import BrokerConnection
+from sluice_client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
 from wire.errors import KafkaError
 from wire.primitives import EncodeError
 from wire.schema import Api, Struct

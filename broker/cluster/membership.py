@@ -54,7 +54,7 @@ from urllib.parse import unquote
 
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
-from wire.client import BrokerConnection, ClientError
+from sluice_client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
 from wire.messages import CONTROLLED_SHUTDOWN
 

@@ -40,7 +40,7 @@ import asyncio
 import logging
 import math
 
-from wire.client import BrokerConnection, ClientError
+from sluice_client import BrokerConnection, ClientError
 from wire.error_codes import ErrorCode
 from wire.messages import FETCH, OFFSET_FOR_LEADER_EPOCH
 

@@ -15,8 +15,8 @@ listener's protocol, as Kafka's brokers do.
 from __future__ import annotations
 
 from broker.config import BrokerConfig, ConfigError
-from wire.client.errors import SecurityConfigError
-from wire.client.security import ClientSecurity
+from sluice_client.errors import SecurityConfigError
+from sluice_client.security import ClientSecurity
 
 _PASSED_SSL_KEYS = ("ssl.truststore.location", "ssl.truststore.type", "ssl.ca.location", "ssl.keystore.location",
                     "ssl.keystore.type", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",

@@ -44,7 +44,7 @@ import scramp
 
 from broker.config import ConfigError
 from broker.security.principal import Principal
-from wire.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_jaas_config
+from sluice_client.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_jaas_config
 
 log = logging.getLogger("sluice.security")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 
-from wire.client.connection import BrokerConnection
-from wire.client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
+from sluice_client.connection import BrokerConnection
+from sluice_client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import ADD_PARTITIONS_TO_TXN

@@ -37,8 +37,8 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from wire.client.connection import BrokerConnection
-from wire.client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
+from sluice_client.connection import BrokerConnection
+from sluice_client.errors import ConnectionFailed, ProtocolViolation, RequestTimedOut
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.messages import WRITE_TXN_MARKERS

@@ -1,4 +1,4 @@
-"""The console's routes: each HTTP request (wire.http) becomes one page or JSON answer.
+"""The console's routes: each HTTP request (broker.http) becomes one page or JSON answer.
 
     GET  /                         brokers, controller, cluster id
     GET  /topics, /topics/T        topics; a topic's partitions and recent messages
@@ -39,10 +39,10 @@ import secrets
 import time
 from urllib.parse import parse_qsl, quote, unquote
 
-from wire.client import AsyncClient, ClientError
+from sluice_client import AsyncClient, ClientError
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
-from wire.http import HttpRequest, HttpResponse
+from broker.http import HttpRequest, HttpResponse
 
 from sluice.common import CommandError
 from sluice.console import pages, queries

@@ -16,9 +16,9 @@ import logging
 import signal
 import sys
 
-from wire.client import AsyncClient, ClientError
+from sluice_client import AsyncClient, ClientError
 from wire.errors import KafkaError
-from wire.http import HttpServer
+from broker.http import HttpServer
 
 from sluice.common import (CommandError, fixed_port_number, make_client, port_number, positive_float, positive_int,
                            run_command)

@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from wire.client import LATEST, AsyncClient, ClientError
+from sluice_client import LATEST, AsyncClient, ClientError
 from wire.errors import KafkaError
 
 from sluice.common import CommandError

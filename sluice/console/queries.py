@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 
 from sluice.topics import NOT_MOVING, existing_topic, reassignments_in_progress
-from wire.client import EARLIEST, LATEST, AsyncClient, TopicInfo
+from sluice_client import EARLIEST, LATEST, AsyncClient, TopicInfo
 from wire.primitives import ZERO_UUID
 
 __all__ = ["NotFound", "cluster_overview", "groups_overview", "recent_messages", "shown_bytes",

@@ -18,7 +18,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from wire.client import AsyncClient
+from sluice_client import AsyncClient
 from wire.quota_types import CLIENT_ID, USER, precedence
 
 __all__ = ["QUOTA_TYPES", "client_quotas"]

@@ -12,7 +12,7 @@ knows literal resource names only.
 
 from __future__ import annotations
 
-from wire.client.errors import UnsupportedVersion
+from sluice_client.errors import UnsupportedVersion
 from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
                            LIST_PARTITION_REASSIGNMENTS, ALTER_USER_SCRAM_CREDENTIALS, API_VERSIONS,
                            CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS, DELETE_GROUPS,

@@ -9,8 +9,8 @@ import functools
 import threading
 from typing import Sequence
 
-from wire.client.client import AsyncClient
-from wire.client.model import ClusterMetadata
+from sluice_client.client import AsyncClient
+from sluice_client.model import ClusterMetadata
 
 __all__ = ["Call", "Client"]
 

@@ -24,22 +24,22 @@ import secrets
 import time
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
-from wire.client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
-                                RequestTimedOut, UnsupportedVersion)
-from wire.client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
-                               READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction,
-                               AclBinding, AclBindingFilter, AclDeletion, BrokerInfo, DeletedAcls,
-                               ScramCredentialInfo, ScramDeletion, ScramMechanism, ScramUpsertion,
-                               UserScramCredentials,
-                               ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
-                               ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
-                               GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
-                               OffsetAndTimestamp, OngoingReassignment, PartitionInfo, ProduceResult,
-                               ProducerRecord, QuotaEntity, TopicInfo, TransactionDescription)
+from sluice_client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from sluice_client.errors import (BrokerUnreachable, ClientError, ConnectionFailed, ProtocolViolation,
+                                  RequestTimedOut, UnsupportedVersion)
+from sluice_client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, MAX_TIMESTAMP, PREFERRED_ELECTION,
+                                 READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN_CONFIG, AbortedTransaction,
+                                 AclBinding, AclBindingFilter, AclDeletion, BrokerInfo, DeletedAcls,
+                                 ScramCredentialInfo, ScramDeletion, ScramMechanism, ScramUpsertion,
+                                 UserScramCredentials,
+                                 ClusterDescription, ClusterMetadata, CommittedOffset, ConfigEntry,
+                                 ConfigSynonym, Coordinator, CreatedTopic, FetchedRecords, FetchResult,
+                                 GroupDescription, GroupMember, ListedGroup, ListedTransaction, NewTopic,
+                                 OffsetAndTimestamp, OngoingReassignment, PartitionInfo, ProduceResult,
+                                 ProducerRecord, QuotaEntity, TopicInfo, TransactionDescription)
 from wire.acl_types import Operation, PatternType, Permission, ResourceType
-from wire.client.security import ClientSecurity
-from wire.client.versions import CLIENT_VERSIONS
+from sluice_client.security import ClientSecurity
+from sluice_client.versions import CLIENT_VERSIONS
 from wire.compression import CODEC_NAMES
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
@@ -112,7 +112,7 @@ class AsyncClient:
     """A Kafka client for asyncio; usable as `async with AsyncClient("host:9092") as c`.
 
     Time settings are seconds. Protocol fields keep Kafka's units and names
-    (`max_wait_ms`, `timeout_ms`). `security` (TLS and SASL, see wire.client.security)
+    (`max_wait_ms`, `timeout_ms`). `security` (TLS and SASL, see sluice_client.security)
     applies to every broker connection, bootstrap and discovered; None is PLAINTEXT.
     """
 

@@ -8,29 +8,29 @@ Broker error codes raise `wire.errors.KafkaError`; failures of the client itself
 (connections, timeouts, malformed responses, no common version, refused authentication)
 raise `ClientError`. TLS and SASL: `AsyncClient(..., security=ClientSecurity({...}))` with
 Kafka's setting names (`security.protocol`, `sasl.mechanism`, `sasl.jaas.config`,
-`ssl.ca.location`, ...; see `wire.client.security`).
+`ssl.ca.location`, ...; see `sluice_client.security`).
 """
 
-from wire.client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
-from wire.client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
-from wire.client.errors import (AuthenticationFailed, BrokerUnreachable, ClientError, ConnectionFailed,
-                                ProtocolViolation, RequestTimedOut, ResponseTooLarge, SecurityConfigError,
-                                TlsHandshakeFailed, UnsupportedVersion)
-from wire.client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
-                               DYNAMIC_BROKER_CONFIG, SET_CONFIG, SUBTRACT_CONFIG,
-                               DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
-                               MAX_TIMESTAMP, PREFERRED_ELECTION, READ_COMMITTED,
-                               READ_UNCOMMITTED, UNCLEAN_ELECTION,
-                               STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG,
-                               AbortedTransaction, BrokerInfo, ClusterDescription, ClusterMetadata,
-                               CommittedOffset, ConfigEntry, ConfigSynonym, Coordinator,
-                               CreatedTopic, FetchedRecords, FetchResult, GroupDescription,
-                               GroupMember, ListedGroup, ListedTransaction, NewTopic, OffsetAndTimestamp,
-                               OngoingReassignment, PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
-                               TransactionDescription)
-from wire.client.security import ClientSecurity
-from wire.client.sync import Client
-from wire.client.versions import CLIENT_VERSIONS
+from sluice_client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
+from sluice_client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from sluice_client.errors import (AuthenticationFailed, BrokerUnreachable, ClientError, ConnectionFailed,
+                                  ProtocolViolation, RequestTimedOut, ResponseTooLarge, SecurityConfigError,
+                                  TlsHandshakeFailed, UnsupportedVersion)
+from sluice_client.model import (APPEND_CONFIG, BROKER_RESOURCE, DEFAULT_CONFIG, DELETE_CONFIG,
+                                 DYNAMIC_BROKER_CONFIG, SET_CONFIG, SUBTRACT_CONFIG,
+                                 DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG, EARLIEST, LATEST,
+                                 MAX_TIMESTAMP, PREFERRED_ELECTION, READ_COMMITTED,
+                                 READ_UNCOMMITTED, UNCLEAN_ELECTION,
+                                 STATIC_BROKER_CONFIG, TOPIC_RESOURCE, UNKNOWN_CONFIG,
+                                 AbortedTransaction, BrokerInfo, ClusterDescription, ClusterMetadata,
+                                 CommittedOffset, ConfigEntry, ConfigSynonym, Coordinator,
+                                 CreatedTopic, FetchedRecords, FetchResult, GroupDescription,
+                                 GroupMember, ListedGroup, ListedTransaction, NewTopic, OffsetAndTimestamp,
+                                 OngoingReassignment, PartitionInfo, ProduceResult, ProducerRecord, TopicInfo,
+                                 TransactionDescription)
+from sluice_client.security import ClientSecurity
+from sluice_client.sync import Client
+from sluice_client.versions import CLIENT_VERSIONS
 
 __all__ = [
     "AsyncClient", "Client", "BrokerConnection", "ClientSecurity", "CLIENT_VERSIONS",

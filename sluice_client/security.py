@@ -40,8 +40,8 @@ from __future__ import annotations
 import ssl
 from typing import Mapping
 
-from wire.client.errors import AuthenticationFailed, SecurityConfigError
-from wire.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas_config
+from sluice_client.errors import AuthenticationFailed, SecurityConfigError
+from sluice_client.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE, JaasError, parse_jaas_config
 
 __all__ = ["ClientSecurity", "PlainExchange", "SASL_MECHANISMS", "SECURITY_PROTOCOLS",
            "ScramExchange"]

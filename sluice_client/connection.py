@@ -1,5 +1,5 @@
 """One TCP connection to one broker: framing, correlation ids, pipelining, timeouts,
-ApiVersions negotiation, and TLS and SASL authentication (wire.client.security).
+ApiVersions negotiation, and TLS and SASL authentication (sluice_client.security).
 
 Opening a connection: TCP, the TLS handshake (SSL, SASL_SSL; the broker's certificate
 checked against the host connected to unless `ssl.endpoint.identification.algorithm` is
@@ -32,10 +32,10 @@ import socket
 import ssl
 import struct
 
-from wire.client.errors import (AuthenticationFailed, ClientError, ConnectionFailed, ProtocolViolation,
-                                RequestTimedOut, ResponseTooLarge, TlsHandshakeFailed, UnsupportedVersion)
-from wire.client.security import ClientSecurity
-from wire.client.versions import CLIENT_VERSIONS, choose_version
+from sluice_client.errors import (AuthenticationFailed, ClientError, ConnectionFailed, ProtocolViolation,
+                                  RequestTimedOut, ResponseTooLarge, TlsHandshakeFailed, UnsupportedVersion)
+from sluice_client.security import ClientSecurity
+from sluice_client.versions import CLIENT_VERSIONS, choose_version
 from wire.error_codes import ErrorCode
 from wire.frames import FrameBuffers, FrameReader, FrameSizeError, ReadBuffers
 from wire.errors import KafkaError

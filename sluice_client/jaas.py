@@ -6,7 +6,7 @@
 The grammar Kafka accepts (JaasConfig): a login module class name, a control flag
 (required, requisite, sufficient, optional), then `name=value` options, the value quoted
 with double quotes (a backslash escapes the next character) or a bare word, ending with
-`;`. Only one entry is allowed in a `sasl.jaas.config` value. Used by the wire client (its
+`;`. Only one entry is allowed in a `sasl.jaas.config` value. Used by the client (its
 username and password) and the broker (its users and its own inter-broker login).
 Errors never quote option values: they may be passwords.
 """
