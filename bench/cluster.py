@@ -209,7 +209,7 @@ class LocalCluster:
         from sluice_client import Client, NewTopic
 
         with Client(self.bootstrap, call_timeout=self.timeout, request_timeout=self.timeout) as client:
-            results = client.create_topics({name: NewTopic(partitions, REPLICATION, dict(configs or {}))
+            results = client.admin.create_topics({name: NewTopic(partitions, REPLICATION, dict(configs or {}))
                                             for name, partitions in topics.items()},
                                            timeout_ms=int(self.timeout * 1000))
         failed = {name: r.error for name, r in results.items() if r.error is not None}
@@ -222,7 +222,7 @@ class LocalCluster:
         from sluice_client import Client
 
         with Client(self.bootstrap, call_timeout=self.timeout) as client:
-            client.delete_topics([topic])
+            client.admin.delete_topics([topic])
 
     def log_lines(self, broker_id: int) -> list[str]:
         return list(self.processes[broker_id].output)
@@ -252,7 +252,7 @@ def serve_a_group(bootstrap: str, timeout: float) -> None:
     from sluice_client import Client
 
     with Client(bootstrap, call_timeout=timeout, retry_timeout=timeout) as client:
-        client.describe_groups(["bench-warm-up"])
+        client.admin.describe_groups(["bench-warm-up"])
 
 
 def produce_once(target, pids: dict[int, int], client: str, partitions: int, sizes: Sizes,

@@ -204,7 +204,7 @@ class SluiceTarget(Target):
     def create_topics(self, topics: dict[str, int], configs: dict | None = None) -> None:
         from sluice_client import NewTopic
 
-        results = self.client.create_topics(
+        results = self.client.admin.create_topics(
             {name: NewTopic(partitions, 1, dict(configs or {})) for name, partitions in topics.items()},
             timeout_ms=int(self.timeout * 1000))
         failed = {name: r.error for name, r in results.items() if r.error is not None}
@@ -212,7 +212,7 @@ class SluiceTarget(Target):
             raise RuntimeError(f"sluice: create topics failed: {failed}")
 
     def delete_topic(self, topic: str) -> None:
-        self.client.delete_topics([topic])
+        self.client.admin.delete_topics([topic])
 
     def log_bytes(self, topic: str) -> int:
         """Bytes in the topic's partition directories (segments and indexes)."""

@@ -4,7 +4,7 @@ from a compacted `__consumer_offsets` as offset commits accumulate.
 
 Every broker is a `python -m broker` process on 127.0.0.1 started by this run, with the
 settings BROKER_CONFIG lists (printed in the report); clients are confluent-kafka and the
-project's wire client.
+project's Sluice client.
 
 1. throughput: a 1-partition topic (cleanup.policy=delete) receives `compact_records`
    records of 100 bytes over `compact_keys` distinct keys; then its policy is altered to
@@ -19,7 +19,7 @@ project's wire client.
    under cleanup.policy=delete and altered to compact when the window starts; sized from
    section 1's throughput so that cleaning outlasts the window), then idle again.
 3. load: a fresh broker receives offset commits through the wire (OffsetCommit requests
-   of `partitions_per_commit` partitions each, AsyncClient.commit_offsets) over a fixed
+   of `partitions_per_commit` partitions each, AsyncClient.consumer.commit_offsets) over a fixed
    set of `commit_keys` group/partition keys, in cumulative steps; after each step the
    cleaner is left to compact `__consumer_offsets` (until a cleaning has reached its
    active segment, which it never cleans), then the broker is stopped (SIGTERM)
@@ -107,7 +107,7 @@ TINY = Sizes(compact_records=20_000, compact_keys=500, segment_bytes=256 * 1024,
 # -- the broker --------------------------------------------------------------------------------
 
 class Broker:
-    """One Sluice broker process with BROKER_CONFIG, a wire client on it, and its data dir."""
+    """One Sluice broker process with BROKER_CONFIG, a Sluice client on it, and its data dir."""
 
     def __init__(self, workdir: str, sizes: Sizes):
         from sluice.broker_process import BrokerProcess
@@ -146,21 +146,21 @@ class Broker:
     def create_topic(self, name: str, partitions: int, configs: dict) -> None:
         from sluice_client import NewTopic
 
-        result = self.client.create_topics({name: NewTopic(partitions, 1, configs)})[name]
+        result = self.client.admin.create_topics({name: NewTopic(partitions, 1, configs)})[name]
         if result.error is not None:
             raise RuntimeError(f"cannot create {name}: {result.error}")
 
     def set_topic_config(self, name: str, key: str, value: str) -> None:
         from sluice_client import SET_CONFIG, TOPIC_RESOURCE
 
-        errors = self.client.incremental_alter_configs({(TOPIC_RESOURCE, name): [(key, SET_CONFIG, value)]})
+        errors = self.client.admin.incremental_alter_configs({(TOPIC_RESOURCE, name): [(key, SET_CONFIG, value)]})
         if any(errors.values()):
             raise RuntimeError(f"cannot set {key}={value} on {name}: {errors}")
 
     def end_offset(self, topic: str, partition: int = 0) -> int:
         from sluice_client import LATEST
 
-        return self.client.list_offsets(topic, [partition], LATEST)[partition].offset
+        return self.client.consumer.list_offsets(topic, [partition], LATEST)[partition].offset
 
     def topic_disk(self, topic: str) -> dict:
         """The topic's files: bytes in its .log segments, their count, the bytes of the last
@@ -371,7 +371,7 @@ async def commit_offsets(bootstrap: str, topic: str, groups: list[str], partitio
     async with AsyncClient(bootstrap) as client:
         async def rounds_of(group: str) -> None:
             for r in range(first_round, first_round + rounds):
-                await client.commit_offsets(group, {(topic, p): r for p in range(partitions)})
+                await client.consumer.commit_offsets(group, {(topic, p): r for p in range(partitions)})
         await asyncio.gather(*(rounds_of(g) for g in groups))
 
 
@@ -386,7 +386,7 @@ def time_until_served(broker: Broker, groups: list[str], expected: dict, timeout
     with Client(broker.bootstrap, retries=0, call_timeout=timeout) as client:
         def served():
             try:
-                return all({tp: c.offset for tp, c in client.fetch_offsets(g).items()} == expected
+                return all({tp: c.offset for tp, c in client.consumer.fetch_offsets(g).items()} == expected
                            for g in groups)
             except (ClientError, KafkaError):  # COORDINATOR_LOAD_IN_PROGRESS and the like
                 return False
@@ -476,7 +476,7 @@ def markdown_report(results: dict) -> str:
     md = [f"# Log compaction benchmarks ({results['mode']})", "",
           f"- date: {results['date']}", f"- machine: {describe_machine()}",
           f"- clients: confluent-kafka {results['clients']['confluent_kafka']} "
-          f"(librdkafka {results['clients']['librdkafka']}), the wire client (sluice)",
+          f"(librdkafka {results['clients']['librdkafka']}), Sluice's client (sluice)",
           "- broker: one `python -m broker` process per section on 127.0.0.1, with "
           + ", ".join(f"`{k}={v}`" for k, v in results["broker_config"].items()) + ", defaults otherwise",
           f"- run time: {results['seconds']:.0f} s; load average before {_loads(results, 'before')}, "

@@ -155,7 +155,7 @@ def _stable_on_live_coordinator(cluster: LocalCluster, group: str) -> bool:
         with Client(cluster.bootstrap, call_timeout=5, request_timeout=2, retries=0) as client:
             if client.find_coordinator(group).node_id not in cluster.live:
                 return False
-            described = client.describe_groups([group])[group]
+            described = client.admin.describe_groups([group])[group]
     except (ClientError, KafkaError, OSError, TimeoutError):
         return False
     return described.state == "Stable" and len(described.members) == CONSUMERS
@@ -318,7 +318,7 @@ def transaction_profile(target, seconds: float) -> dict:
     with Client(target.bootstrap, call_timeout=60) as client:
         def completed(transactional_id: str) -> None:
             answered = time.monotonic()
-            wait_for(lambda: client.describe_transaction(transactional_id).state == "CompleteCommit", 60,
+            wait_for(lambda: client.admin.describe_transaction(transactional_id).state == "CompleteCommit", 60,
                      f"{transactional_id}'s CompleteCommit", interval=0)
             completions.append((time.monotonic() - answered) * 1000)
 

@@ -199,12 +199,12 @@ class Foreground:
 
 def replica_bytes(client, broker_id: int, tp: tuple[str, int]) -> int | None:
     """The size of `broker_id`'s replica of `tp` (DescribeLogDirs), None when it holds none."""
-    return client.describe_log_dirs(broker_id, [tp]).get(tp)
+    return client.admin.describe_log_dirs(broker_id, [tp]).get(tp)
 
 
 def moved(client, tp: tuple[str, int], target: tuple[int, ...]) -> bool:
     """The controller lists no reassignment of `tp` and Metadata gives it `target`."""
-    if client.list_partition_reassignments([tp]):
+    if client.admin.list_partition_reassignments([tp]):
         return False
     topic = client.metadata([tp[0]]).topics.get(tp[0])
     info = None if topic is None or topic.error_code else topic.partitions.get(tp[1])
@@ -410,7 +410,7 @@ def bench_decommission(zookeeper, workdir: str, sizes: Sizes, pool, log) -> dict
         controller = cluster.controller_id()
         retiring = max(b for b in cluster.processes if b != controller)
         with Client(cluster.bootstrap, call_timeout=sizes.step_timeout) as client:
-            held = client.describe_log_dirs(retiring)
+            held = client.admin.describe_log_dirs(retiring)
         led = sum(1 for leader in cluster.leaders(topic).values() if leader == retiring)
         log(f"  retiring broker {retiring} (controller: {controller}): {len(held)} replicas, "
             f"{sum(held.values()) / MB:,.1f} MB, leading {led} partitions")
@@ -542,7 +542,7 @@ def markdown_report(results: dict) -> str:
           f"- date: {results['date']}",
           f"- machine: {describe_machine()}",
           f"- clients: confluent-kafka {results['clients']['confluent_kafka']} "
-          f"(librdkafka {results['clients']['librdkafka']}), the wire client and `sluice reassign` (sluice)",
+          f"(librdkafka {results['clients']['librdkafka']}), Sluice's client and `sluice reassign` (sluice)",
           f"- run time: {results['seconds']:.0f} s ({results['section_seconds']}); load average (1/5/15 min) "
           f"before {_loads(results, 'before')}, after {_loads(results, 'after')} on "
           f"{results['machine']['cores']} cores (other work on the machine shows here)",

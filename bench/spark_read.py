@@ -68,12 +68,12 @@ def produce(bootstrap: str, topic: str, rows: int) -> None:
     value = b"x" * VALUE_SIZE
     now = int(time.time() * 1000)
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(PARTITIONS, 1)})
+        client.admin.create_topics({topic: NewTopic(PARTITIONS, 1)})
         for partition in range(PARTITIONS):
             for start in range(0, per_partition, BATCH_ROWS):
                 count = min(BATCH_ROWS, per_partition - start)
                 batch = build_batch([(b"k%d" % i, value, (), now) for i in range(start, start + count)])
-                client.produce_batch(topic, partition, batch)
+                client.producer.produce_batch(topic, partition, batch)
 
 
 def ceiling_source(rows: int):

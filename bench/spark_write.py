@@ -193,7 +193,7 @@ def run(rows: int, repeats: int = 1, read_rows: int = 0, read_repeats: int = 1, 
             bootstrap = broker.bootstrap_servers
 
             def new_topic(name: str) -> str:
-                client.create_topics({name: NewTopic(PARTITIONS, 1)})
+                client.admin.create_topics({name: NewTopic(PARTITIONS, 1)})
                 return name
 
             def count(topic: str) -> int:  # read_committed: transaction markers are not rows

@@ -53,8 +53,8 @@ def produce_page_views(bootstrap: str) -> None:
 def lag(client, topic: str) -> int:
     from sluice_client import LATEST
 
-    ends = client.list_offsets(topic, range(PARTITIONS), LATEST)
-    committed = client.fetch_offsets(GROUP, [(topic, p) for p in range(PARTITIONS)])
+    ends = client.consumer.list_offsets(topic, range(PARTITIONS), LATEST)
+    committed = client.consumer.fetch_offsets(GROUP, [(topic, p) for p in range(PARTITIONS)])
     return sum(ends[p].offset - max(committed[(topic, p)].offset, 0) for p in range(PARTITIONS))
 
 
@@ -103,7 +103,7 @@ def main() -> int:
                 Client(broker.bootstrap_servers) as client:
             bootstrap = broker.bootstrap_servers
             print(f"1. Sluice broker listening on {bootstrap}")
-            client.create_topics({"page-views": NewTopic(PARTITIONS, 1),
+            client.admin.create_topics({"page-views": NewTopic(PARTITIONS, 1),
                                   "views-per-page": NewTopic(1, 1)})
             started = time.perf_counter()
             produce_page_views(bootstrap)

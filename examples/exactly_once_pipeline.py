@@ -17,9 +17,9 @@ from sluice_client import Client, NewTopic
 
 with broker_from_args(__doc__) as bootstrap:
     with Client(bootstrap) as client:
-        client.create_topics({"orders": NewTopic(2, 1), "large-orders": NewTopic(2, 1)})
+        client.admin.create_topics({"orders": NewTopic(2, 1), "large-orders": NewTopic(2, 1)})
         for p in range(2):
-            client.produce("orders", p, [(None, json.dumps({"order": i, "amount": i % 1000}).encode(),
+            client.producer.produce("orders", p, [(None, json.dumps({"order": i, "amount": i % 1000}).encode(),
                                           [], None) for i in range(p, 2000, 2)])
 
     spark = spark_session("exactly-once")

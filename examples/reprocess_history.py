@@ -18,9 +18,9 @@ from sluice_client import Client, NewTopic
 with broker_from_args(__doc__) as bootstrap:
     now = int(time.time() * 1000)
     with Client(bootstrap) as client:
-        client.create_topics({"clicks": NewTopic(2, 1)})
+        client.admin.create_topics({"clicks": NewTopic(2, 1)})
         for p in range(2):  # an hour of clicks, one a minute, oldest first
-            client.produce("clicks", p, [(None, b"click-%d" % m, [], now - (60 - m) * 60_000)
+            client.producer.produce("clicks", p, [(None, b"click-%d" % m, [], now - (60 - m) * 60_000)
                                          for m in range(60)])
 
     spark = spark_session("reprocess")

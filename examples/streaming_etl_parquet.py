@@ -14,9 +14,9 @@ from sluice_client import Client, NewTopic
 with broker_from_args(__doc__) as bootstrap:
     # Some orders to process: three partitions, keyed by customer.
     with Client(bootstrap) as client:
-        client.create_topics({"orders": NewTopic(3, 1)})
+        client.admin.create_topics({"orders": NewTopic(3, 1)})
         for p in range(3):
-            client.produce("orders", p, [
+            client.producer.produce("orders", p, [
                 (f"customer-{i % 7}".encode(),
                  json.dumps({"order": p * 1000 + i, "amount": (i * 37) % 500}).encode(), [], None)
                 for i in range(300)])

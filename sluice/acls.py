@@ -283,7 +283,7 @@ def confirm_removal(filters) -> None:
 # -- actions -----------------------------------------------------------------------------
 
 async def add(client: AsyncClient, args, plan: Plan) -> int:
-    results = await client.create_acls(plan.bindings)
+    results = await client.admin.create_acls(plan.bindings)
     added = [b for b in plan.bindings if results[b] is None]
     failed = [(b, results[b]) for b in plan.bindings if results[b] is not None]
     report_errors("create ACLs", [error for _, error in failed], len(plan.bindings))
@@ -297,7 +297,7 @@ async def add(client: AsyncClient, args, plan: Plan) -> int:
 
 
 async def list_acls(client: AsyncClient, args, plan: Plan) -> int:
-    found = await asyncio.gather(*(client.describe_acls(f) for f in plan.filters))
+    found = await asyncio.gather(*(client.admin.describe_acls(f) for f in plan.filters))
     bindings = sorted({b for bindings in found for b in bindings}, key=acl_order)
     if args.output == "json":
         emit_json({"acls": [acl_json(b) for b in bindings]})
@@ -307,7 +307,7 @@ async def list_acls(client: AsyncClient, args, plan: Plan) -> int:
 
 
 async def remove(client: AsyncClient, args, plan: Plan) -> int:
-    results = await client.delete_acls(plan.filters)
+    results = await client.admin.delete_acls(plan.filters)
     removed, errors = set(), []
     for result in results.values():
         if result.error is not None:

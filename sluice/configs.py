@@ -143,7 +143,7 @@ async def describe(client: AsyncClient, args) -> int:
     resource = _resource(args)
     # The cluster default is described through any broker: its entries say which are dynamic.
     asked = resource if resource[1] else (BROKER_RESOURCE, str(await _any_broker(client)))
-    described = (await client.describe_configs([asked]))[asked]
+    described = (await client.admin.describe_configs([asked]))[asked]
     wanted_sources = {DYNAMIC_DEFAULT_BROKER_CONFIG} if args.entity_default else _OVERRIDES
     rows = [{"name": key, "value": entry.value, "source": _SOURCES.get(entry.source, str(entry.source))}
             for key, entry in sorted(described.items())
@@ -171,7 +171,7 @@ async def alter(client: AsyncClient, args) -> int:
     resource = _resource(args)
     changes = [(key, SET_CONFIG, value) for pairs in args.add_config for key, value in pairs]
     changes += [(key, DELETE_CONFIG, None) for keys in args.delete_config for key in keys]
-    error = (await client.incremental_alter_configs({resource: changes}))[resource]
+    error = (await client.admin.incremental_alter_configs({resource: changes}))[resource]
     if error is not None:
         raise error
     if args.output == "json":
@@ -198,7 +198,7 @@ def _quota_number(value: float):
 async def describe_quotas(client: AsyncClient, args) -> int:
     components = [(t, MATCH_SPECIFIED, None) if name is _ANY else
                   (t, MATCH_DEFAULT, None) if name is None else (t, MATCH_EXACT, name) for t, name in args.entity]
-    found = await client.describe_client_quotas(components, strict=True)
+    found = await client.admin.describe_client_quotas(components, strict=True)
     if args.output == "json":
         emit_json({"entities": [{"entity": dict(entity), "quotas": {k: _quota_number(v) for k, v in sorted(q.items())}}
                                 for entity, q in sorted(found.items(), key=lambda item: str(item[0]))]})
@@ -220,12 +220,12 @@ async def alter_quotas(client: AsyncClient, args) -> int:
     deleted = [key for keys in args.delete_config for key in keys]
     if deleted:
         components = [(t, MATCH_DEFAULT, None) if name is None else (t, MATCH_EXACT, name) for t, name in entity]
-        current = (await client.describe_client_quotas(components, strict=True)).get(entity, {})
+        current = (await client.admin.describe_client_quotas(components, strict=True)).get(entity, {})
         missing = [key for key in deleted if key not in current]
         if missing:
             raise CommandError(f"Invalid config(s): {','.join(missing)}")
         changes.update(dict.fromkeys(deleted))
-    error = (await client.alter_client_quotas({entity: changes}))[entity]
+    error = (await client.admin.alter_client_quotas({entity: changes}))[entity]
     if error is not None:
         raise error
     if args.output == "json":

@@ -211,7 +211,7 @@ def read_offsets_file(path: str) -> dict[tuple[str, int], int]:
 # -- actions ----------------------------------------------------------------------------
 
 async def list_groups(client: AsyncClient, args) -> int:
-    groups = await client.list_groups(args.state)
+    groups = await client.admin.list_groups(args.state)
     rows = [{"group": g.group_id, "protocol_type": g.protocol_type or None, "state": g.state or None,
              "coordinator": g.coordinator_id} for g in groups]
     if args.output == "json":
@@ -315,7 +315,7 @@ async def describe_group(client: AsyncClient, group: str) -> dict:
 
 
 async def delete(client: AsyncClient, args) -> int:
-    results = await client.delete_groups(args.groups)
+    results = await client.admin.delete_groups(args.groups)
     failed = {}
     for group, error in results.items():
         if error is None:
@@ -466,7 +466,7 @@ async def execute_reset(client: AsyncClient, plan: ResetPlan) -> None:
     """Commit a plan's offsets (OffsetCommit outside any generation), once more only if
     the group is still without active members."""
     await _ensure_inactive(client, plan.group)
-    await client.commit_offsets(plan.group, plan.new_offsets)
+    await client.consumer.commit_offsets(plan.group, plan.new_offsets)
 
 
 ACTIONS = {"list": list_groups, "describe": describe, "delete": delete,
@@ -481,7 +481,7 @@ def _tp(key: tuple[str, int]) -> str:
 
 async def _describe_group(client: AsyncClient, group: str) -> GroupDescription:
     try:
-        return (await client.describe_groups([group]))[group]
+        return (await client.admin.describe_groups([group]))[group]
     except UnsupportedVersion as exc:
         raise CommandError(f"the broker cannot describe groups: {exc}") from None
 
@@ -497,7 +497,7 @@ async def _ensure_inactive(client: AsyncClient, group: str) -> None:
 
 async def committed_offsets(client: AsyncClient, group: str) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset} of the partitions `group` has committed offsets for."""
-    return {key: c.offset for key, c in (await client.fetch_offsets(group)).items()
+    return {key: c.offset for key, c in (await client.consumer.fetch_offsets(group)).items()
             if c.offset >= 0}
 
 
@@ -528,7 +528,7 @@ async def offsets_at(client: AsyncClient, keys: list[tuple[str, int]], timestamp
     for topic, partition in keys:
         if partition in existing.get(topic, ()):
             by_topic.setdefault(topic, []).append(partition)
-    answers = await asyncio.gather(*(client.list_offsets(topic, partitions, timestamp)
+    answers = await asyncio.gather(*(client.consumer.list_offsets(topic, partitions, timestamp)
                                      for topic, partitions in by_topic.items()))
     return {(topic, p): o.offset for topic, answer in zip(by_topic, answers)
             for p, o in answer.items()}

@@ -140,7 +140,7 @@ class Election(NamedTuple):
 async def run_election(client: AsyncClient, election_type: str,
                        partitions: list[tuple[str, int]] | None) -> Election:
     """An election ("preferred" or "unclean") of `partitions` (None: every partition)."""
-    results = await client.elect_leaders(_ELECTION_TYPES[election_type], partitions)
+    results = await client.admin.elect_leaders(_ELECTION_TYPES[election_type], partitions)
     return Election(
         election_type,
         sorted(tp for tp, error in results.items() if error is None),

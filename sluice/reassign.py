@@ -127,15 +127,15 @@ async def _current_replicas(client: AsyncClient, plan: Plan) -> dict[tuple[str, 
 
 async def _execute(client: AsyncClient, args, plan: Plan) -> int:
     current = await _current_replicas(client, plan)
-    ongoing = await client.list_partition_reassignments(plan)
+    ongoing = await client.admin.list_partition_reassignments(plan)
     if ongoing and not args.additional:
         raise CommandError("Cannot execute because there is an existing partition assignment. "
                            "Use --additional to override this and create a new partition "
                            f"assignment in addition to the existing one ({', '.join(map(partition_name, sorted(ongoing)))})")
     if args.throttle is not None:
-        moving = await client.list_partition_reassignments()
+        moving = await client.admin.list_partition_reassignments()
         await _throttle(client, _moves(moving, plan, current), args.throttle)
-    results = await client.alter_partition_reassignments(plan)
+    results = await client.admin.alter_partition_reassignments(plan)
     started = sorted(tp for tp, error in results.items() if error is None)
     failed = sorted((tp, error) for tp, error in results.items() if error is not None)
     if args.output == "json":
@@ -162,7 +162,7 @@ async def _execute(client: AsyncClient, args, plan: Plan) -> int:
 
 async def _verify(client: AsyncClient, args, plan: Plan) -> int:
     current = await _current_replicas(client, plan)
-    ongoing = await client.list_partition_reassignments()  # the whole cluster's: see the throttles below
+    ongoing = await client.admin.list_partition_reassignments()  # the whole cluster's: see the throttles below
     states = {}
     for tp, target in sorted(plan.items()):
         if tp in ongoing:
@@ -186,8 +186,8 @@ async def _verify(client: AsyncClient, args, plan: Plan) -> int:
 
 
 async def _cancel(client: AsyncClient, args, plan: Plan) -> int:
-    ongoing = sorted(await client.list_partition_reassignments(plan))
-    results = await client.alter_partition_reassignments({tp: None for tp in ongoing}) if ongoing else {}
+    ongoing = sorted(await client.admin.list_partition_reassignments(plan))
+    results = await client.admin.alter_partition_reassignments({tp: None for tp in ongoing}) if ongoing else {}
     cancelled = sorted(tp for tp, error in results.items() if error is None)
     failed = sorted((tp, error) for tp, error in results.items() if error is not None)
     if args.output == "json":
@@ -206,7 +206,7 @@ async def _cancel(client: AsyncClient, args, plan: Plan) -> int:
 
 
 async def _list(client: AsyncClient, args) -> int:
-    ongoing = await client.list_partition_reassignments()
+    ongoing = await client.admin.list_partition_reassignments()
     if args.output == "json":
         emit_json([{"partition": partition_name(tp), "replicas": list(r.replicas), "adding": list(r.adding),
                     "removing": list(r.removing)} for tp, r in sorted(ongoing.items())])
@@ -268,7 +268,7 @@ async def _clear_throttles(client: AsyncClient, args, plan: Plan) -> None:
 
 async def _alter_configs(client: AsyncClient, changes) -> None:
     """IncrementalAlterConfigs; the first resource's error raised."""
-    for error in (await client.incremental_alter_configs(changes)).values():
+    for error in (await client.admin.incremental_alter_configs(changes)).values():
         if error is not None:
             raise error
 

@@ -197,9 +197,9 @@ async def cluster_targets(client: AsyncClient
     agree on the replicas of every partition not being reassigned."""
     settled = None
     for _ in range(SETTLE_ATTEMPTS):
-        before = await client.list_partition_reassignments()
+        before = await client.admin.list_partition_reassignments()
         metadata = await client.metadata()
-        ongoing = await client.list_partition_reassignments()
+        ongoing = await client.admin.list_partition_reassignments()
         targets: Plan = {}
         still = {}
         for topic in metadata.topics.values():
@@ -334,7 +334,7 @@ class Report:
             print(f"Current partition replica assignment\n\n{json.dumps(plan_json(current))}\n\n"
                   "Save this to use as the --reassignment-json-file option during rollback\n"
                   f"Proposed partition reassignment configuration\n\n{json.dumps(plan_json(plan))}\n")
-        results = await client.alter_partition_reassignments(plan)
+        results = await client.admin.alter_partition_reassignments(plan)
         started = sorted(tp for tp, error in results.items() if error is None)
         failed = sorted((tp, error) for tp, error in results.items() if error is not None)
         self.document.update(started=[partition_name(tp) for tp in started], failed=[
@@ -415,7 +415,7 @@ class Report:
 async def _pending(client: AsyncClient, watched: Plan) -> list[tuple[str, int]]:
     """The partitions of `watched` being reassigned, or that Metadata does not show with
     their target replicas yet (a partition deleted meanwhile is not waited for)."""
-    ongoing = await client.list_partition_reassignments(watched)
+    ongoing = await client.admin.list_partition_reassignments(watched)
     metadata = await client.metadata(sorted({topic for topic, _ in watched}))
     pending = []
     for tp, target in sorted(watched.items()):

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
 
 async def create(client: AsyncClient, args) -> int:
     configs = dict(args.config)
-    results = await client.create_topics({args.name: NewTopic(
+    results = await client.admin.create_topics({args.name: NewTopic(
         args.partitions, args.replication_factor, configs)})
     result = results[args.name]
     existed = result.error is not None and result.error.code == ErrorCode.TOPIC_ALREADY_EXISTS
@@ -235,7 +235,7 @@ async def _min_insync_replicas(client: AsyncClient, names: list[str]) -> dict[st
     if not names:
         return {}
     try:
-        described = await client.describe_configs([(TOPIC_RESOURCE, name) for name in names],
+        described = await client.admin.describe_configs([(TOPIC_RESOURCE, name) for name in names],
                                                   keys=["min.insync.replicas"])
     except UnsupportedVersion:
         raise CommandError("the broker does not support DescribeConfigs, which gives the "
@@ -252,7 +252,7 @@ async def _min_insync_replicas(client: AsyncClient, names: list[str]) -> dict[st
 
 
 async def delete(client: AsyncClient, args) -> int:
-    results = await client.delete_topics(args.names)
+    results = await client.admin.delete_topics(args.names)
     failed = [(name, error) for name, error in results.items() if error is not None]
     for name, error in failed:
         if error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
@@ -272,7 +272,7 @@ async def delete(client: AsyncClient, args) -> int:
 
 async def alter(client: AsyncClient, args) -> int:
     before = await existing_topic(client, args.name)
-    error = (await client.create_partitions({args.name: args.partitions}))[args.name]
+    error = (await client.admin.create_partitions({args.name: args.partitions}))[args.name]
     if error is not None:
         if error.code == ErrorCode.INVALID_PARTITIONS and args.partitions <= len(before.partitions):
             raise CommandError(f"topic {args.name!r} has {len(before.partitions)} partitions; "
@@ -316,7 +316,7 @@ async def _config_overrides(client: AsyncClient, names: list[str]) -> dict[str, 
     if not names:
         return {}
     try:
-        described = await client.describe_configs([(TOPIC_RESOURCE, name) for name in names])
+        described = await client.admin.describe_configs([(TOPIC_RESOURCE, name) for name in names])
     except UnsupportedVersion:
         return None
     overrides = {}
@@ -333,8 +333,8 @@ async def _offsets(client: AsyncClient, topic: TopicInfo) -> tuple[dict, dict]:
     partitions = [p.partition for p in topic.partitions.values() if p.leader_id >= 0]
     if not partitions:
         return {}, {}
-    starts, ends = await asyncio.gather(client.list_offsets(topic.name, partitions, EARLIEST),
-                                        client.list_offsets(topic.name, partitions, LATEST))
+    starts, ends = await asyncio.gather(client.consumer.list_offsets(topic.name, partitions, EARLIEST),
+                                        client.consumer.list_offsets(topic.name, partitions, LATEST))
     return ({p: o.offset for p, o in starts.items()}, {p: o.offset for p, o in ends.items()})
 
 
@@ -372,7 +372,7 @@ async def _ongoing_reassignments(client: AsyncClient, wanted: list[tuple[str, in
     if not wanted:
         return {}
     try:
-        return await client.list_partition_reassignments(wanted)
+        return await client.admin.list_partition_reassignments(wanted)
     except UnsupportedVersion:
         return {}
     except KafkaError as exc:
@@ -384,7 +384,7 @@ async def _ongoing_reassignments(client: AsyncClient, wanted: list[tuple[str, in
 async def _replica_sizes(client: AsyncClient, broker_id: int, partitions) -> dict[tuple[str, int], int] | None:
     """The sizes of the replicas of `partitions` the broker holds; None when it does not tell."""
     try:
-        return await client.describe_log_dirs(broker_id, partitions)
+        return await client.admin.describe_log_dirs(broker_id, partitions)
     except (ClientError, KafkaError):
         return None
 

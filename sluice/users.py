@@ -211,7 +211,7 @@ def read_password(path: str | None, user: str) -> str:
 # -- actions ------------------------------------------------------------------------------------
 
 async def add(client: AsyncClient, args) -> int:
-    results = await client.alter_user_scram_credentials(args.upsertions)
+    results = await client.admin.alter_user_scram_credentials(args.upsertions)
     error = results.get(args.user)
     if error is not None:
         raise error
@@ -227,7 +227,7 @@ async def add(client: AsyncClient, args) -> int:
 
 
 async def list_users(client: AsyncClient, args) -> int:
-    described = await client.describe_user_scram_credentials(args.users or None)
+    described = await client.admin.describe_user_scram_credentials(args.users or None)
     errors = {user: d.error for user, d in described.items() if d.error is not None}
     for user, error in sorted(errors.items()):
         print(f"sluice: {_user_error(user, error)}", file=sys.stderr)
@@ -247,11 +247,11 @@ async def list_users(client: AsyncClient, args) -> int:
 async def remove(client: AsyncClient, args) -> int:
     mechanisms = list(dict.fromkeys(args.mechanisms))
     if not mechanisms:
-        described = (await client.describe_user_scram_credentials([args.user]))[args.user]
+        described = (await client.admin.describe_user_scram_credentials([args.user]))[args.user]
         if described.error is not None:
             raise CommandError(_user_error(args.user, described.error))
         mechanisms = sorted(c.mechanism for c in described.credentials)
-    results = await client.alter_user_scram_credentials(
+    results = await client.admin.alter_user_scram_credentials(
         deletions=[ScramDeletion(args.user, m) for m in mechanisms])
     error = results.get(args.user)
     if error is not None:

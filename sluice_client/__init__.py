@@ -1,8 +1,8 @@
 """A Kafka client on `wire`'s codec: `AsyncClient` for asyncio, `Client` to block.
 
     async with AsyncClient("localhost:9092") as client:
-        result = await client.produce("events", 0, [(b"key", b"value")])
-        fetched = await client.fetch_records("events", 0, result.base_offset)
+        result = await client.producer.produce("events", 0, [(b"key", b"value")])
+        fetched = await client.consumer.fetch_records("events", 0, result.base_offset)
 
 Broker error codes raise `wire.errors.KafkaError`; failures of the client itself
 (connections, timeouts, malformed responses, no common version, refused authentication)
@@ -11,8 +11,9 @@ Kafka's setting names (`security.protocol`, `sasl.mechanism`, `sasl.jaas.config`
 `ssl.ca.location`, ...; see `sluice_client.security`).
 """
 
-from sluice_client.client import DEFAULT_MAX_DECOMPRESSED_BYTES, AsyncClient
+from sluice_client.client import AsyncClient
 from sluice_client.connection import DEFAULT_MAX_RESPONSE_BYTES, BrokerConnection
+from sluice_client.consumer import DEFAULT_MAX_DECOMPRESSED_BYTES
 from sluice_client.errors import (AuthenticationFailed, BrokerUnreachable, ClientError, ConnectionFailed,
                                   ProtocolViolation, RequestTimedOut, ResponseTooLarge, SecurityConfigError,
                                   TlsHandshakeFailed, UnsupportedVersion)

@@ -60,6 +60,10 @@ DELETE_CONFIG = 1
 APPEND_CONFIG = 2
 SUBTRACT_CONFIG = 3
 
+# FindCoordinator's key types: a consumer group, a transactional id.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
 # ElectLeaders' election types.
 PREFERRED_ELECTION = 0  # the first replica of the assignment, when alive and in sync
 UNCLEAN_ELECTION = 1  # any live replica, for a partition with no live in-sync leader

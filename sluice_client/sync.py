@@ -1,25 +1,31 @@
 """A blocking face for `AsyncClient`: the asyncio client runs on a private event loop
-in a daemon thread, and each method waits for its result at most `call_timeout`."""
+in a daemon thread, and each method waits for its result at most `call_timeout`. The
+roles are blocking too: `client.producer`, `client.consumer`, `client.admin`."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import threading
 from typing import Sequence
 
+from sluice_client.admin import Admin
 from sluice_client.client import AsyncClient
+from sluice_client.consumer import Consumer
 from sluice_client.model import ClusterMetadata
+from sluice_client.producer import Producer
 
-__all__ = ["Call", "Client"]
+__all__ = ["BlockingAdmin", "BlockingConsumer", "BlockingProducer", "Call", "Client"]
 
 
-def _blocking(name: str):
-    method = getattr(AsyncClient, name)
+def _blocking(async_class: type, name: str):
+    """The blocking form of `async_class`'s coroutine method `name`."""
+    method = getattr(async_class, name)
 
     @functools.wraps(method)
-    def call(self: Client, *args, **kwargs):
+    def call(self: _Blocking, *args, **kwargs):
         return self.start(name, *args, **kwargs).result()
 
     return call
@@ -40,8 +46,37 @@ class Call:
         return self._future.result()
 
 
-class Client:
-    """The synchronous client: `with Client("host:9092") as client: client.metadata()`.
+class _Blocking:
+    """One async object of a client (the client itself or a role) with its methods run on
+    the client's loop."""
+
+    def __init__(self, client: Client, target):
+        self._client = client
+        self._target = target
+
+    def start(self, name: str, *args, **kwargs) -> Call:
+        """Begin the method `name` without waiting for it, so that several requests can be
+        in flight at once (e.g. produce requests to different partitions); `result()` of
+        the returned call waits for it."""
+        return self._client._start(getattr(self._target, name)(*args, **kwargs), name)
+
+
+def _blocking_face(role: type) -> type:
+    """A class whose methods are the public coroutine methods of `role`, blocking."""
+    methods = {name: _blocking(role, name) for name, method in vars(role).items()
+               if not name.startswith("_") and inspect.iscoroutinefunction(method)}
+    return type(f"Blocking{role.__name__}", (_Blocking,),
+                {"__doc__": f"`{role.__name__}`, blocking.", "__module__": __name__, **methods})
+
+
+BlockingProducer = _blocking_face(Producer)  # client.producer.produce(...)
+BlockingConsumer = _blocking_face(Consumer)  # client.consumer.fetch_records(...)
+BlockingAdmin = _blocking_face(Admin)        # client.admin.create_topics(...)
+
+
+class Client(_Blocking):
+    """The synchronous client: `with Client("host:9092") as client: client.metadata()`,
+    `client.producer.produce(...)`, `client.admin.create_topics(...)`.
 
     Keyword options are those of `AsyncClient`. The async client's own bounds (request
     timeouts, retry count and time) end every call; `call_timeout` is a last resort
@@ -50,11 +85,15 @@ class Client:
 
     def __init__(self, bootstrap_servers: str | Sequence[str], *, call_timeout: float = 120.0,
                  **options):
+        async_client = AsyncClient(bootstrap_servers, **options)
+        super().__init__(self, async_client)
         self.call_timeout = call_timeout
-        self._client = AsyncClient(bootstrap_servers, **options)
+        self.producer = BlockingProducer(self, async_client.producer)
+        self.consumer = BlockingConsumer(self, async_client.consumer)
+        self.admin = BlockingAdmin(self, async_client.admin)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name=f"{self._client.client_id}-loop")
+                                        name=f"{async_client.client_id}-loop")
         self._thread.start()
 
     def __enter__(self) -> Client:
@@ -62,12 +101,6 @@ class Client:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-
-    def start(self, name: str, *args, **kwargs) -> Call:
-        """Begin the `AsyncClient` method `name` without waiting for it, so that several
-        requests can be in flight at once (e.g. produce requests to different
-        partitions); `result()` of the returned call waits for it."""
-        return self._start(getattr(self._client, name)(*args, **kwargs), name)
 
     def _start(self, coroutine, name: str) -> Call:
         if self._loop.is_closed():
@@ -80,7 +113,7 @@ class Client:
         if self._loop.is_closed():
             return
         try:
-            self._start(self._client.close(), "close").result()
+            self._start(self._target.close(), "close").result()
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(self.call_timeout)
@@ -89,41 +122,8 @@ class Client:
     @property
     def cached_metadata(self) -> ClusterMetadata:
         """What the client currently knows of brokers and topics."""
-        return self._client.cached_metadata
+        return self._target.cached_metadata
 
-    negotiated_versions = _blocking("negotiated_versions")
-    metadata = _blocking("metadata")
-    produce = _blocking("produce")
-    produce_batch = _blocking("produce_batch")
-    fetch = _blocking("fetch")
-    fetch_records = _blocking("fetch_records")
-    list_offsets = _blocking("list_offsets")
-    find_coordinator = _blocking("find_coordinator")
-    commit_offsets = _blocking("commit_offsets")
-    fetch_offsets = _blocking("fetch_offsets")
-    create_topics = _blocking("create_topics")
-    delete_topics = _blocking("delete_topics")
-    create_partitions = _blocking("create_partitions")
-    elect_leaders = _blocking("elect_leaders")
-    alter_partition_reassignments = _blocking("alter_partition_reassignments")
-    list_partition_reassignments = _blocking("list_partition_reassignments")
-    describe_configs = _blocking("describe_configs")
-    alter_configs = _blocking("alter_configs")
-    incremental_alter_configs = _blocking("incremental_alter_configs")
-    describe_cluster = _blocking("describe_cluster")
-    describe_log_dirs = _blocking("describe_log_dirs")
-    describe_groups = _blocking("describe_groups")
-    list_groups = _blocking("list_groups")
-    delete_groups = _blocking("delete_groups")
-    init_transactions = _blocking("init_transactions")
-    add_partitions_to_txn = _blocking("add_partitions_to_txn")
-    end_txn = _blocking("end_txn")
-    describe_transaction = _blocking("describe_transaction")
-    list_transactions = _blocking("list_transactions")
-    describe_acls = _blocking("describe_acls")
-    create_acls = _blocking("create_acls")
-    delete_acls = _blocking("delete_acls")
-    describe_user_scram_credentials = _blocking("describe_user_scram_credentials")
-    alter_user_scram_credentials = _blocking("alter_user_scram_credentials")
-    describe_client_quotas = _blocking("describe_client_quotas")
-    alter_client_quotas = _blocking("alter_client_quotas")
+    negotiated_versions = _blocking(AsyncClient, "negotiated_versions")
+    metadata = _blocking(AsyncClient, "metadata")
+    find_coordinator = _blocking(AsyncClient, "find_coordinator")

@@ -3,7 +3,7 @@
 Every mistake is reported as `SluiceOptionError` naming the option, before any data is
 read. Options Spark's connector documents either work as documented or are errors
 saying why not (the Kafka settings Spark itself forbids). TLS and SASL: the
-`kafka.security.protocol`, `kafka.ssl.*` and `kafka.sasl.*` options are the wire client's
+`kafka.security.protocol`, `kafka.ssl.*` and `kafka.sasl.*` options are Sluice's client's
 security settings (sluice_client.security: PEM files, PLAIN and SCRAM-SHA-256/512, Kafka's
 and librdkafka's names), for the driver and the tasks alike; a setting the client cannot
 honour is an error, never a connection less protected than asked. Options the connector does not know are warnings, not
@@ -41,7 +41,7 @@ def _seconds(ms: int) -> float:
     return ms / 1000
 
 
-# kafka.* settings the wire client takes, with Kafka's names:
+# kafka.* settings Sluice's client takes, with Kafka's names:
 # option -> (client keyword, smallest allowed value, conversion to the client's unit).
 _CLIENT_SETTINGS = {
     "kafka.request.timeout.ms": ("request_timeout", 1, _seconds),
@@ -145,7 +145,7 @@ class SourceOptions:
     include_headers: bool
     isolation_level: int
     group_id: str | None
-    client: dict  # wire client keywords from kafka.* settings, for the driver and the tasks
+    client: dict  # Sluice client keywords from kafka.* settings, for the driver and the tasks
     fetch_offset_retry: tuple[int, int] | None  # the driver's (retries, interval ms), if set
     poll_timeout_ms: int
     fetch_max_wait_ms: int
@@ -344,7 +344,7 @@ def _ending(options: dict, streaming: bool) -> Position:
 
 def _fetch_offset_retry(options: dict) -> tuple[int, int] | None:
     """fetchOffset.numRetries and fetchOffset.retryIntervalMs, with Spark's defaults (3 and
-    10 ms) for the one not given; None when neither is (the wire client's own retries)."""
+    10 ms) for the one not given; None when neither is (Sluice's client's own retries)."""
     retries = _int(options, "fetchOffset.numRetries", 0)
     interval = _int(options, "fetchOffset.retryIntervalMs", 0)
     if retries is None and interval is None:
@@ -414,7 +414,7 @@ class SinkOptions:
     guarantee: str
     compression: str
     transaction_timeout_ms: int
-    client: tuple  # wire client keywords, as pairs
+    client: tuple  # Sluice client keywords, as pairs
     warnings: tuple[str, ...] = ()  # options accepted but without effect
 
 

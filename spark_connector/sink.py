@@ -294,7 +294,7 @@ class _TaskWriter:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
-        self.client.add_partitions_to_txn(*self.transaction, by_topic)
+        self.client.producer.add_partitions_to_txn(*self.transaction, by_topic)
         self.sequences.update((tp, 0) for tp in partitions)
 
     def _send(self, tp: tuple[str, int]) -> None:
@@ -305,7 +305,7 @@ class _TaskWriter:
             self._landed(tp)
         if self.transaction is None:  # at least once: the client's idempotent producer
             headers = rows.headers if rows.headers is not None else [()] * len(rows.keys)
-            call = self.client.start("produce", topic, partition,
+            call = self.client.producer.start("produce", topic, partition,
                                      list(zip(rows.keys, rows.values, headers, rows.timestamps)),
                                      compression=codec)
         else:
@@ -313,7 +313,7 @@ class _TaskWriter:
             batch = build_batch_columns(rows.keys, rows.values, rows.headers, rows.timestamps,
                                         compression=codec, producer_id=pid, producer_epoch=epoch,
                                         base_sequence=self.sequences[tp], transactional=True)
-            call = self.client.start("produce_batch", topic, partition, batch, transactional_id=txn_id)
+            call = self.client.producer.start("produce_batch", topic, partition, batch, transactional_id=txn_id)
             self.sequences[tp] += len(rows.keys)
         self.in_flight[tp] = (call, len(rows.keys))
 
@@ -371,7 +371,7 @@ def _driver_txn_id(query: str) -> str:
 def _write_slot(options: SinkOptions, client: Client, iterator, txn_id: str) -> _TaskWriter:
     """Write the task's rows inside a new transaction of `txn_id`, left open. The
     InitProducerId fences any earlier producer of the id and aborts its open transaction."""
-    pid, epoch = client.init_transactions(txn_id, options.transaction_timeout_ms)
+    pid, epoch = client.producer.init_transactions(txn_id, options.transaction_timeout_ms)
     writer = _TaskWriter(client, options, (txn_id, pid, epoch))
     try:
         for batch in iterator:
@@ -380,7 +380,7 @@ def _write_slot(options: SinkOptions, client: Client, iterator, txn_id: str) -> 
     except BaseException:
         writer.drain()
         with contextlib.suppress(Exception):  # else the sweep or the timeout aborts it
-            client.end_txn(txn_id, pid, epoch, commit=False)
+            client.producer.end_txn(txn_id, pid, epoch, commit=False)
         raise
     return writer
 
@@ -402,7 +402,7 @@ def _fate_from_marker(client: Client, txn: Txn) -> str | None:
     survives the coordinator moving on (a later epoch, an expired id)."""
     offset = txn.last_offset + 1
     for _ in range(_MARKER_SCAN_FETCHES):
-        fetched = client.fetch(txn.topic, txn.partition, offset, max_wait_ms=0,
+        fetched = client.consumer.fetch(txn.topic, txn.partition, offset, max_wait_ms=0,
                                max_bytes=_MARKER_SCAN_BYTES)
         batches = list(iter_batches(fetched.records))
         for header, batch in batches:
@@ -426,7 +426,7 @@ def _settle(client: Client, txn: Txn) -> str:
     moved on, by its marker in the log. Raises if neither tells within bounded time."""
     for _ in range(_SETTLE_ROUNDS):
         try:
-            state = client.describe_transaction(txn.transactional_id)
+            state = client.admin.describe_transaction(txn.transactional_id)
         except KafkaError as exc:
             if exc.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
                 raise
@@ -435,7 +435,7 @@ def _settle(client: Client, txn: Txn) -> str:
                    and state.producer_epoch == txn.producer_epoch)
         if current and state.state == "Ongoing":
             try:
-                client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+                client.producer.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
                 return _COMMITTED
             except KafkaError as exc:
                 if exc.code not in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -458,7 +458,7 @@ def _closed_by(client: Client, txns: list[Txn]) -> dict[Txn, str | None]:
     """For each transaction: None while it is open at its epoch; else "fenced" when
     another producer of its id has initialised since, or "aborted" (the broker's timeout,
     which bumps the epoch once). The coordinators are asked all at once."""
-    described = [(txn, client.start("describe_transaction", txn.transactional_id)) for txn in txns]
+    described = [(txn, client.admin.start("describe_transaction", txn.transactional_id)) for txn in txns]
     return {txn: _closed_as(txn, call) for txn, call in described}
 
 
@@ -483,7 +483,7 @@ def _abort_quietly(client: Client, txns) -> None:
     meanwhile refuses it (INVALID_TXN_STATE), so this never undoes a commit."""
     for txn in txns:
         with contextlib.suppress(KafkaError, ClientError):
-            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=False)
+            client.producer.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=False)
 
 
 def _abort_leftovers(client: Client, owner: str, keep: set[str], timeout_ms: int, ongoing=None) -> int:
@@ -496,10 +496,10 @@ def _abort_leftovers(client: Client, owner: str, keep: set[str], timeout_ms: int
     aborted."""
     prefix = f"sluice-{owner}-"
     aborted = 0
-    for listed in client.list_transactions(["Ongoing"]) if ongoing is None else ongoing:
+    for listed in client.admin.list_transactions(["Ongoing"]) if ongoing is None else ongoing:
         if listed.transactional_id.startswith(prefix) and listed.transactional_id not in keep:
             with contextlib.suppress(KafkaError):
-                client.init_transactions(listed.transactional_id, timeout_ms)
+                client.producer.init_transactions(listed.transactional_id, timeout_ms)
                 aborted += 1
     return aborted
 
@@ -555,7 +555,8 @@ def _scan_intents(client: Client, query: str) -> tuple[Intent | None, bool]:
     known = client.metadata([SINK_INTENTS_TOPIC]).topics.get(SINK_INTENTS_TOPIC)
     if known is None or known.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
         return None, False  # no query has committed anything yet
-    latest, earliest = (client.start("list_offsets", SINK_INTENTS_TOPIC, [0], timestamp) for timestamp in (-1, -2))
+    latest, earliest = (client.consumer.start("list_offsets", SINK_INTENTS_TOPIC, [0], timestamp)
+                        for timestamp in (-1, -2))
     end, start = latest.result()[0].offset, earliest.result()[0].offset
     key = query.encode()
     lookback = _INTENT_LOOKBACK
@@ -578,7 +579,7 @@ def _last_committed(client: Client, key: bytes, offset: int, end: int):
     since_marker: dict[int, list] = {}  # producer id -> its records with the key since its last marker
     found = None
     while offset < end:
-        fetched = client.fetch(SINK_INTENTS_TOPIC, 0, offset, max_wait_ms=0, max_bytes=_MARKER_SCAN_BYTES)
+        fetched = client.consumer.fetch(SINK_INTENTS_TOPIC, 0, offset, max_wait_ms=0, max_bytes=_MARKER_SCAN_BYTES)
         batches = [(h, b) for h, b in iter_batches(fetched.records) if h.last_offset >= offset]
         within = [(h, b) for h, b in batches if h.base_offset < end]
         for header, batch in within:
@@ -604,7 +605,7 @@ def _await_markers(client: Client, transactional_id: str) -> None:
     PrepareAbort: its coordinator has written its markers."""
     for _ in range(_SETTLE_ROUNDS):
         try:
-            state = client.describe_transaction(transactional_id)
+            state = client.admin.describe_transaction(transactional_id)
         except KafkaError as exc:
             if exc.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
                 raise
@@ -622,17 +623,17 @@ def _record_intent(client: Client, query: str, driver: tuple[int, int], intent: 
     (PRODUCER_FENCED if another driver of the query has initialised since); the query's
     `first` creates the intents topic when no query has yet."""
     if first:
-        created = client.create_topics({SINK_INTENTS_TOPIC: NewTopic(1, -1, dict(_INTENT_TOPIC_CONFIG))})
+        created = client.admin.create_topics({SINK_INTENTS_TOPIC: NewTopic(1, -1, dict(_INTENT_TOPIC_CONFIG))})
         error = created[SINK_INTENTS_TOPIC].error
         if error is not None and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise error
     txn_id = _driver_txn_id(query)
     pid, epoch = driver
-    client.add_partitions_to_txn(txn_id, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
+    client.producer.add_partitions_to_txn(txn_id, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
     batch = build_batch([(query.encode(), intent.encode(), (), _now())], producer_id=pid,
                         producer_epoch=epoch, base_sequence=0, transactional=True)
-    client.produce_batch(SINK_INTENTS_TOPIC, 0, batch, transactional_id=txn_id)
-    client.end_txn(txn_id, pid, epoch, commit=True)
+    client.producer.produce_batch(SINK_INTENTS_TOPIC, 0, batch, transactional_id=txn_id)
+    client.producer.end_txn(txn_id, pid, epoch, commit=True)
 
 
 def _fenced(query: str, why: str) -> SluiceSinkError:
@@ -710,7 +711,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
         the append are tried again, and only an intent found fences this driver."""
         query = tasks[0].query
         for _ in range(_DECIDE_ROUNDS):
-            driver = client.init_transactions(_driver_txn_id(query), self.options.transaction_timeout_ms)
+            driver = client.producer.init_transactions(_driver_txn_id(query), self.options.transaction_timeout_ms)
             recorded = last_intent(client, query)
             intent = self._intent(client, tasks, batch_id, recorded)
             if intent is recorded:
@@ -775,7 +776,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
         """Commit the intent's transactions one after the other (a driver stopped half way
         leaves the rest open, for the replay to commit), and sweep the query's leftovers,
         listed meanwhile (the sweep spares the intent's transactions)."""
-        listed = client.start("list_transactions", ["Ongoing"])
+        listed = client.admin.start("list_transactions", ["Ongoing"])
         aborted = [t for t in intent.txns() if self._commit_transaction(client, t) == _ABORTED]
         _abort_leftovers(client, query, {t.transactional_id for t in intent.txns()},
                          self.options.transaction_timeout_ms, listed.result())
@@ -789,7 +790,7 @@ class SluiceStreamWriter(DataSourceStreamArrowWriter):
 
     def _commit_transaction(self, client: Client, txn: Txn) -> str:
         try:
-            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            client.producer.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
             return _COMMITTED
         except KafkaError:
             return _settle(client, txn)  # ended before (a replay) or aborted: find out which
@@ -844,8 +845,8 @@ class SluiceBatchWriter(DataSourceArrowWriter):
                     f"sluice sink: the write took longer than kafka.transaction.timeout.ms="
                     f"{self.options.transaction_timeout_ms}: the broker aborted {len(closed)} of its "
                     f"{len(txns)} transactions. Nothing was written; raise the timeout and write again.")
-            commits = [client.start("end_txn", t.transactional_id, t.producer_id, t.producer_epoch, commit=True)
-                       for t in txns]
+            commits = [client.producer.start("end_txn", t.transactional_id, t.producer_id, t.producer_epoch,
+                                             commit=True) for t in txns]
             for call in commits:
                 call.result()
             _abort_leftovers(client, self.job, {t.transactional_id for t in txns},

@@ -64,7 +64,7 @@ from spark_connector.errors import message_first
 from spark_connector.options import (EARLIEST, LATEST, Position, SluiceOptionError, SourceOptions,
                                      parse_source_options)
 from sluice_client import Client, ClientError
-from sluice_client.client import visible_batches
+from sluice_client.consumer import visible_batches
 from sluice_client.connection import DEFAULT_MAX_RESPONSE_BYTES
 from wire.columns import decode_batch_columns
 from wire.errors import ErrorCode, KafkaError
@@ -103,7 +103,7 @@ class OffsetRange(InputPartition):
     fetch_bytes: int
     fetch_max_wait_ms: int
     poll_timeout_ms: int
-    client: tuple  # wire client keyword arguments, as pairs (hashable, picklable)
+    client: tuple  # Sluice client keyword arguments, as pairs (hashable, picklable)
     topic_id: str  # of the topic the range was planned in ("" when the broker gives none)
 
 
@@ -198,7 +198,7 @@ class _Planner:
             by_topic.setdefault(topic, []).append(partition)
         result = {}
         for topic, parts in by_topic.items():
-            answers = self._call("list offsets", self.client.list_offsets, topic, parts, timestamp,
+            answers = self._call("list offsets", self.client.consumer.list_offsets, topic, parts, timestamp,
                                  isolation_level=self.options.isolation_level)
             for partition, answer in answers.items():
                 result[(topic, partition)] = answer.offset
@@ -210,7 +210,7 @@ class _Planner:
         if position.kind in ("earliest", "latest"):
             return self.offsets(partitions, EARLIEST if position.kind == "earliest" else LATEST)
         if position.kind == "group":
-            committed = self._call("fetch the group's offsets", self.client.fetch_offsets,
+            committed = self._call("fetch the group's offsets", self.client.consumer.fetch_offsets,
                                    self.options.group_id, partitions)
             earliest = self.offsets(partitions, EARLIEST)
             return {tp: (committed[tp].offset if tp in committed and committed[tp].offset >= 0
@@ -358,7 +358,7 @@ def read_range(part: OffsetRange):
         waiting_since = None  # monotonic time of the first fetch in a row that brought nothing
         while offset < part.until_offset:
             try:
-                result = client.fetch(part.topic, part.partition, offset,
+                result = client.consumer.fetch(part.topic, part.partition, offset,
                                       max_wait_ms=part.fetch_max_wait_ms,
                                       max_bytes=part.fetch_bytes,
                                       isolation_level=part.isolation_level)
@@ -375,7 +375,7 @@ def read_range(part: OffsetRange):
                            "read on from the earliest offset still available, if any")
                 if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     return
-                earliest = client.list_offsets(part.topic, [part.partition], EARLIEST)[part.partition].offset
+                earliest = client.consumer.list_offsets(part.topic, [part.partition], EARLIEST)[part.partition].offset
                 if earliest <= offset:
                     return
                 offset = earliest
@@ -563,7 +563,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.group_id is None or offsets == self._committed:
             return
         try:
-            self.planner.client.commit_offsets(self.options.group_id, from_json_offsets(offsets))
+            self.planner.client.consumer.commit_offsets(self.options.group_id, from_json_offsets(offsets))
         except (ClientError, KafkaError) as exc:
             raise RuntimeError(f"sluice: cannot commit offsets to group "
                                f"{self.options.group_id!r} (kafka.group.id): {exc}") from None

@@ -227,7 +227,7 @@ class Cluster:
                      configs: Mapping[str, str] | None = None, timeout: float = 60.0) -> None:
         with Client(self.bootstrap_servers, call_timeout=timeout, request_timeout=timeout,
                     retry_timeout=timeout) as client:
-            result = client.create_topics({name: NewTopic(partitions, replication_factor,
+            result = client.admin.create_topics({name: NewTopic(partitions, replication_factor,
                                                           dict(configs or {}))})[name]
         if result.error is not None:
             raise result.error

@@ -74,7 +74,7 @@ def described(client, acl_filter: AclBindingFilter, expected: set) -> set:
 
     def settled():
         nonlocal found
-        found = set(client.describe_acls(acl_filter))
+        found = set(client.admin.describe_acls(acl_filter))
         return found == expected
 
     wait_for(settled, 15, f"ACLs {expected} (last seen: {found})")
@@ -91,7 +91,7 @@ def test_client_creates_describes_and_deletes_acls(client):
                         PatternType.PREFIXED, host="10.0.0.9")
     group = acl(ResourceType.GROUP, unique("readers"), alice, Operation.READ)
     cluster = acl(ResourceType.CLUSTER, "kafka-cluster", mallory, Operation.IDEMPOTENT_WRITE)
-    created = client.create_acls([literal, described_too, prefixed_deny, group, cluster])
+    created = client.admin.create_acls([literal, described_too, prefixed_deny, group, cluster])
     assert created == dict.fromkeys([literal, described_too, prefixed_deny, group, cluster])
 
     mine = {literal, described_too, group}
@@ -109,19 +109,19 @@ def test_client_creates_describes_and_deletes_acls(client):
                      {described_too})
     assert described(client, AclBindingFilter(permission=Permission.DENY, principal=mallory),
                      {prefixed_deny})
-    everything = set(client.describe_acls())
+    everything = set(client.admin.describe_acls())
     assert {literal, described_too, prefixed_deny, group, cluster} <= everything
 
     # An exact filter deletes one ACL; a principal's filter the rest of its ACLs.
-    deleted = client.delete_acls([literal.to_filter(), AclBindingFilter(principal=mallory)])
+    deleted = client.admin.delete_acls([literal.to_filter(), AclBindingFilter(principal=mallory)])
     assert deleted[literal.to_filter()].error is None
     assert [(m.binding, m.error) for m in deleted[literal.to_filter()].matches] == [(literal, None)]
     assert {m.binding for m in deleted[AclBindingFilter(principal=mallory)].matches} == \
         {prefixed_deny, cluster}
     assert described(client, AclBindingFilter(principal=alice), {described_too, group})
-    again = client.delete_acls([literal.to_filter()])[literal.to_filter()]
+    again = client.admin.delete_acls([literal.to_filter()])[literal.to_filter()]
     assert again.error is None and again.matches == ()
-    client.delete_acls([AclBindingFilter(principal=alice)])
+    client.admin.delete_acls([AclBindingFilter(principal=alice)])
     assert described(client, AclBindingFilter(principal=alice), set()) == set()
 
 
@@ -129,7 +129,7 @@ def test_client_acl_errors_come_back_per_binding(client):
     good = acl(ResourceType.TOPIC, unique("t"), "User:bob", Operation.READ)
     no_colon = acl(ResourceType.TOPIC, unique("t"), "bob", Operation.READ)
     bad_cluster = acl(ResourceType.CLUSTER, "my-cluster", "User:bob", Operation.ALTER)
-    results = client.create_acls([good, no_colon, bad_cluster])
+    results = client.admin.create_acls([good, no_colon, bad_cluster])
     assert results[good] is None
     assert results[no_colon].code == ErrorCode.INVALID_REQUEST
     assert "Could not parse principal" in results[no_colon].message
@@ -137,13 +137,13 @@ def test_client_acl_errors_come_back_per_binding(client):
     assert "kafka-cluster" in results[bad_cluster].message
     # Indefinite values would make Kafka fail the whole request: refused before sending.
     with pytest.raises(ValueError, match="Match is not a definite PatternType"):
-        client.create_acls([acl(ResourceType.TOPIC, "t", "User:bob", Operation.READ,
+        client.admin.create_acls([acl(ResourceType.TOPIC, "t", "User:bob", Operation.READ,
                                 pattern=PatternType.MATCH)])
     with pytest.raises(ValueError, match="Any is not a definite Operation"):
-        client.create_acls([acl(ResourceType.TOPIC, "t", "User:bob", Operation.ANY)])
+        client.admin.create_acls([acl(ResourceType.TOPIC, "t", "User:bob", Operation.ANY)])
     with pytest.raises(ValueError, match="UNKNOWN PatternType"):
-        client.describe_acls(AclBindingFilter(pattern_type=PatternType.UNKNOWN))
-    client.delete_acls([good.to_filter()])
+        client.admin.describe_acls(AclBindingFilter(pattern_type=PatternType.UNKNOWN))
+    client.admin.delete_acls([good.to_filter()])
 
 
 # -- the client's SCRAM API ---------------------------------------------------------------
@@ -152,30 +152,30 @@ def test_client_scram_credentials(client):
     alice, bob, nobody = unique("alice"), unique("bob"), unique("nobody")
     upsert = ScramUpsertion(alice, SHA256, "alice-secret", 8192)
     assert "alice-secret" not in repr(upsert) and "alice-secret" not in str(upsert)
-    results = client.alter_user_scram_credentials([
+    results = client.admin.alter_user_scram_credentials([
         upsert, ScramUpsertion(alice, SHA512, "alice-secret-512"),
         ScramUpsertion(bob, SHA256, "bob-secret", 1000)])
     assert results[alice] is None
     assert results[bob].code == ErrorCode.UNACCEPTABLE_CREDENTIAL  # below Kafka's 4096
 
     def credentials():
-        found = client.describe_user_scram_credentials([alice])[alice]
+        found = client.admin.describe_user_scram_credentials([alice])[alice]
         return found.error is None and set(found.credentials) or None
 
     assert wait_for(credentials, 15, "alice's credentials") == {(SHA256, 8192), (SHA512, 4096)}
-    everyone = client.describe_user_scram_credentials()
+    everyone = client.admin.describe_user_scram_credentials()
     assert alice in everyone and bob not in everyone
-    missing = client.describe_user_scram_credentials([nobody])[nobody]
+    missing = client.admin.describe_user_scram_credentials([nobody])[nobody]
     assert missing.error.code == ErrorCode.RESOURCE_NOT_FOUND and missing.credentials == ()
 
-    results = client.alter_user_scram_credentials(deletions=[ScramDeletion(alice, SHA512)])
+    results = client.admin.alter_user_scram_credentials(deletions=[ScramDeletion(alice, SHA512)])
     assert results == {alice: None}
     wait_for(lambda: credentials() == {(SHA256, 8192)}, 15, "SCRAM-SHA-512 of alice gone")
-    gone = client.alter_user_scram_credentials(deletions=[ScramDeletion(nobody, SHA512)])
+    gone = client.admin.alter_user_scram_credentials(deletions=[ScramDeletion(nobody, SHA512)])
     assert gone[nobody].code == ErrorCode.RESOURCE_NOT_FOUND
     with pytest.raises(ValueError, match="empty"):
-        client.alter_user_scram_credentials([ScramUpsertion(alice, SHA256, "")])
-    client.alter_user_scram_credentials(deletions=[ScramDeletion(alice, SHA256)])
+        client.admin.alter_user_scram_credentials([ScramUpsertion(alice, SHA256, "")])
+    client.admin.alter_user_scram_credentials(deletions=[ScramDeletion(alice, SHA256)])
 
 
 # -- sluice acls ----------------------------------------------------------------------------
@@ -435,7 +435,7 @@ def test_users_add_list_remove_and_login(kafka, client, tmp_path):
     # The salted password is right: Kafka lets the user in with either mechanism, and the
     # user sees the topic an ACL lets it describe, not the one without.
     visible, hidden = unique("visible"), unique("hidden")
-    created = client.create_topics({visible: NewTopic(1, 1), hidden: NewTopic(1, 1)})
+    created = client.admin.create_topics({visible: NewTopic(1, 1), hidden: NewTopic(1, 1)})
     assert all(result.error is None for result in created.values())
     ok("acls", "--bootstrap-server", kafka.bootstrap_servers, "add", "--allow-principal",
        f"User:{user}", "--operation", "Describe", "--topic", visible)

@@ -34,14 +34,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def topic_configs(client: Client, topic: str) -> dict:
-    return client.describe_configs([(TOPIC_RESOURCE, topic)])[(TOPIC_RESOURCE, topic)]
+    return client.admin.describe_configs([(TOPIC_RESOURCE, topic)])[(TOPIC_RESOURCE, topic)]
 
 
 def test_incremental_ops_errors_and_validate_only(broker):
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"t": NewTopic(1, 1, {"retention.ms": "60000"})})
+        client.admin.create_topics({"t": NewTopic(1, 1, {"retention.ms": "60000"})})
         t = (TOPIC_RESOURCE, "t")
-        errors = client.incremental_alter_configs({
+        errors = client.admin.incremental_alter_configs({
             t: [("segment.bytes", SET_CONFIG, "1000000"), ("cleanup.policy", APPEND_CONFIG, "compact"),
                 ("retention.ms", DELETE_CONFIG, None)],
             (TOPIC_RESOURCE, "missing"): [("segment.bytes", SET_CONFIG, "1000000")]})
@@ -52,7 +52,7 @@ def test_incremental_ops_errors_and_validate_only(broker):
         assert configs["cleanup.policy"].value == "delete,compact"
         assert configs["retention.ms"].source == DEFAULT_CONFIG
 
-        assert client.incremental_alter_configs(
+        assert client.admin.incremental_alter_configs(
             {t: [("cleanup.policy", SUBTRACT_CONFIG, "delete")]})[t] is None
         assert topic_configs(client, "t")["cleanup.policy"].value == "compact"
 
@@ -60,17 +60,17 @@ def test_incremental_ops_errors_and_validate_only(broker):
                "value": [("retention.ms", SET_CONFIG, "soon")],
                "append": [("retention.ms", APPEND_CONFIG, "1")]}
         for case, changes in bad.items():
-            error = client.incremental_alter_configs({t: changes})[t]
+            error = client.admin.incremental_alter_configs({t: changes})[t]
             assert error.code == ErrorCode.INVALID_CONFIG, case
             assert changes[0][0] in str(error), case
 
-        assert client.incremental_alter_configs(
+        assert client.admin.incremental_alter_configs(
             {t: [("retention.ms", SET_CONFIG, "5")]}, validate_only=True)[t] is None
-        assert client.alter_configs({t: {"retention.ms": "5"}}, validate_only=True)[t] is None
+        assert client.admin.alter_configs({t: {"retention.ms": "5"}}, validate_only=True)[t] is None
         assert topic_configs(client, "t")["retention.ms"].source == DEFAULT_CONFIG
 
         # AlterConfigs replaces the whole override set.
-        assert client.alter_configs({t: {"retention.bytes": "4096"}})[t] is None
+        assert client.admin.alter_configs({t: {"retention.bytes": "4096"}})[t] is None
         overrides = {k: e.value for k, e in topic_configs(client, "t").items() if e.source == DYNAMIC_TOPIC_CONFIG}
         assert overrides == {"retention.bytes": "4096"}
 
@@ -78,63 +78,63 @@ def test_incremental_ops_errors_and_validate_only(broker):
 def test_changes_reach_live_logs_and_survive_restart(broker):
     data = os.path.join(broker.data_dir, "live-0")
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"live": NewTopic(1, 1, {})})
-        client.produce("live", 0, [(None, b"x" * 100)])
+        client.admin.create_topics({"live": NewTopic(1, 1, {})})
+        client.producer.produce("live", 0, [(None, b"x" * 100)])
         assert len([f for f in os.listdir(data) if f.endswith(".log")]) == 1
         live = (TOPIC_RESOURCE, "live")
-        assert client.incremental_alter_configs({live: [("segment.bytes", SET_CONFIG, "200"),
+        assert client.admin.incremental_alter_configs({live: [("segment.bytes", SET_CONFIG, "200"),
                                                         ("max.message.bytes", SET_CONFIG, "500")]})[live] is None
         for _ in range(3):
-            client.produce("live", 0, [(None, b"y" * 100)])
+            client.producer.produce("live", 0, [(None, b"y" * 100)])
         assert len([f for f in os.listdir(data) if f.endswith(".log")]) >= 3
         with pytest.raises(KafkaError) as refused:
-            client.produce("live", 0, [(None, b"z" * 2000)])
+            client.producer.produce("live", 0, [(None, b"z" * 2000)])
         assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
     broker.restart()
     with Client(broker.bootstrap_servers) as client:
         configs = topic_configs(client, "live")
         assert (configs["segment.bytes"].value, configs["segment.bytes"].source) == ("200", DYNAMIC_TOPIC_CONFIG)
         with pytest.raises(KafkaError):
-            client.produce("live", 0, [(None, b"z" * 2000)])
+            client.producer.produce("live", 0, [(None, b"z" * 2000)])
 
 
 def test_broker_dynamic_defaults(broker):
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"plain": NewTopic(1, 1, {})})
+        client.admin.create_topics({"plain": NewTopic(1, 1, {})})
         default, this = (BROKER_RESOURCE, ""), (BROKER_RESOURCE, "0")
-        errors = client.incremental_alter_configs({
+        errors = client.admin.incremental_alter_configs({
             default: [("log.retention.ms", SET_CONFIG, "123456"), ("message.max.bytes", SET_CONFIG, "300")],
             this: [("log.retention.ms", SET_CONFIG, "654321")]})
         assert errors == {default: None, this: None}
-        refused = client.incremental_alter_configs({this: [("num.partitions", SET_CONFIG, "3")]})[this]
+        refused = client.admin.incremental_alter_configs({this: [("num.partitions", SET_CONFIG, "3")]})[this]
         assert refused.code == ErrorCode.INVALID_REQUEST and "dynamically" in str(refused)
-        assert client.alter_configs({(BROKER_RESOURCE, "b"): {}})[(BROKER_RESOURCE, "b")].code == \
+        assert client.admin.alter_configs({(BROKER_RESOURCE, "b"): {}})[(BROKER_RESOURCE, "b")].code == \
             ErrorCode.INVALID_REQUEST
         with pytest.raises(KafkaError) as too_large:
-            client.produce("plain", 0, [(None, b"z" * 1000)])
+            client.producer.produce("plain", 0, [(None, b"z" * 1000)])
         assert too_large.value.code == ErrorCode.MESSAGE_TOO_LARGE
     broker.restart()
     with Client(broker.bootstrap_servers) as client:
-        described = client.describe_configs([(BROKER_RESOURCE, "0")])[(BROKER_RESOURCE, "0")]
+        described = client.admin.describe_configs([(BROKER_RESOURCE, "0")])[(BROKER_RESOURCE, "0")]
         assert (described["log.retention.ms"].value, described["log.retention.ms"].source) == \
             ("654321", DYNAMIC_BROKER_CONFIG)
         assert described["message.max.bytes"].source == DYNAMIC_DEFAULT_BROKER_CONFIG
         plain = topic_configs(client, "plain")
         assert (plain["retention.ms"].value, plain["retention.ms"].source) == ("654321", DYNAMIC_BROKER_CONFIG)
         # Deleting the broker level falls back to the cluster default.
-        assert client.incremental_alter_configs(
+        assert client.admin.incremental_alter_configs(
             {(BROKER_RESOURCE, "0"): [("log.retention.ms", DELETE_CONFIG, None)]})[(BROKER_RESOURCE, "0")] is None
         assert topic_configs(client, "plain")["retention.ms"].value == "123456"
 
 
 def test_internal_topic_keeps_compaction(broker):
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"t": NewTopic(1, 1, {})})
-        client.commit_offsets("g", {("t", 0): 0})  # creates __consumer_offsets
+        client.admin.create_topics({"t": NewTopic(1, 1, {})})
+        client.consumer.commit_offsets("g", {("t", 0): 0})  # creates __consumer_offsets
         offsets = (TOPIC_RESOURCE, "__consumer_offsets")
-        assert client.alter_configs({offsets: {"retention.ms": "1000"}})[offsets] is None
+        assert client.admin.alter_configs({offsets: {"retention.ms": "1000"}})[offsets] is None
         assert topic_configs(client, "__consumer_offsets")["cleanup.policy"].value == "compact"
-        error = client.incremental_alter_configs({offsets: [("cleanup.policy", SET_CONFIG, "delete")]})[offsets]
+        error = client.admin.incremental_alter_configs({offsets: [("cleanup.policy", SET_CONFIG, "delete")]})[offsets]
         assert error.code == ErrorCode.INVALID_CONFIG
 
 
@@ -205,7 +205,7 @@ def test_a_resource_listed_twice_is_refused_each_time(broker):
 
     Request = INCREMENTAL_ALTER_CONFIGS.request
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"twice": NewTopic(1), "once": NewTopic(1)})
+        client.admin.create_topics({"twice": NewTopic(1), "once": NewTopic(1)})
 
         def resource(name: str, value: str):
             return Request.AlterConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=name, configs=[

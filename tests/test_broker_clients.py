@@ -372,7 +372,7 @@ def matrix(cluster) -> Matrix:
     bootstrap = cluster.bootstrap_servers
     topics = {codec: _topic(codec) for codec in CODECS}
     with Client(bootstrap, call_timeout=30) as client:
-        created = client.create_topics({t: NewTopic(PARTITIONS, 1) for t in topics.values()})
+        created = client.admin.create_topics({t: NewTopic(PARTITIONS, 1) for t in topics.values()})
     assert all(c.error is None and c.partitions == PARTITIONS for c in created.values()), created
 
     expected: dict = defaultdict(list)
@@ -430,8 +430,8 @@ def _check_read(consumer: str, matrix: Matrix, got: dict) -> None:
 def _check_high_watermarks(bootstrap: str, matrix: Matrix) -> None:
     with Client(bootstrap, call_timeout=30) as client:
         for topic in matrix.topics.values():
-            latest = client.list_offsets(topic, range(PARTITIONS), LATEST)
-            earliest = client.list_offsets(topic, range(PARTITIONS), EARLIEST)
+            latest = client.consumer.list_offsets(topic, range(PARTITIONS), LATEST)
+            earliest = client.consumer.list_offsets(topic, range(PARTITIONS), EARLIEST)
             for p in range(PARTITIONS):
                 assert (earliest[p].offset, latest[p].offset) == (0, len(matrix.expected[(topic, p)]))
 
@@ -461,7 +461,7 @@ def test_stored_batches_carry_each_producers_codec(cluster, matrix):
                 for _ in range(50):
                     if offset >= end:
                         break
-                    fetched = client.fetch(topic, p, offset, max_wait_ms=0)
+                    fetched = client.consumer.fetch(topic, p, offset, max_wait_ms=0)
                     for header, view in iter_batches(fetched.records):
                         if header.base_offset + header.last_offset_delta < offset:
                             continue
@@ -497,7 +497,7 @@ def test_kcat_lists_topics_and_partitions(cluster):
     bootstrap = cluster.bootstrap_servers
     topic = _topic("kcat-list")
     with Client(bootstrap, call_timeout=30) as client:
-        assert client.create_topics({topic: NewTopic(4, 1)})[topic].error is None
+        assert client.admin.create_topics({topic: NewTopic(4, 1)})[topic].error is None
     done = subprocess.run([KCAT, "-b", bootstrap, "-L", "-J", "-m", "10"], capture_output=True,
                           timeout=30)
     assert done.returncode == 0, done.stderr
@@ -572,7 +572,7 @@ def test_metadata_request_with_librdkafkas_stray_bytes_is_answered(cluster):
     ignores the 3 bytes left over; so must we, rather than close the connection."""
     topic = _topic("stray")
     with Client(cluster.bootstrap_servers, call_timeout=30) as client:
-        assert client.create_topics({topic: NewTopic(2, 1)})[topic].error is None
+        assert client.admin.create_topics({topic: NewTopic(2, 1)})[topic].error is None
     header = REQUEST_HEADER.encode(2, RequestHeader(
         request_api_key=METADATA.key, request_api_version=12, correlation_id=7,
         client_id="rdkafka")).getvalue()
@@ -633,7 +633,7 @@ def test_create_topics_takes_either_a_manual_assignment_or_a_count_and_factor(cl
     from wire.messages import CREATE_TOPICS
 
     with Client(cluster.bootstrap_servers, call_timeout=30) as client:
-        [node] = client.describe_cluster().brokers
+        [node] = client.admin.describe_cluster().brokers
     Topic, Assignment = CREATE_TOPICS.request.CreatableTopic, CREATE_TOPICS.request.CreatableReplicaAssignment
     names = {given: _topic(f"assigned-{given}") for given in ("factor", "count", "neither")}
     counts = {"factor": (-1, 1), "count": (1, -1), "neither": (-1, -1)}
@@ -671,20 +671,20 @@ def test_metadata_auto_creation_of_an_invalid_name_answers_its_error(broker):
     producing_to_an_invalid_name_fails_with_its_error(broker.bootstrap_servers)
 
 
-def test_wire_client_creates_and_deletes_topics(broker):
+def test_sluice_client_creates_and_deletes_topics(broker):
     """Our own client's topic administration against the real broker, across a restart."""
     topic = _topic("wire-admin")
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({topic: NewTopic(2, 1, {"retention.ms": "60000"})})[topic]
+        created = client.admin.create_topics({topic: NewTopic(2, 1, {"retention.ms": "60000"})})[topic]
         assert created.error is None and (created.partitions, created.replication_factor) == (2, 1)
         first_id = created.topic_id
         assert first_id.int != 0
 
-        dup = client.create_topics({topic: NewTopic(2, 1)})[topic]
+        dup = client.admin.create_topics({topic: NewTopic(2, 1)})[topic]
         assert dup.error is not None and dup.error.code == ErrorCode.TOPIC_ALREADY_EXISTS
-        bad = client.create_topics({_topic("bad-rf"): NewTopic(1, 3)})
+        bad = client.admin.create_topics({_topic("bad-rf"): NewTopic(1, 3)})
         assert [c.error.code for c in bad.values()] == [ErrorCode.INVALID_REPLICATION_FACTOR]
-        checked = client.create_topics({_topic("validate"): NewTopic(1, 1)}, validate_only=True)
+        checked = client.admin.create_topics({_topic("validate"): NewTopic(1, 1)}, validate_only=True)
         [name] = checked
         assert checked[name].error is None
         assert client.metadata([name], allow_auto_topic_creation=False).topics[name].error_code == \
@@ -692,26 +692,26 @@ def test_wire_client_creates_and_deletes_topics(broker):
 
         info = client.metadata([topic], allow_auto_topic_creation=False).topics[topic]
         assert sorted(info.partitions) == [0, 1] and info.topic_id == first_id
-        client.produce(topic, 1, [ProducerRecord(b"k", b"v", (("h", b"1"),))])
-        assert client.list_offsets(topic, [1], LATEST)[1].offset == 1
+        client.producer.produce(topic, 1, [ProducerRecord(b"k", b"v", (("h", b"1"),))])
+        assert client.consumer.list_offsets(topic, [1], LATEST)[1].offset == 1
 
-        assert client.delete_topics([topic]) == {topic: None}
+        assert client.admin.delete_topics([topic]) == {topic: None}
         gone = client.metadata([topic], allow_auto_topic_creation=False).topics[topic]
         assert gone.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        again = client.delete_topics([topic])[topic]
+        again = client.admin.delete_topics([topic])[topic]
         assert again is not None and again.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-        recreated = client.create_topics({topic: NewTopic(1, 1)})[topic]
+        recreated = client.admin.create_topics({topic: NewTopic(1, 1)})[topic]
         assert recreated.error is None and recreated.topic_id not in (first_id,)
-        assert client.list_offsets(topic, [0], LATEST)[0].offset == 0
+        assert client.consumer.list_offsets(topic, [0], LATEST)[0].offset == 0
 
     broker.restart()
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
         info = client.metadata([topic], allow_auto_topic_creation=False).topics[topic]
         assert info.error_code == 0 and sorted(info.partitions) == [0]
         assert info.topic_id == recreated.topic_id
-        assert client.list_offsets(topic, [0], LATEST)[0].offset == 0
-        assert client.delete_topics([topic]) == {topic: None}
+        assert client.consumer.list_offsets(topic, [0], LATEST)[0].offset == 0
+        assert client.admin.delete_topics([topic]) == {topic: None}
     broker.restart()
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
         assert client.metadata([topic], allow_auto_topic_creation=False).topics[topic].error_code == \
@@ -725,12 +725,12 @@ def test_the_spark_sinks_intents_topic_is_internal_in_metadata(broker):
     starts with __ is not internal."""
     intents, other = SINK_INTENTS_TOPIC, f"__user-{uuid.uuid4().hex[:8]}"
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({intents: NewTopic(1, 1, {"cleanup.policy": "compact"}),
+        created = client.admin.create_topics({intents: NewTopic(1, 1, {"cleanup.policy": "compact"}),
                                         other: NewTopic(1, 1)})
         assert [c.error for c in created.values()] == [None, None]
-        client.commit_offsets(_topic("group"), {(other, 0): 0})  # creates __consumer_offsets
-        client.produce(intents, 0, [ProducerRecord(b"query", b"decision", ())])
-        assert client.list_offsets(intents, [0], LATEST)[0].offset == 1
+        client.consumer.commit_offsets(_topic("group"), {(other, 0): 0})  # creates __consumer_offsets
+        client.producer.produce(intents, 0, [ProducerRecord(b"query", b"decision", ())])
+        assert client.consumer.list_offsets(intents, [0], LATEST)[0].offset == 1
         metadata = client.metadata([intents, other, "__consumer_offsets"])
         assert {name: t.is_internal for name, t in metadata.topics.items()} == {
             intents: True, other: False, "__consumer_offsets": True}
@@ -753,7 +753,7 @@ def test_confluent_offsets_for_times(broker):
     topic = _topic("times")
     base = int(time.time() * 1000) - 3_600_000
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        assert client.create_topics({topic: NewTopic(2, 1)})[topic].error is None
+        assert client.admin.create_topics({topic: NewTopic(2, 1)})[topic].error is None
 
     # Partition 0: one zstd batch of 20 records 10 ms apart. Partition 1: five zstd
     # batches (flushed separately) of 4 records each, 100 ms apart.
@@ -772,7 +772,7 @@ def test_confluent_offsets_for_times(broker):
     del producer  # no reconnecting across the restart below
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
         layout = {p: [(h.base_offset, h.record_count, h.compression)
-                      for h, _ in iter_batches(client.fetch(topic, p, 0, max_wait_ms=0).records)]
+                      for h, _ in iter_batches(client.consumer.fetch(topic, p, 0, max_wait_ms=0).records)]
                   for p in (0, 1)}
     assert layout == {0: [(0, 20, CODEC_IDS["zstd"])],
                       1: [(o, 4, CODEC_IDS["zstd"]) for o in range(0, 20, 4)]}

@@ -21,7 +21,7 @@ from broker.config import (LONG_MAX, BrokerConfig, ConfigError, LogConfig, broke
                            parse_topic_configs, read_properties, reference)
 from broker.replica.topics import CLEAN_SHUTDOWN
 from sluice.broker_process import BrokerProcess
-from wire import client as wire_client
+import sluice_client
 from wire.error_codes import ErrorCode
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -345,8 +345,8 @@ def test_topic_configs_by_kafka_types(configs, accepted):
 def test_create_topics_refuses_out_of_range_configs(broker):
     topics = {"too-big-segments": {"segment.bytes": "2147483648"},
               "underscored": {"retention.ms": "1_000"}, "fine": {"retention.bytes": "-7"}}
-    with wire_client.Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({name: wire_client.NewTopic(partitions=1, configs=configs)
+    with sluice_client.Client(broker.bootstrap_servers, call_timeout=30) as client:
+        created = client.admin.create_topics({name: sluice_client.NewTopic(partitions=1, configs=configs)
                                         for name, configs in topics.items()})
         for name, key in (("too-big-segments", "segment.bytes"), ("underscored", "retention.ms")):
             error = created[name].error

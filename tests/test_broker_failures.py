@@ -267,7 +267,7 @@ class Target:
         for p in range(VICTIM_PARTITIONS):
             rows, offset = [], 0
             for _ in range(1000):
-                fetched = self.client.fetch_records(VICTIM, p, offset, max_wait_ms=0)
+                fetched = self.client.consumer.fetch_records(VICTIM, p, offset, max_wait_ms=0)
                 rows += [(r.offset, r.key, r.value) for r in fetched.records]
                 offset = fetched.next_offset
                 if offset >= fetched.result.high_watermark:
@@ -298,13 +298,13 @@ class Target:
         return [line for line in self.proc.output if "internal error" in line or "Traceback" in line]
 
     def assert_serving(self) -> None:
-        """A fresh raw connection, our wire client and a confluent producer all work."""
+        """A fresh raw connection, our Sluice client and a confluent producer all work."""
         assert self.alive(), "the broker process died:\n" + "".join(self.proc.output[-30:])
         with connect(self.port) as sock:
             response = roundtrip(sock, API_VERSIONS, 3, api_versions_body(), 7)
             assert response.error_code == 0
-        result = self.client.produce(CANARY, 0, [(b"wire", b"canary")])
-        fetched = self.client.fetch_records(CANARY, 0, result.base_offset, max_wait_ms=0)
+        result = self.client.producer.produce(CANARY, 0, [(b"wire", b"canary")])
+        fetched = self.client.consumer.fetch_records(CANARY, 0, result.base_offset, max_wait_ms=0)
         assert [r.value for r in fetched.records[:1]] == [b"canary"]
         self.background.wait_for_more(self.background.ok)
 
@@ -315,7 +315,7 @@ def target(tmp_path_factory):
     client = background = None
     try:
         client = Client(proc.bootstrap_servers, call_timeout=60)
-        created = client.create_topics({
+        created = client.admin.create_topics({
             VICTIM: NewTopic(partitions=VICTIM_PARTITIONS,
                              configs={"max.message.bytes": str(VICTIM_MAX_MESSAGE_BYTES)}),
             CANARY: NewTopic(partitions=1), BULK: NewTopic(partitions=1),
@@ -323,9 +323,9 @@ def target(tmp_path_factory):
         assert all(c.error is None for c in created.values()), created
         for p in range(VICTIM_PARTITIONS):
             for n in range(5):
-                client.produce(VICTIM, p, records_of(20, f"v{p}-{n}", 100))
+                client.producer.produce(VICTIM, p, records_of(20, f"v{p}-{n}", 100))
         for n in range(8):  # enough for fetch responses sent with sendfile
-            client.produce(BULK, 0, records_of(16, f"bulk{n}", 8000))
+            client.producer.produce(BULK, 0, records_of(16, f"bulk{n}", 8000))
         background = BackgroundProducer(proc.bootstrap_servers).start()
         yield Target(proc, client, background)
         assert not background.errors, background.errors[:3]
@@ -401,7 +401,7 @@ def test_truncated_frames_then_close(guarded):
                 sock.shutdown(socket.SHUT_WR)
                 assert drain_until_closed(sock) == b""
     # A whole request whose client leaves before the answer: a long-polling fetch.
-    end = guarded.client.list_offsets(VICTIM, [0], -1)[0].offset
+    end = guarded.client.consumer.list_offsets(VICTIM, [0], -1)[0].offset
     for _ in range(5):
         with connect(guarded.port) as sock:
             sock.sendall(frame(FETCH, FETCH_VERSION,
@@ -461,7 +461,7 @@ def test_abandoned_long_polls_release_their_connections(guarded):
     """Fetches that may wait for days (max_wait_ms 2**31-1, min_bytes out of reach)
     whose clients leave, by FIN or by RST: the broker lets go of the connections at
     once rather than when the wait would end."""
-    end = guarded.client.list_offsets(VICTIM, [0], -1)[0].offset
+    end = guarded.client.consumer.list_offsets(VICTIM, [0], -1)[0].offset
     sockets_before = guarded.open_sockets()
     body = fetch_body([(VICTIM, 0, end)], max_wait_ms=0x7FFFFFFF)
     body.min_bytes = 0x7FFFFFFF
@@ -478,11 +478,11 @@ def test_abandoned_long_polls_release_their_connections(guarded):
     assert guarded.open_sockets() <= sockets_before, f"{guarded.open_sockets() - sockets_before} connections held"
     # A long poll on a live connection still waits, and is answered when data arrives.
     with connect(guarded.port) as sock:
-        body = fetch_body([(CANARY, 0, guarded.client.list_offsets(CANARY, [0], -1)[0].offset)],
+        body = fetch_body([(CANARY, 0, guarded.client.consumer.list_offsets(CANARY, [0], -1)[0].offset)],
                           max_wait_ms=10_000)
         sock.sendall(frame(FETCH, FETCH_VERSION, body, 77))
         time.sleep(0.2)
-        guarded.client.produce(CANARY, 0, [(b"k", b"wake up")])
+        guarded.client.producer.produce(CANARY, 0, [(b"k", b"wake up")])
         data = recv_frame(sock)
         header, response = decode_response(FETCH.key, FETCH_VERSION, data)
         assert header.correlation_id == 77
@@ -619,7 +619,7 @@ def test_bad_partition_does_not_spoil_the_others(target):
     answers = {(t.name, p.index): p for t in response.responses for p in t.partition_responses}
     assert answers[(CANARY, 0)].error_code == 0 and answers[(CANARY, 0)].base_offset >= 0
     assert answers[(VICTIM, 0)].error_code == ErrorCode.CORRUPT_MESSAGE
-    fetched = target.client.fetch_records(CANARY, 0, answers[(CANARY, 0)].base_offset, max_wait_ms=0)
+    fetched = target.client.consumer.fetch_records(CANARY, 0, answers[(CANARY, 0)].base_offset, max_wait_ms=0)
     assert [r.value for r in fetched.records[:4]] == [b"mixed-%d" % i for i in range(4)]
     assert target.victim_records() == before
 
@@ -695,7 +695,7 @@ def test_describe_topic_partitions_pages_with_a_cursor(guarded):
 
 
 def test_fetch_out_of_range_offset(guarded):
-    end = guarded.client.list_offsets(VICTIM, [1], -1)[1].offset
+    end = guarded.client.consumer.list_offsets(VICTIM, [1], -1)[1].offset
     with connect(guarded.port) as sock:
         for bad in (end + 1, end + 10**9, -5):
             response = roundtrip(sock, FETCH, FETCH_VERSION,
@@ -763,7 +763,7 @@ def test_pipelined_frames_split_anywhere(guarded):
                 assert answer.error_code == 0, answer.error_message
                 offsets.append(answer.base_offset)
     assert offsets[1] == offsets[0] + 3 and offsets[2] == offsets[1] + 40
-    fetched = guarded.client.fetch_records(topic, 0, offsets[1], max_wait_ms=0)
+    fetched = guarded.client.consumer.fetch_records(topic, 0, offsets[1], max_wait_ms=0)
     assert [r.key for r in fetched.records[:40]] == [f"split-large-{i}".encode() for i in range(40)]
 
 
@@ -777,7 +777,7 @@ def test_hundreds_of_pipelining_connections(tmp_path):
     raise_fd_limit(CONNECTIONS * 2 + 256)  # before the broker starts: it inherits the limit
     with BrokerProcess(tmp_path / "data") as proc:
         with Client(proc.bootstrap_servers) as client:
-            client.create_topics({"many": NewTopic(partitions=3)})
+            client.admin.create_topics({"many": NewTopic(partitions=3)})
         started = time.monotonic()
         asyncio.run(asyncio.wait_for(_pipeline_everywhere(proc.port, proc.proc.pid), 90))
         elapsed = time.monotonic() - started
@@ -849,7 +849,7 @@ def test_idempotent_retry_after_restart_is_deduplicated(tmp_path, how):
     proc = BrokerProcess(tmp_path / "data").start()
     try:
         with Client(proc.bootstrap_servers) as client:
-            client.create_topics({"dedup": NewTopic(partitions=1)})
+            client.admin.create_topics({"dedup": NewTopic(partitions=1)})
         init_body = INIT_PRODUCER_ID.request(transactional_id=None, transaction_timeout_ms=60_000)
         with connect(proc.port) as sock:
             init = roundtrip(sock, INIT_PRODUCER_ID, 4, init_body, 1)
@@ -880,7 +880,7 @@ def test_idempotent_retry_after_restart_is_deduplicated(tmp_path, how):
             again = roundtrip(sock, INIT_PRODUCER_ID, 4, init_body, 33)
             assert again.producer_id != pid, "a producer id was handed out twice"
         with Client(proc.bootstrap_servers) as client:
-            fetched = client.fetch_records("dedup", 0, 0, max_wait_ms=0)
+            fetched = client.consumer.fetch_records("dedup", 0, 0, max_wait_ms=0)
         assert [r.key for r in fetched.records] == [f"b{n}-{i}".encode()
                                                      for n in range(7) for i in range(5)]
     finally:
@@ -910,7 +910,7 @@ def test_sigkill_during_idempotent_produce_loses_and_duplicates_nothing(tmp_path
     proc = BrokerProcess(tmp_path / "data").start()
     try:
         with Client(proc.bootstrap_servers) as client:
-            client.create_topics({KILL_TOPIC: NewTopic(partitions=KILL_PARTITIONS)})
+            client.admin.create_topics({KILL_TOPIC: NewTopic(partitions=KILL_PARTITIONS)})
         reports: dict[int, tuple] = {}
         acked_count = 0
 
@@ -1045,7 +1045,7 @@ def test_a_checkpoint_write_that_does_not_return_leaves_the_broker_answering(tmp
             wait_for(lambda: waiting_for_a_reader(broker.proc.pid), 30,
                      "the checkpoint job to open the named pipe")
             with Client(broker.bootstrap_servers, call_timeout=10) as client:
-                assert client.create_topics({"answered": NewTopic(partitions=1)})["answered"].error is None
+                assert client.admin.create_topics({"answered": NewTopic(partitions=1)})["answered"].error is None
         finally:
             reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # the write goes on, and fails
         try:

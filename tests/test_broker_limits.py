@@ -59,9 +59,9 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
 def create_topic_with_records(port: int, value_size: int = 2000, count: int = 25) -> None:
     client = Client(f"127.0.0.1:{port}", call_timeout=30)
     try:
-        created = client.create_topics({TOPIC: NewTopic(partitions=1)})
+        created = client.admin.create_topics({TOPIC: NewTopic(partitions=1)})
         assert all(c.error is None for c in created.values()), created
-        client.produce(TOPIC, 0, records_of(count, "r", value_size))
+        client.producer.produce(TOPIC, 0, records_of(count, "r", value_size))
     finally:
         client.close()
 

@@ -85,7 +85,7 @@ def test_topics_lifecycle(broker):
 
     with Client(broker.bootstrap_servers) as client:
         for partition, count in ((0, 4), (1, 7)):
-            client.produce("events", partition, [(b"k", b"v%d" % i) for i in range(count)])
+            client.producer.produce("events", partition, [(b"k", b"v%d" % i) for i in range(count)])
         topic_id = str(client.metadata(["events"]).topics["events"].topic_id)
 
     table = ok(*b, "list")
@@ -154,7 +154,7 @@ def test_topics_against_another_kafka_implementation(mock_cluster):
     works (configs marked unavailable) and group commands fail with one clear line."""
     with Client(mock_cluster) as client:
         client.metadata(["cli-mock-topic"], allow_auto_topic_creation=True)
-        client.produce("cli-mock-topic", 0, [(b"k", b"v")] * 3)
+        client.producer.produce("cli-mock-topic", 0, [(b"k", b"v")] * 3)
     described = ok_json("topics", "--bootstrap-server", mock_cluster, "describe", "cli-mock-topic")
     (topic,) = described["topics"]
     assert topic["configs"] is None and topic["partitions"][0]["high_watermark"] == 3
@@ -187,30 +187,30 @@ def test_sluice_broker_dispatch_and_admin_without_broker_package(broker):
 
 def test_client_admin_methods(broker):
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"a": NewTopic(2, 1, {"retention.ms": "1000"})})
-        grown = client.create_partitions({"a": 4, "missing": 2})
+        client.admin.create_topics({"a": NewTopic(2, 1, {"retention.ms": "1000"})})
+        grown = client.admin.create_partitions({"a": 4, "missing": 2})
         assert grown["a"] is None and grown["missing"].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert sorted(client.metadata(["a"]).topics["a"].partitions) == [0, 1, 2, 3]
-        error = client.create_partitions({"a": 2})["a"]
+        error = client.admin.create_partitions({"a": 2})["a"]
         assert error.code == ErrorCode.INVALID_PARTITIONS
-        configs = client.describe_configs([(TOPIC_RESOURCE, "a"), (BROKER_RESOURCE, "0")])
+        configs = client.admin.describe_configs([(TOPIC_RESOURCE, "a"), (BROKER_RESOURCE, "0")])
         entry = configs[(TOPIC_RESOURCE, "a")]["retention.ms"]
         assert entry.value == "1000" and entry.source == DYNAMIC_TOPIC_CONFIG and not entry.is_default
         assert configs[(BROKER_RESOURCE, "0")]
-        cluster = client.describe_cluster()
+        cluster = client.admin.describe_cluster()
         assert list(cluster.brokers) == [0] and cluster.brokers[0].port == broker.port
 
-        client.commit_offsets("admin-group", {("a", 0): 1})
-        (listed,) = [g for g in client.list_groups() if g.group_id == "admin-group"]
+        client.consumer.commit_offsets("admin-group", {("a", 0): 1})
+        (listed,) = [g for g in client.admin.list_groups() if g.group_id == "admin-group"]
         assert listed.state == "Empty" and listed.coordinator_id == 0
-        assert [g.group_id for g in client.list_groups(["Stable"])] == []
-        description = client.describe_groups(["admin-group", "unknown-group"])
+        assert [g.group_id for g in client.admin.list_groups(["Stable"])] == []
+        description = client.admin.describe_groups(["admin-group", "unknown-group"])
         assert description["admin-group"].state == "Empty"
         assert description["admin-group"].members == ()
         assert description["unknown-group"].state == "Dead"
-        assert client.delete_groups(["admin-group"]) == {"admin-group": None}
-        assert client.delete_groups(["admin-group"])["admin-group"].code == ErrorCode.GROUP_ID_NOT_FOUND
-        assert client.fetch_offsets("admin-group") == {}
+        assert client.admin.delete_groups(["admin-group"]) == {"admin-group": None}
+        assert client.admin.delete_groups(["admin-group"])["admin-group"].code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert client.consumer.fetch_offsets("admin-group") == {}
 
 
 def test_client_admin_requests_in_older_forms_and_retries():
@@ -267,12 +267,12 @@ def test_client_admin_requests_in_older_forms_and_retries():
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack)
-            configs = await client.describe_configs([(TOPIC_RESOURCE, "t")])
-            listed = await client.list_groups()
+            configs = await client.admin.describe_configs([(TOPIC_RESOURCE, "t")])
+            listed = await client.admin.list_groups()
             with pytest.raises(UnsupportedVersion, match="ListGroups v4"):
-                await client.list_groups(["Stable"])
-            deleted = await client.delete_groups(["g"])
-            described = await client.describe_groups(["g"])
+                await client.admin.list_groups(["Stable"])
+            deleted = await client.admin.delete_groups(["g"])
+            described = await client.admin.describe_groups(["g"])
             return configs, listed, deleted, described
 
     configs, listed, deleted, described = run(main())
@@ -296,9 +296,9 @@ def test_client_admin_requests_in_older_forms_and_retries():
 def produce_timed(bootstrap: str, topic: str, partitions: int, count: int, now_ms: int) -> None:
     """`count` records per partition; record i is (count - i) hours old."""
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions, 1)})
+        client.admin.create_topics({topic: NewTopic(partitions, 1)})
         for partition in range(partitions):
-            client.produce(topic, partition, [
+            client.producer.produce(topic, partition, [
                 ProducerRecord(b"k", b"%d-%d" % (partition, i), (), now_ms - (count - i) * HOUR_MS)
                 for i in range(count)])
 
@@ -363,7 +363,7 @@ def wait_for_state(bootstrap: str, group: str, state: str, rounds: int = 50) -> 
     """Until the coordinator reports `group` in `state` (a LeaveGroup may still be in flight)."""
     with Client(bootstrap) as client:
         for _ in range(rounds):
-            if client.describe_groups([group])[group].state == state:
+            if client.admin.describe_groups([group])[group].state == state:
                 return
             time.sleep(0.1)
     raise AssertionError(f"group {group} not {state} after {rounds} rounds")
@@ -371,7 +371,7 @@ def wait_for_state(bootstrap: str, group: str, state: str, rounds: int = 50) -> 
 
 def committed_offsets(bootstrap: str, group: str) -> dict:
     with Client(bootstrap) as client:
-        return {(t, p): c.offset for (t, p), c in client.fetch_offsets(group).items()}
+        return {(t, p): c.offset for (t, p), c in client.consumer.fetch_offsets(group).items()}
 
 
 def test_group_describe_and_lag_match_confluent(broker):

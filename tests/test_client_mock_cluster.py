@@ -56,7 +56,7 @@ async def fetch_all(client: AsyncClient, topic: str, partition: int, offset: int
     """Fetch until `count` records arrived (the mock returns one batch per fetch)."""
     records = []
     for _ in range(rounds):
-        fetched = await client.fetch_records(topic, partition, offset, max_wait_ms=100)
+        fetched = await client.consumer.fetch_records(topic, partition, offset, max_wait_ms=100)
         records += fetched.records
         offset = fetched.next_offset
         if len(records) >= count:
@@ -127,7 +127,7 @@ def test_create_topics_not_offered_by_mock_fails_clearly(mock_cluster):
             if CREATE_TOPICS.key in await client.negotiated_versions():
                 pytest.skip("this mock cluster offers CreateTopics; test_create_and_delete_topics covers it")
             with pytest.raises(UnsupportedVersion, match="does not support CreateTopics"):
-                await client.create_topics({unique_topic("create"): NewTopic(2, 1)})
+                await client.admin.create_topics({unique_topic("create"): NewTopic(2, 1)})
 
     run(main())
 
@@ -141,13 +141,13 @@ def test_create_and_delete_topics(mock_cluster):
                 pytest.skip("librdkafka's mock cluster lists no CreateTopics (API key 19) or "
                             "DeleteTopics (20) in its ApiVersions response; it creates topics "
                             "only by Metadata with allow_auto_topic_creation (see test_metadata)")
-            created = await client.create_topics({topic: NewTopic(3, 1, {"cleanup.policy": "delete"})})
+            created = await client.admin.create_topics({topic: NewTopic(3, 1, {"cleanup.policy": "delete"})})
             assert created[topic].error is None
-            again = await client.create_topics({topic: NewTopic(3, 1)})
+            again = await client.admin.create_topics({topic: NewTopic(3, 1)})
             assert again[topic].error.code == ErrorCode.TOPIC_ALREADY_EXISTS
             metadata = await client.metadata([topic])
             assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]
-            assert (await client.delete_topics([topic]))[topic] is None
+            assert (await client.admin.delete_topics([topic]))[topic] is None
 
     run(main())
 
@@ -170,12 +170,12 @@ def test_produce_and_fetch_every_compression(mock_cluster, acks):
                                        1_700_000_000_000 + i)
                         for i in range(3)]
                     batch.append(ProducerRecord(None, None))  # null key and value, no headers
-                    result = await client.produce(topic, partition, batch, acks=acks, compression=codec)
+                    result = await client.producer.produce(topic, partition, batch, acks=acks, compression=codec)
                     assert result.base_offset == round_number * len(batch)
                     sent[partition] += [(result.base_offset + i, r.key, r.value, r.headers)
                                         for i, r in enumerate(batch)]
             received = {p: await fetch_all(client, topic, p, 0, len(sent[p])) for p in partitions}
-            ends = await client.list_offsets(topic, partitions, LATEST)
+            ends = await client.consumer.list_offsets(topic, partitions, LATEST)
             return sent, received, ends
 
     sent, received, ends = run(main())
@@ -192,7 +192,7 @@ def test_produce_acks_zero_waits_for_nothing(mock_cluster):
     async def main():
         async with AsyncClient(mock_cluster) as client:
             await create_topic(client, topic)
-            results = [await client.produce(topic, 0, [(b"k", str(i).encode())], acks=0) for i in range(5)]
+            results = [await client.producer.produce(topic, 0, [(b"k", str(i).encode())], acks=0) for i in range(5)]
             # The next request on the same connection must still be matched correctly.
             records = await fetch_all(client, topic, 0, 0, 5)
             return results, records
@@ -209,18 +209,18 @@ def test_idempotent_produce(mock_cluster):
         async with AsyncClient(mock_cluster, enable_idempotence=True) as client:
             partitions = await create_topic(client, topic)
             with pytest.raises(ValueError, match="acks=-1"):
-                await client.produce(topic, 0, [(b"k", b"v")], acks=1)
+                await client.producer.produce(topic, 0, [(b"k", b"v")], acks=1)
             offsets = []
             for size in (2, 3, 1):
                 for partition in partitions[:2]:
-                    result = await client.produce(topic, partition, [(b"k", b"v")] * size)
+                    result = await client.producer.produce(topic, partition, [(b"k", b"v")] * size)
                     offsets.append(result.base_offset)
             headers = {}
             for partition in partitions[:2]:
                 headers[partition] = []
                 offset = 0
                 for _ in range(10):
-                    fetched = await client.fetch(topic, partition, offset, max_wait_ms=100)
+                    fetched = await client.consumer.fetch(topic, partition, offset, max_wait_ms=100)
                     batch_headers = [h for h, _ in iter_batches(fetched.records)]
                     headers[partition] += batch_headers
                     if not batch_headers or len(headers[partition]) == 3:
@@ -245,11 +245,11 @@ def test_list_offsets(mock_cluster):
     async def main():
         async with AsyncClient(mock_cluster) as client:
             partitions = await create_topic(client, topic)
-            before = await client.list_offsets(topic, partitions, LATEST)
+            before = await client.consumer.list_offsets(topic, partitions, LATEST)
             for _ in range(3):
-                await client.produce(topic, 0, [(b"a", b"1"), (b"b", b"2")])
-            earliest = await client.list_offsets(topic, partitions, EARLIEST)
-            latest = await client.list_offsets(topic, partitions, LATEST)
+                await client.producer.produce(topic, 0, [(b"a", b"1"), (b"b", b"2")])
+            earliest = await client.consumer.list_offsets(topic, partitions, EARLIEST)
+            latest = await client.consumer.list_offsets(topic, partitions, LATEST)
             return partitions, before, earliest, latest
 
     partitions, before, earliest, latest = run(main())
@@ -267,11 +267,11 @@ def test_commit_and_fetch_group_offsets(mock_cluster):
         async with AsyncClient(mock_cluster) as client:
             partitions = await create_topic(client, topic)
             coordinator = await client.find_coordinator(group)
-            nothing = await client.fetch_offsets(group, [(topic, p) for p in partitions])
-            await client.commit_offsets(group, {(topic, 0): 5, (topic, 1): (7, "checkpoint")})
-            committed = await client.fetch_offsets(group, [(topic, p) for p in partitions])
-            await client.commit_offsets(group, {(topic, 0): 9})
-            updated = await client.fetch_offsets(group, [(topic, 0)])
+            nothing = await client.consumer.fetch_offsets(group, [(topic, p) for p in partitions])
+            await client.consumer.commit_offsets(group, {(topic, 0): 5, (topic, 1): (7, "checkpoint")})
+            committed = await client.consumer.fetch_offsets(group, [(topic, p) for p in partitions])
+            await client.consumer.commit_offsets(group, {(topic, 0): 9})
+            updated = await client.consumer.fetch_offsets(group, [(topic, 0)])
             return partitions, coordinator, nothing, committed, updated
 
     partitions, coordinator, nothing, committed, updated = run(main())
@@ -290,9 +290,9 @@ def test_fetch_offsets_of_all_partitions(mock_cluster):
     async def main():
         async with AsyncClient(mock_cluster) as client:
             await create_topic(client, topic)
-            await client.commit_offsets(group, {(topic, 0): 3})
+            await client.consumer.commit_offsets(group, {(topic, 0): 3})
             try:
-                return await client.fetch_offsets(group)
+                return await client.consumer.fetch_offsets(group)
             except ProtocolViolation as exc:
                 pytest.skip("librdkafka's mock cluster answers OffsetFetch for all partitions "
                             "(null topics) with a null topics array, which the protocol does "
@@ -319,9 +319,9 @@ def test_fetch_long_poll(mock_cluster):
                 AsyncClient(mock_cluster) as producer:
             await create_topic(producer, topic)
             started = time.monotonic()
-            poll = asyncio.create_task(consumer.fetch_records(topic, 0, 0, max_wait_ms=max_wait_ms))
+            poll = asyncio.create_task(consumer.consumer.fetch_records(topic, 0, 0, max_wait_ms=max_wait_ms))
             await asyncio.sleep(0.2)
-            await producer.produce(topic, 0, [(b"late", b"arrival")])
+            await producer.producer.produce(topic, 0, [(b"late", b"arrival")])
             records, offset = [], 0
             for _ in range(3):
                 fetched = await poll
@@ -329,7 +329,7 @@ def test_fetch_long_poll(mock_cluster):
                 offset = fetched.next_offset
                 if records:
                     break
-                poll = asyncio.create_task(consumer.fetch_records(topic, 0, offset, max_wait_ms=max_wait_ms))
+                poll = asyncio.create_task(consumer.consumer.fetch_records(topic, 0, offset, max_wait_ms=max_wait_ms))
             return records, time.monotonic() - started
 
     records, elapsed = run(main())
@@ -344,9 +344,9 @@ def test_pipelined_requests_on_one_connection(mock_cluster):
         async with AsyncClient(mock_cluster) as client:
             partitions = await create_topic(client, topic)
             results = await asyncio.gather(*(
-                client.produce(topic, partitions[i % len(partitions)], [(None, str(i).encode())])
+                client.producer.produce(topic, partitions[i % len(partitions)], [(None, str(i).encode())])
                 for i in range(40)))
-            offsets = await asyncio.gather(*(client.list_offsets(topic, partitions, LATEST)
+            offsets = await asyncio.gather(*(client.consumer.list_offsets(topic, partitions, LATEST)
                                              for _ in range(10)))
             return partitions, results, offsets, len(client._connections)
 
@@ -443,10 +443,10 @@ def test_sync_client(mock_cluster):
         thread = client._thread
         metadata = client.metadata([topic], allow_auto_topic_creation=True)
         assert topic in metadata.topics
-        result = client.produce(topic, 0, [(b"k", b"v", (("h", b"1"),))], compression="gzip")
-        fetched = client.fetch_records(topic, 0, result.base_offset)
+        result = client.producer.produce(topic, 0, [(b"k", b"v", (("h", b"1"),))], compression="gzip")
+        fetched = client.consumer.fetch_records(topic, 0, result.base_offset)
         assert record_rows(fetched.records) == [(result.base_offset, b"k", b"v", (("h", b"1"),))]
-        assert client.list_offsets(topic, [0], LATEST)[0].offset == result.base_offset + 1
+        assert client.consumer.list_offsets(topic, [0], LATEST)[0].offset == result.base_offset + 1
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         client.metadata()
@@ -461,8 +461,8 @@ def test_confluent_consumer_reads_what_we_produce(mock_cluster):
     async def produce():
         async with AsyncClient(mock_cluster) as client:
             await create_topic(client, topic)
-            await client.produce(topic, 0, sent[:5], compression="lz4")
-            await client.produce(topic, 0, sent[5:], compression="zstd")
+            await client.producer.produce(topic, 0, sent[:5], compression="lz4")
+            await client.producer.produce(topic, 0, sent[5:], compression="zstd")
 
     run(produce())
     consumer = confluent_kafka.Consumer({
@@ -635,7 +635,7 @@ def test_unanswered_request_times_out_and_the_connection_recovers():
             client = await start_scripted(broker, stack, request_timeout=0.3, retries=0)
             started = time.monotonic()
             with pytest.raises(RequestTimedOut, match=r"Produce v9 to .*: no response within 1.3 s"):
-                await client.produce("t", 0, [(b"k", b"v")], timeout_ms=1000)
+                await client.producer.produce("t", 0, [(b"k", b"v")], timeout_ms=1000)
             elapsed = time.monotonic() - started
             metadata = await client.metadata()  # on a new connection
             return elapsed, metadata
@@ -766,7 +766,7 @@ def test_no_common_version_is_a_clear_error():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack)
             with pytest.raises(UnsupportedVersion, match=r"Produce: broker .* supports v0-2, this client v3-11"):
-                await client.produce("t", 0, [(b"k", b"v")])
+                await client.producer.produce("t", 0, [(b"k", b"v")])
 
     run(main())
 
@@ -789,11 +789,11 @@ def test_idempotent_retry_resends_the_same_batch_and_accepts_duplicates():
                                      producer_id=77, producer_epoch=3)})
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack, enable_idempotence=True)
-            first = await client.produce("t", 0, [(b"a", b"1"), (b"b", b"2")])
+            first = await client.producer.produce("t", 0, [(b"a", b"1"), (b"b", b"2")])
             # Near the int32 limit, sequence numbers wrap to 0.
-            client._session.sequences[("t", 0)] = 2**31 - 2
-            second = await client.produce("t", 0, [(b"c", b"3")] * 3)
-            third = await client.produce("t", 0, [(b"d", b"4")])
+            client.producer._session.sequences[("t", 0)] = 2**31 - 2
+            second = await client.producer.produce("t", 0, [(b"c", b"3")] * 3)
+            third = await client.producer.produce("t", 0, [(b"d", b"4")])
             return first, second, third, broker
 
     first, second, third, broker = run(main())
@@ -831,7 +831,7 @@ def test_group_requests_in_their_batched_forms():
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack)
-            return await client.fetch_offsets("g", [("t", 1), ("t", 2)])
+            return await client.consumer.fetch_offsets("g", [("t", 1), ("t", 2)])
 
     committed = run(main())
     assert {k: v.offset for k, v in committed.items()} == {("t", 1): 10, ("t", 2): 20}
@@ -855,7 +855,7 @@ def test_create_topics_surfaces_per_topic_errors():
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack)
-            return await client.create_topics({"new": NewTopic(3, 1, {"retention.ms": "1000"}),
+            return await client.admin.create_topics({"new": NewTopic(3, 1, {"retention.ms": "1000"}),
                                                "old": NewTopic()})
 
     results = run(main())
@@ -890,8 +890,8 @@ def test_fetch_records_drops_aborted_transactions_and_earlier_offsets():
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack)
-            uncommitted = await client.fetch_records("t", 0, 1)
-            read_committed = await client.fetch_records("t", 0, 1, isolation_level=READ_COMMITTED)
+            uncommitted = await client.consumer.fetch_records("t", 0, 1)
+            read_committed = await client.consumer.fetch_records("t", 0, 1, isolation_level=READ_COMMITTED)
             return uncommitted, read_committed
 
     uncommitted, read_committed = run(main())
@@ -949,13 +949,13 @@ def test_a_dead_leader_or_coordinator_is_waited_for_whatever_the_retry_count():
     async def main():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack, retries=1, retry_backoff_max=0.05, retry_timeout=10)
-            end = (await client.list_offsets("t", [0], LATEST))[0].offset
-            committed = await client.fetch_offsets("g")
+            end = (await client.consumer.list_offsets("t", [0], LATEST))[0].offset
+            committed = await client.consumer.fetch_offsets("g")
             named_dead["coordinator"] = 1000
             client.retry_timeout = 0.5
             started = time.monotonic()
             with pytest.raises(BrokerUnreachable, match=str(dead)):
-                await client.fetch_offsets("other")
+                await client.consumer.fetch_offsets("other")
             return end, committed, time.monotonic() - started
 
     end, committed, gave_up_after = run(main())

@@ -99,10 +99,11 @@ def quota_broker(tmp_path_factory):
 
 @pytest.fixture
 def admin(quota_broker):
+    """The client's admin role, every quota removed afterwards."""
     with Client(quota_broker.bootstrap_servers) as client:
-        yield client
-        everything = client.describe_client_quotas()
-        client.alter_client_quotas({entity: {key: None for key in quotas} for entity, quotas in everything.items()})
+        yield client.admin
+        everything = client.admin.describe_client_quotas()
+        client.admin.alter_client_quotas({entity: {key: None for key in quotas} for entity, quotas in everything.items()})
 
 
 def _topic(admin) -> str:

@@ -40,7 +40,7 @@ def broker(tmp_path_factory):
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
         with Client(proc.bootstrap_servers) as admin:
             clients = ("strict-creator", "old-creator", "grower", "deleter")
-            assert admin.alter_client_quotas({((CLIENT_ID, c),): {"controller_mutation_rate": 1} for c in clients}) \
+            assert admin.admin.alter_client_quotas({((CLIENT_ID, c),): {"controller_mutation_rate": 1} for c in clients}) \
                 == {((CLIENT_ID, c),): None for c in clients}
         yield proc
     output = "".join(proc.output)
@@ -84,8 +84,8 @@ def test_older_create_topics_are_done_and_delayed(broker):
 
 def test_strict_create_partitions_and_delete_topics(broker):
     with Client(broker.bootstrap_servers) as admin:
-        admin.create_topics({name: NewTopic(1, 1) for name in ("g1", "g2", "g3")})
-        admin.create_topics({name: NewTopic(2, 1) for name in ("d1", "d2", "d3")})
+        admin.admin.create_topics({name: NewTopic(1, 1) for name in ("g1", "g2", "g3")})
+        admin.admin.create_topics({name: NewTopic(2, 1) for name in ("d1", "d2", "d3")})
     growth = CREATE_PARTITIONS.request(timeout_ms=10_000, validate_only=False, topics=[
         CREATE_PARTITIONS.request.CreatePartitionsTopic(name=name, count=3, assignments=None)
         for name in ("g1", "g2", "g3")])

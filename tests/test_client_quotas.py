@@ -1,5 +1,5 @@
 """Client quotas on the single node (issue 37): DescribeClientQuotas and
-AlterClientQuotas against a real broker process, through the project's wire client (no
+AlterClientQuotas against a real broker process, through the project's client (sluice_client) (no
 Python Kafka client has them) and Kafka's own kafka-configs (ConfigCommand, kafka-tools).
 
 - Set and described: user, client-id and (user, client-id) entities with `<default>`
@@ -49,13 +49,13 @@ def quota_broker(tmp_path_factory):
 @pytest.fixture
 def client(quota_broker):
     with Client(quota_broker.bootstrap_servers) as c:
-        everything = c.describe_client_quotas()
-        c.alter_client_quotas({entity: {key: None for key in quotas} for entity, quotas in everything.items()})
+        everything = c.admin.describe_client_quotas()
+        c.admin.alter_client_quotas({entity: {key: None for key in quotas} for entity, quotas in everything.items()})
         yield c
 
 
 def test_set_describe_filter_and_remove(client):
-    results = client.alter_client_quotas({
+    results = client.admin.alter_client_quotas({
         ALICE: {"producer_byte_rate": 1048576, "consumer_byte_rate": 2097152},
         DEFAULT_USER: {"request_percentage": 50.5},
         ALICE_APP: {"producer_byte_rate": 4096},
@@ -64,7 +64,7 @@ def test_set_describe_filter_and_remove(client):
         DEFAULT_CLIENT: {"producer_byte_rate": 100},
     })
     assert set(results.values()) == {None}
-    everything = client.describe_client_quotas()
+    everything = client.admin.describe_client_quotas()
     assert everything == {
         ALICE: {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0},
         DEFAULT_USER: {"request_percentage": 50.5},
@@ -74,28 +74,28 @@ def test_set_describe_filter_and_remove(client):
         DEFAULT_CLIENT: {"producer_byte_rate": 100.0},
     }
     # Kafka's filters: an exact name, the default, any name given; strict: no other type.
-    assert set(client.describe_client_quotas([(USER, MATCH_EXACT, "alice")])) == {ALICE, ALICE_APP, ALICE_ANY_CLIENT}
-    assert set(client.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True)) == {ALICE}
-    assert set(client.describe_client_quotas([(USER, MATCH_DEFAULT, None)])) == {DEFAULT_USER}
-    assert set(client.describe_client_quotas([(USER, MATCH_SPECIFIED, None)], strict=True)) == {ALICE, DEFAULT_USER}
-    assert set(client.describe_client_quotas([(CLIENT_ID, MATCH_SPECIFIED, None)])) == {
+    assert set(client.admin.describe_client_quotas([(USER, MATCH_EXACT, "alice")])) == {ALICE, ALICE_APP, ALICE_ANY_CLIENT}
+    assert set(client.admin.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True)) == {ALICE}
+    assert set(client.admin.describe_client_quotas([(USER, MATCH_DEFAULT, None)])) == {DEFAULT_USER}
+    assert set(client.admin.describe_client_quotas([(USER, MATCH_SPECIFIED, None)], strict=True)) == {ALICE, DEFAULT_USER}
+    assert set(client.admin.describe_client_quotas([(CLIENT_ID, MATCH_SPECIFIED, None)])) == {
         ALICE_APP, ALICE_ANY_CLIENT, APP, DEFAULT_CLIENT}
-    assert set(client.describe_client_quotas([(CLIENT_ID, MATCH_DEFAULT, None), (USER, MATCH_EXACT, "alice")])) \
+    assert set(client.admin.describe_client_quotas([(CLIENT_ID, MATCH_DEFAULT, None), (USER, MATCH_EXACT, "alice")])) \
         == {ALICE_ANY_CLIENT}
-    assert set(client.describe_client_quotas([(CLIENT_ID, MATCH_EXACT, "app")], strict=True)) == {APP}
-    assert client.describe_client_quotas([(USER, MATCH_EXACT, "bob")]) == {}
-    assert client.describe_client_quotas([], strict=True) == {}
+    assert set(client.admin.describe_client_quotas([(CLIENT_ID, MATCH_EXACT, "app")], strict=True)) == {APP}
+    assert client.admin.describe_client_quotas([(USER, MATCH_EXACT, "bob")]) == {}
+    assert client.admin.describe_client_quotas([], strict=True) == {}
     # A removal drops the key; an entity left with none is gone.
-    assert client.alter_client_quotas({ALICE: {"consumer_byte_rate": None}, ALICE_APP: {"producer_byte_rate": None},
+    assert client.admin.alter_client_quotas({ALICE: {"consumer_byte_rate": None}, ALICE_APP: {"producer_byte_rate": None},
                                        APP: {"no_such_key": None}}) == {ALICE: None, ALICE_APP: None, APP: None}
-    described = client.describe_client_quotas([(USER, MATCH_EXACT, "alice")])
+    described = client.admin.describe_client_quotas([(USER, MATCH_EXACT, "alice")])
     assert described == {ALICE: {"producer_byte_rate": 1048576.0}, ALICE_ANY_CLIENT: {"controller_mutation_rate": 2.5}}
 
 
 def test_validate_only_stores_nothing(client):
-    assert client.alter_client_quotas({ALICE: {"producer_byte_rate": 1024}}, validate_only=True) == {ALICE: None}
-    assert client.describe_client_quotas() == {}
-    errors = client.alter_client_quotas({ALICE: {"producer_byte_rate": -1}}, validate_only=True)
+    assert client.admin.alter_client_quotas({ALICE: {"producer_byte_rate": 1024}}, validate_only=True) == {ALICE: None}
+    assert client.admin.describe_client_quotas() == {}
+    errors = client.admin.alter_client_quotas({ALICE: {"producer_byte_rate": -1}}, validate_only=True)
     assert errors[ALICE].code == ErrorCode.INVALID_REQUEST
 
 
@@ -117,12 +117,12 @@ def test_validate_only_stores_nothing(client):
      "Invalid quota entity combination, IP entity should not be combined with User or ClientId"),
 ])
 def test_invalid_alterations_are_refused_with_kafkas_message(client, entity, ops, message):
-    results = client.alter_client_quotas({entity: ops, APP: {"producer_byte_rate": 5000}})
+    results = client.admin.alter_client_quotas({entity: ops, APP: {"producer_byte_rate": 5000}})
     error = results[tuple(sorted(entity))]
     assert isinstance(error, KafkaError) and error.code == ErrorCode.INVALID_REQUEST, error
     assert message in str(error), error
     assert results[APP] is None  # each entry on its own
-    assert client.describe_client_quotas() == {APP: {"producer_byte_rate": 5000.0}}
+    assert client.admin.describe_client_quotas() == {APP: {"producer_byte_rate": 5000.0}}
 
 
 def test_an_entity_type_twice_is_refused(quota_broker):
@@ -157,7 +157,7 @@ def test_an_entity_type_twice_is_refused(quota_broker):
 ])
 def test_invalid_filters_are_refused_with_kafkas_message(client, components, code, message):
     with pytest.raises(KafkaError) as info:
-        client.describe_client_quotas(components)
+        client.admin.describe_client_quotas(components)
     assert info.value.code == code and message in str(info.value), info.value
 
 
@@ -165,12 +165,12 @@ def test_quotas_survive_a_restart(tmp_path):
     broker = BrokerProcess(tmp_path / "data").start()
     try:
         with Client(broker.bootstrap_servers) as client:
-            assert set(client.alter_client_quotas({
+            assert set(client.admin.alter_client_quotas({
                 ALICE: {"producer_byte_rate": 1048576}, DEFAULT_CLIENT: {"consumer_byte_rate": 2048},
                 ALICE_ANY_CLIENT: {"request_percentage": 12.5}}).values()) == {None}
         broker.restart()
         with Client(broker.bootstrap_servers) as client:
-            assert client.describe_client_quotas() == {
+            assert client.admin.describe_client_quotas() == {
                 ALICE: {"producer_byte_rate": 1048576.0}, DEFAULT_CLIENT: {"consumer_byte_rate": 2048.0},
                 ALICE_ANY_CLIENT: {"request_percentage": 12.5}}
         stored = json.loads((tmp_path / "data" / "client-quotas.json").read_text())
@@ -190,7 +190,7 @@ def test_kafka_configs_alters_and_describes_quotas(quota_broker, client):
          "--entity-name", "app", "--alter", "--add-config", "request_percentage=40")
     tool(CONFIGS, *bootstrap, "--entity-type", "clients", "--entity-default", "--alter",
          "--add-config", "consumer_byte_rate=1024")
-    assert client.describe_client_quotas() == {
+    assert client.admin.describe_client_quotas() == {
         ALICE: {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0},
         ALICE_APP: {"request_percentage": 40.0},
         DEFAULT_CLIENT: {"consumer_byte_rate": 1024.0}}
@@ -201,7 +201,7 @@ def test_kafka_configs_alters_and_describes_quotas(quota_broker, client):
     assert "consumer_byte_rate=1024.0" in described, described
     tool(CONFIGS, *bootstrap, "--entity-type", "users", "--entity-name", "alice", "--alter",
          "--delete-config", "consumer_byte_rate")
-    assert client.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
+    assert client.admin.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
         ALICE: {"producer_byte_rate": 1048576.0}}
 
 
@@ -219,7 +219,7 @@ def test_sluice_configs_alters_and_describes_quotas_as_kafka_configs(quota_broke
     ok(*configs, "--entity-type", "users", "--entity-default", "--entity-type", "clients", "--entity-default",
        "--alter", "--add-config", "controller_mutation_rate=10")
     ok(*configs, "--entity-type", "clients", "--entity-default", "--alter", "--add-config", "consumer_byte_rate=1024")
-    assert client.describe_client_quotas() == {
+    assert client.admin.describe_client_quotas() == {
         ALICE: {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0},
         ALICE_APP: {"request_percentage": 40.5},
         ((CLIENT_ID, None), (USER, None)): {"controller_mutation_rate": 10.0},
@@ -232,7 +232,7 @@ def test_sluice_configs_alters_and_describes_quotas_as_kafka_configs(quota_broke
         "entities": [{"entity": {"client-id": None}, "quotas": {"consumer_byte_rate": 1024}}]}
 
     ok(*configs, "--entity-type", "users", "--entity-name", "alice", "--alter", "--delete-config", "consumer_byte_rate")
-    assert client.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
+    assert client.admin.describe_client_quotas([(USER, MATCH_EXACT, "alice")], strict=True) == {
         ALICE: {"producer_byte_rate": 1048576.0}}
     for args, message in [
             (["--entity-type", "users", "--entity-name", "alice", "--alter", "--delete-config", "consumer_byte_rate"],
@@ -248,4 +248,4 @@ def test_sluice_configs_alters_and_describes_quotas_as_kafka_configs(quota_broke
         assert message in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
     result = sluice(*configs, "--entity-type", "users", "--entity-type", "topics", "--describe")
     assert result.returncode == 2 and "client quotas are of users, clients" in result.stderr
-    assert client.describe_client_quotas([(CLIENT_ID, MATCH_EXACT, "c")]) == {}
+    assert client.admin.describe_client_quotas([(CLIENT_ID, MATCH_EXACT, "c")]) == {}

@@ -1,4 +1,4 @@
-"""The wire client over TLS and SASL (sluice_client.security), and what is built on it: the
+"""Sluice's client over TLS and SASL (sluice_client.security), and what is built on it: the
 Spark connector's kafka.security.protocol / kafka.ssl.* / kafka.sasl.* options and the
 admin CLI's --command-config.
 
@@ -204,10 +204,10 @@ def test_metadata_create_produce_fetch(kafka, pki, listener, mechanism, jaas, tl
                 request_timeout=30) as client:
         metadata = client.metadata()
         assert [(b.host, b.port) for b in metadata.brokers.values()] == [("127.0.0.1", port)]
-        created = client.create_topics({topic: NewTopic(2, 1)})
+        created = client.admin.create_topics({topic: NewTopic(2, 1)})
         assert created[topic].error is None, created
-        written = client.produce(topic, 1, [(b"k", f"over {listener}".encode())])
-        fetched = client.fetch_records(topic, 1, written.base_offset)
+        written = client.producer.produce(topic, 1, [(b"k", f"over {listener}".encode())])
+        fetched = client.consumer.fetch_records(topic, 1, written.base_offset)
         assert [(r.key, r.value) for r in fetched.records] == [(b"k", f"over {listener}".encode())]
 
 
@@ -379,7 +379,7 @@ def test_spark_sink_and_source_over_sasl_ssl(kafka, pki, spark):
                "kafka.bootstrap.servers": kafka.bootstrap("SASL_SSL")}
     with Client(kafka.bootstrap("SASL_SSL"), security=ClientSecurity(
             {k[len("kafka."):]: v for k, v in options.items() if k != "kafka.bootstrap.servers"})) as client:
-        client.create_topics({topic: NewTopic(2, 1)})
+        client.admin.create_topics({topic: NewTopic(2, 1)})
     rows = [(f"k{i}", f"v{i}") for i in range(20)]
     writer = spark.createDataFrame(rows, "key string, value string").write.mode("append").format("sluice")
     for name, value in {**options, "topic": topic}.items():

@@ -3,13 +3,13 @@ ManualClock, clients talk to it over loopback, and the test advances time instea
 sleeping.
 
 - Groups (members sending wire's JoinGroup/SyncGroup/Heartbeat requests on their own
-  connections, the wire client's DescribeGroups to watch): a member that stops heartbeating stays a member until its
+  connections, Sluice's client's DescribeGroups to watch): a member that stops heartbeating stays a member until its
   session timeout has passed on the clock, and is removed at the next check after it;
   a rebalance that a member does not rejoin completes, without it, once the rebalance
   timeout has passed, and not before. Time the broker stood still (the clock jumping
   three session timeouts with nothing run, as under SIGSTOP) does not count: both
   members stay, and a silent one goes a session timeout after its last heartbeat.
-- Transactions (the wire client): a transaction left open stays Ongoing until its
+- Transactions (Sluice's client): a transaction left open stays Ongoing until its
   timeout has passed on the clock, then the coordinator aborts it with the epoch
   bumped: DescribeTransactions and ListTransactions say CompleteAbort, and the
   abandoned producer is fenced (EndTxn PRODUCER_FENCED, its produce
@@ -80,7 +80,7 @@ _SIZE = struct.Struct(">i")
 
 
 class GroupMember:
-    """One member of a group, sending the group requests itself (the wire client has
+    """One member of a group, sending the group requests itself (Sluice's client has
     no group membership) on its own connection, one request at a time."""
 
     def __init__(self, client: AsyncClient, group: str, name: str):
@@ -141,7 +141,7 @@ class GroupMember:
 
 
 async def described(client: AsyncClient, group: str) -> tuple[str, set[str]]:
-    description = (await client.describe_groups([group]))[group]
+    description = (await client.admin.describe_groups([group]))[group]
     return description.state, {m.member_id for m in description.members}
 
 
@@ -242,32 +242,32 @@ async def _rebalancing_with(client: AsyncClient, group: str, members: int):
 def test_open_transaction_is_aborted_when_its_timeout_passes_on_the_clock(tmp_path):
     async def scenario(client: AsyncClient, clock: ManualClock):
         topic, txn_id = "clocked", "clocked-txn"
-        await client.create_topics({topic: NewTopic(partitions=1, replication_factor=1)})
-        pid, epoch = await client.init_transactions(txn_id, transaction_timeout_ms=TXN_TIMEOUT_MS)
-        await client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [0]})
+        await client.admin.create_topics({topic: NewTopic(partitions=1, replication_factor=1)})
+        pid, epoch = await client.producer.init_transactions(txn_id, transaction_timeout_ms=TXN_TIMEOUT_MS)
+        await client.producer.add_partitions_to_txn(txn_id, pid, epoch, {topic: [0]})
         started_ms = clock.wall_ms()
         batch = build_batch([(None, b"left open", (), started_ms)], producer_id=pid,
                             producer_epoch=epoch, base_sequence=0, transactional=True)
-        await client.produce_batch(topic, 0, batch, transactional_id=txn_id)
-        opened = await client.describe_transaction(txn_id)
+        await client.producer.produce_batch(topic, 0, batch, transactional_id=txn_id)
+        opened = await client.admin.describe_transaction(txn_id)
         assert (opened.state, opened.start_ms) == ("Ongoing", started_ms)
 
         await clock.advance(TXN_TIMEOUT_MS / 1000)  # the timeout is reached, not passed
-        assert (await client.describe_transaction(txn_id)).state == "Ongoing"
+        assert (await client.admin.describe_transaction(txn_id)).state == "Ongoing"
         await clock.advance(TXN_CHECK_MS / 1000)  # passed, and the abort check has run
-        aborted = await client.describe_transaction(txn_id)
+        aborted = await client.admin.describe_transaction(txn_id)
         assert (aborted.state, aborted.producer_id, aborted.producer_epoch) == \
             ("CompleteAbort", pid, epoch + 1)
-        assert [t.transactional_id for t in await client.list_transactions(["CompleteAbort"])] == [txn_id]
-        assert await client.list_transactions(["Ongoing"]) == []
+        assert [t.transactional_id for t in await client.admin.list_transactions(["CompleteAbort"])] == [txn_id]
+        assert await client.admin.list_transactions(["Ongoing"]) == []
 
         with pytest.raises(KafkaError) as fenced:
-            await client.end_txn(txn_id, pid, epoch, commit=True)
+            await client.producer.end_txn(txn_id, pid, epoch, commit=True)
         assert fenced.value.code == ErrorCode.PRODUCER_FENCED
         late = build_batch([(None, b"too late", (), clock.wall_ms())], producer_id=pid,
                            producer_epoch=epoch, base_sequence=1, transactional=True)
         with pytest.raises(KafkaError) as refused:
-            await client.produce_batch(topic, 0, late, transactional_id=txn_id)
+            await client.producer.produce_batch(topic, 0, late, transactional_id=txn_id)
         assert refused.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
 
     run_broker(tmp_path, scenario, **{

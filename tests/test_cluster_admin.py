@@ -292,7 +292,7 @@ def test_the_client_follows_the_controller_when_it_moves(cluster):
     cluster.wait_for_leaders(topic, full_isr=True)
     with Client(cluster.all_servers, call_timeout=60) as client:
         old = client.metadata([]).controller_id
-        first = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+        first = client.admin.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
         assert first[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED, first
         cluster.stop(old)
         cluster.wait_for_brokers()
@@ -301,13 +301,13 @@ def test_the_client_follows_the_controller_when_it_moves(cluster):
         cluster.wait_for_leaders(topic, full_isr=True)
         assert cluster.controller_id() != old
         assert client.cached_metadata.controller_id == old
-        results = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0), (topic, 5)])
+        results = client.admin.elect_leaders(PREFERRED_ELECTION, [(topic, 0), (topic, 5)])
         assert client.cached_metadata.controller_id == cluster.controller_id()
     assert set(results) == {(topic, 0), (topic, 5)}
     assert results[(topic, 0)] is None or results[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED
     assert results[(topic, 5)].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     with Client(cluster.address(old), call_timeout=60) as client:
-        unclean = client.elect_leaders(UNCLEAN_ELECTION, [(topic, 0)])
+        unclean = client.admin.elect_leaders(UNCLEAN_ELECTION, [(topic, 0)])
     assert unclean[(topic, 0)].code == ErrorCode.ELECTION_NOT_NEEDED, unclean
 
 
@@ -468,17 +468,17 @@ def test_topic_configs_are_checked_across_keys_in_the_cluster_as_on_one_node(clu
     cluster.create_topic("lags", 1, 3)
     resource = (TOPIC_RESOURCE, "lags")
     with Client(cluster.address(plain), call_timeout=60) as client:
-        (error,) = client.alter_configs({resource: conflict}).values()
+        (error,) = client.admin.alter_configs({resource: conflict}).values()
         assert error is not None and error.code == ErrorCode.INVALID_CONFIG and message in str(error), error
-        assert client.alter_configs({resource: {"min.compaction.lag.ms": "5000"}}) == {resource: None}
-        (error,) = client.incremental_alter_configs(  # with the topic's min.compaction.lag.ms
+        assert client.admin.alter_configs({resource: {"min.compaction.lag.ms": "5000"}}) == {resource: None}
+        (error,) = client.admin.incremental_alter_configs(  # with the topic's min.compaction.lag.ms
             {resource: [("max.compaction.lag.ms", SET_CONFIG, "1000")]}).values()
         assert error is not None and error.code == ErrorCode.INVALID_CONFIG and message in str(error), error
 
 
 def _produce_value(cluster: Cluster, topic: str, size: int, via: str | None = None) -> None:
     with Client(via or cluster.bootstrap_servers, call_timeout=60, retries=5) as client:
-        client.produce(topic, 0, [(None, b"x" * size)])
+        client.producer.produce(topic, 0, [(None, b"x" * size)])
 
 
 def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
@@ -490,11 +490,11 @@ def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
     _produce_value(cluster, topic, 5000)  # accepted under the default limit
 
     with Client(cluster.address(first), call_timeout=60) as client:
-        assert client.alter_configs({resource: {"max.message.bytes": "2000"}}) == {resource: None}
+        assert client.admin.alter_configs({resource: {"max.message.bytes": "2000"}}) == {resource: None}
 
     def described(broker_id: int) -> dict[str, str]:
         with Client(cluster.address(broker_id), call_timeout=60) as client:
-            return {k: e.value for k, e in client.describe_configs([resource])[resource].items()}
+            return {k: e.value for k, e in client.admin.describe_configs([resource])[resource].items()}
 
     wait_for(lambda: all(described(b)["max.message.bytes"] == "2000" for b in cluster.ids), 15,
              "every broker to describe max.message.bytes=2000")
@@ -513,7 +513,7 @@ def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
     _produce_value(cluster, topic, 500)  # under the new limit
 
     with Client(cluster.address(second), call_timeout=60) as client:
-        assert client.incremental_alter_configs(
+        assert client.admin.incremental_alter_configs(
             {resource: [("retention.ms", SET_CONFIG, "7200000")]}) == {resource: None}
     wait_for(lambda: all(described(b).get("retention.ms") == "7200000" for b in cluster.ids), 15,
              "every broker to describe retention.ms=7200000")
@@ -531,14 +531,14 @@ def test_configs_changed_through_one_broker_apply_on_every_replica(cluster):
 
     # Changed while the old leader was down: it reads the configs at start.
     with Client(cluster.address(new_leader), call_timeout=60) as client:
-        assert client.incremental_alter_configs(
+        assert client.admin.incremental_alter_configs(
             {resource: [("max.message.bytes", SET_CONFIG, "1000")]}) == {resource: None}
     cluster.restart(leader)
     cluster.wait_for_brokers()
     cluster.wait_for_leaders(topic, full_isr=True)
     assert described(leader)["max.message.bytes"] == "1000"
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        elected = client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+        elected = client.admin.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
     assert elected[(topic, 0)] is None, elected
     cluster.wait_for_leaders(topic)
     assert cluster.leader_of(topic) == leader
@@ -564,12 +564,12 @@ def test_dynamic_broker_configs_are_kept_in_zookeeper_and_read_by_every_broker(c
     def described(broker_id: int) -> dict[str, tuple[str, int]]:
         resource = (BROKER_RESOURCE, str(broker_id))
         with Client(cluster.address(broker_id), call_timeout=60) as client:
-            entries = client.describe_configs([resource])[resource]
+            entries = client.admin.describe_configs([resource])[resource]
         return {key: (entries[key].value, entries[key].source) for key in ("message.max.bytes", "log.retention.ms")}
 
     try:
         with Client(cluster.address(first), call_timeout=60) as client:
-            assert client.incremental_alter_configs({default: [("message.max.bytes", SET_CONFIG, "2000")],
+            assert client.admin.incremental_alter_configs({default: [("message.max.bytes", SET_CONFIG, "2000")],
                                                      own: [("log.retention.ms", SET_CONFIG, "7200000")]}) == {
                 default: None, own: None}
         assert broker_config(zk, cluster, "<default>") == {"message.max.bytes": "2000"}
@@ -586,7 +586,7 @@ def test_dynamic_broker_configs_are_kept_in_zookeeper_and_read_by_every_broker(c
                                      "log.retention.ms": ("7200000", DYNAMIC_BROKER_CONFIG)}
     finally:
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.incremental_alter_configs({default: [("message.max.bytes", DELETE_CONFIG, None)],
+            assert client.admin.incremental_alter_configs({default: [("message.max.bytes", DELETE_CONFIG, None)],
                                                      own: [("log.retention.ms", DELETE_CONFIG, None)]}) == {
                 default: None, own: None}
     assert broker_config(zk, cluster, "<default>") == broker_config(zk, cluster, str(second)) == {}
@@ -641,7 +641,7 @@ def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas
     cluster.wait_for_leaders(topic)
     values = [f"kept-{i}".encode() for i in range(50)]
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        client.produce(topic, 1, [(None, v) for v in values])
+        client.producer.produce(topic, 1, [(None, v) for v in values])
     assert cluster.stop(down) == 0
 
     path = f"{cluster.chroot}/brokers/topics/{topic}"
@@ -659,10 +659,10 @@ def test_a_crash_while_deleting_a_moved_replica_keeps_the_brokers_other_replicas
     cluster.restart(down)
     cluster.wait_for_brokers()
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        fetched = client.fetch_records(topic, 1, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 1, 0, max_wait_ms=0)
         assert [r.value for r in fetched.records] == values
         assert cluster.partition_dirs(down, topic) == [f"{topic}-1"]
-        assert client.delete_topics([topic]) == {topic: None}
+        assert client.admin.delete_topics([topic]) == {topic: None}
 
 
 def test_metadata_auto_creates_a_topic_in_the_cluster(cluster):

@@ -81,7 +81,7 @@ def test_start_status_use_stop_and_start_again(cluster_dir, tmp_path):
 
     with Client(bootstrap) as client:
         assert sorted(client.metadata([]).brokers) == [0, 1, 2]
-        result = client.create_topics({"kept": NewTopic(2, 3, {"min.insync.replicas": "2"})})["kept"]
+        result = client.admin.create_topics({"kept": NewTopic(2, 3, {"min.insync.replicas": "2"})})["kept"]
         assert result.error is None, result.error
     workload = Workload(bootstrap, "kept", 2, seed=17, rate=1000, count=100).start()
     workload.complete(60)
@@ -114,10 +114,10 @@ def test_a_broker_added_to_a_running_cluster_gets_replicas_by_rebalance(cluster_
                      "--config", str(extra))
     assert started.returncode == 0, started.stderr
     with Client(started.stdout.strip()) as client:
-        result = client.create_topics({"spread": NewTopic(4, 2)})["spread"]
+        result = client.admin.create_topics({"spread": NewTopic(4, 2)})["spread"]
         assert result.error is None, result.error
         for partition in range(4):
-            client.produce("spread", partition, [(None, b"%d-%d" % (partition, i)) for i in range(25)])
+            client.producer.produce("spread", partition, [(None, b"%d-%d" % (partition, i)) for i in range(25)])
 
     added = sluice("cluster", "add-broker", "--data-dir", str(cluster_dir))
     assert added.returncode == 0, added.stderr

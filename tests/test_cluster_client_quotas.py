@@ -61,8 +61,8 @@ def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_br
         partition = next(p for p in range(3) if cluster.leader_of("quoted", p) == 2)
         port = cluster.processes[2].port
         assert _throttle_ms(port, "quoted", partition, "capped") == 0
-        with Client(cluster.address(0)) as admin:
-            assert admin.alter_client_quotas({CAPPED: {"producer_byte_rate": 1024},
+        with Client(cluster.address(0)) as client:
+            assert client.admin.alter_client_quotas({CAPPED: {"producer_byte_rate": 1024},
                                               PAIRED: {"producer_byte_rate": 2048}}) == {CAPPED: None, PAIRED: None}
         root = f"{cluster.chroot}/config"
         assert _znode(zk, f"{root}/clients/capped") == {"version": 1, "config": {"producer_byte_rate": "1024"}}
@@ -77,19 +77,19 @@ def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_br
                          f"broker 2 to throttle {client_id}")
         assert _throttle_ms(port, "quoted", partition, "unlimited") == 0
 
-        with Client(cluster.address(1)) as admin:
-            assert admin.alter_client_quotas({PAIRED: {"producer_byte_rate": None}}) == {PAIRED: None}
-            assert admin.describe_client_quotas() == {CAPPED: {"producer_byte_rate": 1024.0}}
+        with Client(cluster.address(1)) as client:
+            assert client.admin.alter_client_quotas({PAIRED: {"producer_byte_rate": None}}) == {PAIRED: None}
+            assert client.admin.describe_client_quotas() == {CAPPED: {"producer_byte_rate": 1024.0}}
         assert zk.exists(f"{root}/users/ANONYMOUS") is None  # emptied: gone with its parents
         cluster.wait(lambda: _throttle_ms(port, "quoted", partition, "paired") == 0, 5,
                      "broker 2 to stop throttling paired")
 
         # controller_mutation_rate, through broker 2's admin path: 11 windows' worth at once
         creator = ((CLIENT_ID, "creator"),)
-        with Client(cluster.address(0)) as admin:
-            admin.alter_client_quotas({creator: {"controller_mutation_rate": 1}})
-        with Client(cluster.address(2)) as admin:
-            cluster.wait(lambda: creator in admin.describe_client_quotas(), 5, "broker 2 to know creator's quota")
+        with Client(cluster.address(0)) as client:
+            client.admin.alter_client_quotas({creator: {"controller_mutation_rate": 1}})
+        with Client(cluster.address(2)) as client:
+            cluster.wait(lambda: creator in client.admin.describe_client_quotas(), 5, "broker 2 to know creator's quota")
         creation = CREATE_TOPICS.request(timeout_ms=30_000, topics=[CREATE_TOPICS.request.CreatableTopic(
             name=f"made{i}", num_partitions=6, replication_factor=1, assignments=[], configs=[]) for i in range(3)])
         with connect(port) as sock:
@@ -102,8 +102,8 @@ def test_a_quota_set_through_one_broker_is_in_zookeeper_and_in_force_on_every_br
         cluster.restart(2)
         cluster.wait_for_leaders("quoted")
         assert _throttle_ms(port, "quoted", partition, "capped") > 0
-        with Client(cluster.address(2)) as admin:
-            assert admin.describe_client_quotas()[CAPPED] == {"producer_byte_rate": 1024.0}
+        with Client(cluster.address(2)) as client:
+            assert client.admin.describe_client_quotas()[CAPPED] == {"producer_byte_rate": 1024.0}
 
 
 def test_kafka_configs_sets_a_quota_through_one_broker_enforced_on_another_across_a_restart(

@@ -10,7 +10,7 @@
   static member's restart is stored and survives the next reload. A partition suspended
   (as after a stall) answers COORDINATOR_LOAD_IN_PROGRESS and expires nobody until
   ZooKeeper's state of it resumes it (its group as it was) or resigns it.
-- The wire client waits for a moving or loading coordinator until its retry timeout,
+- Sluice's client waits for a moving or loading coordinator until its retry timeout,
   whatever its retry count (scripted answers).
 - FindCoordinator from every broker names the same broker: the leader of the
   `__consumer_offsets` partition Kafka's placement gives the group (Java's String
@@ -428,9 +428,9 @@ def test_expiry_leaves_alone_only_the_offsets_being_written(tmp_path):
     topics.close()
 
 
-# -- the wire client waiting for a coordinator ----------------------------------------------
+# -- Sluice's client waiting for a coordinator ----------------------------------------------
 
-def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
+def test_sluice_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
     """Scripted answers (tests/test_client_mock_cluster.py's ScriptedBroker): with one
     retry allowed, FindCoordinator's COORDINATOR_NOT_AVAILABLE, OffsetFetch's
     COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR are waited through (the coordinator
@@ -461,11 +461,11 @@ def test_wire_client_waits_for_a_moving_coordinator_whatever_its_retry_count():
         async with contextlib.AsyncExitStack() as stack:
             client = await start_scripted(broker, stack, retries=1, retry_backoff_max=0.05,
                                           retry_timeout=10)
-            committed = await client.fetch_offsets("g")
+            committed = await client.consumer.fetch_offsets("g")
             answers["fetch"] = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * 1000
             client.retry_timeout = 0.5
             with pytest.raises(KafkaError) as still_loading:
-                await client.fetch_offsets("g")
+                await client.consumer.fetch_offsets("g")
             return committed, still_loading.value.code
 
     committed, code = asyncio.run(asyncio.wait_for(main(), 30))
@@ -512,7 +512,7 @@ class CommitStream:
 
     async def _commit(self, client: AsyncClient, offset: int) -> None:
         try:
-            await client.commit_offsets(f"busy-{offset % 8}", {(self.topic, 0): offset})
+            await client.consumer.commit_offsets(f"busy-{offset % 8}", {(self.topic, 0): offset})
         except (ClientError, KafkaError):
             return  # not replicated in time (COORDINATOR_NOT_AVAILABLE): the next one comes
         self.acknowledged += 1
@@ -539,7 +539,7 @@ def test_constant_commits_starve_neither_cleaning_nor_offset_expiry(tmp_path, zo
         cluster.create_topic("committed", 1, 2)
         committed_at = time.monotonic()
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            client.commit_offsets("expiring", {("committed", 0): 7})
+            client.consumer.commit_offsets("expiring", {("committed", 0): 7})
         coordinator = coordinator_of(cluster, "expiring")
         follower = next(b for b in cluster.ids if b != coordinator)
         stream = CommitStream(cluster.address(coordinator), "committed").start()
@@ -551,7 +551,7 @@ def test_constant_commits_starve_neither_cleaning_nor_offset_expiry(tmp_path, zo
             time.sleep(max(0.0, committed_at + RETENTION_S - PAUSE_LEAD_S - time.monotonic()))
             cluster.pause(follower)
             with Client(cluster.address(coordinator), call_timeout=10, request_timeout=5) as client:
-                wait_for(lambda: client.fetch_offsets("expiring") == {},
+                wait_for(lambda: client.consumer.fetch_offsets("expiring") == {},
                          committed_at + RETENTION_S + 15 - time.monotonic(),
                          "the offset of group 'expiring' to expire")
             assert cluster.isr_of(OFFSETS_TOPIC, 0, via=coordinator) == tuple(sorted(cluster.ids)), \
@@ -608,7 +608,7 @@ def test_every_broker_names_the_leader_of_the_groups_partition(cluster):
         finally:
             raw.close()
     with Client(cluster.address(next(b for b in cluster.live if b != coordinator))) as client:
-        committed = client.fetch_offsets(group)  # the client finds the coordinator itself
+        committed = client.consumer.fetch_offsets(group)  # the client finds the coordinator itself
     assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == offsets
 
 
@@ -627,7 +627,7 @@ def test_groups_cli_against_any_broker(cluster):
     groups = groups_on_every_partition("cli")
     with Client(cluster.bootstrap_servers, retry_timeout=60, retries=20) as client:
         for partition, group in groups.items():
-            client.commit_offsets(group, {("cli", p): 10 * (partition + 1) + p for p in range(3)})
+            client.consumer.commit_offsets(group, {("cli", p): 10 * (partition + 1) + p for p in range(3)})
     coordinators = {group: coordinator_of(cluster, group) for group in groups.values()}
     target = groups[0]
     # Bootstrapped on a broker other than the target group's coordinator.
@@ -648,7 +648,7 @@ def test_groups_cli_against_any_broker(cluster):
                   "--topic", "cli", "--to-offset", "1", "--execute")
     assert done.returncode == 0, done.stderr
     with Client(via) as client:
-        committed = client.fetch_offsets(target)
+        committed = client.consumer.fetch_offsets(target)
     assert {p: committed[("cli", p)].offset for p in range(3)} == {0: 1, 1: 1, 2: 1}
 
 
@@ -665,19 +665,19 @@ def test_compacted_offsets_partition_survives_sigkill_of_its_leader(cluster):
     coordinator = coordinator_of(cluster, group)
     with Client(cluster.bootstrap_servers, retries=20, retry_timeout=60) as client:
         for r in range(200):
-            client.commit_offsets(group, {("cleaned", p): (r * 10 + p, f"r{r}") for p in range(2)})
+            client.consumer.commit_offsets(group, {("cleaned", p): (r * 10 + p, f"r{r}") for p in range(2)})
         expected = {("cleaned", p): (199 * 10 + p, "r199") for p in range(2)}
         segment_bytes = int(PROPERTIES["offsets.topic.segment.bytes"])
         for broker_id in cluster.live:
             data_dir = cluster.processes[broker_id].data_dir
             wait_for(lambda: log_bytes(data_dir, OFFSETS_TOPIC, partition)[0] <= 3 * segment_bytes,
                      20, f"the cleaner of broker {broker_id} to compact {OFFSETS_TOPIC}-{partition}")
-        assert client.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset == 0
+        assert client.consumer.list_offsets(OFFSETS_TOPIC, [partition], EARLIEST)[partition].offset == 0
     cluster.kill(coordinator)
     try:
         with Client(cluster.bootstrap_servers, retries=50, retry_timeout=90) as client:
-            committed = client.fetch_offsets(group)
-            assert client.describe_groups([group])[group].coordinator.node_id != coordinator
+            committed = client.consumer.fetch_offsets(group)
+            assert client.admin.describe_groups([group])[group].coordinator.node_id != coordinator
         assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == expected
     finally:
         cluster.restart(coordinator)
@@ -750,7 +750,7 @@ class OffsetSampler:
     def _run(self) -> None:
         while not self._stop.wait(0.25):
             try:
-                committed = self.client.fetch_offsets(self.group)
+                committed = self.client.consumer.fetch_offsets(self.group)
             except (ClientError, KafkaError, TimeoutError, OSError) as exc:
                 self.failures[getattr(exc.__class__, "__name__")
                               + (f" {exc.code.name}" if isinstance(exc, KafkaError) else "")] += 1
@@ -860,7 +860,7 @@ class MixedGroup:
             close_member(w)
         self.sampler.stop()
         with Client(cluster.bootstrap_servers, retries=30, retry_timeout=60) as client:
-            final = self.sampler.record(client.fetch_offsets(self.group))
+            final = self.sampler.record(client.consumer.fetch_offsets(self.group))
         lost += lost_commits(acknowledged_commits(workers), final, topic)
         processed = {i for w in workers for i in w.ids()}
         # The topic read back by two independent consumers, the producer's acknowledgements
@@ -894,7 +894,7 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
     rng = random.Random(seed)
     run = MixedGroup(cluster, seed, name)
     group, topic = run.group, run.topic
-    # A wire client kept across the kills: it must find the new coordinator by itself
+    # A Sluice client kept across the kills: it must find the new coordinator by itself
     # (connection refused, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS are retried).
     watcher = Client(cluster.all_servers, retries=200, retry_timeout=90, request_timeout=5)
     try:
@@ -903,8 +903,8 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
         for round_, fault in enumerate(faults):
             run.workload.wait_acked(rng.randrange(100, 400), timeout=60)
             coordinator = coordinator_of(cluster, group)
-            watcher.fetch_offsets(group)
-            assert watcher.describe_groups([group])[group].coordinator.node_id == coordinator
+            watcher.consumer.fetch_offsets(group)
+            assert watcher.admin.describe_groups([group])[group].coordinator.node_id == coordinator
             acked_before = acknowledged_commits(run.workers)
             victim = coordinator if fault != "kill other broker" else \
                 rng.choice([b for b in cluster.live if b != coordinator])
@@ -916,8 +916,8 @@ def run_faults(cluster: Cluster, seed: int, name: str, faults: list[str]) -> Non
             cluster.wait(lambda: not cluster.registered(victim), 60,
                          f"ZooKeeper to drop the registration of broker {victim}")
             # The group goes on under the (new) coordinator, with every acknowledged commit.
-            after = run.sampler.record(watcher.fetch_offsets(group))
-            new = watcher.describe_groups([group])[group].coordinator.node_id
+            after = run.sampler.record(watcher.consumer.fetch_offsets(group))
+            new = watcher.admin.describe_groups([group])[group].coordinator.node_id
             assert new in cluster.live and (new != coordinator or victim != coordinator)
             if fault == "pause coordinator":
                 cluster.resume(victim)  # a zombie, fenced by now, back among the clients

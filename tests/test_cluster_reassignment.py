@@ -122,7 +122,7 @@ def wait_until_reassigned(cluster: Cluster, topic: str, partition: int, replicas
     Metadata gives it `replicas`."""
     with Client(cluster.bootstrap_servers, call_timeout=30) as client:
         def done() -> bool:
-            if client.list_partition_reassignments([(topic, partition)]):
+            if client.admin.list_partition_reassignments([(topic, partition)]):
                 return False
             return all(cluster.partitions(topic, b)[partition].replicas == replicas for b in cluster.live)
 
@@ -138,7 +138,7 @@ def throttle_configs(cluster: Cluster, topic: str) -> dict[str, dict[str, str]]:
     at their defaults): the topic's name or the broker's id -> key -> value."""
     resources = [(TOPIC_RESOURCE, topic)] + [(BROKER_RESOURCE, str(b)) for b in cluster.live]
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        described = client.describe_configs(resources)
+        described = client.admin.describe_configs(resources)
     return {name: {key: entry.value for key, entry in entries.items()
                    if key in THROTTLE_KEYS and entry.source != DEFAULT_CONFIG}
             for (_, name), entries in described.items()}
@@ -151,7 +151,7 @@ def test_a_partition_moves_to_another_broker_under_an_idempotent_producer(cluste
     try:
         workload.wait_acked(300)
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.alter_partition_reassignments({(topic, 0): [2, 1]}) == {(topic, 0): None}
+            assert client.admin.alter_partition_reassignments({(topic, 0): [2, 1]}) == {(topic, 0): None}
         wait_until_reassigned(cluster, topic, 0, (2, 1))
         # The producer goes on writing, without waiting out librdkafka's request timeout
         # (30 s) on an acks=all produce the old leader held when its replica was deleted.
@@ -167,7 +167,7 @@ def test_a_partition_moves_to_another_broker_under_an_idempotent_producer(cluste
                  f"broker 0 to delete its replica of {topic}-0")
 
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:  # the new replica leads
-        client.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
+        client.admin.elect_leaders(PREFERRED_ELECTION, [(topic, 0)])
     cluster.wait(lambda: cluster.leader_of(topic) == 2, 30, f"broker 2 to lead {topic}-0")
     anomalies = verify(cluster, topic, 1, [workload], test="move under load", seed=seed)
     assert anomalies.clean, anomalies.summary()
@@ -178,14 +178,14 @@ def test_replication_factor_grows_from_1_to_3_and_shrinks_to_2(cluster):
     create_placed(cluster, topic, [[0]])
     values = [b"rf-%d" % i for i in range(50)]
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        client.produce(topic, 0, [(None, v) for v in values])
-        assert client.alter_partition_reassignments({(topic, 0): [0, 1, 2]}) == {(topic, 0): None}
+        client.producer.produce(topic, 0, [(None, v) for v in values])
+        assert client.admin.alter_partition_reassignments({(topic, 0): [0, 1, 2]}) == {(topic, 0): None}
         wait_until_reassigned(cluster, topic, 0, (0, 1, 2))
         cluster.wait_for_isr(topic, 0, (0, 1, 2))
-        assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+        assert client.admin.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
         wait_until_reassigned(cluster, topic, 0, (1, 2))
         assert cluster.isr_of(topic) == (1, 2) and cluster.leader_of(topic) == 1
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
     assert [r.value for r in fetched.records] == values
     cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
                  f"broker 0 to delete its replica of {topic}-0")
@@ -195,20 +195,20 @@ def test_a_group_coordinator_follows_its_offsets_partition_off_a_broker(cluster)
     group, topic, offsets_topic = "moved-coordinator", "coordinated-reads", "__consumer_offsets"
     create_placed(cluster, topic, [[1]])
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        client.commit_offsets(group, {(topic, 0): 42})
+        client.consumer.commit_offsets(group, {(topic, 0): 42})
         cluster.wait_for_leaders(offsets_topic, full_isr=True)
         partition = partition_for(group, len(cluster.partitions(offsets_topic)))
         old = cluster.leader_of(offsets_topic, partition)
         assert client.find_coordinator(group).node_id == old
         kept = tuple(b for b in cluster.partitions(offsets_topic)[partition].replicas if b != old)
-        assert client.alter_partition_reassignments({(offsets_topic, partition): kept}) == {
+        assert client.admin.alter_partition_reassignments({(offsets_topic, partition): kept}) == {
             (offsets_topic, partition): None}
         wait_until_reassigned(cluster, offsets_topic, partition, kept)
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         assert client.find_coordinator(group).node_id in kept
-        assert client.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 42
-        client.commit_offsets(group, {(topic, 0): 43})
-        assert client.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 43
+        assert client.consumer.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 42
+        client.consumer.commit_offsets(group, {(topic, 0): 43})
+        assert client.consumer.fetch_offsets(group, [(topic, 0)])[(topic, 0)].offset == 43
     cluster.wait(lambda: cluster.partition_dirs(old, offsets_topic) == sorted(
         f"{offsets_topic}-{p}" for p, info in cluster.partitions(offsets_topic).items()
         if old in info.replicas), 30, f"broker {old} to delete its replica of {offsets_topic}-{partition}")
@@ -236,7 +236,7 @@ def test_a_produce_the_old_leader_holds_is_answered_when_its_replica_is_deleted(
             cluster.wait(lambda: log.exists() and log.stat().st_size > 0, 30,
                          f"broker {leader} to append the produce")
             with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                assert client.alter_partition_reassignments({(topic, 0): [new]}) == {(topic, 0): None}
+                assert client.admin.alter_partition_reassignments({(topic, 0): [new]}) == {(topic, 0): None}
             started = time.monotonic()
             with pytest.raises(KafkaError) as answered:
                 held.result(timeout=50)
@@ -266,7 +266,7 @@ def test_the_old_leader_answers_while_its_moved_replica_is_removed(cluster):
     with Client(cluster.address(leader), call_timeout=30) as asked, \
             Client(cluster.bootstrap_servers, call_timeout=60) as admin:
         asked.metadata([topic])  # connected beforehand: the question below is one request
-        assert admin.alter_partition_reassignments({(topic, 0): [new, follower]}) == {(topic, 0): None}
+        assert admin.admin.alter_partition_reassignments({(topic, 0): [new, follower]}) == {(topic, 0): None}
         directory = cluster.wait(renamed, 60, f"broker {leader} to rename {topic}-0 for deletion")
         asked.metadata([topic])
         assert directory.exists() and any(directory.iterdir()), \
@@ -280,26 +280,26 @@ def test_a_reassignment_is_listed_and_cancelled(cluster):
     kept, _, added = roles(cluster)
     create_placed(cluster, topic, [[kept]])
     with Client(cluster.address(kept), call_timeout=60) as client:
-        client.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
+        client.producer.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
         cluster.pause(added)  # registered, but the new replica cannot catch up
         try:
-            assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {(topic, 0): None}
-            listed = client.list_partition_reassignments()
+            assert client.admin.alter_partition_reassignments({(topic, 0): [kept, added]}) == {(topic, 0): None}
+            listed = client.admin.list_partition_reassignments()
             assert listed[(topic, 0)] == ((kept, added), (added,), ()), listed
             # Not under-replicated, by Kafka's rule: the replica being added is not counted.
             described = sluice("topics", "--bootstrap-server", cluster.bootstrap_servers, "--output", "json",
                                "describe", topic, "--under-replicated-partitions")
             assert json.loads(described.stdout) == {"partitions": []}, described
-            (refused,) = client.create_partitions({topic: 2}).values()
+            (refused,) = client.admin.create_partitions({topic: 2}).values()
             assert refused.code == ErrorCode.REASSIGNMENT_IN_PROGRESS, refused
-            assert client.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
-            assert client.list_partition_reassignments([(topic, 0)]) == {}
+            assert client.admin.alter_partition_reassignments({(topic, 0): None}) == {(topic, 0): None}
+            assert client.admin.list_partition_reassignments([(topic, 0)]) == {}
         finally:
             cluster.resume(added)
         assert cluster.partitions(topic)[0].replicas == (kept,)
         cluster.wait(lambda: cluster.partition_dirs(added, topic) == [], 30,
                      f"broker {added} to delete what it started of {topic}-0")
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
         assert [r.value for r in fetched.records] == [b"kept-%d" % i for i in range(20)]
 
 
@@ -361,16 +361,16 @@ def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster, zk):
     create_placed(cluster, deleted, [[first, other]])
     before = cluster.partitions(topic)[0]
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        results = client.alter_partition_reassignments({
+        results = client.admin.alter_partition_reassignments({
             (topic, 0): [], ("no-such-topic", 0): [first, second], (topic, 5): [first, second]})
         assert {tp: error.code for tp, error in results.items()} == {
             (topic, 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             (topic, 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
         for target in ([first, first], [first, 7], [first, -1]):  # duplicate, no such broker, negative
-            (error,) = client.alter_partition_reassignments({(topic, 0): target}).values()
+            (error,) = client.admin.alter_partition_reassignments({(topic, 0): target}).values()
             assert error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, (target, error)
-        (error,) = client.alter_partition_reassignments({(topic, 0): None}).values()
+        (error,) = client.admin.alter_partition_reassignments({(topic, 0): None}).values()
         assert error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, error
 
         cluster.pause(other)  # the deletion waits for its StopReplica
@@ -382,7 +382,7 @@ def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster, zk):
                 return found is None or found.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
             cluster.wait(deleting, 30, f"the controller to start deleting {deleted}")
-            (error,) = client.alter_partition_reassignments({(deleted, 0): [first, second]}).values()
+            (error,) = client.admin.alter_partition_reassignments({(deleted, 0): [first, second]}).values()
             assert error.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error
         finally:
             cluster.resume(other)
@@ -391,10 +391,10 @@ def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster, zk):
 
         cluster.stop(other)  # not live any more
         cluster.wait_for_brokers()
-        (error,) = client.alter_partition_reassignments({(topic, 0): [first, other]}).values()
+        (error,) = client.admin.alter_partition_reassignments({(topic, 0): [first, other]}).values()
         assert error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, error
         assert "not live" in error.message, error
-        assert client.list_partition_reassignments() == {}
+        assert client.admin.list_partition_reassignments() == {}
     after = cluster.partitions(topic)[0]
     assert (after.replicas, after.leader_id, after.leader_epoch) == (
         before.replicas, before.leader_id, before.leader_epoch)
@@ -414,9 +414,9 @@ def test_a_broker_in_controlled_shutdown_is_not_live_for_a_reassignment(cluster,
     try:
         assert answer.error_code == ErrorCode.NONE, answer
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            (error,) = client.alter_partition_reassignments({(topic, 0): [kept, leaving]}).values()
+            (error,) = client.admin.alter_partition_reassignments({(topic, 0): [kept, leaving]}).values()
             assert error is not None and error.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT, error
-            assert client.list_partition_reassignments() == {}
+            assert client.admin.list_partition_reassignments() == {}
         assert cluster.partitions(topic)[0].replicas == (kept,)
     finally:
         cluster.restart(leaving)  # registered again: live for the controller again
@@ -430,20 +430,20 @@ def test_a_new_target_replaces_the_reassignment_in_progress(cluster):
     kept, other, added = roles(cluster)
     create_placed(cluster, topic, [[kept]])
     with Client(cluster.address(kept), call_timeout=60) as client:
-        client.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
+        client.producer.produce(topic, 0, [(None, b"kept-%d" % i) for i in range(20)])
         cluster.pause(added)  # registered, but the new replica cannot catch up
         try:
-            assert client.alter_partition_reassignments({(topic, 0): [added]}) == {(topic, 0): None}
-            listed = client.list_partition_reassignments()
+            assert client.admin.alter_partition_reassignments({(topic, 0): [added]}) == {(topic, 0): None}
+            listed = client.admin.list_partition_reassignments()
             assert listed[(topic, 0)] == ((added, kept), (added,), (kept,)), listed
-            assert client.alter_partition_reassignments({(topic, 0): [other]}) == {(topic, 0): None}
+            assert client.admin.alter_partition_reassignments({(topic, 0): [other]}) == {(topic, 0): None}
             wait_until_reassigned(cluster, topic, 0, (other,))
         finally:
             cluster.resume(added)
         cluster.wait(lambda: cluster.partition_dirs(added, topic) == [] and
                      cluster.partition_dirs(kept, topic) == [], 30,
                      f"brokers {added} and {kept} to delete their replicas of {topic}-0")
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
         assert [r.value for r in fetched.records] == [b"kept-%d" % i for i in range(20)]
 
 
@@ -451,7 +451,7 @@ def test_admin_reassign_partitions_znode_is_carried_out_and_deleted(cluster, zk)
     topic = "reassigned-in-zk"
     create_placed(cluster, topic, [[0]])
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        client.produce(topic, 0, [(None, b"zk-%d" % i) for i in range(20)])
+        client.producer.produce(topic, 0, [(None, b"zk-%d" % i) for i in range(20)])
     path = f"{cluster.chroot}/admin/reassign_partitions"
     zk.create(path, json.dumps({"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [1]},
@@ -459,7 +459,7 @@ def test_admin_reassign_partitions_znode_is_carried_out_and_deleted(cluster, zk)
     wait_until_reassigned(cluster, topic, 0, (1,))
     cluster.wait(lambda: zk.exists(path) is None, 30, f"the controller to delete {path}")
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
     assert [r.value for r in fetched.records] == [b"zk-%d" % i for i in range(20)]
     cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30,
                  f"broker 0 to delete its replica of {topic}-0")
@@ -538,7 +538,7 @@ def test_sluice_reassign_refuses_moves_the_cluster_cannot_take(cluster):
     assert refused.returncode == 1, refused
     assert f"broker(s) {stopped} hold replicas but are not live" in refused.stderr
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        assert client.list_partition_reassignments() == {}
+        assert client.admin.list_partition_reassignments() == {}
     assert cluster.partitions(topic)[0].replicas == (0, 1, 2)
 
 
@@ -620,7 +620,7 @@ def test_a_new_controller_completes_the_reassignment_of_one_killed_midway(tmp_pa
         workload = Workload(cluster.all_servers, topic, 1, seed=seed, rate=300, count=100_000).start()
         workload.wait_acked(300)
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+            assert client.admin.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
         wait_for(lambda: cluster.processes[0].proc.poll() is not None, 60,
                  "the controller to die at its fail point")
         cluster.kill(0)  # reaped: out of bootstrap_servers and the waits

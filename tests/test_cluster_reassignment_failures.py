@@ -59,7 +59,7 @@ def preload(cluster: Cluster, topic: str, partition: int, megabytes: int) -> lis
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         for start in range(0, megabytes * 1000, 500):
             values = [b"load%d-%d" % (partition, n) for n in range(start, start + 500)]
-            written = client.produce(topic, partition, [(filler, value) for value in values])
+            written = client.producer.produce(topic, partition, [(filler, value) for value in values])
             acked += [Acked(partition, written.base_offset + i, v) for i, v in enumerate(values)]
     return acked
 
@@ -88,7 +88,7 @@ def move_replicas(cluster: Cluster, topics, leaving: int, joining: int) -> None:
     moves = {(topic, p): [joining if r == leaving else r for r in info.replicas]
              for topic in topics for p, info in cluster.partitions(topic).items()}
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+        assert client.admin.alter_partition_reassignments(moves) == dict.fromkeys(moves)
     for (topic, p), replicas in moves.items():
         wait_until_reassigned(cluster, topic, p, tuple(replicas), timeout=120)
     print(f"{', '.join(topics)}: moved from broker {leaving} to broker {joining}")
@@ -114,7 +114,7 @@ def test_a_new_replica_killed_while_catching_up(tmp_path, zookeeper, seed, outco
         try:
             workload.wait_acked(100)
             with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {
+                assert client.admin.alter_partition_reassignments({(topic, 0): [kept, added]}) == {
                     (topic, 0): None}
             new_replica = cluster.processes[added].data_dir
 
@@ -135,7 +135,7 @@ def test_a_new_replica_killed_while_catching_up(tmp_path, zookeeper, seed, outco
                 wait_until_reassigned(cluster, topic, 0, (kept, added), timeout=120)
             else:
                 with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                    assert client.alter_partition_reassignments({(topic, 0): None}) == {
+                    assert client.admin.alter_partition_reassignments({(topic, 0): None}) == {
                         (topic, 0): None}
                 wait_until_reassigned(cluster, topic, 0, (kept, removed))
                 assert cluster.partition_dirs(added, topic) == [f"{topic}-0"]  # left while down
@@ -171,7 +171,7 @@ def test_the_old_leader_killed_once_the_leadership_moved(tmp_path, zookeeper, se
         workload = Workload(cluster.all_servers, topic, 1, seed=seed, rate=RATE, count=100_000).start()
         workload.wait_acked(300)
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.alter_partition_reassignments({(topic, 0): [kept, added]}) == {
+            assert client.admin.alter_partition_reassignments({(topic, 0): [kept, added]}) == {
                 (topic, 0): None}
         wait_for(lambda: cluster.processes[leader].proc.poll() is not None, 60,
                  "the old leader to die at its fail point")
@@ -203,15 +203,15 @@ def test_replication_factor_of_a_loaded_topic_grows_from_1_to_3_and_shrinks_to_2
             workload.wait_acked(200)
             grown = {(topic, p): [p, (p + 1) % 3, (p + 2) % 3] for p in range(partitions)}
             with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                assert client.alter_partition_reassignments(grown) == dict.fromkeys(grown)
+                assert client.admin.alter_partition_reassignments(grown) == dict.fromkeys(grown)
                 for (_, p), replicas in grown.items():
                     wait_until_reassigned(cluster, topic, p, tuple(replicas), timeout=120)
-                assert client.incremental_alter_configs({(TOPIC_RESOURCE, topic): [
+                assert client.admin.incremental_alter_configs({(TOPIC_RESOURCE, topic): [
                     ("min.insync.replicas", SET_CONFIG, "2")]}) == {(TOPIC_RESOURCE, topic): None}
             workload.wait_acked(200)
             shrunk = {(topic, p): [(p + 1) % 3, (p + 2) % 3] for p in range(partitions)}
             with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                assert client.alter_partition_reassignments(shrunk) == dict.fromkeys(shrunk)
+                assert client.admin.alter_partition_reassignments(shrunk) == dict.fromkeys(shrunk)
                 for (_, p), replicas in shrunk.items():
                     wait_until_reassigned(cluster, topic, p, tuple(replicas))
             assert all(cluster.leader_of(topic, p) == (p + 1) % 3 for p in range(partitions))
@@ -282,7 +282,7 @@ def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  
                 print(f"round {round_}: {({p: t for p, t in sorted(targets.items())})}, kill {kill} "
                       f"({victim}{', restarted at once' if at_once else ''}){', cancel' if cancel else ''}")
                 with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                    assert client.alter_partition_reassignments(
+                    assert client.admin.alter_partition_reassignments(
                         {(topic, p): t for p, t in targets.items()}) == {(topic, p): None for p in targets}
                 workload.wait_acked(rng.randrange(1, 150), timeout=60)
                 if victim is not None:
@@ -290,7 +290,7 @@ def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  
                 cancelled = set()
                 if cancel:
                     with Client(cluster.bootstrap_servers, call_timeout=60, retries=20) as client:
-                        results = client.alter_partition_reassignments({(topic, p): None for p in targets})
+                        results = client.admin.alter_partition_reassignments({(topic, p): None for p in targets})
                     cancelled = {p for (_, p), error in results.items() if error is None}
                 if at_once:  # it waits for ZooKeeper to drop its session itself
                     cluster.processes[victim].start(timeout=60)
@@ -302,7 +302,7 @@ def test_reassignments_under_random_kills(tmp_path, zookeeper, seed, request):  
                     if wanted is not None:
                         wait_until_reassigned(cluster, topic, p, wanted, timeout=180)
                 with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-                    cluster.wait(lambda: not client.list_partition_reassignments(), 180,
+                    cluster.wait(lambda: not client.admin.list_partition_reassignments(), 180,
                                  "every reassignment to be over")
                 after = cluster.partitions(topic)
                 for p in cancelled:

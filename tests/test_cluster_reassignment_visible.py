@@ -77,9 +77,9 @@ def test_produce_and_fetch_away_from_the_leader_name_the_new_one(cluster):
     topic = "leader-named"
     create_placed(cluster, topic, [[0, 1]])
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-        client.produce(topic, 0, [(None, b"before")])
+        client.producer.produce(topic, 0, [(None, b"before")])
         old_epoch = cluster.partitions(topic)[0].leader_epoch
-        assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+        assert client.admin.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
     wait_until_reassigned(cluster, topic, 0, (1, 2))
     cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30, f"broker 0 to delete its {topic}-0")
     moved = cluster.partitions(topic)[0]
@@ -143,7 +143,7 @@ def test_librdkafka_takes_the_new_leader_from_a_produce_answer(cluster):
         producer.produce(topic, b"before", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0 and delivered == [b"before"], failed
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
-            assert client.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
+            assert client.admin.alter_partition_reassignments({(topic, 0): [1, 2]}) == {(topic, 0): None}
         wait_until_reassigned(cluster, topic, 0, (1, 2))
         cluster.wait(lambda: cluster.partition_dirs(0, topic) == [], 30, f"broker 0 to delete its {topic}-0")
         epoch = cluster.partitions(topic)[0].leader_epoch
@@ -208,9 +208,9 @@ def stuck(tmp_path_factory, zookeeper):
         create_placed(cluster, TOPIC, [[0, 1]])
         with Client(cluster.bootstrap_servers, call_timeout=60) as client:
             for batch in range(4):
-                client.produce(TOPIC, 0, [(None, bytes(VALUE_BYTES)) for _ in range(25)])
-            assert client.alter_partition_reassignments({(TOPIC, 0): [0, 2]}) == {(TOPIC, 0): None}
-            cluster.wait(lambda: (TOPIC, 0) in client.list_partition_reassignments() and
+                client.producer.produce(TOPIC, 0, [(None, bytes(VALUE_BYTES)) for _ in range(25)])
+            assert client.admin.alter_partition_reassignments({(TOPIC, 0): [0, 2]}) == {(TOPIC, 0): None}
+            cluster.wait(lambda: (TOPIC, 0) in client.admin.list_partition_reassignments() and
                          cluster.partition_dirs(2, TOPIC) == [f"{TOPIC}-0"], 30,
                          f"broker 2 to create its replica of {TOPIC}-0")
         yield cluster, _log_bytes(cluster, 0, TOPIC)

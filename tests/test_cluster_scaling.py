@@ -128,7 +128,7 @@ def test_a_broker_retired_while_groups_commit_and_transactions_run_stops_with_no
             for w in workers:
                 close_member(w)
             sampler.stop()
-            lost = lost_commits(acknowledged_commits(workers), sampler.record(watcher.fetch_offsets(group)),
+            lost = lost_commits(acknowledged_commits(workers), sampler.record(watcher.consumer.fetch_offsets(group)),
                                 source)
             anomalies = verify(cluster, source, COPY_PARTITIONS, [workload], test="broker retired", seed=seed)
             copy = copier.anomalies("copy across a broker retired", inputs, seed)

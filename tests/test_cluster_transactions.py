@@ -450,7 +450,7 @@ def test_markers_of_transactions_ending_together_go_to_a_broker_in_one_request(t
     assert anomalies == {"lost": 0, "duplicated": 0, "aborted reads": 0, "unexpected": 0}
 
 
-def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brokers):
+def test_the_sluice_client_waits_for_the_markers_whatever_its_retry_count(two_brokers):
     """sluice_client waits for a transaction coordinator that answers CONCURRENT_TRANSACTIONS
     (writing the markers of the id's last transaction) until its retry_timeout, as for a
     coordinator moving, not `retries` times: its InitProducerId for an id whose commit
@@ -466,7 +466,7 @@ def test_the_wire_client_waits_for_the_markers_whatever_its_retry_count(two_brok
     with Client(cluster.address(coordinator), retries=retries) as client:
         def init() -> None:
             try:
-                outcome.put(client.init_transactions(txn_id))
+                outcome.put(client.producer.init_transactions(txn_id))
             except BaseException as exc:  # raised in the test's thread
                 outcome.put(exc)
 
@@ -1024,7 +1024,7 @@ def restart_as_coordinator(cluster: Cluster, broker_id: int, monkeypatch, fail_p
     cluster.wait_for_brokers()
     cluster.wait_for_leaders(TXN_STATE, full_isr=True)
     with Client(cluster.bootstrap_servers) as client:
-        client.elect_leaders(PREFERRED_ELECTION, [(TXN_STATE, p) for p in cluster.partitions(TXN_STATE)])
+        client.admin.elect_leaders(PREFERRED_ELECTION, [(TXN_STATE, p) for p in cluster.partitions(TXN_STATE)])
 
 
 def prepared_loads(cluster: Cluster) -> int:

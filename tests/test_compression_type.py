@@ -54,7 +54,7 @@ def broker(tmp_path_factory):
 def create(broker, configs: dict, partitions: int = clients.PARTITIONS) -> str:
     topic = f"compress-{uuid.uuid4().hex[:8]}"
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({topic: NewTopic(partitions, 1, configs)})
+        created = client.admin.create_topics({topic: NewTopic(partitions, 1, configs)})
     assert created[topic].error is None, created[topic].error
     return topic
 
@@ -117,9 +117,9 @@ def test_idempotent_retry_of_a_recompressed_batch_is_answered_not_stored(broker)
                            compression=LZ4, producer_id=4242, producer_epoch=0, base_sequence=seq)
                for seq in (0, 3)]
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        first = client.produce_batch(topic, 0, batches[0])
-        retry = client.produce_batch(topic, 0, batches[0])
-        second = client.produce_batch(topic, 0, batches[1])
+        first = client.producer.produce_batch(topic, 0, batches[0])
+        retry = client.producer.produce_batch(topic, 0, batches[0])
+        second = client.producer.produce_batch(topic, 0, batches[1])
     assert (first.base_offset, retry.base_offset, second.base_offset) == (0, 0, 3)
     stored = stored_batches(broker, topic, 0)
     assert [(h.compression, h.base_offset, h.base_sequence, h.producer_id) for h in stored] == \
@@ -145,7 +145,7 @@ def test_batch_too_large_once_recompressed_is_refused(broker):
     assert len(batch) < 2000
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
         with pytest.raises(KafkaError) as refused:
-            client.produce_batch(topic, 0, batch)
+            client.producer.produce_batch(topic, 0, batch)
     assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
@@ -154,7 +154,7 @@ def test_batch_too_large_once_recompressed_is_refused(broker):
                                         ("compression.zstd.level", "3")])
 def test_refused_configs_are_invalid_config_naming_the_key(broker, key, value):
     with Client(broker.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({"refused-" + uuid.uuid4().hex[:8]: NewTopic(1, 1, {key: value})})
+        created = client.admin.create_topics({"refused-" + uuid.uuid4().hex[:8]: NewTopic(1, 1, {key: value})})
     (error,) = [c.error for c in created.values()]
     assert error is not None and error.code == ErrorCode.INVALID_CONFIG
     assert key in str(error)

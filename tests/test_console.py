@@ -207,10 +207,10 @@ def test_an_unreachable_cluster_is_one_line_at_start_and_a_page_once_running(tmp
 
 def test_overview_and_a_topic_with_its_recent_messages(browser, console, client, broker):
     By = _by()
-    client.create_topics({"orders": NewTopic(2, 1)})
+    client.admin.create_topics({"orders": NewTopic(2, 1)})
     markup = "<b>bold</b> & <script>alert(1)</script>"
-    client.produce("orders", 0, [ProducerRecord(f"k{i}".encode(), f"order {i}".encode()) for i in range(25)])
-    client.produce("orders", 1, [ProducerRecord(b"html", markup.encode(), (("trace", b"\x00\xff"),)),
+    client.producer.produce("orders", 0, [ProducerRecord(f"k{i}".encode(), f"order {i}".encode()) for i in range(25)])
+    client.producer.produce("orders", 1, [ProducerRecord(b"html", markup.encode(), (("trace", b"\x00\xff"),)),
                                  ProducerRecord(None, b"\x00\x01\x02binary")])
 
     browser.get(console.url)
@@ -265,9 +265,9 @@ def test_a_group_page_and_its_lag_chart_drawn_live(browser, console, client, bro
     By = _by()
     from PIL import Image
 
-    client.create_topics({"lagged": NewTopic(2, 1)})
+    client.admin.create_topics({"lagged": NewTopic(2, 1)})
     for partition in (0, 1):
-        client.produce("lagged", partition, [ProducerRecord(None, b"x" * 10) for _ in range(20)])
+        client.producer.produce("lagged", partition, [ProducerRecord(None, b"x" * 10) for _ in range(20)])
     consumer = _consumer(broker, "chart-readers", "chart-consumer", "lagged", 2)
     try:
         consumer.commit(offsets=[confluent_kafka.TopicPartition("lagged", 0, 5),
@@ -332,15 +332,15 @@ def _near(pixel, colour, tolerance: int = 40) -> bool:
 
 
 def test_offset_reset_is_refused_without_the_flag(console, client):
-    client.create_topics({"guarded": NewTopic(1, 1)})
-    client.produce("guarded", 0, [ProducerRecord(None, b"v") for _ in range(10)])
-    client.commit_offsets("guarded-readers", {("guarded", 0): 7})
+    client.admin.create_topics({"guarded": NewTopic(1, 1)})
+    client.producer.produce("guarded", 0, [ProducerRecord(None, b"v") for _ in range(10)])
+    client.consumer.commit_offsets("guarded-readers", {("guarded", 0): 7})
     status, _, body = console.request("GET", "/groups/guarded-readers")
     assert status == 200 and "reset-form" not in body and 'name="csrf"' not in body
     for path in ("/groups/guarded-readers/reset", "/groups/guarded-readers/reset/confirm"):
         status, _, body = console.request("POST", path, {"target": "earliest"})
         assert status == 403 and "--allow-offset-reset" in body
-    assert client.fetch_offsets("guarded-readers")[("guarded", 0)].offset == 7
+    assert client.consumer.fetch_offsets("guarded-readers")[("guarded", 0)].offset == 7
     # A page whose DNS name was rebound to 127.0.0.1 reaches the port, but not the console.
     assert console.request("GET", "/groups/guarded-readers", host=f"rebound.example:{console.port}")[0] == 403
     assert console.request("GET", "/api/cluster", host=f"localhost:{console.port}")[0] == 200
@@ -350,10 +350,10 @@ def test_offset_reset_shows_the_plan_then_commits_it_once_confirmed(browser, res
                                                                    broker):
     By = _by()
     group = 'resets <&"'  # a group name is any string: escaped in pages, quoted in URLs
-    client.create_topics({"replayed": NewTopic(2, 1)})
+    client.admin.create_topics({"replayed": NewTopic(2, 1)})
     for partition in (0, 1):
-        client.produce("replayed", partition, [ProducerRecord(None, b"v") for _ in range(12)])
-    client.commit_offsets(group, {("replayed", 0): 9, ("replayed", 1): 11})
+        client.producer.produce("replayed", partition, [ProducerRecord(None, b"v") for _ in range(12)])
+    client.consumer.commit_offsets(group, {("replayed", 0): 9, ("replayed", 1): 11})
     console = resetting_console
 
     browser.get(console.url + "groups")
@@ -367,7 +367,7 @@ def test_offset_reset_shows_the_plan_then_commits_it_once_confirmed(browser, res
     plan = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
             for r in browser.find_elements(By.CSS_SELECTOR, "#plan tr")[1:]]
     assert plan == [["replayed", "0", "9", "4"], ["replayed", "1", "11", "4"]]
-    committed = client.fetch_offsets(group)  # a dry run so far
+    committed = client.consumer.fetch_offsets(group)  # a dry run so far
     assert (committed[("replayed", 0)].offset, committed[("replayed", 1)].offset) == (9, 11)
 
     # The confirmation must carry the token of the plan shown: a changed plan is refused.
@@ -385,7 +385,7 @@ def test_offset_reset_shows_the_plan_then_commits_it_once_confirmed(browser, res
 
     _click_to(browser, browser.find_element(By.ID, "reset-confirm"), ".notice")
     assert "Committed the new offsets." in browser.find_element(By.CLASS_NAME, "notice").text
-    committed = client.fetch_offsets(group)
+    committed = client.consumer.fetch_offsets(group)
     assert (committed[("replayed", 0)].offset, committed[("replayed", 1)].offset) == (4, 4)
 
     # A group with an active member is not reset: no form, and a plan is refused with the reason.

@@ -88,7 +88,7 @@ def fill(path) -> None:
 def storage_error_of(client: Client, topic: str, partition: int, value: bytes) -> ErrorCode | None:
     """The error code of one un-retried produce (None when it is written)."""
     try:
-        client.produce(topic, partition, [(b"raw", value)])
+        client.producer.produce(topic, partition, [(b"raw", value)])
     except KafkaError as exc:
         return exc.code
     return None
@@ -99,12 +99,12 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list]:
     found = {}
     with Client(bootstrap, call_timeout=30) as client:
         for p in range(partitions):
-            end = client.list_offsets(topic, [p], -1)[p].offset
+            end = client.consumer.list_offsets(topic, [p], -1)[p].offset
             records, offset = [], 0
             for _ in range(10_000):
                 if offset >= end:
                     break
-                fetched = client.fetch_records(topic, p, offset, max_wait_ms=0)
+                fetched = client.consumer.fetch_records(topic, p, offset, max_wait_ms=0)
                 records += fetched.records
                 offset = fetched.next_offset
             assert offset >= end, f"{topic}-{p}: read stopped at {offset} of {end}"
@@ -141,10 +141,10 @@ def test_produce_on_a_full_disk_answers_storage_errors_and_loses_nothing(small_d
 
     try:
         with Client(broker.bootstrap_servers, retries=0, call_timeout=30) as client:
-            client.create_topics({"full": NewTopic(partitions=2,
+            client.admin.create_topics({"full": NewTopic(partitions=2,
                                                    configs={"segment.bytes": str(SEGMENT_BYTES)}),
                                   "spare": NewTopic(partitions=1)})
-            client.produce("spare", 0, [(b"k", b"before")])
+            client.producer.produce("spare", 0, [(b"k", b"before")])
             spare_log = data_dir / "spare-0" / f"{0:020d}.log"
             send(1500)  # several segments per partition
             assert producer.flush(30) == 0
@@ -159,7 +159,7 @@ def test_produce_on_a_full_disk_answers_storage_errors_and_loses_nothing(small_d
             assert storage_error_of(client, "spare", 0, b"y" * 20_000) == ErrorCode.KAFKA_STORAGE_ERROR
             assert spare_log.stat().st_size == spare_size, "a torn batch was left in the log"
             assert broker.proc.poll() is None, "the broker died"
-            fetched = client.fetch_records("full", 1, 0, max_wait_ms=0)
+            fetched = client.consumer.fetch_records("full", 1, 0, max_wait_ms=0)
             assert fetched.records and fetched.records[0].value == acked[(1, 0)]
             producer.poll(1)
             held_back = sent - len(acked)
@@ -173,7 +173,7 @@ def test_produce_on_a_full_disk_answers_storage_errors_and_loses_nothing(small_d
             assert len(acked) == sent
             assert storage_error_of(client, "full", 0, b"after") is None
             assert storage_error_of(client, "spare", 0, b"after") is None
-            assert [r.value for r in client.fetch_records("spare", 0, 0, max_wait_ms=0).records] == \
+            assert [r.value for r in client.consumer.fetch_records("spare", 0, 0, max_wait_ms=0).records] == \
                 [b"before", b"after"]
     finally:
         producer.flush(0)
@@ -206,27 +206,27 @@ def test_delete_topics_on_a_full_disk_frees_the_space(small_disk):
     broker.start()
     try:
         with Client(broker.bootstrap_servers, call_timeout=30) as client:
-            client.create_topics({"doomed": NewTopic(partitions=2), "empty": NewTopic(partitions=1),
+            client.admin.create_topics({"doomed": NewTopic(partitions=2), "empty": NewTopic(partitions=1),
                                   "kept": NewTopic(partitions=1)})
             for n in range(12):
-                client.produce("doomed", n % 2, [(b"k", bytes([n]) * 250_000)])
-            kept = [client.produce("kept", 0, [(b"k", f"kept{n}".encode())]).base_offset
+                client.producer.produce("doomed", n % 2, [(b"k", bytes([n]) * 250_000)])
+            kept = [client.producer.produce("kept", 0, [(b"k", f"kept{n}".encode())]).base_offset
                     for n in range(5)]
             fill(filler)
 
             # Creating a topic needs space: it is refused, leaving nothing behind.
-            error = client.create_topics({"unborn": NewTopic(partitions=2)})["unborn"].error
+            error = client.admin.create_topics({"unborn": NewTopic(partitions=2)})["unborn"].error
             assert error is not None and error.code == ErrorCode.KAFKA_STORAGE_ERROR, error
             assert not [name for name in os.listdir(data_dir) if name.startswith("unborn")]
 
             # Deleting nothing but an empty log frees no space: the registry cannot be
             # written yet, and the deletion still holds.
-            assert client.delete_topics(["empty"]) == {"empty": None}
+            assert client.admin.delete_topics(["empty"]) == {"empty": None}
             leftovers = [name for name in os.listdir(data_dir) if name.endswith("-delete")]
             assert [name.split(".")[0] for name in leftovers] == ["empty-0"], leftovers
 
             before = free_bytes(small_disk)
-            assert client.delete_topics(["doomed"]) == {"doomed": None}
+            assert client.admin.delete_topics(["doomed"]) == {"doomed": None}
             # freed in the background, by the broker's thread that removes deleted logs
             wait_for(lambda: free_bytes(small_disk) - before >= 2_500_000, timeout=10,
                      what="the deleted topic's 3 MB to be freed")
@@ -234,7 +234,7 @@ def test_delete_topics_on_a_full_disk_frees_the_space(small_disk):
             wait_for(lambda: not any(name.endswith("-delete") for name in os.listdir(data_dir)),
                      timeout=10, what="the deleted topics' directories to go")
             assert "doomed" not in client.metadata().topics
-            client.produce("kept", 0, [(b"k", b"after the delete")])
+            client.producer.produce("kept", 0, [(b"k", b"after the delete")])
     finally:
         broker.kill()
 
@@ -244,7 +244,7 @@ def test_delete_topics_on_a_full_disk_frees_the_space(small_disk):
         with Client(broker.bootstrap_servers, call_timeout=30) as client:
             topics = client.metadata().topics
             assert "doomed" not in topics and "empty" not in topics, sorted(topics)
-            values = [r.value for r in client.fetch_records("kept", 0, 0, max_wait_ms=0).records]
+            values = [r.value for r in client.consumer.fetch_records("kept", 0, 0, max_wait_ms=0).records]
             assert values == [f"kept{n}".encode() for n in range(5)] + [b"after the delete"]
             assert kept == list(range(5))
     finally:

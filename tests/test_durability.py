@@ -87,7 +87,7 @@ def test_flush_policy_decides_what_is_fsynced(tmp_path):
     names = {kind: f"{kind}-{uuid.uuid4().hex[:6]}" for kind in ("inherits", "never", "timed")}
     with BrokerProcess(data, config_file=str(config)) as broker:
         with Client(broker.bootstrap_servers) as client:
-            results = client.create_topics({
+            results = client.admin.create_topics({
                 names["inherits"]: NewTopic(1, 1, {"segment.bytes": "2048"}),
                 names["never"]: NewTopic(1, 1, {"flush.messages": LONG_MAX}),
                 names["timed"]: NewTopic(1, 1, {"flush.messages": LONG_MAX, "flush.ms": "100"}),

@@ -80,8 +80,8 @@ def sessions(tmp_path):
     """A broker, a 3-partition topic "s" with one record in partition 0, and a Fetcher."""
     with BrokerProcess(tmp_path / "data") as broker:
         with Client(broker.bootstrap_servers) as client:
-            client.create_topics({"s": NewTopic(3, 1, {})})
-            client.produce("s", 0, [(b"k", b"v0")])
+            client.admin.create_topics({"s": NewTopic(3, 1, {})})
+            client.producer.produce("s", 0, [(b"k", b"v0")])
             fetcher = Fetcher(broker.port)
             try:
                 yield broker, client, fetcher
@@ -102,7 +102,7 @@ def test_incremental_fetches_list_only_what_changed(sessions):
     assert (quiet.error_code, quiet.session_id, listed(quiet)) == (0, sid, {})
     assert listed(fetcher.fetch({}, session_id=sid, epoch=2)) == {}
 
-    client.produce("s", 1, [(b"k", b"v1"), (b"k", b"v2")])
+    client.producer.produce("s", 1, [(b"k", b"v1"), (b"k", b"v2")])
     moved = fetcher.fetch({}, session_id=sid, epoch=3)
     assert list(listed(moved)) == [("s", 1)]
     assert listed(moved)[("s", 1)][0] == 2 and listed(moved)[("s", 1)][1] > 0
@@ -119,7 +119,7 @@ def test_incremental_long_poll_waits_on_unlisted_partitions(sessions):
     empty = fetcher.fetch({}, session_id=sid, epoch=1, max_wait_ms=300, min_bytes=1)
     assert listed(empty) == {} and time.monotonic() - started >= 0.25
 
-    timer = threading.Timer(0.3, lambda: Client(broker.bootstrap_servers).produce("s", 2, [(None, b"x")]))
+    timer = threading.Timer(0.3, lambda: Client(broker.bootstrap_servers).producer.produce("s", 2, [(None, b"x")]))
     timer.start()
     try:
         started = time.monotonic()
@@ -139,10 +139,10 @@ def test_added_forgotten_and_unknown_partitions(sessions):
     # Partition 0 leaves the session; the unknown one stays, answered with its error.
     assert listed(fetcher.fetch({}, session_id=sid, epoch=2, forgotten={"s": [0]})) == {
         ("later", 0): (-1, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
-    client.produce("s", 0, [(None, b"more")])
-    client.create_topics({"later": NewTopic(1, 1, {})})
-    client.produce("later", 0, [(None, b"now")])
-    client.produce("s", 1, [(None, b"p1")])
+    client.producer.produce("s", 0, [(None, b"more")])
+    client.admin.create_topics({"later": NewTopic(1, 1, {})})
+    client.producer.produce("later", 0, [(None, b"now")])
+    client.producer.produce("s", 1, [(None, b"p1")])
     # Served once it exists, without being listed again (as a follower that heard of a
     # topic before its leader did fetches it).
     served = listed(fetcher.fetch({}, session_id=sid, epoch=3))
@@ -188,10 +188,10 @@ def _topic_id(broker, topic: str):
 
 def test_byte_budget_rotates_between_partitions(sessions):
     broker, client, fetcher = sessions
-    client.produce("s", 1, [(None, b"x" * 1000)])
+    client.producer.produce("s", 1, [(None, b"x" * 1000)])
     sid = fetcher.fetch({"s": {0: 1, 1: 0, 2: 0}}, epoch=0).session_id
-    client.produce("s", 2, [(None, b"y" * 1000)])
-    client.produce("s", 0, [(None, b"z" * 1000)])
+    client.producer.produce("s", 2, [(None, b"y" * 1000)])
+    client.producer.produce("s", 0, [(None, b"z" * 1000)])
     # max_bytes 1: only the first partition with records is answered (its batch whole).
     first = fetcher.fetch({}, session_id=sid, epoch=1, max_bytes=1)
     assert [key for key, (_, size, _) in listed(first).items() if size] == [("s", 0)]
@@ -205,7 +205,7 @@ def test_cache_slots_bound_the_sessions(tmp_path):
     config.write_text("max.incremental.fetch.session.cache.slots=1\n")
     with BrokerProcess(tmp_path / "data", config_file=str(config)) as broker:
         with Client(broker.bootstrap_servers) as client:
-            client.create_topics({"s": NewTopic(3, 1, {})})
+            client.admin.create_topics({"s": NewTopic(3, 1, {})})
         one, two = Fetcher(broker.port), Fetcher(broker.port)
         try:
             small = one.fetch({"s": {0: 0}}, epoch=0)
@@ -237,7 +237,7 @@ def test_kafka_python_consumer_reads_everything_through_sessions(sessions):
         for batch in range(5):
             values = [b"r%d-%d" % (batch, i) for i in range(30)]
             for i, value in enumerate(values):
-                client.produce("s", i % 3, [(None, value)])
+                client.producer.produce("s", i % 3, [(None, value)])
             expected.update(values)
             while set(seen) != expected and time.monotonic() < deadline:
                 seen.extend(record.value for record in consumer)

@@ -555,7 +555,7 @@ def test_a_broker_that_stops_leading_answers_waiting_and_new_requests(tmp_path):
     serves it (KIP-392, tests/test_cluster_follower_fetching.py)."""
     with EmbeddedBroker(tmp_path / "data") as embedded:
         with Client(embedded.bootstrap_servers) as client:
-            client.create_topics({"replicated": NewTopic(1, 1, {})})
+            client.admin.create_topics({"replicated": NewTopic(1, 1, {})})
         port = embedded.broker.server.port
         partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
         epoch = _on_loop(embedded, lambda: partition.leader_epoch) + 1
@@ -615,8 +615,8 @@ def test_a_fenced_answer_about_a_replaced_leader_epoch_does_not_hold_the_followe
     leader = start_broker(tmp_path / "leader", {"metrics.port": "0"})
     try:
         with Client(leader.bootstrap_servers) as client:
-            client.create_topics({"t": NewTopic(1, 1)})
-            client.produce("t", 0, [(None, b"x")])
+            client.admin.create_topics({"t": NewTopic(1, 1)})
+            client.producer.produce("t", 0, [(None, b"x")])
         leader.restart()  # it leads from one epoch past the last it holds records of
         with Client(leader.bootstrap_servers) as client:
             epoch = client.metadata(["t"]).topics["t"].partitions[0].leader_epoch

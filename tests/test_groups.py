@@ -9,7 +9,7 @@
   those the killed member consumed after its last commit, and the offsets committed at
   the end are the log ends.
 - Committed offsets survive a clean restart and a SIGKILL of the broker (OffsetFetch by
-  confluent's committed() and by the wire client); a consumer kept running across both
+  confluent's committed() and by Sluice's client); a consumer kept running across both
   carries on, and a new one resumes from the committed offsets; nothing is lost.
 - Static membership: a confluent member with group.instance.id (the leader, then a
   follower) closes (no LeaveGroup) and a new one with the same instance id comes back
@@ -289,7 +289,7 @@ def produce(bootstrap: str, topic: str, ids, partitions: int) -> None:
 
 
 def end_offsets(client: Client, topic: str, partitions: int) -> dict[int, int]:
-    return {p: o.offset for p, o in client.list_offsets(topic, range(partitions), LATEST).items()}
+    return {p: o.offset for p, o in client.consumer.list_offsets(topic, range(partitions), LATEST).items()}
 
 
 # -- workers seen from the test -----------------------------------------------------------
@@ -380,7 +380,7 @@ def wait_stable(client: Client, group: str, topic: str, partitions: int, workers
     last = {}
 
     def settled():
-        described = client.describe_groups([group])[group]
+        described = client.admin.describe_groups([group])[group]
         last["described"] = described
         if described.state != "Stable" or \
                 sorted(m.client_id for m in described.members) != sorted(w.name for w in workers):
@@ -413,7 +413,7 @@ def test_mixed_clients_share_a_topic_and_survive_leave_and_crash(start_broker):
     bootstrap, topic, group, partitions = broker.bootstrap_servers, "mixed", "mixed-group", 10
     session_ms = 3000
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
         produce(bootstrap, topic, range(0, 300), partitions)
         kinds = [("confluent", "c1"), ("confluent", "c2"), ("confluent", "c3"),
                  ("kafka-python", "kp"), ("aiokafka", "aio")]
@@ -475,7 +475,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     wait_for(lambda: _all_ids(workers) >= {str(i) for i in produced}, 30, "records 1200-1300")
     for w in list(alive):
         w.close()
-    assert client.describe_groups([group])[group].state == "Empty"
+    assert client.admin.describe_groups([group])[group].state == "Empty"
 
     # Every record at least once; twice only when the crashed member had consumed it
     # past its last reported commit of that partition.
@@ -499,7 +499,7 @@ def _run_mixed_group(client, bootstrap, topic, group, partitions, session_ms, wo
     assert held and all(held.values())
 
     ends = end_offsets(client, topic, partitions)
-    committed = client.fetch_offsets(group)
+    committed = client.consumer.fetch_offsets(group)
     assert {p: committed[(topic, p)].offset for p in range(partitions)} == ends
 
 
@@ -538,7 +538,7 @@ def _check_committed(bootstrap, consumer, group, topic, partitions, expected):
     tps = [ck.TopicPartition(topic, p) for p in range(partitions)]
     assert {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=15)} == expected
     with Client(bootstrap) as client:
-        fetched = client.fetch_offsets(group)
+        fetched = client.consumer.fetch_offsets(group)
         assert {p: fetched[(topic, p)].offset for p in range(partitions)} == expected
         assert end_offsets(client, topic, partitions) == expected  # everything consumed
 
@@ -547,7 +547,7 @@ def test_committed_offsets_survive_clean_restart_and_sigkill(start_broker):
     broker = start_broker()
     bootstrap, topic, group, partitions = broker.bootstrap_servers, "durable", "durable-group", 4
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
     produce(bootstrap, topic, range(0, 200), partitions)
     consumer = _consumer(bootstrap, group)
     consumer.subscribe([topic])
@@ -595,7 +595,7 @@ def test_committed_offsets_survive_clean_restart_and_sigkill(start_broker):
         fresh.close()
     assert sorted(int(m.value()) for m in seen) == list(range(440))  # none lost, none twice
     with Client(bootstrap) as client:
-        fetched = client.fetch_offsets(group)
+        fetched = client.consumer.fetch_offsets(group)
         assert {p: fetched[(topic, p)].offset for p in range(partitions)} == \
             {p: 110 for p in range(partitions)}
 
@@ -658,12 +658,12 @@ def test_static_member_restarts_without_rebalance_and_duplicate_is_fenced(start_
     broker = start_broker()
     bootstrap, topic, group, partitions = broker.bootstrap_servers, "static", "static-group", 6
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
         members = {}
 
         def settled(count):
             def check():
-                described = client.describe_groups([group])[group]
+                described = client.admin.describe_groups([group])[group]
                 held = {m.client_id: set(m.consumer_assignment().get(topic, ()))
                         for m in described.members}
                 return described.state == "Stable" and len(described.members) == count and \
@@ -673,11 +673,11 @@ def test_static_member_restarts_without_rebalance_and_duplicate_is_fenced(start_
         try:
             # a joins first, so it leads the group (a leader that rejoins stays leader).
             members["a"] = Member(bootstrap, group, topic, "a", instance_id="inst-a")
-            assert _pump(members.values(), 20, settled(1)), client.describe_groups([group])
+            assert _pump(members.values(), 20, settled(1)), client.admin.describe_groups([group])
             members["b"] = Member(bootstrap, group, topic, "b", instance_id="inst-b")
             members["d"] = Member(bootstrap, group, topic, "d")
-            assert _pump(members.values(), 30, settled(3)), client.describe_groups([group])
-            ids = {m.client_id: m.member_id for m in client.describe_groups([group])[group].members}
+            assert _pump(members.values(), 30, settled(3)), client.admin.describe_groups([group])
+            ids = {m.client_id: m.member_id for m in client.admin.describe_groups([group])[group].members}
             assert _group_leader(bootstrap, group) == ids["a"]
             assignments = {name: m.assignment() for name, m in members.items()}
             assert sorted(p for parts in assignments.values() for p in parts) == list(range(partitions))
@@ -688,23 +688,23 @@ def test_static_member_restarts_without_rebalance_and_duplicate_is_fenced(start_
                 others = [m for n, m in members.items() if n != name]
                 marks = {m.name: len(m.events) for m in others}
                 members[name].consumer.close()
-                assert client.describe_groups([group])[group].state == "Stable"
+                assert client.admin.describe_groups([group])[group].state == "Stable"
                 members[name] = again = Member(bootstrap, group, topic, name, instance_id=f"inst-{name}")
                 states = []
 
                 def rejoined():
-                    states.append(client.describe_groups([group])[group].state)
+                    states.append(client.admin.describe_groups([group])[group].state)
                     return again.assignment() == assignments[name] and \
                         again.events == [("assign", sorted(assignments[name]))]
                 assert _pump(members.values(), 10, rejoined), \
                     (again.events, again.assignment(), assignments)
                 _pump(members.values(), 2)  # several heartbeats: still nothing for the others
-                states.append(client.describe_groups([group])[group].state)
+                states.append(client.admin.describe_groups([group])[group].state)
                 assert set(states) == {"Stable"}, states
                 for m in others:
                     assert m.events[marks[m.name]:] == [], (m.name, m.events)
                     assert m.assignment() == assignments[m.name]
-                now = {m.client_id: m.member_id for m in client.describe_groups([group])[group].members}
+                now = {m.client_id: m.member_id for m in client.admin.describe_groups([group])[group].members}
                 assert now.keys() == ids.keys() and now[name] != ids[name]
                 assert all(now[n] == ids[n] for n in ids if n != name)
                 ids = now
@@ -729,7 +729,7 @@ def test_static_member_restarts_without_rebalance_and_duplicate_is_fenced(start_
             assert not newest.errors
             for m in others:
                 assert m.events[marks[m.name]:] == [], (m.name, m.events)
-            assert client.describe_groups([group])[group].state == "Stable"
+            assert client.admin.describe_groups([group])[group].state == "Stable"
             fenced_one.consumer.close()
         finally:
             for m in members.values():
@@ -837,7 +837,7 @@ def test_offset_and_group_requests_edge_cases(start_broker):
     broker = start_broker()
     topic = "edge"
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({topic: NewTopic(partitions=3, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=3, replication_factor=1)})
     raw = Raw(broker.port)
     try:
         # A member with garbage protocol metadata: the broker stores it, never parses it.
@@ -953,7 +953,7 @@ def test_member_commits_while_the_group_rebalances(start_broker):
     broker = start_broker()
     topic, group = "rebalancing", "rebalancing-group"
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
     one, two = Raw(broker.port), Raw(broker.port)
     try:
         m1 = _join(one, group).member_id
@@ -1009,7 +1009,7 @@ def test_offset_delete(start_broker):
     broker = start_broker()
     group, subscribed, other = "od-group", "od-subscribed", "od-other"
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({subscribed: NewTopic(partitions=2, replication_factor=1),
+        client.admin.create_topics({subscribed: NewTopic(partitions=2, replication_factor=1),
                               other: NewTopic(partitions=1, replication_factor=1)})
     subscription = CONSUMER_PROTOCOL_SUBSCRIPTION.encode_versioned(1, CONSUMER_PROTOCOL_SUBSCRIPTION(
         topics=[subscribed], user_data=None, owned_partitions=[]))
@@ -1085,7 +1085,7 @@ def test_consumer_offsets_topic_has_kafkas_layout(start_broker):
     broker = start_broker()
     bootstrap, topic, partitions = broker.bootstrap_servers, "layout", 3
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
         produce(bootstrap, topic, range(30), partitions)
         consumer = _consumer(bootstrap, "layout-group", **{"client.id": "layout-client"})
         consumer.subscribe([topic])
@@ -1093,7 +1093,7 @@ def test_consumer_offsets_topic_has_kafkas_layout(start_broker):
             _commit_positions(consumer, _consume(consumer, 30))
         finally:
             consumer.close()
-        client.commit_offsets("layout-standalone", {(topic, 0): (3, "standalone-meta"), (topic, 2): 4})
+        client.consumer.commit_offsets("layout-standalone", {(topic, 0): (3, "standalone-meta"), (topic, 2): 4})
         offsets_partitions = len(client.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].partitions)
     assert offsets_partitions == 5
 
@@ -1127,7 +1127,7 @@ def test_consumer_offsets_group_record_names_members(start_broker):
     broker = start_broker()
     bootstrap, topic = broker.bootstrap_servers, "layout-live"
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
         consumer = _consumer(bootstrap, "layout-live-group", **{
             "client.id": "live-client", "partition.assignment.strategy": "roundrobin"})
         consumer.subscribe([topic])
@@ -1160,7 +1160,7 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
                           log_cleaner_backoff_ms=100)
     bootstrap, topic, partitions = broker.bootstrap_servers, "cleaned", 4
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
         produce(bootstrap, topic, range(40), partitions)
         # A real consumer group, so that its group metadata record must survive compaction.
         consumer = _consumer(bootstrap, "clean-live", **{"client.id": "clean-client"})
@@ -1169,10 +1169,10 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
             _commit_positions(consumer, _consume(consumer, 40))
             rounds = 300
             for r in range(rounds):
-                client.commit_offsets("clean-a", {(topic, p): (r * 10 + p, f"r{r}")
+                client.consumer.commit_offsets("clean-a", {(topic, p): (r * 10 + p, f"r{r}")
                                                   for p in range(partitions)})
                 if r % 3 == 0:
-                    client.commit_offsets("clean-b", {(topic, 0): r})
+                    client.consumer.commit_offsets("clean-b", {(topic, 0): r})
             expected_a = {(topic, p): ((rounds - 1) * 10 + p, f"r{rounds - 1}")
                           for p in range(partitions)}
             expected_b = {(topic, 0): (297, "")}
@@ -1187,13 +1187,13 @@ def test_offsets_topic_is_compacted_and_replays(start_broker):
 
     def check():
         with Client(bootstrap) as client:
-            a, b = client.fetch_offsets("clean-a"), client.fetch_offsets("clean-b")
-            live = client.fetch_offsets("clean-live")
+            a, b = client.consumer.fetch_offsets("clean-a"), client.consumer.fetch_offsets("clean-b")
+            live = client.consumer.fetch_offsets("clean-live")
             assert {tp: (c.offset, c.metadata) for tp, c in a.items()} == expected_a
             assert {tp: (c.offset, c.metadata) for tp, c in b.items()} == expected_b
             assert {tp: c.offset for tp, c in live.items()} == {(topic, p): 10 for p in range(partitions)}
-            assert client.describe_groups(["clean-live"])["clean-live"].state == "Empty"
-            assert client.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset == 0  # not deleted
+            assert client.admin.describe_groups(["clean-live"])["clean-live"].state == "Empty"
+            assert client.consumer.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset == 0  # not deleted
             assert client.metadata([OFFSETS_TOPIC]).topics[OFFSETS_TOPIC].is_internal
     assert live_assignment
     check()

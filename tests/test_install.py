@@ -167,9 +167,9 @@ PRODUCE_AND_CONSUME = """
 import sys
 from sluice_client import Client, NewTopic
 with Client(sys.argv[1], call_timeout=60) as client:
-    client.create_topics({"installed": NewTopic(partitions=1, replication_factor=1)})
-    client.produce("installed", 0, [(b"key", b"from a fresh venv", [], None)])
-    print([record.value.decode() for record in client.fetch_records("installed", 0, 0).records])
+    client.admin.create_topics({"installed": NewTopic(partitions=1, replication_factor=1)})
+    client.producer.produce("installed", 0, [(b"key", b"from a fresh venv", [], None)])
+    print([record.value.decode() for record in client.consumer.fetch_records("installed", 0, 0).records])
 """
 
 # Every module of the broker, the CLI and the client imports without Spark.

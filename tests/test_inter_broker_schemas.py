@@ -11,7 +11,7 @@ issue 17. Here:
   with request header v0, which has no client id. (test_codec_roundtrip covers every
   version with generated bodies; test_schema_reference checks the tables against Kafka's.)
 - The single node serves none of them, nor the partition reassignment APIs (45, 46): its
-  ApiVersions lists only broker/handlers' HANDLERS, the wire client negotiates none of
+  ApiVersions lists only broker/handlers' HANDLERS, Sluice's client negotiates none of
   them but ControlledShutdown and the reassignment APIs, and a request at one of them is
   refused unread and the connection closed with a log line, as for an API key the codec
   does not know. A cluster broker also serves the controller's requests (CLUSTER_HANDLERS;

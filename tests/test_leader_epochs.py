@@ -184,14 +184,14 @@ def _diverging(broker, topic: str, last_epoch: int, offset: int):
 
 def test_epochs_move_on_across_restarts(broker):
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"e": NewTopic(1, 1, {})})
-        client.produce("e", 0, [(b"k", b"%d" % i) for i in range(3)])  # epoch 0: 0..2
+        client.admin.create_topics({"e": NewTopic(1, 1, {})})
+        client.producer.produce("e", 0, [(b"k", b"%d" % i) for i in range(3)])  # epoch 0: 0..2
     assert _metadata_epoch(broker, "e") == 0
     broker.restart()
     assert _metadata_epoch(broker, "e") == 1
     with Client(broker.bootstrap_servers) as client:
-        client.produce("e", 0, [(b"k", b"3"), (b"k", b"4")])  # epoch 1: 3..4
-        batches = client.fetch("e", 0, 0).records
+        client.producer.produce("e", 0, [(b"k", b"3"), (b"k", b"4")])  # epoch 1: 3..4
+        batches = client.consumer.fetch("e", 0, 0).records
     broker.restart()
     assert _metadata_epoch(broker, "e") == 2
     for version in range(5):
@@ -226,7 +226,7 @@ def test_consumers_carry_on_across_the_epoch_bump(broker):
     bootstrap = broker.bootstrap_servers
     producer = Producer({"bootstrap.servers": bootstrap})
     with Client(bootstrap) as client:
-        client.create_topics({"bump": NewTopic(1, 1, {})})
+        client.admin.create_topics({"bump": NewTopic(1, 1, {})})
 
     def produce(values):
         for v in values:

@@ -189,7 +189,7 @@ def test_malformed_message_set_gets_its_error_code(broker, victim, case):
         response = roundtrip(sock, PRODUCE, 2, produce_body(accepting, 0, plain(1)), 2)
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     with Client(broker.bootstrap_servers) as client:
-        assert client.list_offsets(refusing, [0], -1)[0].offset == 0
+        assert client.consumer.list_offsets(refusing, [0], -1)[0].offset == 0
 
 
 def test_well_formed_hand_made_message_sets_are_stored(broker):
@@ -200,7 +200,7 @@ def test_well_formed_hand_made_message_sets_are_stored(broker):
             response = roundtrip(sock, PRODUCE, version, produce_body(topic, 0, records), 3)
             assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     with Client(broker.bootstrap_servers) as client:
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
     assert [(r.offset, r.key, r.value) for r in fetched.records] == [
         (offset, b"k%d" % (offset % 3), b"v%d" % (offset % 3)) for offset in range(9)]
 
@@ -215,7 +215,7 @@ def test_log_append_time_topic_stamps_converted_messages_with_the_append_time(br
     [answer] = response.responses[0].partition_responses
     assert answer.error_code == ErrorCode.NONE and answer.log_append_time_ms > 0
     with Client(broker.bootstrap_servers) as client:
-        fetched = client.fetch_records(topic, 0, 0, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0)
     assert [r.timestamp for r in fetched.records] == [answer.log_append_time_ms] * 3
 
 

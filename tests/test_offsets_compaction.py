@@ -59,7 +59,7 @@ async def commit_rounds(bootstrap: str) -> None:
     async with AsyncClient(bootstrap) as client:
         async def group_rounds(group: str) -> None:
             for r in range(ROUNDS):
-                await client.commit_offsets(group, {(TOPIC, p): (r * 10 + p, f"r{r}")
+                await client.consumer.commit_offsets(group, {(TOPIC, p): (r * 10 + p, f"r{r}")
                                                     for p in range(PARTITIONS)})
         await asyncio.gather(*(group_rounds(g) for g in GROUPS))
 
@@ -93,7 +93,7 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
     try:
         bootstrap = proc.bootstrap_servers
         with Client(bootstrap) as client:
-            client.create_topics({TOPIC: NewTopic(partitions=PARTITIONS, replication_factor=1)})
+            client.admin.create_topics({TOPIC: NewTopic(partitions=PARTITIONS, replication_factor=1)})
             txn = Transactions(bootstrap)
             txn.offsets({0: 100, 1: 101, 2: 102})
             txn.end(commit=True)   # 2's record stays (and so its marker); later commits replace 0's, 1's
@@ -101,20 +101,20 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
             txn.end(commit=False)  # the cleaner removes these records
             txn.offsets({3: 5})
             txn.end(commit=True)   # made obsolete by the plain commit of partition 3 below
-            client.commit_offsets(TXN_GROUP, {(TOPIC, 0): 200, (TOPIC, 3): 6})
+            client.consumer.commit_offsets(TXN_GROUP, {(TOPIC, 0): 200, (TOPIC, 3): 6})
             txn.offsets({1: 300})
-            client.commit_offsets(TXN_GROUP, {(TOPIC, 1): 250})  # written after the pending 300
+            client.consumer.commit_offsets(TXN_GROUP, {(TOPIC, 1): 250})  # written after the pending 300
             txn.end(commit=True)
             expected_txn = {(TOPIC, 0): 200, (TOPIC, 1): 250, (TOPIC, 2): 102, (TOPIC, 3): 6}
-            assert {tp: c.offset for tp, c in client.fetch_offsets(TXN_GROUP).items()} == expected_txn
-            client.commit_offsets(GONE_GROUP, {(TOPIC, p): 1 for p in range(PARTITIONS)})
-            assert client.delete_groups([GONE_GROUP]) == {GONE_GROUP: None}  # tombstones
+            assert {tp: c.offset for tp, c in client.consumer.fetch_offsets(TXN_GROUP).items()} == expected_txn
+            client.consumer.commit_offsets(GONE_GROUP, {(TOPIC, p): 1 for p in range(PARTITIONS)})
+            assert client.admin.delete_groups([GONE_GROUP]) == {GONE_GROUP: None}  # tombstones
             txn = None  # the producer goes (it would reconnect to the broker restarted below)
 
             started = time.monotonic()
             asyncio.run(commit_rounds(bootstrap))
             commit_seconds = time.monotonic() - started
-            log_end = client.list_offsets(OFFSETS_TOPIC, [0], LATEST)[0].offset
+            log_end = client.consumer.list_offsets(OFFSETS_TOPIC, [0], LATEST)[0].offset
             expected = {(TOPIC, p): ((ROUNDS - 1) * 10 + p, f"r{ROUNDS - 1}") for p in range(PARTITIONS)}
 
             def compacted():
@@ -130,7 +130,7 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
                 return size, segments, records
             size, segments, records = wait_for(compacted, 30, f"the cleaner to compact {OFFSETS_TOPIC}",
                                                interval=0.5)
-            assert client.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset == 0
+            assert client.consumer.list_offsets(OFFSETS_TOPIC, [0], EARLIEST)[0].offset == 0
             print(f"{len(GROUPS) * ROUNDS} commits in {commit_seconds:.1f} s; {log_end:,} offsets written, "
                   f"{len(records)} records in {size:,} bytes in {segments} segment(s) after compaction")
             assert log_end > len(GROUPS) * ROUNDS * PARTITIONS and len(records) < log_end // 20
@@ -138,12 +138,12 @@ def test_compacted_offsets_topic_replays_latest_offsets(tmp_path):
         def check():
             with Client(bootstrap, retries=20) as client:
                 for group in GROUPS:
-                    committed = client.fetch_offsets(group)
+                    committed = client.consumer.fetch_offsets(group)
                     assert {tp: (c.offset, c.metadata) for tp, c in committed.items()} == expected, group
-                committed = client.fetch_offsets(TXN_GROUP)
+                committed = client.consumer.fetch_offsets(TXN_GROUP)
                 assert {tp: c.offset for tp, c in committed.items()} == expected_txn
-                assert client.fetch_offsets(GONE_GROUP) == {}
-                assert GONE_GROUP not in {g.group_id for g in client.list_groups()}
+                assert client.consumer.fetch_offsets(GONE_GROUP) == {}
+                assert GONE_GROUP not in {g.group_id for g in client.admin.list_groups()}
         check()
         proc.restart()
         check()

@@ -258,7 +258,7 @@ def _leading_with_an_absent_follower(embedded):
     """Partition 0 of a new topic "replicated", led here with broker 1 (which never
     fetches unless a test fetches as it) in its ISR."""
     with Client(embedded.bootstrap_servers) as client:
-        client.create_topics({"replicated": NewTopic(1, 1, {})})
+        client.admin.create_topics({"replicated": NewTopic(1, 1, {})})
     partition = _on_loop(embedded, lambda: embedded.broker.topics.partition("replicated", 0))
     _on_loop(embedded, lambda: partition.make_leader(partition.leader_epoch + 1, [0, 1], [0, 1]))
     return partition
@@ -324,7 +324,7 @@ def test_pipelined_acks_all_produces_are_appended_at_once_and_answered_in_order(
 def test_a_broker_that_is_not_a_replica_gets_no_records(tmp_path):
     with EmbeddedBroker(tmp_path / "data") as embedded:
         with Client(embedded.bootstrap_servers) as client:
-            client.create_topics({"replicated": NewTopic(1, 1, {})})
+            client.admin.create_topics({"replicated": NewTopic(1, 1, {})})
         with connect(embedded.broker.server.port) as sock:
             assert roundtrip(sock, PRODUCE, 9, _produce(-1, 1000, 0), 1).responses[0] \
                 .partition_responses[0].error_code == ErrorCode.NONE

@@ -247,7 +247,7 @@ async def send_case(port: int, payload: bytes, whole: bool) -> str:
 
 
 def canary_records(client: Client) -> list[tuple]:
-    fetched = client.fetch_records(CANARY, 0, 0, max_wait_ms=0)
+    fetched = client.consumer.fetch_records(CANARY, 0, 0, max_wait_ms=0)
     return [(r.offset, r.key, r.value) for r in fetched.records]
 
 
@@ -274,11 +274,11 @@ def test_mutated_client_requests(tmp_path):
     config.write_text("group.initial.rebalance.delay.ms=0\n")
     with BrokerProcess(tmp_path / "data", config_file=str(config)) as proc, \
             Client(proc.bootstrap_servers, call_timeout=30) as client:
-        created = client.create_topics({"fuzz": NewTopic(partitions=2),
+        created = client.admin.create_topics({"fuzz": NewTopic(partitions=2),
                                         "fuzz-scratch": NewTopic(partitions=1),
                                         CANARY: NewTopic(partitions=1)})
         assert all(c.error is None for c in created.values()), created
-        client.produce(CANARY, 0, [(f"k{n}".encode(), f"v{n}".encode()) for n in range(20)])
+        client.producer.produce(CANARY, 0, [(f"k{n}".encode(), f"v{n}".encode()) for n in range(20)])
         canary = canary_records(client)
         outcomes = asyncio.run(run_cases(proc, seed))
         assert_serving(proc)

@@ -102,7 +102,7 @@ def keys(client: Client, topic: str, partition: int) -> list[bytes]:
     found: list[bytes] = []
     offset = 0
     for _ in range(100):
-        fetched = client.fetch_records(topic, partition, offset, max_wait_ms=0)
+        fetched = client.consumer.fetch_records(topic, partition, offset, max_wait_ms=0)
         if not fetched.records:
             return found
         found += [r.key for r in fetched.records]
@@ -131,14 +131,14 @@ def test_damaged_tails_are_truncated_at_start(tmp_path, shutdown):
     proc = BrokerProcess(tmp_path / "data", config_file=config_file(tmp_path)).start()
     try:
         with Client(proc.bootstrap_servers) as client:
-            created = client.create_topics({TOPIC: NewTopic(len(DAMAGES), configs={
+            created = client.admin.create_topics({TOPIC: NewTopic(len(DAMAGES), configs={
                 "segment.bytes": str(SEGMENT_BYTES), "index.interval.bytes": "1"})})
             assert created[TOPIC].error is None
             for p in range(len(DAMAGES)):
                 for n in range(BATCHES):
-                    client.produce(TOPIC, p, [(b"%d-%d" % (p, n), b"v" * 40)])
-            client.commit_offsets("g", {(TOPIC, 0): 3})
-            client.commit_offsets("g", {(TOPIC, 0): 5})  # the last batch, damaged below
+                    client.producer.produce(TOPIC, p, [(b"%d-%d" % (p, n), b"v" * 40)])
+            client.consumer.commit_offsets("g", {(TOPIC, 0): 3})
+            client.consumer.commit_offsets("g", {(TOPIC, 0): 5})  # the last batch, damaged below
         assert init_producer(proc.port, "tx", 1).error_code == 0
         assert init_producer(proc.port, "tx", 2).error_code == 0
         proc.stop() if shutdown == "clean" else proc.kill()
@@ -158,13 +158,13 @@ def test_damaged_tails_are_truncated_at_start(tmp_path, shutdown):
                 assert keys(client, TOPIC, p) == [b"%d-%d" % (p, n) for n in range(kept)], kind
                 if kind in TRUNCATING:
                     assert f"{TOPIC}-{p}: segment" in output and "truncated at byte" in output, kind
-                written = client.produce(TOPIC, p, [(b"after", b"x")])
+                written = client.producer.produce(TOPIC, p, [(b"after", b"x")])
                 assert written.base_offset == kept, kind
                 assert keys(client, TOPIC, p)[-1] == b"after"
-            committed = client.fetch_offsets("g", [(TOPIC, 0)])
+            committed = client.consumer.fetch_offsets("g", [(TOPIC, 0)])
             assert committed[(TOPIC, 0)].offset == 3  # the damaged commit is gone, the first kept
-            client.commit_offsets("g", {(TOPIC, 0): 6})
-            assert client.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == 6
+            client.consumer.commit_offsets("g", {(TOPIC, 0): 6})
+            assert client.consumer.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == 6
         assert "__consumer_offsets-0: segment" in output and "bad CRC" in output
         assert "__transaction_state-0: segment" in output and "torn batch" in output
         assert "bad batch header" in output  # the bad magic
@@ -196,9 +196,9 @@ def test_damage_inside_an_internal_segment_truncates_it_at_start(tmp_path):
     proc = BrokerProcess(tmp_path / "data", config_file=config_file(tmp_path)).start()
     try:
         with Client(proc.bootstrap_servers) as client:
-            assert client.create_topics({TOPIC: NewTopic(1)})[TOPIC].error is None
+            assert client.admin.create_topics({TOPIC: NewTopic(1)})[TOPIC].error is None
             for n in range(commits):
-                client.commit_offsets("g", {(TOPIC, 0): n})
+                client.consumer.commit_offsets("g", {(TOPIC, 0): n})
         proc.stop()
         log_file = segment_files(partition_dir(proc, "__consumer_offsets", 0), ".log")[0]
         ends = batch_ends(log_file)
@@ -209,9 +209,9 @@ def test_damage_inside_an_internal_segment_truncates_it_at_start(tmp_path):
         del proc.output[:]
         proc.start()
         with Client(proc.bootstrap_servers) as client:
-            assert client.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == damaged - 1
-            client.commit_offsets("g", {(TOPIC, 0): 1000})
-            assert client.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == 1000
+            assert client.consumer.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == damaged - 1
+            client.consumer.commit_offsets("g", {(TOPIC, 0): 1000})
+            assert client.consumer.fetch_offsets("g", [(TOPIC, 0)])[(TOPIC, 0)].offset == 1000
         output = "".join(proc.output)
         assert "__consumer_offsets-0: segment" in output and "bad CRC" in output, output[-2000:]
     finally:
@@ -261,24 +261,24 @@ def test_partitions_beyond_the_descriptor_budget_are_refused(tmp_path):
     try:
         with Client(proc.bootstrap_servers) as client:
             for validate_only in (True, False):
-                answer = client.create_topics({"huge": NewTopic(5000)}, validate_only=validate_only)
+                answer = client.admin.create_topics({"huge": NewTopic(5000)}, validate_only=validate_only)
                 error = answer["huge"].error
                 assert error is not None and error.code == ErrorCode.INVALID_PARTITIONS
                 assert "RLIMIT_NOFILE 512" in str(error), error
             assert topic_dirs(proc, "huge") == []
 
             started = time.monotonic()
-            assert client.create_topics({"many": NewTopic(120)})["many"].error is None
+            assert client.admin.create_topics({"many": NewTopic(120)})["many"].error is None
             assert time.monotonic() - started < 10, "creating partitions within budget stalls"
             for p in range(120):
-                client.produce("many", p, [(b"k", b"v")])
+                client.producer.produce("many", p, [(b"k", b"v")])
             assert open_fds(proc) < FD_LIMIT - 64
 
             for validate_only in (True, False):
-                error = client.create_partitions({"many": 400}, validate_only=validate_only)["many"]
+                error = client.admin.create_partitions({"many": 400}, validate_only=validate_only)["many"]
                 assert error is not None and error.code == ErrorCode.INVALID_PARTITIONS, error
             assert len(topic_dirs(proc, "many")) == 120
-            assert client.create_partitions({"many": 130})["many"] is None
+            assert client.admin.create_partitions({"many": 130})["many"] is None
             assert len(topic_dirs(proc, "many")) == 130
     finally:
         proc.kill()
@@ -290,13 +290,13 @@ def test_sealed_segments_read_by_consumers_hold_no_descriptor_each(tmp_path):
     segments = 200
     try:
         with Client(proc.bootstrap_servers) as client:
-            client.create_topics({"old": NewTopic(1, configs={"segment.bytes": "100"})})
+            client.admin.create_topics({"old": NewTopic(1, configs={"segment.bytes": "100"})})
             before = open_fds(proc)
             for n in range(segments):  # each batch is larger than a segment: one segment each
-                client.produce("old", 0, [(b"%d" % n, b"v" * 100)])
+                client.producer.produce("old", 0, [(b"%d" % n, b"v" * 100)])
             assert len(segment_files(partition_dir(proc, "old", 0), ".log")) >= segments
             for n in range(segments):  # a consumer reading every old segment, one by one
-                fetched = client.fetch_records("old", 0, n, max_wait_ms=0, max_bytes=1)
+                fetched = client.consumer.fetch_records("old", 0, n, max_wait_ms=0, max_bytes=1)
                 assert [r.key for r in fetched.records] == [b"%d" % n]
             grown = open_fds(proc) - before
         assert grown <= 64 + 8, f"{grown} more descriptors after reading {segments} segments"

@@ -57,7 +57,7 @@ def cluster(tmp_path_factory, zookeeper):
 def described_rates(client: Client, broker_id: int) -> dict[str, tuple[str, int]]:
     """The broker's throttle rates as it describes them: key -> (value, source)."""
     resource = (BROKER_RESOURCE, str(broker_id))
-    entries = client.describe_configs([resource])[resource]
+    entries = client.admin.describe_configs([resource])[resource]
     return {key: (entries[key].value, entries[key].source) for key in (LEADER_RATE, FOLLOWER_RATE)}
 
 
@@ -67,25 +67,25 @@ def test_throttle_configs_are_validated_and_kept_in_zookeeper(cluster, zk):
     resource = (TOPIC_RESOURCE, topic)
     with Client(cluster.bootstrap_servers, call_timeout=60) as client:
         for bad in ("0:x", "*,0:1", "0-1", "0:1:2", "1"):
-            error = client.incremental_alter_configs({resource: [(LEADER_REPLICAS, SET_CONFIG, bad)]})[resource]
+            error = client.admin.incremental_alter_configs({resource: [(LEADER_REPLICAS, SET_CONFIG, bad)]})[resource]
             assert error.code == ErrorCode.INVALID_CONFIG and LEADER_REPLICAS in str(error), (bad, error)
-        assert client.incremental_alter_configs({resource: [
+        assert client.admin.incremental_alter_configs({resource: [
             (LEADER_REPLICAS, SET_CONFIG, " 0:0, 0:1 "), (FOLLOWER_REPLICAS, SET_CONFIG, "*")]})[resource] is None
-        described = client.describe_configs([resource])[resource]
+        described = client.admin.describe_configs([resource])[resource]
         assert (described[LEADER_REPLICAS].value, described[LEADER_REPLICAS].source) == (
             "0:0,0:1", DYNAMIC_TOPIC_CONFIG)
         assert described[FOLLOWER_REPLICAS].value == "*"
 
         broker1, default = (BROKER_RESOURCE, "1"), (BROKER_RESOURCE, "")
         for bad in ("-1", "fast", "9223372036854775808"):
-            error = client.incremental_alter_configs({broker1: [(LEADER_RATE, SET_CONFIG, bad)]})[broker1]
+            error = client.admin.incremental_alter_configs({broker1: [(LEADER_RATE, SET_CONFIG, bad)]})[broker1]
             assert error.code == ErrorCode.INVALID_CONFIG and LEADER_RATE in str(error), (bad, error)
         alter_dirs = "replica.alter.log.dirs.io.max.bytes.per.second"
-        error = client.incremental_alter_configs({broker1: [(alter_dirs, SET_CONFIG, "1000")]})[broker1]
+        error = client.admin.incremental_alter_configs({broker1: [(alter_dirs, SET_CONFIG, "1000")]})[broker1]
         assert error.code == ErrorCode.INVALID_CONFIG and "one log directory" in str(error), error
-        assert client.incremental_alter_configs({broker1: [(alter_dirs, DELETE_CONFIG, None)]})[broker1] is None
+        assert client.admin.incremental_alter_configs({broker1: [(alter_dirs, DELETE_CONFIG, None)]})[broker1] is None
 
-        assert client.incremental_alter_configs({broker1: [(LEADER_RATE, SET_CONFIG, "1000000")],
+        assert client.admin.incremental_alter_configs({broker1: [(LEADER_RATE, SET_CONFIG, "1000000")],
                                                  default: [(FOLLOWER_RATE, SET_CONFIG, "2000000")]}) == {
             broker1: None, default: None}
         assert broker_config(zk, cluster, "1") == {LEADER_RATE: "1000000"}
@@ -97,7 +97,7 @@ def test_throttle_configs_are_validated_and_kept_in_zookeeper(cluster, zk):
             30, "broker 2 to read the cluster default from ZooKeeper")
         assert described_rates(client, 1) == {LEADER_RATE: ("1000000", DYNAMIC_BROKER_CONFIG),
                                               FOLLOWER_RATE: ("2000000", DYNAMIC_DEFAULT_BROKER_CONFIG)}
-        assert client.incremental_alter_configs({broker1: [(LEADER_RATE, DELETE_CONFIG, None)],
+        assert client.admin.incremental_alter_configs({broker1: [(LEADER_RATE, DELETE_CONFIG, None)],
                                                  default: [(FOLLOWER_RATE, DELETE_CONFIG, None)]}) == {
             broker1: None, default: None}
     assert broker_config(zk, cluster, "1") == broker_config(zk, cluster, "<default>") == {}
@@ -106,7 +106,7 @@ def test_throttle_configs_are_validated_and_kept_in_zookeeper(cluster, zk):
 def fill(client: Client, topic: str, partition: int, size: int, batch: int = 64 * 1024) -> None:
     """`size` bytes of incompressible values, in batches of `batch` bytes."""
     for _ in range(size // batch):
-        client.produce(topic, partition, [(None, os.urandom(batch // 8)) for _ in range(8)])
+        client.producer.produce(topic, partition, [(None, os.urandom(batch // 8)) for _ in range(8)])
 
 
 def test_a_throttled_move_is_held_to_its_rate_and_an_unlisted_one_is_not(cluster):
@@ -119,16 +119,16 @@ def test_a_throttled_move_is_held_to_its_rate_and_an_unlisted_one_is_not(cluster
         for partition in range(3):
             fill(client, topic, partition, size)
         brokers = [(BROKER_RESOURCE, str(b)) for b in (source, target)]
-        assert client.incremental_alter_configs({b: [(LEADER_RATE, SET_CONFIG, str(rate)),
+        assert client.admin.incremental_alter_configs({b: [(LEADER_RATE, SET_CONFIG, str(rate)),
                                                      (FOLLOWER_RATE, SET_CONFIG, str(rate))]
                                                  for b in brokers}) == dict.fromkeys(brokers)
         try:
             started = time.monotonic()
             moves = {(topic, p): [source, target] for p in range(3)}
-            assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+            assert client.admin.alter_partition_reassignments(moves) == dict.fromkeys(moves)
             wait_until_reassigned(cluster, topic, 2, (source, target))
             unthrottled = time.monotonic() - started
-            still = client.list_partition_reassignments()
+            still = client.admin.list_partition_reassignments()
             assert {(topic, 0), (topic, 1)} <= set(still), still
 
             rates = {}
@@ -146,7 +146,7 @@ def test_a_throttled_move_is_held_to_its_rate_and_an_unlisted_one_is_not(cluster
                 wait_until_reassigned(cluster, topic, partition, (source, target), timeout=120)
                 took[partition] = time.monotonic() - started
         finally:
-            client.incremental_alter_configs({b: [(LEADER_RATE, DELETE_CONFIG, None),
+            client.admin.incremental_alter_configs({b: [(LEADER_RATE, DELETE_CONFIG, None),
                                                   (FOLLOWER_RATE, DELETE_CONFIG, None)] for b in brokers})
     print(f"moved {size} bytes: unthrottled in {unthrottled:.1f} s, throttled by the leader in "
           f"{took[0]:.1f} s, by the follower in {took[1]:.1f} s (at {rate} B/s: {size / rate:.1f} s); "
@@ -170,15 +170,15 @@ def test_a_fetch_of_many_throttled_partitions_shares_the_leaders_rate(cluster):
     with Client(cluster.bootstrap_servers, call_timeout=120) as client:
         for partition in range(partitions):
             fill(client, topic, partition, 1024 * 1024)
-        assert client.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(trickle))]}) == {
+        assert client.admin.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(trickle))]}) == {
             broker: None}
         seen: list[float] = []
         try:
             moves = {(topic, p): [source, target] for p in range(partitions)}
-            assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
-            cluster.wait(lambda: len(client.describe_log_dirs(target, moves)) == partitions, 30,
+            assert client.admin.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+            cluster.wait(lambda: len(client.admin.describe_log_dirs(target, moves)) == partitions, 30,
                          "the new replicas to be created")
-            assert client.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(rate))]}) == {
+            assert client.admin.incremental_alter_configs({broker: [(LEADER_RATE, SET_CONFIG, str(rate))]}) == {
                 broker: None}
             # The gauge is the bytes of the last 11 s over the time since they began (1 s
             # at least): a burst shows above the rate for seconds after it.
@@ -187,7 +187,7 @@ def test_a_fetch_of_many_throttled_partitions_shares_the_leaders_rate(cluster):
                 seen.append(value(scrape(port), "kafka_server_leaderreplication_byte_rate") or 0.0)
                 time.sleep(0.1)
         finally:
-            client.incremental_alter_configs({broker: [(LEADER_RATE, DELETE_CONFIG, None)]})
+            client.admin.incremental_alter_configs({broker: [(LEADER_RATE, DELETE_CONFIG, None)]})
         for partition in range(partitions):
             wait_until_reassigned(cluster, topic, partition, (source, target))
     print(f"leader byte-rate gauge at {rate} B/s: highest {max(seen):.0f} over {len(seen)} samples")

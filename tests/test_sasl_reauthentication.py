@@ -7,7 +7,7 @@ LIFETIME_MS, PLAIN ones PLAIN_LIFETIME_MS (the listener-and-mechanism override).
   and mechanism unchanged; a changed principal or mechanism fails and closes it.
 - Once a session has expired, its next request other than a re-authentication closes the
   connection (a v0 client, which cannot re-authenticate, included).
-- confluent-kafka and the wire client re-authenticate on their own and keep producing;
+- confluent-kafka and Sluice's client re-authenticate on their own and keep producing;
   once the user's password is changed, their connection stops working at its next
   re-authentication, within the lifetime.
 """
@@ -164,7 +164,7 @@ def test_confluent_kafka_reauthenticates_and_a_changed_password_stops_it(broker)
              2 * LIFETIME_MS / 1000 + 20, "librdkafka to report its re-authentication refused")
 
 
-def test_the_wire_client_reauthenticates_and_a_changed_password_stops_it(broker):
+def test_the_sluice_client_reauthenticates_and_a_changed_password_stops_it(broker):
     user, topic = f"dave-{uuid.uuid4().hex[:6]}", f"reauth-wire-{uuid.uuid4().hex[:6]}"
     set_scram_password(broker, user, "first")
     security = ClientSecurity({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
@@ -172,7 +172,7 @@ def test_the_wire_client_reauthenticates_and_a_changed_password_stops_it(broker)
     with Client(broker.bootstrap("SASL_PLAINTEXT"), security=security, call_timeout=30, retries=0) as client:
         wait_for(lambda: (client.metadata([topic], allow_auto_topic_creation=True),
                           reauthentications(broker, user) >= 2)[1], 60,
-                 "the wire client to re-authenticate twice")
+                 "Sluice's client to re-authenticate twice")
         set_scram_password(broker, user, "second")
         refused = threading.Event()
 
@@ -185,4 +185,4 @@ def test_the_wire_client_reauthenticates_and_a_changed_password_stops_it(broker)
                 pass
             return refused.is_set()
 
-        wait_for(stopped, 2 * LIFETIME_MS / 1000 + 20, "the wire client's re-authentication to be refused")
+        wait_for(stopped, 2 * LIFETIME_MS / 1000 + 20, "Sluice's client's re-authentication to be refused")

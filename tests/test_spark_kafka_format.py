@@ -171,7 +171,7 @@ def test_data_loss_after_retention_is_reported_alike(spark_kafka, kafka):
     expected = produce(kafka, topic, make_records({0: 60}), flush_every=4)
     with Client(kafka) as client:  # one retention pass deletes what is over the limit, at once
         resource = (TOPIC_RESOURCE, topic)
-        changed = client.incremental_alter_configs({resource: [("retention.bytes", SET_CONFIG, "2048")]})
+        changed = client.admin.incremental_alter_configs({resource: [("retention.bytes", SET_CONFIG, "2048")]})
         assert changed[resource] is None, changed
     start = wait_for(lambda: log_offsets(kafka, topic, [0], EARLIEST)[0], 20, "retention to delete segments")
     survivors = [row for row in expected if row[4] >= start]

@@ -215,7 +215,7 @@ def test_unknown_and_ineffective_source_options_are_warnings(spark, kafka, tmp_p
                  "option 'maxOffsetsPerTrigger' applies to streaming queries only"):
         assert any(text in line for line in logs), (text, logs[-20:])
     with Client(kafka) as client:  # the prefix names no group: the source uses none
-        assert not [g for g in client.list_groups() if g.group_id.startswith(prefix)]
+        assert not [g for g in client.admin.list_groups() if g.group_id.startswith(prefix)]
 
 
 def test_unknown_sink_options_are_warnings_and_client_id_reaches_the_wire(spark, kafka, worker_logs):
@@ -331,7 +331,7 @@ def test_poll_timeout_fails_a_task_whose_broker_stops_answering(spark, broker):
     topic = create_topic(broker.bootstrap_servers, unique("poll"), partitions=1)
     with Client(broker.bootstrap_servers) as client:
         for i in range(300):  # one batch each; fetched one at a time below
-            client.produce(topic, 0, [(None, b"x" * 100, [], None)])
+            client.producer.produce(topic, 0, [(None, b"x" * 100, [], None)])
     stopped = threading.Event()
     with KafkaCaptureProxy(broker.bootstrap_servers) as proxy:
         def stop_at_first_fetch():
@@ -403,7 +403,7 @@ def test_max_offsets_per_trigger_never_starves_a_small_partition(spark, kafka, t
 def append(bootstrap: str, topic: str, numbers) -> None:
     """Values b"0", b"1", ... as one record batch: readers see all of them or none."""
     with Client(bootstrap) as client:
-        client.produce(topic, 0, [(None, b"%d" % i, [], None) for i in numbers])
+        client.producer.produce(topic, 0, [(None, b"%d" % i, [], None) for i in numbers])
 
 
 def test_min_offsets_per_trigger_waits_for_records_or_max_trigger_delay(spark, kafka, tmp_path):
@@ -494,7 +494,7 @@ def test_group_matches_the_last_batch_when_the_query_stops(spark, kafka, tmp_pat
 
     def committed() -> dict:
         with Client(kafka) as client:
-            answers = client.fetch_offsets(group, partitions)
+            answers = client.consumer.fetch_offsets(group, partitions)
         return {t: {str(p): answers[(t, p)].offset for (t, p) in partitions} for t in {topic}}
 
     produce(kafka, topic, make_records({p: 25 for p in range(4)}), headers=False)

@@ -10,7 +10,7 @@ same checkpoint, which first replays the killed batch. The last run goes to the 
 (availableNow). The output is then read record by record from the raw log: every data
 batch is classified by the marker that ended its transaction (committed, aborted, still
 open) or as non-transactional. The claims:
-- exactly_once: what read_committed consumers see (our wire client, confluent-kafka)
+- exactly_once: what read_committed consumers see (our Sluice client, confluent-kafka)
   holds every input record exactly once, with key, value and headers; read_uncommitted
   shows more, and every extra record is in an aborted transaction, exactly the data the
   killed attempts had written before the intent (none after it);
@@ -80,7 +80,7 @@ def unique(name: str) -> str:
 
 def create_topics(bootstrap: str, partitions: int, *names: str) -> None:
     with Client(bootstrap) as client:
-        created = client.create_topics({n: NewTopic(partitions=partitions, replication_factor=1)
+        created = client.admin.create_topics({n: NewTopic(partitions=partitions, replication_factor=1)
                                         for n in names})
     for name in names:
         assert created[name].error is None, created[name]
@@ -101,7 +101,7 @@ def produce_input(bootstrap: str, topic: str, partitions: int, count: int) -> di
                 rows.append((key, value, list(headers), None))
                 records[rid] = (key, value, headers)
             for start in range(0, len(rows), 500):
-                client.produce(topic, p, rows[start:start + 500])
+                client.producer.produce(topic, p, rows[start:start + 500])
     return records
 
 
@@ -122,12 +122,12 @@ class Output:
         self.markers = []
         with Client(bootstrap) as client:
             for p in range(partitions):
-                end = client.list_offsets(topic, [p], LATEST)[p].offset
+                end = client.consumer.list_offsets(topic, [p], LATEST)[p].offset
                 offset, pending, last_write = 0, {}, {}
                 for _ in range(100_000):
                     if offset >= end:
                         break
-                    fetched = client.fetch(topic, p, offset, max_wait_ms=0, max_bytes=4 << 20)
+                    fetched = client.consumer.fetch(topic, p, offset, max_wait_ms=0, max_bytes=4 << 20)
                     for header, batch in iter_batches(fetched.records):
                         if header.last_offset < offset:
                             continue
@@ -158,16 +158,16 @@ class Output:
 
 
 def read_committed_wire(bootstrap: str, topic: str, partitions: int) -> collections.Counter:
-    """Ids as our wire client's read_committed fetch returns them."""
+    """Ids as our Sluice client's read_committed fetch returns them."""
     ids = collections.Counter()
     with Client(bootstrap) as client:
         for p in range(partitions):
-            end = client.list_offsets(topic, [p], LATEST, isolation_level=READ_COMMITTED)[p].offset
+            end = client.consumer.list_offsets(topic, [p], LATEST, isolation_level=READ_COMMITTED)[p].offset
             offset = 0
             for _ in range(100_000):
                 if offset >= end:
                     break
-                fetched = client.fetch_records(topic, p, offset, max_wait_ms=0,
+                fetched = client.consumer.fetch_records(topic, p, offset, max_wait_ms=0,
                                                isolation_level=READ_COMMITTED)
                 ids.update(record_id(r.value) for r in fetched.records if r.offset < end)
                 offset = fetched.next_offset
@@ -430,7 +430,7 @@ def test_failed_first_attempts_are_fenced_and_aborted(kafka, tmp_path):
     # A zombie of a failed attempt (its old epoch) can neither write nor commit: the
     # abort fenced its transactional id.
     with Client(kafka) as client:
-        ids = {t.producer_id: t.transactional_id for t in client.list_transactions()
+        ids = {t.producer_id: t.transactional_id for t in client.admin.list_transactions()
                if t.transactional_id.startswith(f"sluice-{query_id(checkpoint)}-")}
         out = Output(kafka, output, partitions)
         zombies = {(r[5], r[6]) for r in out.aborted}
@@ -439,15 +439,15 @@ def test_failed_first_attempts_are_fenced_and_aborted(kafka, tmp_path):
             txn_id = ids[pid]
             assert txn_id.endswith("-0")  # the first attempt's id; retries wrote under "-1"
             with pytest.raises(KafkaError) as fenced:
-                client.end_txn(txn_id, pid, old, commit=True)
+                client.producer.end_txn(txn_id, pid, old, commit=True)
             assert fenced.value.code == ErrorCode.PRODUCER_FENCED
             with pytest.raises(KafkaError) as fenced:
-                client.add_partitions_to_txn(txn_id, pid, old, {output: [0]})
+                client.producer.add_partitions_to_txn(txn_id, pid, old, {output: [0]})
             assert fenced.value.code == ErrorCode.PRODUCER_FENCED
             batch = build_batch([(None, b"id=zombie", (), int(time.time() * 1000))], producer_id=pid,
                                 producer_epoch=old, base_sequence=0, transactional=True)
             with pytest.raises(KafkaError) as fenced:
-                client.produce_batch(output, 0, batch, transactional_id=txn_id)
+                client.producer.produce_batch(output, 0, batch, transactional_id=txn_id)
             assert fenced.value.code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
     assert read_committed_wire(kafka, output, partitions) == collections.Counter(list(expected))
 
@@ -556,7 +556,7 @@ def test_batch_write_many_rows_per_partition_compressed(spark, kafka, guarantee,
     assert {r[1] for r in written} == {0}
     assert len({r[5] for r in written}) == 1  # one producer (one task)
     with Client(kafka) as client:
-        fetched = client.fetch(topic, 0, 0, max_wait_ms=0, max_bytes=8 << 20)
+        fetched = client.consumer.fetch(topic, 0, 0, max_wait_ms=0, max_bytes=8 << 20)
     batches = [h for h, _ in iter_batches(fetched.records) if not h.is_control]
     assert len(batches) >= 3 and all(h.compression == {"lz4": 3, "zstd": 4}[codec] for h in batches)
     assert [h.base_sequence for h in batches] == [sum(b.record_count for b in batches[:i])
@@ -575,7 +575,7 @@ def test_batch_write_timestamp_column_sets_record_timestamps(spark, kafka):
      .write.mode("append").format("sluice").option("kafka.bootstrap.servers", kafka)
      .option("topic", topic).save())
     with Client(kafka) as client:
-        records = client.fetch_records(topic, 0, 0, max_wait_ms=0, isolation_level=READ_COMMITTED).records
+        records = client.consumer.fetch_records(topic, 0, 0, max_wait_ms=0, isolation_level=READ_COMMITTED).records
     got = {record_id(r.value): r.timestamp for r in records}
     assert len(got) == 9
     for i in range(9):
@@ -653,7 +653,7 @@ def free_port() -> int:
 ])
 def test_batch_write_mistakes_are_named(spark, kafka, schema, rows, options, named):
     with Client(kafka) as client:
-        client.create_topics({"two-partitions": NewTopic(2, 1)})  # or it exists already
+        client.admin.create_topics({"two-partitions": NewTopic(2, 1)})  # or it exists already
     writer = spark.createDataFrame(rows, schema).write.mode("append").format("sluice")
     for name, value in {"kafka.bootstrap.servers": kafka, **options}.items():
         writer = writer.option(name, value)
@@ -722,21 +722,21 @@ def test_every_querys_decisions_share_one_internal_compacted_topic(spark, kafka,
     assert last_intent(kafka, checkpoint).batch == 0
     killed = f"sluice-{uuid.uuid4()}"  # the driver's transactional id of another query
     with Client(kafka) as client:
-        pid, epoch = client.init_transactions(killed, 600_000)
-        client.add_partitions_to_txn(killed, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
+        pid, epoch = client.producer.init_transactions(killed, 600_000)
+        client.producer.add_partitions_to_txn(killed, pid, epoch, {SINK_INTENTS_TOPIC: [0]})
         left = build_batch([(killed.encode(), b'{"batch": 0, "slots": {}}', (), int(time.time() * 1000))],
                            producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
-        client.produce_batch(SINK_INTENTS_TOPIC, 0, left, transactional_id=killed)
+        client.producer.produce_batch(SINK_INTENTS_TOPIC, 0, left, transactional_id=killed)
         try:
             run_batch()
             assert last_intent(kafka, checkpoint).batch == 1
         finally:
-            client.end_txn(killed, pid, epoch, commit=False)
+            client.producer.end_txn(killed, pid, epoch, commit=False)
 
         topics = client.metadata().topics
         assert [t for t in topics if t.startswith("__sluice")] == [SINK_INTENTS_TOPIC]
         assert topics[SINK_INTENTS_TOPIC].is_internal
-        config = client.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])[(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)]
+        config = client.admin.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])[(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)]
         assert (config["cleanup.policy"].value, config["retention.ms"].value) == ("compact,delete", "-1")
 
 
@@ -846,7 +846,7 @@ def test_a_write_task_adds_an_arrow_batchs_partitions_to_its_transaction_in_one_
             writer = _write_slot(sink_options(bootstrap, output), client, iter(halves), "sluice-one-add-0")
             assert requests_answered(broker, "AddPartitionsToTxn") - before == 1
             txn = writer.written()
-            client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
+            client.producer.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
         out = Output(bootstrap, output, 8)
         assert Output.ids(out.committed) == collections.Counter(ids) and not out.open and not out.aborted
         for partition in range(8):

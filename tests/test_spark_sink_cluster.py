@@ -221,7 +221,7 @@ def test_the_last_intent_waits_for_its_marker_when_the_coordinator_died_after_an
         query = driver_txn_id.removeprefix("sluice-")
         intent = Intent(3, "run-1", {0: None, 1: None})
         with Client(cluster.all_servers) as client:
-            driver = client.init_transactions(driver_txn_id, 60_000)
+            driver = client.producer.init_transactions(driver_txn_id, 60_000)
             _record_intent(client, query, driver, intent, first=False)
             wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 60,
                      f"broker {victim} to die at its fail point")

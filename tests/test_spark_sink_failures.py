@@ -63,7 +63,7 @@ def check_exactly_once(kafka: str, topic: str, partitions: int, expected: dict) 
 
 def states(kafka: str, txns) -> list[str]:
     with Client(kafka) as client:
-        return [client.describe_transaction(t.transactional_id).state for t in txns]
+        return [client.admin.describe_transaction(t.transactional_id).state for t in txns]
 
 
 def wait_until_ended(kafka: str, txns, what: str) -> list[str]:
@@ -155,9 +155,9 @@ def test_transactional_ids_stay_bounded_over_many_batches(kafka, tmp_path):
     check_exactly_once(kafka, output, partitions, expected)
     query = query_id(checkpoint)
     with Client(kafka) as client:
-        ids = sorted(t.transactional_id for t in client.list_transactions()
+        ids = sorted(t.transactional_id for t in client.admin.list_transactions()
                      if t.transactional_id.startswith(f"sluice-{query}"))
-        configs = client.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])
+        configs = client.admin.describe_configs([(TOPIC_RESOURCE, SINK_INTENTS_TOPIC)])
         topics = [t for t in client.metadata().topics if t.startswith("__sluice")]
     print(f"{batches} batches: the coordinator holds {len(ids)} transactional ids of the query")
     run = last_intent(kafka, checkpoint).run

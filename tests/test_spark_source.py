@@ -69,7 +69,7 @@ def unique(name: str) -> str:
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> str:
     with Client(bootstrap) as client:
-        created = client.create_topics({name: NewTopic(partitions=partitions, replication_factor=1,
+        created = client.admin.create_topics({name: NewTopic(partitions=partitions, replication_factor=1,
                                                        configs=config or {})})
         assert created[name].error is None, created[name]
     return name
@@ -79,7 +79,7 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     """Delete `topic` and create it again: a new, empty topic with a new topic id."""
     with Client(bootstrap) as client:
         before = client.metadata([topic]).topics[topic].topic_id
-        assert client.delete_topics([topic])[topic] is None
+        assert client.admin.delete_topics([topic])[topic] is None
     create_topic(bootstrap, topic, partitions)
     with Client(bootstrap) as client:
         assert client.metadata([topic]).topics[topic].topic_id != before
@@ -87,7 +87,7 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
 
 def log_offsets(bootstrap: str, topic: str, partitions, timestamp: int) -> dict[int, int]:
     with Client(bootstrap) as client:
-        return {p: a.offset for p, a in client.list_offsets(topic, list(partitions), timestamp).items()}
+        return {p: a.offset for p, a in client.consumer.list_offsets(topic, list(partitions), timestamp).items()}
 
 
 def make_records(counts: dict[int, int], *, start: int = 0, timestamps: bool = False, tag: str = ""):
@@ -234,7 +234,7 @@ def test_stop_and_restart_from_checkpoint_reads_only_new_records(spark, kafka, t
     # More data while stopped, including a partition added meanwhile (read from its start).
     second = produce(kafka, topic, make_records({p: 20 for p in range(4)}, start=30, tag="b"))
     with Client(kafka) as client:
-        assert client.create_partitions({topic: 5})[topic] is None
+        assert client.admin.create_partitions({topic: 5})[topic] is None
     second += produce(kafka, topic, make_records({4: 25}, tag="c"))
     query = run_available_now(df, out, checkpoint)
 
@@ -364,12 +364,12 @@ def test_group_offsets_follow_the_query_and_reset_offsets_rereads(spark, kafka, 
         assert done.returncode == 0, done.stderr
     else:  # the CLI's reset-offsets is not there yet: commit the earliest offsets directly
         with Client(kafka) as client:
-            client.commit_offsets(group, {(topic, p): 0 for p in partitions})
+            client.consumer.commit_offsets(group, {(topic, p): 0 for p in partitions})
     assert committed_offsets(kafka, group, topic, partitions) == {p: 0 for p in partitions}
     assert from_group() == expected
 
     with Client(kafka) as client:  # part of the way: each partition from offset 25
-        client.commit_offsets(group, {(topic, p): 25 for p in partitions})
+        client.consumer.commit_offsets(group, {(topic, p): 25 for p in partitions})
     assert from_group() == [row for row in expected if row[4] >= 25]
 
 

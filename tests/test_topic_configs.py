@@ -34,7 +34,7 @@ BROKER_DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "broker.
 def produce_error(client: Client, topic: str, *, acks: int = -1, timestamp: int | None = None):
     """The error code of producing one record, or None when it was written."""
     try:
-        client.produce(topic, 0, [(b"k", b"v", (), timestamp)], acks=acks)
+        client.producer.produce(topic, 0, [(b"k", b"v", (), timestamp)], acks=acks)
     except KafkaError as exc:
         return exc.code
     return None
@@ -42,21 +42,21 @@ def produce_error(client: Client, topic: str, *, acks: int = -1, timestamp: int 
 
 def test_min_insync_replicas_refuses_acks_all(broker):
     with Client(broker.bootstrap_servers, retries=0) as client:
-        client.create_topics({"strict": NewTopic(1, 1, {"min.insync.replicas": "2"})})
+        client.admin.create_topics({"strict": NewTopic(1, 1, {"min.insync.replicas": "2"})})
         assert produce_error(client, "strict") == ErrorCode.NOT_ENOUGH_REPLICAS
         assert produce_error(client, "strict", acks=1) is None
-        errors = client.incremental_alter_configs(
+        errors = client.admin.incremental_alter_configs(
             {(TOPIC_RESOURCE, "strict"): [("min.insync.replicas", SET_CONFIG, "1")]})
         assert errors[(TOPIC_RESOURCE, "strict")] is None
         assert produce_error(client, "strict") is None
-        bad = client.create_topics({"zero": NewTopic(1, 1, {"min.insync.replicas": "0"})})["zero"]
+        bad = client.admin.create_topics({"zero": NewTopic(1, 1, {"min.insync.replicas": "0"})})["zero"]
         assert bad.error.code == ErrorCode.INVALID_CONFIG
 
 
 def test_timestamp_bounds(broker):
     hour = 3_600_000
     with Client(broker.bootstrap_servers, retries=0) as client:
-        client.create_topics({
+        client.admin.create_topics({
             "default": NewTopic(1, 1, {}),
             "loose": NewTopic(1, 1, {"message.timestamp.after.max.ms": str(3 * hour)}),
             "recent": NewTopic(1, 1, {"message.timestamp.before.max.ms": "60000"}),
@@ -72,18 +72,18 @@ def test_timestamp_bounds(broker):
         assert produce_error(client, "recent", timestamp=now) is None
         assert produce_error(client, "appended", timestamp=now - hour) is None
         # Two written; the refused one was not.
-        assert client.list_offsets("default", [0], -1)[0].offset == 2
+        assert client.consumer.list_offsets("default", [0], -1)[0].offset == 2
 
 
 def test_segment_index_bytes_rolls_full_index(broker):
     with Client(broker.bootstrap_servers) as client:
         # An index entry per batch (its timestamp grows too): 24 bytes hold two 12-byte
         # time index entries, so each segment takes two batches.
-        client.create_topics({"small-index": NewTopic(1, 1, {"segment.index.bytes": "24",
+        client.admin.create_topics({"small-index": NewTopic(1, 1, {"segment.index.bytes": "24",
                                                              "index.interval.bytes": "0"})})
         start = int(time.time() * 1000)
         for i in range(6):
-            client.produce("small-index", 0, [(b"k", b"%d" % i, (), start + i)])
+            client.producer.produce("small-index", 0, [(b"k", b"%d" % i, (), start + i)])
         logs = sorted(name for name in os.listdir(os.path.join(broker.data_dir, "small-index-0"))
                       if name.endswith(".log"))
         assert logs == [f"{base:020d}.log" for base in (0, 2, 4)]
@@ -99,19 +99,19 @@ def test_unclean_leader_election_enable_is_a_topic_config(broker):
     key, resource = "unclean.leader.election.enable", (TOPIC_RESOURCE, "elected")
 
     def described(client: Client) -> tuple[str, int]:
-        entry = client.describe_configs([resource])[resource][key]
+        entry = client.admin.describe_configs([resource])[resource][key]
         return entry.value, entry.source
 
     with Client(broker.bootstrap_servers, retries=0) as client:
-        assert client.create_topics({"elected": NewTopic(1, 1, {key: "true"})})["elected"].error is None
+        assert client.admin.create_topics({"elected": NewTopic(1, 1, {key: "true"})})["elected"].error is None
         assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
-        assert client.alter_configs({resource: {key: "False"}}) == {resource: None}
+        assert client.admin.alter_configs({resource: {key: "False"}}) == {resource: None}
         assert described(client) == ("false", DYNAMIC_TOPIC_CONFIG)
-        assert client.incremental_alter_configs({resource: [(key, DELETE_CONFIG, None)]}) == {resource: None}
+        assert client.admin.incremental_alter_configs({resource: [(key, DELETE_CONFIG, None)]}) == {resource: None}
         assert described(client) == ("false", DEFAULT_CONFIG)
-        assert client.incremental_alter_configs({resource: [(key, SET_CONFIG, "true")]}) == {resource: None}
+        assert client.admin.incremental_alter_configs({resource: [(key, SET_CONFIG, "true")]}) == {resource: None}
         assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
-        error = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "yes")]})[resource]
+        error = client.admin.incremental_alter_configs({resource: [(key, SET_CONFIG, "yes")]})[resource]
         assert error.code == ErrorCode.INVALID_CONFIG and key in str(error), error
         assert described(client) == ("true", DYNAMIC_TOPIC_CONFIG)
         assert produce_error(client, "elected") is None
@@ -129,12 +129,12 @@ def test_unclean_leader_election_enable_is_a_topic_config(broker):
 @pytest.mark.parametrize("key", sorted(NOT_IMPLEMENTED_TOPIC_CONFIGS))
 def test_unimplemented_topic_config_is_refused_by_name(broker_once, key):
     with Client(broker_once.bootstrap_servers) as client:
-        created = client.create_topics({f"t-{key}": NewTopic(1, 1, {key: "1"})})[f"t-{key}"]
+        created = client.admin.create_topics({f"t-{key}": NewTopic(1, 1, {key: "1"})})[f"t-{key}"]
         assert created.error.code == ErrorCode.INVALID_CONFIG
         assert key in str(created.error) and "not implemented" in str(created.error)
         assert f"t-{key}" not in client.metadata().topics
-        client.create_topics({"plain": NewTopic(1, 1, {})})
-        errors = client.incremental_alter_configs({(TOPIC_RESOURCE, "plain"): [(key, SET_CONFIG, "1")]})
+        client.admin.create_topics({"plain": NewTopic(1, 1, {})})
+        errors = client.admin.incremental_alter_configs({(TOPIC_RESOURCE, "plain"): [(key, SET_CONFIG, "1")]})
         assert errors[(TOPIC_RESOURCE, "plain")].code == ErrorCode.INVALID_CONFIG
         assert key in str(errors[(TOPIC_RESOURCE, "plain")])
     assert f"`{key}`" in BROKER_DOCS.read_text(), f"docs/broker.md does not list {key}"
@@ -147,16 +147,16 @@ def test_message_format_version_is_accepted_and_ignored(broker_once):
     key, topic = "message.format.version", "formatted"
     resource = (TOPIC_RESOURCE, topic)
     with Client(broker_once.bootstrap_servers) as client:
-        assert client.create_topics({topic: NewTopic(1, 1, {key: "0.10.2"})})[topic].error is None
-        assert client.describe_configs([resource])[resource][key].value == "0.10.2"
-        assert client.alter_configs({resource: {key: "2.8"}})[resource] is None
-        assert client.describe_configs([resource])[resource][key].value == "2.8"
-        assert client.incremental_alter_configs({resource: [(key, SET_CONFIG, "3.0-IV1")]})[resource] is None
-        assert client.describe_configs([resource])[resource][key].value == "3.0-IV1"
-        refused = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "banana")]})[resource]
+        assert client.admin.create_topics({topic: NewTopic(1, 1, {key: "0.10.2"})})[topic].error is None
+        assert client.admin.describe_configs([resource])[resource][key].value == "0.10.2"
+        assert client.admin.alter_configs({resource: {key: "2.8"}})[resource] is None
+        assert client.admin.describe_configs([resource])[resource][key].value == "2.8"
+        assert client.admin.incremental_alter_configs({resource: [(key, SET_CONFIG, "3.0-IV1")]})[resource] is None
+        assert client.admin.describe_configs([resource])[resource][key].value == "3.0-IV1"
+        refused = client.admin.incremental_alter_configs({resource: [(key, SET_CONFIG, "banana")]})[resource]
         assert refused.code == ErrorCode.INVALID_CONFIG and key in str(refused)
-        client.produce(topic, 0, [(None, b"v2 as ever")])
-        assert [r.value for r in client.fetch_records(topic, 0, 0).records] == [b"v2 as ever"]
+        client.producer.produce(topic, 0, [(None, b"v2 as ever")])
+        assert [r.value for r in client.consumer.fetch_records(topic, 0, 0).records] == [b"v2 as ever"]
 
 
 def test_kerberos_broker_configs_are_refused_with_the_reason(broker_once):
@@ -165,7 +165,7 @@ def test_kerberos_broker_configs_are_refused_with_the_reason(broker_once):
     resource = (BROKER_RESOURCE, "0")
     with Client(broker_once.bootstrap_servers) as client:
         for key in ("sasl.kerberos.service.name", "sasl.kerberos.principal.to.local.rules"):
-            refused = client.incremental_alter_configs({resource: [(key, SET_CONFIG, "kafka")]})[resource]
+            refused = client.admin.incremental_alter_configs({resource: [(key, SET_CONFIG, "kafka")]})[resource]
             assert refused.code == ErrorCode.INVALID_CONFIG, (key, refused)
             assert key in str(refused) and "GSSAPI" in str(refused), refused
 
@@ -189,7 +189,7 @@ def test_broker_configs_are_described_with_source_and_read_only(tmp_path):
     properties.write_text("group.initial.rebalance.delay.ms=0\nmin.insync.replicas=1\n")
     with BrokerProcess(tmp_path / "data", config_file=str(properties)) as proc:
         with Client(proc.bootstrap_servers) as client:
-            configs = client.describe_configs([(BROKER_RESOURCE, "")])[(BROKER_RESOURCE, "")]
+            configs = client.admin.describe_configs([(BROKER_RESOURCE, "")])[(BROKER_RESOURCE, "")]
     delay = configs["group.initial.rebalance.delay.ms"]
     assert (delay.value, delay.source, delay.read_only) == ("0", STATIC_BROKER_CONFIG, True)
     isr = configs["min.insync.replicas"]

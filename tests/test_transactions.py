@@ -1046,8 +1046,8 @@ def test_transaction_config_keys():
         build_config({"transaction.state.log.num.partitions": "0"}, {"data_dir": "/tmp/unused"})
 
 
-def test_wire_client_describes_and_lists_transactions(broker):
-    """The wire client's DescribeTransactions and ListTransactions (the exactly-once
+def test_sluice_client_describes_and_lists_transactions(broker):
+    """Sluice's client's DescribeTransactions and ListTransactions (the exactly-once
     sink settles and sweeps transactions with them)."""
     from sluice_client import Client
     from wire.errors import KafkaError
@@ -1058,24 +1058,24 @@ def test_wire_client_describes_and_lists_transactions(broker):
     conn.close()
     txn_id = unique("described")
     with Client(bs) as client:
-        pid, epoch = client.init_transactions(txn_id, 30_000)
-        state = client.describe_transaction(txn_id)
+        pid, epoch = client.producer.init_transactions(txn_id, 30_000)
+        state = client.admin.describe_transaction(txn_id)
         assert (state.state, state.producer_id, state.producer_epoch, state.timeout_ms,
                 state.start_ms, state.partitions) == ("Empty", pid, epoch, 30_000, -1, ())
-        client.add_partitions_to_txn(txn_id, pid, epoch, {topic: [1, 0]})
-        state = client.describe_transaction(txn_id)
+        client.producer.add_partitions_to_txn(txn_id, pid, epoch, {topic: [1, 0]})
+        state = client.admin.describe_transaction(txn_id)
         assert state.state == "Ongoing" and state.start_ms > 0
         assert sorted(state.partitions) == [(topic, 0), (topic, 1)]
-        ongoing = [t for t in client.list_transactions(["Ongoing"]) if t.transactional_id == txn_id]
+        ongoing = [t for t in client.admin.list_transactions(["Ongoing"]) if t.transactional_id == txn_id]
         assert [(t.producer_id, t.state) for t in ongoing] == [(pid, "Ongoing")]
-        client.end_txn(txn_id, pid, epoch, commit=False)
+        client.producer.end_txn(txn_id, pid, epoch, commit=False)
         # EndTxn is answered once PrepareAbort is written; the markers and CompleteAbort follow.
-        wait_for(lambda: client.describe_transaction(txn_id).state == "CompleteAbort", 30,
+        wait_for(lambda: client.admin.describe_transaction(txn_id).state == "CompleteAbort", 30,
                  "the abort to complete")
-        assert txn_id not in {t.transactional_id for t in client.list_transactions(["Ongoing"])}
-        assert txn_id in {t.transactional_id for t in client.list_transactions()}
+        assert txn_id not in {t.transactional_id for t in client.admin.list_transactions(["Ongoing"])}
+        assert txn_id in {t.transactional_id for t in client.admin.list_transactions()}
         with pytest.raises(KafkaError) as missing:
-            client.describe_transaction(unique("never-used"))
+            client.admin.describe_transaction(unique("never-used"))
         assert missing.value.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
@@ -1088,9 +1088,9 @@ def test_internal_topics_belong_to_the_broker(broker):
 
     data = broker.data_dir
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({"plain": NewTopic(1)})
-        client.commit_offsets("internal-check", {("plain", 0): 0})  # creates __consumer_offsets
-        client.init_transactions(unique("internal"), 10_000)  # creates __transaction_state
+        client.admin.create_topics({"plain": NewTopic(1)})
+        client.consumer.commit_offsets("internal-check", {("plain", 0): 0})  # creates __consumer_offsets
+        client.producer.init_transactions(unique("internal"), 10_000)  # creates __transaction_state
         internal = ("__consumer_offsets", "__transaction_state")
 
         def listing():  # a checkpoint's temporary file, there while it is written, left out
@@ -1099,16 +1099,16 @@ def test_internal_topics_belong_to_the_broker(broker):
         before = listing()
         for name in internal:
             with pytest.raises(KafkaError) as refused:
-                client.produce(name, 0, [(b"k", b"forged", (), None)])
+                client.producer.produce(name, 0, [(b"k", b"forged", (), None)])
             assert refused.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
             assert "internal" in str(refused.value)
-        deleted = client.delete_topics(internal)
+        deleted = client.admin.delete_topics(internal)
         assert {n: e.code for n, e in deleted.items()} == dict.fromkeys(internal, ErrorCode.INVALID_TOPIC_EXCEPTION)
-        grown = client.create_partitions({name: 80 for name in internal})
+        grown = client.admin.create_partitions({name: 80 for name in internal})
         assert {n: e.code for n, e in grown.items()} == dict.fromkeys(internal, ErrorCode.INVALID_TOPIC_EXCEPTION)
         metadata = client.metadata(list(internal))
         assert all(metadata.topics[name].is_internal and metadata.topics[name].error_code == 0
                    for name in internal)
         assert listing() == before
-        client.commit_offsets("internal-check", {("plain", 0): 1})  # the broker's own writes go on
-        assert client.fetch_offsets("internal-check", [("plain", 0)])[("plain", 0)].offset == 1
+        client.consumer.commit_offsets("internal-check", {("plain", 0): 1})  # the broker's own writes go on
+        assert client.consumer.fetch_offsets("internal-check", [("plain", 0)])[("plain", 0)].offset == 1

@@ -28,19 +28,19 @@ def fill_log(bootstrap: str, topic: str, total_bytes: int, pool, timeout: float)
     async def fill():
         async with AsyncClient(bootstrap, request_timeout=60) as client:
             for _ in range(50):
-                await client.produce_batch(topic, 0, small, acks=1)
+                await client.producer.produce_batch(topic, 0, small, acks=1)
             in_flight = asyncio.Semaphore(4)
 
             async def one():
                 async with in_flight:
-                    await client.produce_batch(topic, 0, big, acks=1)
+                    await client.producer.produce_batch(topic, 0, big, acks=1)
 
             started = time.perf_counter()
             for start in range(0, bulk_batches, 64):  # bounded groups, never all at once
                 await asyncio.gather(*(one() for _ in range(min(64, bulk_batches - start))))
             seconds = time.perf_counter() - started
             for _ in range(50):
-                await client.produce_batch(topic, 0, small, acks=1)
+                await client.producer.produce_batch(topic, 0, small, acks=1)
             return seconds
 
     seconds = asyncio.run(asyncio.wait_for(fill(), timeout))
@@ -55,7 +55,7 @@ def fetch_latencies(client, topic: str, offsets: dict[str, int], samples: int) -
     for _ in range(samples):
         for name, offset in offsets.items():
             started = time.perf_counter()
-            result = client.fetch(topic, 0, offset, max_wait_ms=0, max_bytes=4096)
+            result = client.consumer.fetch(topic, 0, offset, max_wait_ms=0, max_bytes=4096)
             timings[name].append(time.perf_counter() - started)
             if len(result.records) == 0:
                 raise RuntimeError(f"fetch at {name} offset {offset} returned nothing")
@@ -92,7 +92,7 @@ def bench_log(workdir: str, sizes: Sizes, pool, log) -> dict:
     small.start(timeout=60)
     try:
         with Client(small.bootstrap_servers) as client:
-            client.create_topics({"small": NewTopic(1, 1)})
+            client.admin.create_topics({"small": NewTopic(1, 1)})
         fill_log(small.bootstrap_servers, "small", MB, pool, timeout)
         out["small"] = {"log_bytes": dir_bytes(small.data_dir),
                         **startup_times(small, sizes.startup_repeats, timeout)}
@@ -106,9 +106,9 @@ def bench_log(workdir: str, sizes: Sizes, pool, log) -> dict:
     large.start(timeout=60)
     try:
         with Client(large.bootstrap_servers, call_timeout=timeout) as client:
-            client.create_topics({"large": NewTopic(1, 1, {"segment.bytes": str(sizes.log_segment_bytes)})})
+            client.admin.create_topics({"large": NewTopic(1, 1, {"segment.bytes": str(sizes.log_segment_bytes)})})
             fill = fill_log(large.bootstrap_servers, "large", sizes.log_bytes, pool, timeout)
-            end = client.fetch("large", 0, 0, max_wait_ms=0, max_bytes=1024).high_watermark
+            end = client.consumer.fetch("large", 0, 0, max_wait_ms=0, max_bytes=1024).high_watermark
             offsets = {"head": 0, "tail": end - 5}
             timings = fetch_latencies(client, "large", offsets, sizes.fetch_samples)
         segments = len([n for n in os.listdir(os.path.join(large.data_dir, "large-0")) if n.endswith(".log")])

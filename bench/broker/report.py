@@ -99,7 +99,7 @@ def comparison_rows(results: dict) -> list[dict]:
     if s:
         n = f"{s['partitions']:,} partitions"
         for key, name, unit in (("metadata_confluent_ms", "metadata (confluent)", "ms"),
-                                ("metadata_wire_ms", "metadata (wire client)", "ms"),
+                                ("metadata_wire_ms", "metadata (Sluice client)", "ms"),
                                 ("records_per_s", "produce", "rec/s"), ("rss_after_mib", "broker RSS", "MiB"),
                                 ("create_s", "create topics", "s")):
             add("partitions", f"{n}: {name}", unit, s[key], **others(many, key))
@@ -435,7 +435,7 @@ def method(results: dict) -> list[str]:
     if results.get("partitions"):
         notes.append(f"Many partitions: a fresh broker of each kind, {sizes['many_partitions']:,} partitions in topics "
                      f"of {sizes['many_partitions_per_topic']}; Metadata timed with confluent-kafka's list_topics "
-                     f"and the wire client, median of {sizes['metadata_samples']}; then "
+                     f"and Sluice's client, median of {sizes['metadata_samples']}; then "
                      f"{sizes['many_records_per_partition']} record(s) per partition produced with acks=all, "
                      "the first record of every partition acknowledged before the rest is sent.")
     return notes
@@ -559,7 +559,7 @@ def markdown_report(results: dict, rows: list[dict], targets: list[dict], chart_
         large = results["log"]["large"]
         md += ["", f"Log scaling (Sluice only): {large['records']:,} records in {large['segments']} segments of "
                    f"{large['segment_bytes'] // MIB} MiB, filled at {large['fill']['bulk_mb_per_s']:.0f} MB/s "
-                   f"(wire client, 1 MiB batches, 4 in flight, acks=1). First fetch after a clean "
+                   f"(Sluice client, 1 MiB batches, 4 in flight, acks=1). First fetch after a clean "
                    f"restart: head {large['first_fetch_after_restart_ms']['head']:.2f} ms, tail "
                    f"{large['first_fetch_after_restart_ms']['tail']:.2f} ms."]
     behind = behind_kafka(rows)

@@ -107,7 +107,7 @@ class LagSampler:
     async def sample_once(self) -> None:
         """One round over every group; a group that fails (one not authorized, say) does
         not keep the others from being sampled, and the first failure is raised after."""
-        groups = [g.group_id for g in await self.client.list_groups()]
+        groups = [g.group_id for g in await self.client.admin.list_groups()]
         self.history.keep_only(groups)
         limit = asyncio.Semaphore(_CONCURRENT_GROUPS)
 

@@ -84,8 +84,8 @@ async def topic_detail(client: AsyncClient, name: str) -> dict:
     leading = [p.partition for p in topic.partitions.values() if p.leader_id >= 0]
     starts, ends = {}, {}
     if leading:
-        first, last = await asyncio.gather(client.list_offsets(name, leading, EARLIEST),
-                                           client.list_offsets(name, leading, LATEST))
+        first, last = await asyncio.gather(client.consumer.list_offsets(name, leading, EARLIEST),
+                                           client.consumer.list_offsets(name, leading, LATEST))
         starts = {p: o.offset for p, o in first.items()}
         ends = {p: o.offset for p, o in last.items()}
     moving = await reassignments_in_progress(client, [topic])
@@ -125,8 +125,8 @@ async def recent_messages(client: AsyncClient, name: str, limit: int,
 
 
 async def groups_overview(client: AsyncClient) -> list[dict]:
-    listed = sorted(await client.list_groups(), key=lambda g: g.group_id)
-    described = await client.describe_groups([g.group_id for g in listed]) if listed else {}
+    listed = sorted(await client.admin.list_groups(), key=lambda g: g.group_id)
+    described = await client.admin.describe_groups([g.group_id for g in listed]) if listed else {}
     rows = []
     for g in listed:
         description = described.get(g.group_id)
@@ -165,14 +165,14 @@ def _topic_summary(topic: TopicInfo) -> dict:
 
 async def _last_records(client: AsyncClient, topic: str, partition: int, limit: int) -> list[dict]:
     """The last `limit` records below the high watermark, newest first."""
-    first = (await client.list_offsets(topic, [partition], EARLIEST))[partition].offset
-    end = (await client.list_offsets(topic, [partition], LATEST))[partition].offset
+    first = (await client.consumer.list_offsets(topic, [partition], EARLIEST))[partition].offset
+    end = (await client.consumer.list_offsets(topic, [partition], LATEST))[partition].offset
     offset = max(first, end - limit)
     shown: list[dict] = []  # only what is shown is kept, never whole large values
     for _ in range(_FETCH_ROUNDS):
         if offset >= end:
             break
-        fetched = await client.fetch_records(topic, partition, offset, max_wait_ms=0,
+        fetched = await client.consumer.fetch_records(topic, partition, offset, max_wait_ms=0,
                                              max_bytes=_FETCH_BYTES)
         shown += [{"partition": partition, "offset": r.offset, "timestamp": r.timestamp,
                    "key": shown_bytes(r.key), "value": shown_bytes(r.value),
