@@ -231,8 +231,8 @@ def test_a_produce_the_old_leader_holds_is_answered_when_its_replica_is_deleted(
     cluster.pause(follower)  # in the ISR, fetching nothing: the leader holds acks=all produces
     try:
         with ThreadPoolExecutor(1) as pool, Client(cluster.address(leader), retries=0, call_timeout=120,
-                                                   request_timeout=90) as producer:
-            held = pool.submit(producer.produce, topic, 0, [(None, b"held")], acks=-1, timeout_ms=60000)
+                                                   request_timeout=90) as writer:
+            held = pool.submit(writer.producer.produce, topic, 0, [(None, b"held")], acks=-1, timeout_ms=60000)
             cluster.wait(lambda: log.exists() and log.stat().st_size > 0, 30,
                          f"broker {leader} to append the produce")
             with Client(cluster.bootstrap_servers, call_timeout=60) as client:
