@@ -453,10 +453,10 @@ def test_the_quotas_page_lists_the_throttled_clients(browser, console, client, b
     in /api/quotas; a producer without a quota is not. The quotas set are listed, a
     default as <default>."""
     By = _by()
-    client.create_topics({"quoted": NewTopic(1, 1)})
+    client.admin.create_topics({"quoted": NewTopic(1, 1)})
     quotas = {((CLIENT_ID, "throttled-app"),): {"producer_byte_rate": 1024},
               ((USER, None),): {"request_percentage": 100}}
-    client.alter_client_quotas(quotas)
+    client.admin.alter_client_quotas(quotas)
     try:
         for client_id in ("throttled-app", "free-app"):
             producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers,
@@ -482,7 +482,7 @@ def test_the_quotas_page_lists_the_throttled_clients(browser, console, client, b
         assert configured == [["any", "throttled-app", "producer_byte_rate=1,024"],
                               ["<default>", "any", "request_percentage=100"]]
     finally:
-        client.alter_client_quotas({entity: {key: None for key in keys} for entity, keys in quotas.items()})
+        client.admin.alter_client_quotas({entity: {key: None for key in keys} for entity, keys in quotas.items()})
 
 
 def test_a_throttled_rate_is_shown_beside_the_quota_kafkas_precedence_gives_it():

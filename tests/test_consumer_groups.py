@@ -153,7 +153,7 @@ def test_consumer_protocol_group_rebalances_on_join_leave_and_crash(start_broker
         return {i for w in workers.values() for i in w.ids()}
 
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
         produce(bootstrap, topic, range(0, 200), partitions)
         watch = GroupWatch(raw, group)
         try:
@@ -203,7 +203,7 @@ def test_consumer_protocol_group_rebalances_on_join_leave_and_crash(start_broker
         for w in workers.values():
             assert not w.commit_failures, (w.name, w.commit_failures[:3])
             assert not w.errors, (w.name, w.errors[:3])
-        committed = client.fetch_offsets(group)
+        committed = client.consumer.fetch_offsets(group)
         assert {p: committed[(topic, p)].offset for p in range(partitions)} == end_offsets(client, topic, partitions)
 
 
@@ -215,7 +215,7 @@ def test_static_member_returns_and_broker_restarts_without_a_rebalance(start_bro
     broker = start_broker(**CONSUMER_CONFIG)
     bootstrap, topic, group, partitions = broker.bootstrap_servers, "static848", "static848-group", 4
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
     produce(bootstrap, topic, range(0, 100), partitions)
     raw = Raw(broker.port)
     workers = [Worker("confluent-kip848-static", bootstrap, group, topic, "s1", 0),
@@ -260,7 +260,7 @@ def test_twenty_membership_changes_under_load_lose_and_repeat_nothing(start_brok
     broker = start_broker(**CONSUMER_CONFIG)
     bootstrap, topic, group, partitions = broker.bootstrap_servers, "churn848", "churn848-group", 8
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=partitions, replication_factor=1)})
     raw = Raw(broker.port)
     watch = GroupWatch(raw, group)
     produced = [0]
@@ -327,7 +327,7 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
     broker = start_broker(**PATIENT_CONFIG)
     topic, group = "raw848", "raw848-group"
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
     raw = Raw(broker.port)
     try:
         errors = {
@@ -435,7 +435,7 @@ def test_heartbeat_errors_commits_and_restart(start_broker):  # noqa: F811
         assert raw(DELETE_GROUPS, 2, groups_names=[group]).results[0].error_code == ErrorCode.NONE
         assert describe(raw, group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
         with Client(broker.bootstrap_servers) as client:
-            assert client.fetch_offsets(group) == {}
+            assert client.consumer.fetch_offsets(group) == {}
     finally:
         raw.close()
 
@@ -444,7 +444,7 @@ def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F
     broker = start_broker(**PATIENT_CONFIG, group_consumer_max_size=2)
     topic, group = "slow848", "slow848-group"
     with Client(broker.bootstrap_servers) as client:
-        client.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=4, replication_factor=1)})
     raw = Raw(broker.port)
     try:
         first = heartbeat(raw, group, "slow", 0, rebalance_timeout_ms=1000, subscribed_topic_names=[topic],
@@ -472,14 +472,14 @@ def test_member_that_does_not_revoke_in_time_is_fenced(start_broker):  # noqa: F
 
 def client_offset(broker, group: str, topic: str) -> int:
     with Client(broker.bootstrap_servers) as client:
-        return client.fetch_offsets(group)[(topic, 0)].offset
+        return client.consumer.fetch_offsets(group)[(topic, 0)].offset
 
 
 def test_empty_classic_group_is_taken_over_by_a_consumer_protocol_member(start_broker):  # noqa: F811
     broker = start_broker(**CONSUMER_CONFIG)
     bootstrap, topic, group = broker.bootstrap_servers, "takeover", "takeover-group"
     with Client(bootstrap) as client:
-        client.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
+        client.admin.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
     produce(bootstrap, topic, range(0, 100), 2)
 
     def consumer(**extra):
@@ -526,16 +526,16 @@ def test_empty_classic_group_is_taken_over_by_a_consumer_protocol_member(start_b
     assert sorted(last) == list(range(100, 120)), sorted(last)
     broker.restart()  # the records of both kinds replay to the classic group and its offsets
     with Client(broker.bootstrap_servers) as client:
-        assert {p: o.offset for (t, p), o in client.fetch_offsets(group).items()} == \
+        assert {p: o.offset for (t, p), o in client.consumer.fetch_offsets(group).items()} == \
             end_offsets(client, topic, 2)
-        assert client.describe_groups([group])[group].state == "Empty"
+        assert client.admin.describe_groups([group])[group].state == "Empty"
 
 
 def test_regex_subscription_picks_up_new_topics(start_broker):  # noqa: F811
     broker = start_broker(**CONSUMER_CONFIG)
     bootstrap, group = broker.bootstrap_servers, "regex-group"
     with Client(bootstrap) as client:
-        client.create_topics({"re848-a": NewTopic(partitions=2, replication_factor=1),
+        client.admin.create_topics({"re848-a": NewTopic(partitions=2, replication_factor=1),
                               "other848": NewTopic(partitions=1, replication_factor=1)})
     produce(bootstrap, "re848-a", range(0, 10), 2)
     produce(bootstrap, "other848", range(0, 10), 1)
@@ -559,7 +559,7 @@ def test_regex_subscription_picks_up_new_topics(start_broker):  # noqa: F811
         # librdkafka sends its regexes joined as one: "(^re848-.*)".
         assert (member.subscribed_topic_regex, member.subscribed_topic_names) == ("(^re848-.*)", [])
         with Client(bootstrap) as client:
-            client.create_topics({"re848-b": NewTopic(partitions=3, replication_factor=1)})
+            client.admin.create_topics({"re848-b": NewTopic(partitions=3, replication_factor=1)})
         produce(bootstrap, "re848-b", range(100, 110), 3)
         wait_for(lambda: consumed("re848-b", 10), 30, "the records of re848-b, created after the subscription")
         assigned = {tp.topic_name: sorted(tp.partitions) for tp in describe(raw, group).members[0].assignment.topic_partitions}

@@ -3,8 +3,8 @@ inside a function) goes from a higher layer to the same or a lower one, and no m
 import each other in a circle. A failure names the importing file and line.
 
 The layers, lowest first, are listed in `PACKAGES` and, inside the broker, in
-`BROKER_LAYERS`: the protocol (`wire`) under everything; the broker and the Spark connector
-beside each other, neither importing the other; the `sluice` command over the broker; the
+`BROKER_LAYERS`: the protocol (`wire`) under everything, the client (`sluice_client`) on it;
+the broker and the Spark connector beside each other, neither importing the other; the `sluice` command over the broker; the
 benchmarks and examples over all of them (not shipped, but kept free of circles too).
 Importing a package's submodule also runs the package's `__init__`, which is not counted
 as an import of it: a package may re-export what its modules define.
@@ -20,12 +20,13 @@ REPO = Path(__file__).resolve().parent.parent
 # Top-level packages (and modules), each with what it may import besides itself.
 PACKAGES = {
     "wire": set(),
-    "broker": {"wire"},
-    "spark_connector": {"wire"},
+    "sluice_client": {"wire"},
+    "broker": {"wire", "sluice_client"},
+    "spark_connector": {"wire", "sluice_client"},
     "pyspark_sluice": {"spark_connector"},
-    "sluice": {"wire", "broker"},
-    "bench": {"wire", "broker", "spark_connector", "sluice"},
-    "examples": {"wire", "broker", "spark_connector", "sluice"},
+    "sluice": {"wire", "sluice_client", "broker"},
+    "bench": {"wire", "sluice_client", "broker", "spark_connector", "sluice"},
+    "examples": {"wire", "sluice_client", "broker", "spark_connector", "sluice"},
 }
 
 # The broker, lowest first: a module may import its own layer's and lower layers' modules.
@@ -39,8 +40,9 @@ BROKER_LAYERS = [
     # state kept beside the logs, and the connections' security
     {"broker.client_quotas", "broker.dynamic_configs", "broker.producer_ids", "broker.fetch_sessions",
      "broker.coordinator_runtime", "broker.security"},
-    # the network layer: moves bytes, knows nothing of the APIs
-    {"broker.server"},
+    # the network layer: moves bytes, knows nothing of the APIs (Kafka's listener, and the
+    # HTTP server of the metrics endpoint and the console)
+    {"broker.server", "broker.http"},
     # partitions, their replicas and the topics holding them
     {"broker.replica"},
     # the coordinators and topic administration
@@ -65,6 +67,19 @@ def product_modules() -> dict[str, Path]:
     return modules
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node, those under `if TYPE_CHECKING:` left out: an import for type hints only
+    is not run, so it makes no dependency (the client's roles name the client so)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
 def imports(modules: dict[str, Path]) -> dict[str, list[tuple[str, int]]]:
     """Each module's imports of product modules: (module imported, line)."""
 
@@ -77,7 +92,7 @@ def imports(modules: dict[str, Path]) -> dict[str, list[tuple[str, int]]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges = []
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):

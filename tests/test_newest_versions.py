@@ -64,8 +64,8 @@ def test_list_transactions_v2_refuses_a_pattern_that_does_not_compile(broker):
 def test_fetch_v18_answers_a_follower_behind_on_the_high_watermark_at_once(broker):
     topic = unique("fetch-v18")
     with Client(broker.bootstrap_servers) as client:
-        assert client.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
-        client.produce(topic, 0, [(b"k", b"v")] * 3)
+        assert client.admin.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
+        client.producer.produce(topic, 0, [(b"k", b"v")] * 3)
         topic_id = client.metadata([topic]).topics[topic].topic_id
     Req = FETCH.request
 
@@ -114,7 +114,7 @@ def test_write_txn_markers_v2_needs_the_bumped_epoch_of_transactions_v2(broker):
 
     topic = unique("markers-v2")
     with Client(broker.bootstrap_servers) as client:
-        assert client.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
+        assert client.admin.create_topics({topic: NewTopic(partitions=1)})[topic].error is None
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique("tv2"),
                          "transaction.timeout.ms": 60_000})
     producer.init_transactions(15)

@@ -27,7 +27,7 @@ class QuotedSluiceTarget(SluiceTarget):
 
     def start(self) -> "QuotedSluiceTarget":
         super().start()
-        results = self.client.alter_client_quotas({((USER, None), (CLIENT_ID, None)): UNREACHED})
+        results = self.client.admin.alter_client_quotas({((USER, None), (CLIENT_ID, None)): UNREACHED})
         failed = {entity: error for entity, error in results.items() if error is not None}
         if failed:
             raise RuntimeError(f"sluice-quotas: setting the quotas failed: {failed}")

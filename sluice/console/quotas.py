@@ -39,7 +39,7 @@ async def client_quotas(client: AsyncClient, metrics_port: int | None) -> dict:
     client_id, measured, unit, quota, throttle_time_ms}], "metrics_port", "unreadable":
     [{broker, error}]}; user and client_id None for `<default>`, "" (throttled) for what
     the entity does not name."""
-    configured = {frozenset(entity): quotas for entity, quotas in (await client.describe_client_quotas()).items()}
+    configured = {frozenset(entity): quotas for entity, quotas in (await client.admin.describe_client_quotas()).items()}
     document = {"set": [_entity_row(entity, quotas) for entity, quotas in sorted(
                     configured.items(), key=lambda item: sorted((t, n or "") for t, n in item[0]))],
                 "throttled": [], "metrics_port": metrics_port, "unreadable": []}
