@@ -38,6 +38,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import queue
@@ -733,8 +734,14 @@ def coordinated_by(cluster: Cluster, broker_id: int, key_type: int = TXN_KEY, pr
                 if partition_for(t, len(partitions)) in led)
 
 
-def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(tmp_path, zookeeper,
-                                                                               monkeypatch):
+@contextlib.contextmanager
+def _copied_across_a_coordinator_killed_after_prepare_commit(tmp_path, zookeeper, monkeypatch, copier_class,
+                                                              prefix: str, what: str):
+    """A copy between two topics of a 3-broker cluster whose transaction coordinator (broker 2)
+    dies at the fail point txn-after-prepare-commit, once its first PrepareCommit is
+    replicated: yields (cluster, new coordinator, copier, transactional id, sink topic) once
+    the copy is done, the new coordinator completed the prepared transaction on load, and
+    the copy is exactly once."""
     victim = 2
     cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES)
     try:
@@ -744,12 +751,12 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
             cluster.processes[broker_id].start()
             monkeypatch.delenv("SLUICE_FAILPOINTS", raising=False)
         cluster.wait_for_brokers()
-        source, sink = unique("copy-in"), unique("copy-out")
+        source, sink = unique(f"{prefix}-in"), unique(f"{prefix}-out")
         for topic in (source, sink):
             cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
         inputs = feed(cluster, source, 600)
         txn_id = coordinated_by(cluster, victim)
-        copier = Copier(cluster, source, sink, txn_id, len(inputs)).start()
+        copier = copier_class(cluster, source, sink, txn_id, len(inputs)).start()
         # The first commit kills the coordinator once PrepareCommit is replicated.
         wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
                  "the coordinator to die at its fail point")
@@ -760,9 +767,17 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
         assert successor != victim
         assert "(1 to complete)" in "".join(cluster.processes[successor].output), \
             "the new coordinator did not complete the prepared transaction on load"
-        anomalies = copier.anomalies("copy across a coordinator killed after PrepareCommit", inputs)
-        assert anomalies == COPY_CLEAN
+        assert copier.anomalies(what, inputs) == COPY_CLEAN
+        yield cluster, successor, copier, txn_id, sink
+    finally:
+        cluster.close()
 
+
+def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(tmp_path, zookeeper,
+                                                                               monkeypatch):
+    with _copied_across_a_coordinator_killed_after_prepare_commit(
+            tmp_path, zookeeper, monkeypatch, Copier, "copy",
+            "copy across a coordinator killed after PrepareCommit") as (cluster, successor, copier, txn_id, sink):
         # The markers written since carry the new coordinator epoch: one of the old epoch
         # (0) is refused by every partition of the sink.
         conn = raw(cluster, successor)
@@ -779,8 +794,6 @@ def test_copy_is_exactly_once_across_a_coordinator_killed_after_prepare_commit(t
             conn.close()
             code = answer.markers[0].topics[0].partitions[0].error_code
             assert code == ErrorCode.TRANSACTION_COORDINATOR_FENCED, (partition, code)
-    finally:
-        cluster.close()
 
 
 class JavaCopier(Copier):
@@ -817,41 +830,16 @@ def test_java_copy_with_transactions_v2_is_exactly_once_across_a_coordinator_kil
     with the bumped epoch, is replicated; the new one loads the transaction as one of
     version 2 and completes it, the producer's retried EndTxn (the epoch before the bump)
     is answered as a retry, and the copy goes on at the bumped epoch, exactly once."""
-    victim = 2
-    cluster = Cluster(tmp_path, zookeeper, brokers=3, properties=PROPERTIES)
-    try:
-        for broker_id in cluster.ids:
-            if broker_id == victim:
-                monkeypatch.setenv("SLUICE_FAILPOINTS", "txn-after-prepare-commit")
-            cluster.processes[broker_id].start()
-            monkeypatch.delenv("SLUICE_FAILPOINTS", raising=False)
-        cluster.wait_for_brokers()
-        source, sink = unique("java-copy-in"), unique("java-copy-out")
-        for topic in (source, sink):
-            cluster.create_topic(topic, COPY_PARTITIONS, 3, {"min.insync.replicas": "2"})
-        inputs = feed(cluster, source, 600)
-        txn_id = coordinated_by(cluster, victim)
-        copier = JavaCopier(cluster, source, sink, txn_id, len(inputs)).start()
-        wait_for(lambda: cluster.processes[victim].proc.poll() is not None, 120,
-                 "the coordinator to die at its fail point")
-        cluster.kill(victim)
-        assert "fail point txn-after-prepare-commit reached" in cluster.output(victim, 200)
-        copier.finish()
-        successor = coordinator_of(cluster, txn_id)
-        assert successor != victim
-        assert "(1 to complete)" in "".join(cluster.processes[successor].output), \
-            "the new coordinator did not complete the prepared transaction on load"
-        anomalies = copier.anomalies("Java copy (transactions v2) across a coordinator killed after PrepareCommit",
-                                     inputs)
-        assert anomalies == COPY_CLEAN
+    with _copied_across_a_coordinator_killed_after_prepare_commit(
+            tmp_path, zookeeper, monkeypatch, JavaCopier, "java-copy",
+            "Java copy (transactions v2) across a coordinator killed after PrepareCommit") as (
+            cluster, successor, copier, txn_id, sink):
         # Every EndTxn bumped the epoch: one per committed or aborted transaction at least.
         conn = raw(cluster, successor)
         state = conn.completed(txn_id)
         conn.close()
         assert state.transaction_state == "CompleteCommit"
         assert state.producer_epoch >= len(copier.committed) + len(copier.aborted), state
-    finally:
-        cluster.close()
 
 
 @pytest.mark.chaos

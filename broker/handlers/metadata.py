@@ -145,12 +145,7 @@ def handle(broker, header, request, session):
                     results.append(_error_topic(name, ErrorCode.LEADER_NOT_AVAILABLE))
                     continue
             if topic is None:
-                try:
-                    validate_topic_name(name)
-                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                except BrokerError as exc:
-                    code = exc.code
-                results.append(_error_topic(name, code))
+                results.append(_error_topic(name, _missing_topic_code(name)))
                 continue
             results.append(entry(topic))
     cluster_operations = _UNKNOWN_AUTHORIZED_OPERATIONS
@@ -167,6 +162,16 @@ def handle(broker, header, request, session):
 
 
 _Described = DESCRIBE_TOPIC_PARTITIONS.response
+
+
+def _missing_topic_code(name: str) -> ErrorCode:
+    """A topic the broker does not know: INVALID_TOPIC_EXCEPTION for a name no topic could
+    have, else UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
+    try:
+        validate_topic_name(name)
+    except BrokerError as exc:
+        return exc.code
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def describe_topic_partitions(broker, header, request, session):
@@ -190,12 +195,8 @@ def describe_topic_partitions(broker, header, request, session):
             break
         topic = metadata.topic(name)
         if topic is None:
-            try:
-                validate_topic_name(name)
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            except BrokerError as exc:
-                code = exc.code
-            entry = _Described.DescribeTopicPartitionsResponseTopic(error_code=code, name=name, partitions=[])
+            entry = _Described.DescribeTopicPartitionsResponseTopic(error_code=_missing_topic_code(name), name=name,
+                                                                    partitions=[])
         else:
             start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             states = [s for s in metadata.partition_states(topic) if s.index >= start]
