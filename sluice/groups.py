@@ -10,10 +10,12 @@ over the Kafka protocol (the semantics of Kafka's kafka-consumer-groups.sh).
          | --by-duration PnDTnHnMnS | --shift-by ±N | --from-file CSV)
         (--dry-run | --execute)
 
-`describe` shows the group's state, protocol and members (with the partitions assigned
-to each, decoded from the consumer protocol), then every partition of the topics the
-group has committed offsets for or its members subscribe to: committed offset, log end
-offset and lag ("-" where nothing is committed), and the total lag.
+`describe` shows the group's type (a consumer group of KIP-848's protocol, or a classic
+one), state, protocol and members (with the partitions assigned to each, decoded from the
+consumer protocol; for a consumer group, its epochs and each member's epoch, owned and
+target partitions), then every partition of the topics the group has committed offsets
+for or its members subscribe to: committed offset, log end offset and lag ("-" where
+nothing is committed), and the total lag.
 
 `reset-offsets` works only while the group has no active members (state Empty or
 Dead). Scopes: `--topic` (all partitions, or those listed) or `--all-topics` (every
@@ -39,7 +41,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from sluice_client import EARLIEST, LATEST, AsyncClient, GroupDescription, UnsupportedVersion
+from sluice_client import (EARLIEST, LATEST, AsyncClient, ConsumerGroupDescription, GroupDescription,
+                           UnsupportedVersion)
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError
 from wire.primitives import DecodeError
@@ -230,12 +233,22 @@ async def describe(client: AsyncClient, args) -> int:
         return 0
     group, members, offsets = document["group"], document["members"], document["offsets"]
     coordinator = document["coordinator"]
-    print(f"Group: {group}  State: {document['state']}  "
-          f"ProtocolType: {document['protocol_type'] or '-'}  Protocol: {document['protocol'] or '-'}  "
+    consumer = document["type"] == "consumer"
+    epochs = (f"GroupEpoch: {document['group_epoch']}  AssignmentEpoch: {document['assignment_epoch']}  "
+              if consumer else "")
+    print(f"Group: {group}  Type: {document['type']}  State: {document['state']}  "
+          f"ProtocolType: {document['protocol_type'] or '-'}  "
+          f"{'Assignor' if consumer else 'Protocol'}: {document['protocol'] or '-'}  {epochs}"
           f"Coordinator: {coordinator['id']} ({coordinator['host']}:{coordinator['port']})  "
           f"Members: {len(members)}")
     print()
-    if members:
+    if members and consumer:  # as kafka-consumer-groups.sh --members --verbose shows them
+        print(format_table(["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "EPOCH", "ASSIGNMENT",
+                            "TARGET-ASSIGNMENT"], [
+            (m["member_id"], m["group_instance_id"], m["client_id"], m["host"], m["member_epoch"],
+             assignment_text(m["assignment"]) or None, assignment_text(m["target_assignment"]) or None)
+            for m in members]))
+    elif members:
         print(format_table(["MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], [
             (m["member_id"], m["group_instance_id"], m["client_id"], m["host"],
              "?" if m["assignment"] is None else assignment_text(m["assignment"]) or None)
@@ -263,33 +276,54 @@ def assignment_text(assignment: list[dict]) -> str:
 
 
 async def describe_group(client: AsyncClient, group: str) -> dict:
-    """A group as `describe` shows it (its JSON document): state, protocol, coordinator,
-    members with their assignments, and per partition the committed offset, log end
+    """A group as `describe` shows it (its JSON document): its type ("consumer" for KIP-848's
+    protocol, "classic"), state, protocol, coordinator, members with their assignments (and
+    for a consumer group the epochs), and per partition the committed offset, log end
     offset, lag and owner. CommandError when the group does not exist."""
-    description = await _describe_group(client, group)
+    consumer_group = await _describe_consumer_group(client, group)
+    if consumer_group is not None:
+        document = {"group": group, "type": "consumer", "state": consumer_group.state,
+                    "protocol_type": CONSUMER_PROTOCOL, "protocol": consumer_group.assignor or None,
+                    "group_epoch": consumer_group.group_epoch,
+                    "assignment_epoch": consumer_group.assignment_epoch}
+        coordinator = consumer_group.coordinator
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id, "host": m.client_host, "member_epoch": m.member_epoch,
+                    "subscription": sorted(m.subscribed_topics), "subscribed_regex": m.subscribed_regex,
+                    "assignment": _assignment_list(m.assignment),
+                    "target_assignment": _assignment_list(m.target_assignment)}
+                   for m in consumer_group.members]
+        owned = [(m, m.assignment, m.subscribed_topics) for m in consumer_group.members]
+    else:
+        description = await _describe_group(client, group)
+        document = {"group": group, "type": "classic", "state": description.state,
+                    "protocol_type": description.protocol_type or None, "protocol": description.protocol or None}
+        coordinator = description.coordinator
+        members, owned = [], []
+        consumer = description.protocol_type == CONSUMER_PROTOCOL
+        for m in description.members:
+            assignment, subscription = None, None
+            if consumer:  # other protocols' bytes mean nothing here
+                with contextlib.suppress(DecodeError):
+                    assignment = m.consumer_assignment()
+                with contextlib.suppress(DecodeError):
+                    subscription = m.consumer_subscription()
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id, "host": m.client_host,
+                "subscription": None if subscription is None else sorted(subscription),
+                "assignment": None if assignment is None else _assignment_list(assignment)})
+            owned.append((m, assignment or {}, subscription or ()))
     committed = await committed_offsets(client, group)
-    if description.state == DEAD and not committed:
+    if document["state"] == DEAD and not committed:
         raise CommandError(f"group {group!r} does not exist")
-    members, owners, wanted_topics = [], {}, set(t for t, _ in committed)
-    consumer = description.protocol_type == CONSUMER_PROTOCOL
-    for m in description.members:
-        assignment, subscription = None, None
-        if consumer:  # other protocols' bytes mean nothing here
-            with contextlib.suppress(DecodeError):
-                assignment = m.consumer_assignment()
-            with contextlib.suppress(DecodeError):
-                subscription = m.consumer_subscription()
-        members.append({
-            "member_id": m.member_id, "group_instance_id": m.group_instance_id,
-            "client_id": m.client_id, "host": m.client_host,
-            "subscription": None if subscription is None else sorted(subscription),
-            "assignment": None if assignment is None else [
-                {"topic": t, "partitions": list(ps)} for t, ps in sorted(assignment.items())]})
-        for topic, partitions in (assignment or {}).items():
+    owners, wanted_topics = {}, set(t for t, _ in committed)
+    for member, assignment, subscription in owned:
+        for topic, partitions in assignment.items():
             wanted_topics.add(topic)
             for partition in partitions:
-                owners[(topic, partition)] = m
-        wanted_topics.update(subscription or ())
+                owners[(topic, partition)] = member
+        wanted_topics.update(subscription)
 
     partitions = await partitions_of(client, sorted(wanted_topics))
     keys = sorted({*committed, *((t, p) for t, ps in partitions.items() for p in ps)})
@@ -305,13 +339,13 @@ async def describe_group(client: AsyncClient, group: str) -> dict:
                         "member_id": owner.member_id if owner else None,
                         "host": owner.client_host if owner else None,
                         "client_id": owner.client_id if owner else None})
-    coordinator = description.coordinator
-    return {"group": group, "state": description.state,
-            "protocol_type": description.protocol_type or None,
-            "protocol": description.protocol or None,
-            "coordinator": {"id": coordinator.node_id, "host": coordinator.host,
-                            "port": coordinator.port},
+    return {**document, "coordinator": {"id": coordinator.node_id, "host": coordinator.host,
+                                        "port": coordinator.port},
             "members": members, "offsets": offsets, "total_lag": total_lag}
+
+
+def _assignment_list(assignment: dict[str, tuple[int, ...]]) -> list[dict]:
+    return [{"topic": t, "partitions": list(ps)} for t, ps in sorted(assignment.items())]
 
 
 async def delete(client: AsyncClient, args) -> int:
@@ -479,6 +513,15 @@ def _tp(key: tuple[str, int]) -> str:
     return f"{key[0]}-{key[1]}"
 
 
+async def _describe_consumer_group(client: AsyncClient, group: str) -> ConsumerGroupDescription | None:
+    """The group if it is a consumer group of KIP-848's protocol; None when it is not one,
+    or the broker serves no ConsumerGroupDescribe (a classic group for sure)."""
+    try:
+        return (await client.admin.describe_consumer_groups([group]))[group]
+    except UnsupportedVersion:
+        return None
+
+
 async def _describe_group(client: AsyncClient, group: str) -> GroupDescription:
     try:
         return (await client.admin.describe_groups([group]))[group]
@@ -487,7 +530,7 @@ async def _describe_group(client: AsyncClient, group: str) -> GroupDescription:
 
 
 async def _ensure_inactive(client: AsyncClient, group: str) -> None:
-    description = await _describe_group(client, group)
+    description = await _describe_consumer_group(client, group) or await _describe_group(client, group)
     if description.state not in INACTIVE_STATES:
         raise CommandError(
             f"group {group!r} has {len(description.members)} active member(s) (state "

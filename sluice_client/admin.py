@@ -14,8 +14,8 @@ from sluice_client.connection import BrokerConnection
 from sluice_client.errors import ProtocolViolation, UnsupportedVersion
 from sluice_client.model import (ANY_ACL, BROKER_RESOURCE, DEFAULT_CONFIG, PREFERRED_ELECTION,
                                  TRANSACTION_KEY, UNKNOWN_CONFIG, AclBinding, AclBindingFilter, AclDeletion,
-                                 BrokerInfo, ClusterDescription, ConfigEntry, ConfigSynonym, Coordinator,
-                                 CreatedTopic, DeletedAcls, GroupDescription, GroupMember, ListedGroup,
+                                 BrokerInfo, ClusterDescription, ConfigEntry, ConfigSynonym,
+                                 ConsumerGroupDescription, ConsumerGroupMember, Coordinator, CreatedTopic, DeletedAcls, GroupDescription, GroupMember, ListedGroup,
                                  ListedTransaction, NewTopic, OngoingReassignment, QuotaEntity,
                                  ScramCredentialInfo, ScramDeletion, ScramMechanism, ScramUpsertion,
                                  TransactionDescription, UserScramCredentials)
@@ -24,7 +24,7 @@ from wire.acl_types import Operation, PatternType, Permission, ResourceType
 from wire.error_codes import ErrorCode
 from wire.errors import KafkaError, check
 from wire.messages import (ALTER_CLIENT_QUOTAS, ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
-                           ALTER_USER_SCRAM_CREDENTIALS, CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS,
+                           ALTER_USER_SCRAM_CREDENTIALS, CONSUMER_GROUP_DESCRIBE, CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS,
                            DELETE_ACLS, DELETE_GROUPS, DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLIENT_QUOTAS,
                            DESCRIBE_CLUSTER, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
                            DESCRIBE_TRANSACTIONS, DESCRIBE_USER_SCRAM_CREDENTIALS, ELECT_LEADERS,
@@ -156,6 +156,40 @@ class Admin:
             return GroupDescription(answer.group_id, answer.group_state, answer.protocol_type,
                                     answer.protocol_data, members, coordinator,
                                     answer.authorized_operations)
+
+        return await self.client.with_coordinator(group, send)
+
+    async def describe_consumer_groups(self, groups: Iterable[str]) -> dict[str, ConsumerGroupDescription | None]:
+        """Each group as ConsumerGroupDescribe tells it (a consumer group of KIP-848's
+        protocol), None for one that is not such a group (GROUP_ID_NOT_FOUND: none, or a
+        classic one); other group errors raise KafkaError, a broker without the API
+        UnsupportedVersion."""
+        names = list(dict.fromkeys(groups))
+        answers = await asyncio.gather(*(self._describe_consumer_group(name) for name in names))
+        return dict(zip(names, answers))
+
+    async def _describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
+        context = f"describe consumer group {group!r}"
+
+        def partitions(assignment) -> dict[str, tuple[int, ...]]:
+            return {t.topic_name: tuple(sorted(t.partitions)) for t in assignment.topic_partitions}
+
+        async def send(connection: BrokerConnection) -> ConsumerGroupDescription | None:
+            response = await connection.request(
+                CONSUMER_GROUP_DESCRIBE, connection.version(CONSUMER_GROUP_DESCRIBE),
+                CONSUMER_GROUP_DESCRIBE.request(group_ids=[group], include_authorized_operations=False))
+            answer = entry_for(response.groups, "group_id", group, context)
+            if answer.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                return None
+            check(answer.error_code, context)
+            coordinator = self.client.known_coordinator(group) or Coordinator(-1, connection.host,
+                                                                               connection.port)
+            members = tuple(ConsumerGroupMember(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                tuple(m.subscribed_topic_names), m.subscribed_topic_regex, partitions(m.assignment),
+                partitions(m.target_assignment)) for m in answer.members)
+            return ConsumerGroupDescription(answer.group_id, answer.group_state, answer.group_epoch,
+                                            answer.assignment_epoch, answer.assignor_name, members, coordinator)
 
         return await self.client.with_coordinator(group, send)
 

@@ -20,7 +20,8 @@ __all__ = [
     "SET_CONFIG", "DELETE_CONFIG", "APPEND_CONFIG", "SUBTRACT_CONFIG",
     "AbortedTransaction", "BrokerInfo", "ClusterDescription", "ClusterMetadata",
     "CommittedOffset", "ConfigEntry", "ConfigSynonym", "Coordinator", "CreatedTopic",
-    "FetchResult", "FetchedRecords", "GroupDescription", "GroupMember", "ListedGroup",
+    "ConsumerGroupDescription", "ConsumerGroupMember", "FetchResult", "FetchedRecords", "GroupDescription",
+    "GroupMember", "ListedGroup",
     "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "ProduceResult", "ProducerRecord",
     "TopicInfo",
     "AclBinding", "AclBindingFilter", "AclDeletion", "DeletedAcls", "ANY_ACL",
@@ -273,6 +274,37 @@ class GroupDescription:
     members: tuple[GroupMember, ...]
     coordinator: Coordinator
     authorized_operations: int = -2147483648  # not requested
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMember:
+    """A member of a consumer group of KIP-848's protocol, as ConsumerGroupDescribe tells
+    it: its epoch, what it subscribes to, the partitions it owns and those the group's
+    target assignment gives it (the two differ while it reconciles)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    subscribed_topics: tuple[str, ...]
+    subscribed_regex: str | None
+    assignment: dict[str, tuple[int, ...]]
+    target_assignment: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A consumer group of KIP-848's protocol (ConsumerGroupDescribe): its state ("Empty",
+    "Assigning", "Reconciling", "Stable"), epochs and server-side assignor."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[ConsumerGroupMember, ...]
+    coordinator: Coordinator
 
 
 class ConfigSynonym(NamedTuple):

@@ -22,7 +22,7 @@ from wire.messages import (ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CON
                            FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_GROUPS, LIST_OFFSETS, LIST_TRANSACTIONS,
                            METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                            END_TXN, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE,
-                           CONTROLLED_SHUTDOWN)
+                           CONTROLLED_SHUTDOWN, CONSUMER_GROUP_DESCRIBE)
 from wire.schema import Api
 
 __all__ = ["CLIENT_VERSIONS", "choose_version"]
@@ -44,6 +44,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN.key: (0, 3),
     END_TXN.key: (0, 4),
     DESCRIBE_GROUPS.key: (0, 5),
+    CONSUMER_GROUP_DESCRIBE.key: (0, 1),
     LIST_GROUPS.key: (0, 5),
     DELETE_GROUPS.key: (0, 2),
     CREATE_PARTITIONS.key: (0, 3),
@@ -54,7 +55,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ALTER_CONFIGS.key: (0, 2),
     INCREMENTAL_ALTER_CONFIGS.key: (0, 1),
     DESCRIBE_CLUSTER.key: (0, 1),
-    DESCRIBE_LOG_DIRS.key: (0, 4),
+    DESCRIBE_LOG_DIRS.key: (1, 4),
     DESCRIBE_TRANSACTIONS.key: (0, 0),
     LIST_TRANSACTIONS.key: (0, 1),
     # Followers (replica_id from v3) truncating their logs.

@@ -37,6 +37,9 @@
 from __future__ import annotations
 
 import collections
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -46,6 +49,7 @@ import pytest
 from broker.errors import BrokerError
 from tests.support.polling import wait_for
 from tests.test_groups import Raw, Worker, _join, end_offsets, produce, start_broker  # noqa: F401 (the fixture)
+from sluice.console.pages import group_page
 from sluice_client import Client, NewTopic
 from wire.error_codes import ErrorCode
 from wire.messages import (CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, DELETE_GROUPS, LIST_GROUPS,
@@ -665,3 +669,55 @@ def test_suspended_partition_expires_no_consumer_group_member(tmp_path):
 
     asyncio.run(scenario())
     topics.close()
+
+
+def _sluice_groups(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sluice.cli", "groups", "--bootstrap-server", bootstrap, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_sluice_groups_describes_a_consumer_group_and_will_not_reset_it_while_active(start_broker):  # noqa: F811
+    """`sluice groups describe` of a KIP-848 group (ConsumerGroupDescribe): its type, state,
+    assignor, epochs, and each member's epoch, owned and target partitions, beside the
+    committed offsets; reset-offsets is refused while it has members, as for a classic
+    group with members."""
+    broker = start_broker(**PATIENT_CONFIG)
+    topic, group = "described848", "described848-group"
+    with Client(broker.bootstrap_servers) as client:
+        client.admin.create_topics({topic: NewTopic(partitions=2, replication_factor=1)})
+    raw = Raw(broker.port)
+    try:
+        first = join(raw, group, [topic], member_id="only", server_assignor="range")
+        assert first.member_epoch == 1
+        assert heartbeat(raw, group, "only", 1, topic_partitions=owned(first)).error_code == ErrorCode.NONE
+        committed = raw(OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=1, member_id="only",
+                        group_instance_id=None, topics=[OFFSET_COMMIT.request.OffsetCommitRequestTopic(
+                            name=topic, partitions=[OFFSET_COMMIT.request.OffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                                committed_metadata="")])])
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+        described = _sluice_groups(broker.bootstrap_servers, "describe", group, "--output", "json")
+        assert described.returncode == 0, described.stderr
+        document = json.loads(described.stdout)
+        assert (document["type"], document["state"], document["protocol"], document["group_epoch"],
+                document["assignment_epoch"]) == ("consumer", "Stable", "range", 1, 1), document
+        [member] = document["members"]
+        assert (member["member_id"], member["member_epoch"], member["subscription"]) == ("only", 1, [topic])
+        assert member["assignment"] == member["target_assignment"] == [{"topic": topic, "partitions": [0, 1]}]
+        assert [(o["partition"], o["current_offset"], o["member_id"]) for o in document["offsets"]] == [
+            (0, 0, "only"), (1, None, "only")]
+
+        page = group_page(document, lag_interval_ms=1000, reset_form="", notice=None, cluster_id=None).decode()
+        assert "consumer</span>\ngroup, assignor range · group epoch 1 · assignment epoch 1" in page, page
+        assert "<th>Member epoch</th>" in page and f"<td>{topic}:0,1</td><td>{topic}:0,1</td>" in page, page
+
+        text = _sluice_groups(broker.bootstrap_servers, "describe", group).stdout
+        assert "Type: consumer  State: Stable" in text and "GroupEpoch: 1  AssignmentEpoch: 1" in text, text
+        assert f"{topic}:0,1" in text and "TARGET-ASSIGNMENT" in text, text
+
+        reset = _sluice_groups(broker.bootstrap_servers, "reset-offsets", "--group", group, "--topic", topic,
+                               "--to-earliest", "--execute")
+        assert reset.returncode != 0 and "active member" in reset.stderr, (reset.stdout, reset.stderr)
+    finally:
+        raw.close()

@@ -216,9 +216,12 @@ and the average throttle time its clients were given.</p>
 def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: str | None,
                cluster_id: str | None) -> bytes:
     name = group["group"]
+    consumer = group["type"] == "consumer"  # KIP-848's protocol: members have epochs and targets
     members = "".join(
         f'<tr><td>{e(m["member_id"])}</td><td>{e(m["client_id"])}</td><td>{e(m["host"])}</td>'
-        f'<td>{_assignment(m["assignment"])}</td></tr>'
+        + (f'<td class="num">{m["member_epoch"]}</td>' if consumer else "")
+        + f'<td>{_assignment(m["assignment"])}</td>'
+        + (f'<td>{_assignment(m["target_assignment"])}</td>' if consumer else "") + '</tr>'
         for m in group["members"])
     offsets = "".join(
         f'<tr><td><a href="/topics/{u(o["topic"])}">{e(o["topic"])}</a></td>'
@@ -228,14 +231,18 @@ def group_page(group: dict, *, lag_interval_ms: int, reset_form: str, notice: st
         for o in group["offsets"])
     coordinator = group["coordinator"]
     if members:
+        heads = ("<th>Member epoch</th><th>Assigned partitions</th><th>Target partitions</th>" if consumer
+                 else "<th>Assigned partitions</th>")
         members = (f'<table id="members"><tr><th>Member id</th><th>Client id</th><th>Host</th>'
-                   f'<th>Assigned partitions</th></tr>{members}</table>')
+                   f'{heads}</tr>{members}</table>')
     else:
         members = '<p class="muted" id="members">No active members.</p>'
     body = f"""<h1>Consumer group {e(name)}</h1>
 {f'<p class="notice">{e(notice)}</p>' if notice else ""}
-<p>State: <strong id="group-state">{e(group["state"])}</strong> · protocol
-{e(group["protocol_type"])}/{e(group["protocol"])} · coordinator {coordinator["id"]}
+<p>State: <strong id="group-state">{e(group["state"])}</strong> · <span id="group-type">{e(group["type"])}</span>
+group, {(f'assignor {e(group["protocol"])} · group epoch {group["group_epoch"]} · assignment epoch '
+         f'{group["assignment_epoch"]}') if consumer else f'protocol {e(group["protocol_type"])}/{e(group["protocol"])}'}
+· coordinator {coordinator["id"]}
 ({e(coordinator["host"])}:{coordinator["port"]}) · total lag <strong id="total-lag">{group["total_lag"]}</strong></p>
 <h2>Members</h2>
 {members}
