@@ -650,9 +650,9 @@ def test_the_user_is_the_authenticated_principal(tmp_path):
 
     broker = start_broker(tmp_path, "allow.everyone.if.no.acl.found=true\n")
     try:
-        with Client(broker.bootstrap("PLAINTEXT")) as admin:
-            topic = _topic(admin)
-            admin.alter_client_quotas({((USER, "alice"),): {"producer_byte_rate": 1000}})
+        with Client(broker.bootstrap("PLAINTEXT")) as client:
+            topic = _topic(client.admin)
+            client.admin.alter_client_quotas({((USER, "alice"),): {"producer_byte_rate": 1000}})
         throttles = {}
         for user in ("alice", None):
             seen = throttles[user] = []

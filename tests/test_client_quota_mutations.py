@@ -38,9 +38,9 @@ def broker(tmp_path_factory):
     config = base / "server.properties"
     config.write_text("controller.quota.window.num=2\n")
     with BrokerProcess(base / "data", config_file=str(config)) as proc:
-        with Client(proc.bootstrap_servers) as admin:
+        with Client(proc.bootstrap_servers) as client:
             clients = ("strict-creator", "old-creator", "grower", "deleter")
-            assert admin.admin.alter_client_quotas({((CLIENT_ID, c),): {"controller_mutation_rate": 1} for c in clients}) \
+            assert client.admin.alter_client_quotas({((CLIENT_ID, c),): {"controller_mutation_rate": 1} for c in clients}) \
                 == {((CLIENT_ID, c),): None for c in clients}
         yield proc
     output = "".join(proc.output)
@@ -83,9 +83,9 @@ def test_older_create_topics_are_done_and_delayed(broker):
 
 
 def test_strict_create_partitions_and_delete_topics(broker):
-    with Client(broker.bootstrap_servers) as admin:
-        admin.admin.create_topics({name: NewTopic(1, 1) for name in ("g1", "g2", "g3")})
-        admin.admin.create_topics({name: NewTopic(2, 1) for name in ("d1", "d2", "d3")})
+    with Client(broker.bootstrap_servers) as client:
+        client.admin.create_topics({name: NewTopic(1, 1) for name in ("g1", "g2", "g3")})
+        client.admin.create_topics({name: NewTopic(2, 1) for name in ("d1", "d2", "d3")})
     growth = CREATE_PARTITIONS.request(timeout_ms=10_000, validate_only=False, topics=[
         CREATE_PARTITIONS.request.CreatePartitionsTopic(name=name, count=3, assignments=None)
         for name in ("g1", "g2", "g3")])
@@ -139,8 +139,8 @@ def test_a_client_creating_topics_in_a_loop_keeps_to_its_rate_beside_an_unlimite
     LOOP_MEASURED_S, refused past it (strict, v6+) or delayed (permissive); an unlimited
     client looping beside it is never throttled."""
     limited_id = f"looping-{version}"
-    with Client(broker.bootstrap_servers) as admin:
-        admin.alter_client_quotas({((CLIENT_ID, limited_id),): {"controller_mutation_rate": LOOP_RATE}})
+    with Client(broker.bootstrap_servers) as client:
+        client.admin.alter_client_quotas({((CLIENT_ID, limited_id),): {"controller_mutation_rate": LOOP_RATE}})
     start = time.monotonic()
     until = start + LOOP_WARM_UP_S + LOOP_MEASURED_S
     (limited, limited_throttles), (free, free_throttles) = ([], []), ([], [])
